@@ -1,0 +1,40 @@
+# Two entry points set everything up: `make demo` and `make test`. Both create .venv themselves.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned: an unpinned `torch` makes pip resolve a multi-GB CUDA build.
+TORCH := torch==2.13.0
+
+.PHONY: install dev demo test typecheck unit clean bench
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev,telemetry]' '$(TORCH)'
+	touch $(VENV)/.installed $@
+
+install: $(VENV)/.installed
+
+dev: $(VENV)/.dev-installed
+
+demo: dev
+	$(BIN)/aiprof demo
+
+typecheck: dev
+	$(BIN)/mypy
+
+test: dev
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

@@ -1,0 +1,100 @@
+"""The ``aiprof`` command: argparse subcommands, one module and one class per verb.
+
+Each verb class has ``name``, ``help``, ``prepare_parser(parser)`` and ``run(args) -> int``. Errors a user
+can cause are ``AiprofError``: printed as one line on stderr, with its exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Sequence
+from typing import Protocol
+
+from aiprof.errors import AiprofError, AiprofWarning
+
+
+class Command(Protocol):
+    name: str
+    help: str
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _commands() -> list[Command]:
+    # Imported here so `aiprof --help` stays fast and each verb imports only what it needs.
+    from aiprof.cli.analyze import AnalyzeCommand
+
+    commands: list[Command] = [AnalyzeCommand()]
+    for module_name, class_name in _OPTIONAL_COMMANDS:
+        try:
+            module = __import__(f"aiprof.cli.{module_name}", fromlist=[class_name])
+        except ModuleNotFoundError as err:
+            if err.name != f"aiprof.cli.{module_name}":
+                raise
+            continue
+        commands.append(getattr(module, class_name)())
+    return commands
+
+
+# Verbs that live in their own modules; a missing module simply means the verb is not built yet.
+_OPTIONAL_COMMANDS: list[tuple[str, str]] = [
+    ("run", "RunCommand"),
+    ("demo", "DemoCommand"),
+    ("compare", "CompareCommand"),
+    ("roofline", "RooflineCommand"),
+    ("peaks", "PeaksCommand"),
+    ("export", "ExportCommand"),
+]
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    from aiprof import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="aiprof", description="Profile PyTorch training and inference and say what to fix first."
+    )
+    parser.add_argument("--version", action="version", version=f"aiprof {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    by_name: dict[str, Command] = {}
+    for command in _commands():
+        command.prepare_parser(sub.add_parser(command.name, help=command.help, description=command.help))
+        by_name[command.name] = command
+    return parser, by_name
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    print(f"aiprof: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, commands = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
+    warnings.simplefilter("always", AiprofWarning)
+    try:
+        return commands[args.command].run(args)
+    except AiprofError as err:
+        print(f"aiprof: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("aiprof: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    finally:
+        warnings.showwarning = previous

@@ -1,0 +1,180 @@
+"""Find the trace files behind a path, load them (in parallel processes when there are several), and
+number the ranks: from ``distributedInfo``, else from the file name, else by file order. Two files that
+claim the same rank are never merged: they are numbered by file order and a warning says so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from aiprof.errors import AiprofWarning, NoTracesError, TraceError
+from aiprof.trace.loader import load_file
+from aiprof.trace.model import RunSet, Trace
+
+_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+# Files an aiprof run directory (or a peer tool's output folder) holds that are not traces.
+_NOT_TRACES = {"meta.json", "report.json", "telemetry.json", "dataloader.json", "findings.json"}
+_RANK_PATTERNS = [
+    re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
+    re.compile(r"worker[-_]?(\d+)", re.IGNORECASE),
+]
+
+ProgressCallback = Callable[[Path, int, int], None]
+
+
+def find_trace_files(path: Path) -> list[Path]:
+    """Trace files under ``path`` (itself when it is a file), sorted by name."""
+    if not path.exists():
+        raise NoTracesError(f"{path}: no such file or folder; check the path")
+    if path.is_file():
+        return [path]
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise NoTracesError(f"{path}: permission denied; make the folder readable and retry")
+    found = [
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES
+    ]
+    if not found:
+        raise NoTracesError(
+            f"{path}: no trace files (*.json, *.json.gz) in this folder; pass a trace file or a run directory"
+        )
+    return sorted(found)
+
+
+def rank_from_name(path: Path) -> int | None:
+    for pattern in _RANK_PATTERNS:
+        match = pattern.search(path.name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _load_one(args: tuple[Path, bool]) -> Trace | str:
+    path, tolerate = args
+    try:
+        return load_file(path)
+    except TraceError as err:
+        if tolerate:
+            return str(err)
+        raise
+
+
+def load_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> Trace | RunSet:
+    """Load traces. One file → a :class:`Trace`; a folder or several files → a :class:`RunSet`.
+
+    In a folder, files that are not traces are skipped with a warning; a named file that is not a
+    trace is an error.
+    """
+    if not paths:
+        raise NoTracesError("no path given; pass a trace file or a folder of traces")
+    files: list[tuple[Path, bool]] = []
+    single_file = len(paths) == 1 and Path(paths[0]).is_file()
+    for raw in paths:
+        path = Path(raw)
+        for found in find_trace_files(path):
+            files.append((found, path.is_dir()))
+    results = _load_all(files, workers, progress)
+    traces: list[Trace] = []
+    skipped: list[str] = []
+    for result in results:
+        if isinstance(result, str):
+            skipped.append(result)
+        else:
+            traces.append(result)
+    for message in skipped:
+        warnings.warn(f"skipped: {message}", AiprofWarning, stacklevel=2)
+    if not traces:
+        raise NoTracesError(f"{paths[0]}: none of the {len(files)} JSON file(s) is a readable trace")
+    for trace in traces:
+        for note in trace.warnings:
+            warnings.warn(note, AiprofWarning, stacklevel=2)
+    if single_file:
+        return traces[0]
+    notes = assign_ranks(traces)
+    for note in notes:
+        warnings.warn(note, AiprofWarning, stacklevel=2)
+    root = Path(paths[0]) if len(paths) == 1 else None
+    return RunSet(sorted(traces, key=lambda t: t.rank), root=root, warnings=notes + skipped)
+
+
+def _load_all(
+    files: list[tuple[Path, bool]], workers: int | None, progress: ProgressCallback | None
+) -> list[Trace | str]:
+    count = len(files)
+    workers = min(workers or (os.cpu_count() or 1), count)
+    results: list[Trace | str] = []
+    if workers <= 1:
+        for i, item in enumerate(files):
+            results.append(_load_one(item))
+            if progress:
+                progress(item[0], i + 1, count)
+        return results
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
+        for i, (item, result) in enumerate(zip(files, pool.map(_load_one, files))):
+            results.append(result)
+            if progress:
+                progress(item[0], i + 1, count)
+    return results
+
+
+def _fork_context() -> Any:
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+
+
+def assign_ranks(traces: list[Trace]) -> list[str]:
+    """Number ranks in place; return warnings. Sources, in order: distributedInfo, file name, order."""
+    from_info = [_info_rank(t) for t in traces]
+    if all(r is not None for r in from_info) and _unique(from_info):
+        for trace, rank in zip(traces, from_info):
+            trace.rank, trace.rank_source = int(rank or 0), "distributedInfo"
+        return []
+    from_name = [rank_from_name(t.path) for t in traces]
+    if all(r is not None for r in from_name) and _unique(from_name):
+        for trace, rank in zip(traces, from_name):
+            trace.rank, trace.rank_source = int(rank or 0), "file name"
+        return []
+    for i, trace in enumerate(traces):
+        trace.rank, trace.rank_source = i, "file order"
+    notes: list[str] = []
+    for label, values in (("distributedInfo", from_info), ("file names", from_name)):
+        dupes = _duplicates(values)
+        if dupes:
+            rank, count = dupes[0]
+            notes.append(
+                f"{count} files claim rank {rank} in their {label}; they are kept apart and numbered "
+                f"0..{len(traces) - 1} by file order"
+            )
+            break
+    return notes
+
+
+def _info_rank(trace: Trace) -> int | None:
+    rank = trace.distributed.get("rank")
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+
+
+def _unique(values: list[int | None]) -> bool:
+    return len(set(values)) == len(values)
+
+
+def _duplicates(values: list[int | None]) -> list[tuple[int, int]]:
+    counts: dict[int, int] = {}
+    for v in values:
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    return [(v, c) for v, c in sorted(counts.items()) if c > 1]
