@@ -185,6 +185,7 @@ class Trace:
     stacks: dict[int, str] = field(default_factory=dict)  # row -> "Call stack" (verbose traces)
     warnings: list[str] = field(default_factory=list)
     event_count: int = 0  # events in the file, metadata and flows included
+    cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # derived views
 
     # ----- basic facts -------------------------------------------------------------------------
     def __len__(self) -> int:
