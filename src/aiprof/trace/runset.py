@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
 from aiprof.trace.loader import load_file
@@ -136,7 +136,19 @@ def _fork_context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
-def assign_ranks(traces: list[Trace]) -> list[str]:
+class Rankable(Protocol):
+    """What rank numbering needs: a Trace, or a lighter record of one loaded in another process."""
+
+    path: Path
+    distributed: dict[str, Any]
+    rank: int
+    rank_source: str
+
+
+R = TypeVar("R", bound=Rankable)
+
+
+def assign_ranks(traces: list[R]) -> list[str]:
     """Number ranks in place; return warnings. Sources, in order: distributedInfo, file name, order."""
     from_info = [_info_rank(t) for t in traces]
     if all(r is not None for r in from_info) and _unique(from_info):
@@ -163,7 +175,7 @@ def assign_ranks(traces: list[Trace]) -> list[str]:
     return notes
 
 
-def _info_rank(trace: Trace) -> int | None:
+def _info_rank(trace: Rankable) -> int | None:
     rank = trace.distributed.get("rank")
     return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
 
