@@ -498,6 +498,10 @@ class _Builder:
         # Device rows: pid is the device index in every Kineto version; args.device when pid is not.
         dev_pid = cols.pid[dev]
         cols.device[dev] = np.where((dev_pid >= 0) & (dev_pid < 1 << 16), dev_pid, np.maximum(device_arg, 0))
+        # The stream is args.stream where present: MTIA writes a row id as tid (tid 4 for stream 1).
+        stream_arg = np.full(len(dev), -1, dtype=np.int64)
+        _fill(stream_arg, np.arange(len(dev)), dev_args, lambda a: a.stream)
+        cols.tid[dev] = np.where(stream_arg >= 0, stream_arg, cols.tid[dev])
 
         mem = np.flatnonzero(kind == int(Kind.MEMORY))
         mem_args = _batch_decode([events[i].args for i in mem], MemoryArgs)
