@@ -1,0 +1,189 @@
+"""Run every analysis over one trace (a rank) or a set of ranks, and gather the typed results.
+
+``analyze_paths`` is what ``aiprof analyze`` uses: each rank is loaded *and* analysed in its own worker
+process, and only the (small) results travel back — the event columns never cross a process boundary.
+``analyze`` does the same for traces already loaded with ``aiprof.load``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiprof.analysis.steps import StepWindow, step_windows
+from aiprof.analysis.timeline import DeviceAccount, account
+from aiprof.errors import NoTracesError, TraceError
+from aiprof.trace.loader import load_file
+from aiprof.trace.model import RunSet, Trace
+from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files
+
+Section = Callable[[Trace], Any]
+
+
+# The analyses beyond timeline accounting, by report key. Users may edit this dict.
+DEFAULT_SECTIONS: dict[str, Section] = {}
+
+
+@dataclass
+class RankAnalysis:
+    """Everything aiprof computed for one rank."""
+
+    rank: int
+    rank_source: str
+    path: Path
+    distributed: dict[str, Any]
+    devices_info: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    event_count: int
+    windows: list[StepWindow]
+    devices: list[DeviceAccount]
+    sections: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def primary(self) -> DeviceAccount:
+        """The device whose steps represent the rank: the busiest one."""
+        return max(
+            self.devices,
+            key=lambda d: d.totals["breakdown_ns"]["compute"] + d.totals["breakdown_ns"]["communication"],
+        )
+
+
+@dataclass
+class RunAnalysis:
+    """All ranks of a run, in rank order, plus warnings raised while loading."""
+
+    ranks: list[RankAnalysis]
+    sources: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def analyze_trace(trace: Trace, sections: dict[str, Section] | None = None) -> RankAnalysis:
+    """All analyses of one loaded trace."""
+    windows = step_windows(trace)
+    devices = account(trace, windows)
+    result = RankAnalysis(
+        rank=trace.rank,
+        rank_source=trace.rank_source,
+        path=trace.path,
+        distributed=_public_distributed(trace.distributed),
+        devices_info=[vars(d).copy() for d in trace.devices],
+        metadata=dict(trace.metadata),
+        event_count=trace.event_count,
+        windows=windows,
+        devices=devices,
+        notes=list(trace.warnings) + _notes(trace),
+    )
+    for key, section in (sections if sections is not None else DEFAULT_SECTIONS).items():
+        result.sections[key] = section(trace)
+    return result
+
+
+def analyze(loaded: Trace | RunSet, sections: dict[str, Section] | None = None) -> RunAnalysis:
+    """Analyse what :func:`aiprof.load` returned."""
+    traces = [loaded] if isinstance(loaded, Trace) else list(loaded.traces)
+    warnings = [] if isinstance(loaded, Trace) else list(loaded.warnings)
+    return RunAnalysis([analyze_trace(t, sections) for t in traces], [str(t.path) for t in traces], warnings)
+
+
+def _notes(trace: Trace) -> list[str]:
+    notes: list[str] = []
+    if not trace.device_ids:
+        from aiprof.trace.model import Kind
+
+        launches = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+        if launches.size and trace.name_matches(launches, "Launch|Memcpy").any():
+            notes.append(
+                "the trace has GPU launch calls but no GPU activity: the profiler did not record the device "
+                "side (CUDA activities off, or CUPTI unavailable); accounted on the CPU instead"
+            )
+    return notes
+
+
+def _public_distributed(info: dict[str, Any]) -> dict[str, Any]:
+    keys = ("backend", "rank", "world_size", "pg_count", "nccl_version")
+    return {k: info[k] for k in keys if k in info}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Paths → results, one process per rank
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Loaded:
+    """A rank's results as they come back from a worker (enough for rank numbering)."""
+
+    path: Path
+    distributed: dict[str, Any]
+    rank: int
+    rank_source: str
+    analysis: RankAnalysis | None
+    error: str | None
+    warnings: list[str]
+
+
+def _load_and_analyze(args: tuple[Path, bool, bool]) -> _Loaded:
+    path, tolerate, single = args
+    try:
+        trace = load_file(path)
+    except TraceError as err:
+        if tolerate:
+            return _Loaded(path, {}, 0, "file order", None, str(err), [])
+        raise
+    analysis = analyze_trace(trace)
+    return _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
+
+
+def analyze_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> RunAnalysis:
+    """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes."""
+    if not paths:
+        raise NoTracesError("no path given; pass a trace file or a folder of traces")
+    jobs: list[tuple[Path, bool, bool]] = []
+    for raw in paths:
+        path = Path(raw)
+        for found in find_trace_files(path):
+            jobs.append((found, path.is_dir(), False))
+    results = _run_jobs(jobs, workers, progress)
+    loaded = [r for r in results if r.analysis is not None]
+    skipped = [f"skipped: {r.error}" for r in results if r.error]
+    if not loaded:
+        raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
+    notes = assign_ranks(loaded) if len(loaded) > 1 else []
+    ranks: list[RankAnalysis] = []
+    for item in sorted(loaded, key=lambda r: r.rank):
+        assert item.analysis is not None
+        item.analysis.rank, item.analysis.rank_source = item.rank, item.rank_source
+        ranks.append(item.analysis)
+    warnings = skipped + notes + [w for r in loaded for w in r.warnings]
+    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
+
+
+def _run_jobs(
+    jobs: list[tuple[Path, bool, bool]], workers: int | None, progress: ProgressCallback | None
+) -> list[_Loaded]:
+    count = len(jobs)
+    workers = min(workers or (os.cpu_count() or 1), count)
+    out: list[_Loaded] = []
+    if workers <= 1:
+        for i, job in enumerate(jobs):
+            out.append(_load_and_analyze(job))
+            if progress:
+                progress(job[0], i + 1, count)
+        return out
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        for i, (job, result) in enumerate(zip(jobs, pool.map(_load_and_analyze, jobs))):
+            out.append(result)
+            if progress:
+                progress(job[0], i + 1, count)
+    return out

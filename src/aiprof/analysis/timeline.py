@@ -1,0 +1,300 @@
+"""Timeline accounting: every nanosecond of every step window, per device, in exactly one bucket.
+
+Buckets, by priority (a nanosecond covered by several kinds of work goes to the first):
+``compute`` (non-communication kernels), ``communication`` (collective kernels not hidden by compute),
+``memcpy`` and ``memset`` (not hidden by kernels), ``idle`` (nothing running). Intervals are merged per
+device across streams, never summed, so the buckets add up to the window exactly.
+
+Idle time is split by what the host threads that feed the device were doing, again by priority:
+``launch``        a launch call was issued and its GPU work had not started yet;
+``data_loading``  the host was inside a DataLoader ``__next__``;
+``sync``          the host was blocked in a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize,
+                  cudaEventSynchronize, blocking cudaMemcpy, cudaFree, …) or had returned from one and not
+                  yet launched again — the device drained because of the sync;
+``collective_wait`` the host was inside a CPU-side collective or wait (c10d / gloo / nccl ops);
+``host``          the host was running CPU ops, Python or runtime calls inside the step, with nothing queued;
+``unknown``       none of the above can be seen in the trace (e.g. no CPU side).
+Causes add up to idle exactly. CPU-only traces use the same accounting with the CPU as the device.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiprof.analysis import intervals as iv
+from aiprof.analysis.comm import is_comm_kernel
+from aiprof.analysis.steps import StepWindow, step_windows
+from aiprof.trace import links
+from aiprof.trace.model import I64, Kind, Trace
+
+BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
+IDLE_CAUSES = ("data_loading", "host", "sync", "launch", "collective_wait", "unknown")
+
+_SYNC_CALL = re.compile(
+    r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cudaMemcpyFromSymbol$|^cudaMemcpyToSymbol$|^cudaFree$"
+    r"|^cudaFreeHost$|^hipMemcpy$|^hipFree$|^hipFreeHost$|^cuMemFree|^cuCtxSynchronize|^cuStreamSynchronize"
+    r"|^cuEventSynchronize|^cudaStreamWaitEvent_blocking$)"
+)
+_COLLECTIVE_OP = re.compile(
+    r"^(c10d::|c10d_functional::wait|_c10d_functional::wait|aten::wait|gloo:|nccl:|rccl:|hccl:"
+    r"|record_param_comms|ProcessGroup|torch.distributed|wait_tensor)"
+)
+_DATALOADER = re.compile(r"^enumerate\(DataLoader\)")
+_STEP = re.compile(r"^ProfilerStep#")
+
+
+@dataclass(frozen=True)
+class StepAccount:
+    """One step on one device: the window and where each of its nanoseconds went."""
+
+    name: str
+    number: int
+    start_ns: int
+    duration_ns: int
+    breakdown_ns: dict[str, int]
+    idle_causes_ns: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "number": self.number,
+            "start_ns": self.start_ns,
+            "duration_ns": self.duration_ns,
+            "breakdown_ns": dict(self.breakdown_ns),
+            "idle_causes_ns": dict(self.idle_causes_ns),
+        }
+
+
+@dataclass(frozen=True)
+class DeviceAccount:
+    """All steps of one device (``cuda:0``, ``cpu``…), with totals over the steps."""
+
+    device: str
+    device_index: int  # -1 for the CPU
+    kind: str  # "gpu" or "cpu"
+    name: str
+    steps: list[StepAccount]
+    totals: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "index": self.device_index,
+            "kind": self.kind,
+            "name": self.name,
+            "steps": [s.to_dict() for s in self.steps],
+            "totals": self.totals,
+        }
+
+
+def account(trace: Trace, windows: list[StepWindow] | None = None) -> list[DeviceAccount]:
+    """Account every step window on every device of the trace (the CPU when it has no device work)."""
+    windows = windows if windows is not None else step_windows(trace)
+    devices = trace.device_ids
+    if not devices:
+        return [_account_cpu(trace, windows)]
+    return [_account_gpu(trace, windows, d) for d in devices]
+
+
+# ---------------------------------------------------------------------------------------------------
+# GPU
+# ---------------------------------------------------------------------------------------------------
+def _span_set(trace: Trace, rows: I64) -> iv.IntervalSet:
+    c = trace.columns
+    return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
+
+
+def _account_gpu(trace: Trace, windows: list[StepWindow], device: int) -> DeviceAccount:
+    c = trace.columns
+    on_device = c.device == device
+    kernels = np.flatnonzero(on_device & (c.kind == int(Kind.KERNEL)))
+    comm = is_comm_kernel(trace)[kernels]
+    compute_set = _span_set(trace, kernels[~comm])
+    comm_set = _span_set(trace, kernels[comm])
+    memcpy_set = _span_set(trace, np.flatnonzero(on_device & (c.kind == int(Kind.MEMCPY))))
+    memset_set = _span_set(trace, np.flatnonzero(on_device & (c.kind == int(Kind.MEMSET))))
+    layers = _cumulative((compute_set, comm_set, memcpy_set, memset_set))
+    causes = _idle_cause_sets(trace, windows, device, layers[-1])
+    info = trace.device_info(device)
+    steps = _step_accounts(windows, layers, causes)
+    return DeviceAccount(
+        device=f"gpu:{device}",
+        device_index=device,
+        kind="gpu",
+        name=info.name,
+        steps=steps,
+        totals=totals_of(steps),
+    )
+
+
+def _cumulative(sets: tuple[iv.IntervalSet, ...]) -> list[iv.IntervalSet]:
+    """U1 = A, U2 = A∪B, …: bucket k is the part of U_k not in U_{k-1}."""
+    out: list[iv.IntervalSet] = []
+    acc = iv.EMPTY
+    for s in sets:
+        acc = iv.union(acc, s)
+        out.append(acc)
+    return out
+
+
+def _step_accounts(
+    windows: list[StepWindow], layers: list[iv.IntervalSet], causes: dict[str, iv.IntervalSet]
+) -> list[StepAccount]:
+    ws = np.array([w.start_ns for w in windows], dtype=np.int64)
+    we = np.array([w.end_ns for w in windows], dtype=np.int64)
+    covered = [iv.overlap_per_window(layer, ws, we) for layer in layers]
+    lengths = we - ws
+    per_bucket = [covered[0]] + [covered[k] - covered[k - 1] for k in range(1, len(covered))]
+    per_bucket.append(lengths - covered[-1])
+    per_cause = {name: iv.overlap_per_window(s, ws, we) for name, s in causes.items()}
+    steps: list[StepAccount] = []
+    for i, w in enumerate(windows):
+        steps.append(
+            StepAccount(
+                name=w.name,
+                number=w.number,
+                start_ns=w.start_ns,
+                duration_ns=w.duration_ns,
+                breakdown_ns={b: int(per_bucket[k][i]) for k, b in enumerate(BUCKETS)},
+                idle_causes_ns={name: int(per_cause[name][i]) for name in IDLE_CAUSES},
+            )
+        )
+    return steps
+
+
+def totals_of(steps: list[StepAccount]) -> dict[str, Any]:
+    """Sums over steps, plus ``gpu_utilization``: (compute + communication) / window, in [0, 1]."""
+    duration = sum(s.duration_ns for s in steps)
+    breakdown = {b: sum(s.breakdown_ns[b] for s in steps) for b in BUCKETS}
+    causes = {k: sum(s.idle_causes_ns[k] for s in steps) for k in IDLE_CAUSES}
+    busy = breakdown["compute"] + breakdown["communication"]
+    return {
+        "steps": len(steps),
+        "duration_ns": duration,
+        "mean_step_ns": duration // len(steps) if steps else 0,
+        "median_step_ns": int(np.median([s.duration_ns for s in steps])) if steps else 0,
+        "breakdown_ns": breakdown,
+        "idle_causes_ns": causes,
+        "gpu_utilization": busy / duration if duration else 0.0,
+    }
+
+
+def _feeding_threads(trace: Trace, device: int) -> I64:
+    """Host threads (pid<<32 | tid keys) that launched work onto ``device``."""
+    c = trace.columns
+    launch = links.launcher(trace)
+    gpu = np.flatnonzero((c.device == device) & (launch >= 0))
+    rows = launch[gpu]
+    return np.unique(_thread_key(c.pid[rows], c.tid[rows]))
+
+
+def _thread_key(pid: I64, tid: I64) -> I64:
+    return (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
+
+
+def _rows_on_threads(trace: Trace, kinds: tuple[Kind, ...], threads: I64) -> I64:
+    c = trace.columns
+    rows = np.flatnonzero(np.isin(c.kind, [int(k) for k in kinds]))
+    return rows[np.isin(_thread_key(c.pid[rows], c.tid[rows]), threads)]
+
+
+def _idle_cause_sets(
+    trace: Trace, windows: list[StepWindow], device: int, busy: iv.IntervalSet
+) -> dict[str, iv.IntervalSet]:
+    c = trace.columns
+    window_set = iv.merge(
+        np.array([w.start_ns for w in windows], dtype=np.int64), np.array([w.end_ns for w in windows], dtype=np.int64)
+    )
+    idle = iv.subtract(window_set, busy)
+    launch = links.launcher(trace)
+    gpu = np.flatnonzero((c.device == device) & (launch >= 0) & np.isin(c.kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]))
+    pending = iv.merge(c.ts[launch[gpu]], c.ts[gpu])
+    threads = _feeding_threads(trace, device)
+    host_rows = _rows_on_threads(trace, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER), threads)
+    # The process(es) that feed the device: DataLoader annotations may sit on any of their threads.
+    procs = np.unique(c.pid[launch[gpu]]) if gpu.size else np.zeros(0, dtype=np.int64)
+    ann = np.flatnonzero((c.kind == int(Kind.USER_ANNOTATION)) & np.isin(c.pid, procs))
+    data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
+    sync = _sync_set(trace, host_rows, launch)
+    collective = _span_set(trace, host_rows[trace.name_matches(host_rows, _COLLECTIVE_OP.pattern)])
+    steps = _span_set(trace, host_rows[trace.name_matches(host_rows, _STEP.pattern)])
+    host = iv.union(_span_set(trace, host_rows), steps)
+    return _peel(idle, [("launch", pending), ("data_loading", data_loading), ("sync", sync), ("collective_wait", collective), ("host", host)])
+
+
+def _peel(idle: iv.IntervalSet, ordered: list[tuple[str, iv.IntervalSet]]) -> dict[str, iv.IntervalSet]:
+    """Split ``idle`` by the first matching cause; what is left is ``unknown``."""
+    out: dict[str, iv.IntervalSet] = {}
+    rest = idle
+    for name, cover in ordered:
+        out[name] = iv.intersect(rest, cover)
+        rest = iv.subtract(rest, cover)
+    out["unknown"] = rest
+    return out
+
+
+def _sync_set(trace: Trace, host_rows: I64, launch: I64) -> iv.IntervalSet:
+    """Time inside synchronising calls, plus the time from their return to the thread's next launch."""
+    c = trace.columns
+    runtime = host_rows[np.isin(c.kind[host_rows], [int(Kind.RUNTIME), int(Kind.DRIVER)])]
+    syncs = runtime[trace.name_matches(runtime, _SYNC_CALL.pattern)]
+    if syncs.size == 0:
+        return iv.EMPTY
+    sync_end = c.ts[syncs] + c.dur[syncs]
+    launchers = np.unique(launch[launch >= 0])
+    launch_key = _thread_key(c.pid[launchers], c.tid[launchers])
+    order = np.lexsort((c.ts[launchers], launch_key))
+    keys, times = launch_key[order], c.ts[launchers][order]
+    sync_key = _thread_key(c.pid[syncs], c.tid[syncs])
+    # For each sync: the first launch on its thread at or after it returned.
+    pos = _next_on_thread(keys, times, sync_key, sync_end)
+    next_launch = np.where(pos >= 0, times[np.maximum(pos, 0)], sync_end)
+    return iv.union(iv.merge(c.ts[syncs], sync_end), iv.merge(sync_end, next_launch))
+
+
+def _next_on_thread(keys: I64, times: I64, query_keys: I64, query_times: I64) -> I64:
+    """Index into (keys, times) — sorted by key then time — of the first entry with the same key and
+    time >= query time, else -1."""
+    if keys.size == 0:
+        return np.full(query_keys.shape, -1, dtype=np.int64)
+    # Combined sort key: position of the key block, then time within it.
+    lo = np.searchsorted(keys, query_keys, side="left")
+    hi = np.searchsorted(keys, query_keys, side="right")
+    out = np.full(query_keys.shape, -1, dtype=np.int64)
+    for i in np.flatnonzero(hi > lo).tolist():
+        j = lo[i] + int(np.searchsorted(times[lo[i] : hi[i]], query_times[i], side="left"))
+        if j < hi[i]:
+            out[i] = j
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU-only traces
+# ---------------------------------------------------------------------------------------------------
+def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
+    """The CPU as the device: ops are compute, collectives communication, the rest idle by cause."""
+    c = trace.columns
+    ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
+    ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
+    data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
+    coll_rows = np.concatenate((ops, ann))
+    comm_set = _span_set(trace, coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)])
+    compute_set = iv.subtract(iv.subtract(_span_set(trace, ops), comm_set), data_loading)
+    layers = _cumulative((compute_set, comm_set, iv.EMPTY, iv.EMPTY))
+    window_set = iv.merge(
+        np.array([w.start_ns for w in windows], dtype=np.int64), np.array([w.end_ns for w in windows], dtype=np.int64)
+    )
+    idle = iv.subtract(window_set, layers[-1])
+    python = _span_set(trace, np.flatnonzero(c.kind == int(Kind.PYTHON)))
+    steps = _span_set(trace, ann[trace.name_matches(ann, _STEP.pattern)])
+    host = iv.union(python, steps, _span_set(trace, ann))
+    causes = _peel(
+        idle,
+        [("launch", iv.EMPTY), ("data_loading", data_loading), ("sync", iv.EMPTY), ("collective_wait", iv.EMPTY), ("host", host)],
+    )
+    step_accounts = _step_accounts(windows, layers, causes)
+    return DeviceAccount("cpu", -1, "cpu", "CPU", step_accounts, totals_of(step_accounts))

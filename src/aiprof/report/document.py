@@ -1,0 +1,76 @@
+"""The report document: the versioned JSON every renderer starts from (schema in docs/json-schema.md).
+
+``build_document`` turns analysis results into plain JSON-ready data. Renderers (terminal, Markdown,
+HTML, JSON) only format this document, so all formats say the same thing.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from aiprof.analysis.run import RankAnalysis, RunAnalysis
+from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+
+SCHEMA_VERSION = "1.0"
+
+
+def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The JSON report for a run (one or more ranks)."""
+    from aiprof import __version__
+
+    ranks = [_rank(r) for r in run.ranks]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"aiprof {__version__}",
+        "sources": list(run.sources),
+        "summary": _summary(ranks),
+        "ranks": ranks,
+        "findings": list(findings or []),
+        "warnings": list(run.warnings),
+    }
+
+
+def _rank(r: RankAnalysis) -> dict[str, Any]:
+    primary = r.primary
+    out: dict[str, Any] = {
+        "rank": r.rank,
+        "rank_source": r.rank_source,
+        "path": str(r.path),
+        "event_count": r.event_count,
+        "distributed": r.distributed,
+        "trace_metadata": r.metadata,
+        "device_properties": r.devices_info,
+        "primary_device": primary.device,
+        "devices": [d.to_dict() for d in r.devices],
+        "steps": [s.to_dict() for s in primary.steps],
+        "totals": primary.totals,
+        "notes": list(r.notes),
+    }
+    for key, value in r.sections.items():
+        out[key] = value
+    return out
+
+
+def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run-level facts: the median step over ranks and the slowest rank (the one others wait for)."""
+    if not ranks:
+        return {}
+    medians = [r["totals"]["median_step_ns"] for r in ranks]
+    utils = [r["totals"]["gpu_utilization"] for r in ranks]
+    slowest = max(ranks, key=lambda r: r["totals"]["median_step_ns"])
+    return {
+        "rank_count": len(ranks),
+        "step_count": ranks[0]["totals"]["steps"],
+        "median_step_ns": int(statistics.median(medians)),
+        "gpu_utilization": statistics.fmean(utils),
+        "slowest_rank": slowest["rank"],
+        "device_kind": "gpu" if any(r["primary_device"] != "cpu" for r in ranks) else "cpu",
+    }
+
+
+def mean_per_step(totals: dict[str, Any], key: str) -> dict[str, float]:
+    """Per-step means of a totals dict's ``breakdown_ns`` or ``idle_causes_ns``."""
+    steps = max(int(totals.get("steps", 0)), 1)
+    names = BUCKETS if key == "breakdown_ns" else IDLE_CAUSES
+    return {name: totals[key][name] / steps for name in names}

@@ -1,0 +1,193 @@
+"""Terminal renderer: a one-screen summary that fits 80 columns; plain text when not a TTY."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.analysis.run import RunAnalysis
+from aiprof.report.document import build_document, mean_per_step
+
+_BUCKET_STYLE = {
+    "compute": "green",
+    "communication": "magenta",
+    "memcpy": "cyan",
+    "memset": "blue",
+    "idle": "red",
+}
+_BAR_WIDTH = 24
+
+
+def fmt_ms(ns: float) -> str:
+    ms = ns / 1e6
+    if ms >= 100:
+        return f"{ms:,.0f} ms"
+    if ms >= 1:
+        return f"{ms:.1f} ms"
+    return f"{ns / 1e3:.1f} µs"
+
+
+def _bar(share: float, style: str) -> Text:
+    filled = round(max(0.0, min(1.0, share)) * _BAR_WIDTH)
+    return Text("█" * filled, style=style)
+
+
+class TerminalRenderer:
+    """``render(document) -> str``. ``color=None`` decides from ``is_tty``."""
+
+    def __init__(self, width: int = 80, is_tty: bool = False, color: bool | None = None) -> None:
+        if width < 60:
+            raise ValueError("terminal width must be at least 60 columns")
+        self.width = width
+        self.is_tty = is_tty
+        self.color = is_tty if color is None else color
+
+    def render(self, doc: dict[str, Any]) -> str:
+        buf = io.StringIO()
+        console = Console(
+            file=buf,
+            width=self.width,
+            force_terminal=self.color,
+            no_color=not self.color,
+            color_system="standard" if self.color else None,
+            highlight=False,
+            emoji=False,
+        )
+        self._render(console, doc)
+        return buf.getvalue()
+
+    def _render(self, console: Console, doc: dict[str, Any]) -> None:
+        ranks = doc["ranks"]
+        summary = doc["summary"]
+        console.print(Text(self._headline(doc), style="bold"))
+        for source in doc["sources"][:3]:
+            console.print(Text(f"  {_short_path(source)}", style="dim"))
+        if len(doc["sources"]) > 3:
+            console.print(Text(f"  … and {len(doc['sources']) - 3} more", style="dim"))
+        if len(ranks) > 1:
+            console.print()
+            console.print(self._ranks_table(ranks, summary))
+        focus = next((r for r in ranks if r["rank"] == summary.get("slowest_rank")), ranks[0])
+        console.print()
+        self._rank_detail(console, focus, len(ranks) > 1)
+        self._sections(console, focus)
+        for note in focus.get("notes", []) + doc.get("warnings", []):
+            console.print(Text(f"note: {note}", style="yellow"))
+
+    def _headline(self, doc: dict[str, Any]) -> str:
+        s = doc["summary"]
+        rank = doc["ranks"][0]
+        device = rank["primary_device"]
+        names = [d["name"] for d in rank["devices"] if d["name"]]
+        where = f"{names[0]} ({device})" if names else device
+        ranks = f"{s['rank_count']} ranks" if s["rank_count"] > 1 else "1 rank"
+        steps = f"{s['step_count']} step" + ("s" if s["step_count"] != 1 else "")
+        return f"aiprof · {ranks} · {steps} · {where}"
+
+    def _ranks_table(self, ranks: list[dict[str, Any]], summary: dict[str, Any]) -> Table:
+        table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False)
+        for col, justify in (("rank", "right"), ("median step", "right"), ("util", "right"),
+                             ("compute", "right"), ("comm", "right"), ("idle", "right"), ("top idle cause", "left")):
+            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for r in ranks:
+            t = r["totals"]
+            dur = max(t["duration_ns"], 1)
+            causes = t["idle_causes_ns"]
+            top = max(IDLE_CAUSES, key=lambda k: causes[k])
+            marker = " ◀ slowest" if r["rank"] == summary.get("slowest_rank") else ""
+            table.add_row(
+                f"{r['rank']}",
+                fmt_ms(t["median_step_ns"]),
+                f"{100 * t['gpu_utilization']:.1f}%",
+                f"{100 * t['breakdown_ns']['compute'] / dur:.1f}%",
+                f"{100 * t['breakdown_ns']['communication'] / dur:.1f}%",
+                f"{100 * t['breakdown_ns']['idle'] / dur:.1f}%",
+                (f"{top} {100 * causes[top] / dur:.1f}%" if causes[top] else "-") + marker,
+            )
+        return table
+
+    def _rank_detail(self, console: Console, rank: dict[str, Any], multi: bool) -> None:
+        t = rank["totals"]
+        label = f"rank {rank['rank']}, " if multi else ""
+        util_name = "GPU utilization" if rank["primary_device"] != "cpu" else "CPU busy"
+        console.print(
+            Text.assemble(
+                ("Step time ", "bold"),
+                f"median {fmt_ms(t['median_step_ns'])}, mean {fmt_ms(t['mean_step_ns'])} "
+                f"over {t['steps']} step(s)   ",
+                (f"{util_name} {100 * t['gpu_utilization']:.1f}%", "bold"),
+            )
+        )
+        per_step = mean_per_step(t, "breakdown_ns")
+        mean = max(t["duration_ns"] / max(t["steps"], 1), 1.0)
+        table = Table(title=f"Where a step goes ({label}{rank['primary_device']}, mean per step)",
+                      title_justify="left", box=None, pad_edge=False, show_header=False)
+        table.add_column("bucket")
+        table.add_column("time", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("bar")
+        for bucket in BUCKETS:
+            share = per_step[bucket] / mean
+            table.add_row(bucket, fmt_ms(per_step[bucket]), f"{100 * share:.1f}%", _bar(share, _BUCKET_STYLE[bucket]))
+        console.print(table)
+        causes = mean_per_step(t, "idle_causes_ns")
+        idle = per_step["idle"]
+        if idle > 0:
+            table = Table(title="Idle by cause", title_justify="left", box=None, pad_edge=False, show_header=False)
+            table.add_column("cause")
+            table.add_column("time", justify="right")
+            table.add_column("share of step", justify="right")
+            table.add_column("bar")
+            for cause in sorted(IDLE_CAUSES, key=lambda k: -causes[k]):
+                if causes[cause] <= 0:
+                    continue
+                share = causes[cause] / mean
+                table.add_row(cause, fmt_ms(causes[cause]), f"{100 * share:.1f}%", _bar(share, "red"))
+            console.print(table)
+
+    def _sections(self, console: Console, rank: dict[str, Any]) -> None:
+        kernels = rank.get("kernels")
+        if isinstance(kernels, dict):
+            rows = _top_rows(kernels, ("by_name", "kernels", "top"))
+            if rows:
+                console.print(self._top_table("Top kernels", rows, "total_ns"))
+        ops = rank.get("ops")
+        if isinstance(ops, dict):
+            rows = _top_rows(ops, ("by_name", "ops", "top"))
+            if rows:
+                key = "gpu_total_ns" if any(r.get("gpu_total_ns") for r in rows) else "self_cpu_ns"
+                console.print(self._top_table("Top ops", rows, key))
+
+    def _top_table(self, title: str, rows: list[dict[str, Any]], key: str) -> Table:
+        table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+        table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 30)
+        table.add_column("calls", justify="right")
+        table.add_column(key.replace("_ns", ""), justify="right")
+        for row in sorted(rows, key=lambda r: -(r.get(key) or 0))[:5]:
+            table.add_row(str(row.get("name", "?")), f"{row.get('count', 0):,}", fmt_ms(row.get(key) or 0))
+        return table
+
+
+def _top_rows(section: dict[str, Any], keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    for key in keys:
+        value = section.get(key)
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            return value
+    return []
+
+
+def _short_path(path: str) -> str:
+    p = Path(path)
+    return str(p) if len(str(p)) < 74 else "…/" + "/".join(p.parts[-2:])
+
+
+def render_summary(result: dict[str, Any] | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:
+    """The terminal summary of a report document or of analysis results (``aiprof run`` uses this)."""
+    doc = result if isinstance(result, dict) else build_document(result)
+    return TerminalRenderer(width=width, is_tty=is_tty).render(doc)
