@@ -38,8 +38,7 @@ def step_rows(trace: Trace) -> I64:
     """Rows of the ProfilerStep#N annotations, by start time (nested duplicates dropped)."""
     c = trace.columns
     ann = trace.rows_of(Kind.USER_ANNOTATION, Kind.CPU_OP)
-    hits = trace.name_matches(ann, "^" + STEP_PREFIX.replace("#", "#") + r"\d+")
-    rows = ann[hits]
+    rows: I64 = ann[trace.name_matches(ann, "^" + STEP_PREFIX + r"\d+")]
     if rows.size <= 1:
         return rows.astype(np.int64)
     # Some traces repeat the annotation on several threads; keep the thread with the most steps.

@@ -218,9 +218,16 @@ class Trace:
 
     def name_matches(self, rows: I64, pattern: str) -> Bool:
         """For each row, whether its name matches the regular expression ``pattern`` (searched)."""
-        regex = re.compile(pattern)
-        hits = np.array([bool(regex.search(s)) for s in self.strings], dtype=bool)
-        return hits[self.columns.name[rows]] if len(hits) else np.zeros(len(rows), dtype=bool)
+        key = "name_matches:" + pattern
+        hits: Bool | None = self.cache.get(key)
+        if hits is None:
+            regex = re.compile(pattern)
+            hits = np.fromiter((bool(regex.search(s)) for s in self.strings), dtype=bool, count=len(self.strings))
+            self.cache[key] = hits
+        if not len(hits):
+            return np.zeros(len(rows), dtype=bool)
+        result: Bool = hits[self.columns.name[rows]]
+        return result
 
     @property
     def has_device_activity(self) -> bool:
