@@ -40,12 +40,13 @@ def step_rows(trace: Trace) -> I64:
     ann = trace.rows_of(Kind.USER_ANNOTATION, Kind.CPU_OP)
     rows: I64 = ann[trace.name_matches(ann, "^" + STEP_PREFIX + r"\d+")]
     if rows.size <= 1:
-        return rows.astype(np.int64)
+        return rows
     # Some traces repeat the annotation on several threads; keep the thread with the most steps.
     threads = c.pid[rows] * (1 << 32) + (c.tid[rows] & 0xFFFFFFFF)
     values, counts = np.unique(threads, return_counts=True)
     main = values[np.argmax(counts)]
-    return rows[threads == main].astype(np.int64)
+    kept: I64 = rows[threads == main]
+    return kept
 
 
 def step_windows(trace: Trace) -> list[StepWindow]:
