@@ -7,6 +7,7 @@ can cause are ``AiprofError``: printed as one line on stderr, with its exit code
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -96,5 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as err:  # a bug, not bad input: one line, and the traceback on request
+        if os.environ.get("AIPROF_DEBUG"):
+            raise
+        print(
+            f"aiprof: internal error: {type(err).__name__}: {err} "
+            "(set AIPROF_DEBUG=1 to see the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 3
     finally:
         warnings.showwarning = previous
