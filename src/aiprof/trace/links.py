@@ -135,3 +135,115 @@ def _build_gpu_op(trace: Trace) -> I64:
     has = launch >= 0
     out[has] = op[launch[has]]
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Forward → backward (appended by the statistics work; used by op statistics and the roofline)
+# ---------------------------------------------------------------------------------------------------
+_KEY3 = np.dtype([("a", np.int64), ("b", np.int64), ("c", np.int64)])
+
+
+def forward_of(trace: Trace) -> I64:
+    """For every backward CPU op (``Fwd thread id`` > 0: autograd nodes such as ``MulBackward0`` and their
+    ``autograd::engine::evaluate_function: MulBackward0`` wrappers), the row of the forward op that
+    created its autograd node, else -1.
+
+    Preferred link: the ``fwdbwd`` flow (Kineto's own pairing). Otherwise ``Sequence number`` plus
+    ``Fwd thread id``: among forward ops with that sequence number on the forward thread, the one that
+    started last (PyTorch's rule: ops that only *peek* the sequence number share it, and the op that
+    creates the node is the last to start before the number is consumed). ``Fwd thread id`` is the
+    profiler's own thread number, not the OS tid, so each value is mapped to the OS thread whose forward
+    sequence numbers match its backward ops most often.
+    """
+    return _cached(trace, "links.forward_of", _build_forward_of)
+
+
+def _build_forward_of(trace: Trace) -> I64:
+    c = trace.columns
+    out = np.full(len(c), -1, dtype=np.int64)
+    ops = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & (c.seq >= 0))
+    bwd = ops[c.fwd_tid[ops] > 0]
+    fwd = ops[c.fwd_tid[ops] <= 0]
+    if bwd.size == 0:
+        return out
+    if fwd.size:
+        out[bwd] = _forward_by_sequence(trace, fwd, bwd)
+    by_flow = _forward_by_flow(trace, bwd)
+    has_flow = by_flow >= 0
+    out[bwd[has_flow]] = by_flow[has_flow]
+    return out
+
+
+def _forward_by_sequence(trace: Trace, fwd: I64, bwd: I64) -> I64:
+    c = trace.columns
+    # The creator of each (tid, seq): the forward op that starts last (ties: the innermost, shorter one).
+    order = np.lexsort((-c.dur[fwd], c.ts[fwd], c.seq[fwd], c.tid[fwd], c.pid[fwd]))
+    fwd = fwd[order]
+    key = np.empty(fwd.size, dtype=_KEY3)
+    key["a"], key["b"], key["c"] = c.pid[fwd], c.tid[fwd], c.seq[fwd]
+    last = np.append(key[1:] != key[:-1], True)
+    creators, ckey = fwd[last], key[last]
+    result = np.full(bwd.size, -1, dtype=np.int64)
+    for fwd_tid in np.unique(c.fwd_tid[bwd]).tolist():
+        sel = np.flatnonzero(c.fwd_tid[bwd] == fwd_tid)
+        best = np.full(sel.size, -1, dtype=np.int64)
+        best_hits = 0
+        for pid, tid in _forward_threads(trace, creators):
+            probe = np.empty(sel.size, dtype=_KEY3)
+            probe["a"], probe["b"], probe["c"] = pid, tid, c.seq[bwd[sel]]
+            found = _lookup(ckey, probe)
+            hits = int((found >= 0).sum())
+            if hits > best_hits:
+                best_hits, best = hits, np.where(found >= 0, creators[np.maximum(found, 0)], -1)
+        result[sel] = best
+    return result
+
+
+def _forward_threads(trace: Trace, rows: I64) -> list[tuple[int, int]]:
+    c = trace.columns
+    pairs = np.unique(np.stack((c.pid[rows], c.tid[rows]), axis=1), axis=0)
+    return [(int(p), int(t)) for p, t in pairs.tolist()]
+
+
+def _lookup(
+    sorted_keys: np.ndarray[tuple[int, ...], np.dtype[np.void]], probe: np.ndarray[tuple[int, ...], np.dtype[np.void]]
+) -> I64:
+    """Index of each probe key in the sorted unique key array, else -1."""
+    if sorted_keys.size == 0:
+        return np.full(probe.size, -1, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(sorted_keys, probe), sorted_keys.size - 1)
+    hit = sorted_keys[pos] == probe
+    return np.where(hit, pos, -1).astype(np.int64)
+
+
+def _forward_by_flow(trace: Trace, bwd: I64) -> I64:
+    """Pair ``fwdbwd`` flow ends with the ops they are bound to (same pid, tid and start ns)."""
+    f, c = trace.flows, trace.columns
+    result = np.full(bwd.size, -1, dtype=np.int64)
+    fb = np.flatnonzero(f.is_fwdbwd)
+    if fb.size == 0:
+        return result
+    ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
+    # Candidate ops per (pid, tid, ts); prefer one with a sequence number, then the outermost.
+    order = np.lexsort((-c.dur[ops], c.seq[ops] < 0, c.ts[ops], c.tid[ops], c.pid[ops]))
+    ops = ops[order]
+    key = np.empty(ops.size, dtype=_KEY3)
+    key["a"], key["b"], key["c"] = c.pid[ops], c.tid[ops], c.ts[ops]
+    first = np.concatenate(([True], key[1:] != key[:-1]))
+    ops, key = ops[first], key[first]
+    probe = np.empty(fb.size, dtype=_KEY3)
+    probe["a"], probe["b"], probe["c"] = f.pid[fb], f.tid[fb], f.ts[fb]
+    found = _lookup(key, probe)
+    row = np.where(found >= 0, ops[np.maximum(found, 0)], -1)
+    starts, ends = f.is_start[fb] & (row >= 0), ~f.is_start[fb] & (row >= 0)
+    s_order = np.argsort(f.flow_id[fb][starts], kind="stable")
+    s_ids, s_rows = f.flow_id[fb][starts][s_order], row[starts][s_order]
+    e_ids, e_rows = f.flow_id[fb][ends], row[ends]
+    if s_ids.size == 0 or e_ids.size == 0:
+        return result
+    pos = np.minimum(np.searchsorted(s_ids, e_ids), s_ids.size - 1)
+    ok = s_ids[pos] == e_ids
+    bwd_pos = np.searchsorted(bwd, e_rows[ok])  # bwd is sorted (flatnonzero)
+    inside = (bwd_pos < bwd.size) & (bwd[np.minimum(bwd_pos, bwd.size - 1)] == e_rows[ok])
+    result[bwd_pos[inside]] = s_rows[pos[ok]][inside]
+    return result
