@@ -87,6 +87,8 @@ class AnalyzeCommand:
             _check_writable(args.output)
         with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
             run = analyze_paths(args.paths, workers=args.jobs, progress=progress.update)
+        for warning in run.warnings:
+            print(f"aiprof: warning: {warning}", file=sys.stderr)
         if args.rank:
             wanted = set(args.rank)
             run.ranks = [r for r in run.ranks if r.rank in wanted]
