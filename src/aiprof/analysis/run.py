@@ -43,6 +43,8 @@ class RankAnalysis:
     devices: list[DeviceAccount]
     sections: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What a downstream layer (the diagnosis rules) computed from the trace while it was in memory.
+    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def primary(self) -> DeviceAccount:
@@ -125,8 +127,11 @@ class _Loaded:
     warnings: list[str]
 
 
-def _load_and_analyze(args: tuple[Path, bool, bool]) -> _Loaded:
-    path, tolerate, single = args
+RankHook = Callable[[Trace, RankAnalysis], dict[str, Any]]
+
+
+def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
+    path, tolerate, hook = args
     try:
         trace = load_file(path)
     except TraceError as err:
@@ -134,6 +139,8 @@ def _load_and_analyze(args: tuple[Path, bool, bool]) -> _Loaded:
             return _Loaded(path, {}, 0, "file order", None, str(err), [])
         raise
     analysis = analyze_trace(trace)
+    if hook is not None:
+        analysis.extras.update(hook(trace, analysis))
     return _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
 
 
@@ -142,15 +149,20 @@ def analyze_paths(
     *,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    rank_hook: RankHook | None = None,
 ) -> RunAnalysis:
-    """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes."""
+    """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
+
+    ``rank_hook(trace, analysis)`` runs in the worker while the trace is in memory (the diagnosis layer
+    uses it for rules that need events); what it returns lands in ``RankAnalysis.extras``. It must be a
+    module-level function (it may cross a process boundary)."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
-    jobs: list[tuple[Path, bool, bool]] = []
+    jobs: list[tuple[Path, bool, RankHook | None]] = []
     for raw in paths:
         path = Path(raw)
         for found in find_trace_files(path):
-            jobs.append((found, path.is_dir(), False))
+            jobs.append((found, path.is_dir(), rank_hook))
     results = _run_jobs(jobs, workers, progress)
     loaded = [r for r in results if r.analysis is not None]
     skipped = [f"skipped: {r.error}" for r in results if r.error]
@@ -167,7 +179,7 @@ def analyze_paths(
 
 
 def _run_jobs(
-    jobs: list[tuple[Path, bool, bool]], workers: int | None, progress: ProgressCallback | None
+    jobs: list[tuple[Path, bool, RankHook | None]], workers: int | None, progress: ProgressCallback | None
 ) -> list[_Loaded]:
     count = len(jobs)
     workers = min(workers or (os.cpu_count() or 1), count)
