@@ -379,7 +379,8 @@ class TraceBuilder:
 
     def metadata_events(self) -> list[Event]:
         """``M`` events naming the CPU process/thread and each device's process."""
-        pids = {self.pid} | {e["pid"] for e in self.events if e.get("cat") in ("kernel", "Kernel")}
+        events = [e for e in self.events if isinstance(e, dict)]
+        pids = {self.pid} | {e["pid"] for e in events if e.get("cat") in ("kernel", "Kernel")}
         out: list[Event] = []
         for pid in sorted(p for p in pids if isinstance(p, int)):
             label = "python3" if pid == self.pid else f"GPU {pid}"

@@ -1,26 +1,29 @@
 """Read one Kineto / Chrome-trace JSON file into a :class:`~aiprof.trace.model.Trace`.
 
-Fast path: gunzip, one typed msgspec decode into slim event structs, then numpy columns built with list
-comprehensions; each kind's ``args`` are decoded in one batch. Nothing keeps a dict per event.
+Fast path, bounded memory: gunzip; one msgspec pass that splits ``traceEvents`` into undecoded
+``msgspec.Raw`` views; then chunks of ~50k events are decoded into slim structs, turned into numpy column
+pieces (args decoded per kind in one batch) and dropped before the next chunk. Nothing keeps a dict or a
+struct per event, so peak memory is the file plus the columns plus one chunk.
 
 Slow paths, taken only when the fast one fails: a file cut off mid-write is salvaged up to its last
-complete event (with a warning saying how much was read); a file with events of the wrong shape, or
-with NaN, is decoded generically and the bad events are skipped with a warning.
+complete event; JSON with NaN/Infinity is decoded generically and re-encoded; events of the wrong shape
+are decoded one by one and the bad ones skipped. Each of these leaves a warning on the trace.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from aiprof.errors import TraceError
 from aiprof.trace.model import (
@@ -33,20 +36,41 @@ from aiprof.trace.model import (
     Trace,
     kind_of_category,
 )
-from aiprof.trace.schema import NO_ARGS, Event, GpuArgs, MemoryArgs, MetaArgs, OpArgs, TraceFile
+from aiprof.trace.schema import ABSENT, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, TraceFile
 
-T = TypeVar("T")
+T = TypeVar("T", bound=msgspec.Struct)
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
 
+CHUNK_EVENTS = 50_000
 _FLOW_CATEGORIES = {"ac2g", "async", "async_cpu_to_gpu", "async_gpu", "fwdbwd", "launch"}
 _ANNOTATION_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")
 _MAX_ABS_US = 9.0e15  # beyond this, ns no longer fit in int64
-_DIGITS = re.compile(r"-?\d+")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_CPU_KINDS = np.array([Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER], dtype=np.int8)
+_DEV_KINDS = np.array([int(k) for k in DEVICE_KINDS], dtype=np.int8)
+_NAME_EVENTS = frozenset(("process_name", "thread_name"))
+_PH_OTHER, _PH_META, _PH_FLOW, _PH_SPAN, _PH_INSTANT = 0, 1, 2, 3, 4
 
 
-class RawTrace(msgspec.Struct):
-    """What the decoder produced, before columns are built."""
+class _PhaseCodes(dict[str, int]):
+    """``ph`` → a small code; unknown phases (B/E, C counters, ...) map to ``_PH_OTHER``."""
 
-    events: list[Event]
+    def __missing__(self, key: str) -> int:
+        return _PH_OTHER
+
+
+_PH_CODES = _PhaseCodes(
+    {"X": _PH_SPAN, "i": _PH_INSTANT, "I": _PH_INSTANT, "M": _PH_META, "s": _PH_FLOW, "f": _PH_FLOW, "t": _PH_FLOW}
+)
+_NON_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+@dataclass
+class RawTrace:
+    """What the first pass produced: undecoded events plus the typed header."""
+
+    events: list[msgspec.Raw]
     header: TraceFile
     warnings: list[str]
 
@@ -82,152 +106,153 @@ def _gunzip(path: Path, data: bytes) -> tuple[bytes, list[str]]:
         return out, []
     if not out:
         raise TraceError(f"{path}: the gzip file is truncated before any data; re-copy or re-record the trace")
-    return out, [f"{path.name}: the gzip stream is truncated ({len(data):,} compressed bytes); salvaging what it holds"]
+    note = f"{path.name}: the gzip stream is truncated ({len(data):,} compressed bytes); salvaging what it holds"
+    return out, [note]
 
 
 # ---------------------------------------------------------------------------------------------------
-# Decoding
+# First pass: split traceEvents into raw views
 # ---------------------------------------------------------------------------------------------------
-_FILE_DECODER = msgspec.json.Decoder(TraceFile)
-_LIST_DECODER = msgspec.json.Decoder(list[Event])
+_HEADER_DECODER = msgspec.json.Decoder(Header)
+_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+_EVENT_DECODER = msgspec.json.Decoder(Event)
+
+
+def _first_byte(data: bytes) -> int:
+    """Offset of the first non-whitespace byte (no copy of the 100 MB buffer, unlike ``lstrip``)."""
+    match = _NON_SPACE.search(data)
+    return match.start() if match else len(data)
 
 
 def decode(path: Path, data: bytes) -> RawTrace:
-    """Decode JSON bytes into events plus the top-level header, salvaging what can be salvaged."""
-    body = data.lstrip()
-    if not body:
+    """Split the JSON into undecoded events plus the header, salvaging what can be salvaged."""
+    start = _first_byte(data)
+    if start >= len(data):
         raise TraceError(f"{path}: the file is empty; re-record the trace")
-    if body[:1] not in (b"{", b"["):
-        raise TraceError(f"{path}: not JSON (starts with {body[:12]!r}); expected a Kineto/Chrome trace")
+    first = data[start : start + 1]
+    if first not in (b"{", b"["):
+        _reject_non_container(path, data, start)
     try:
-        return _decode_fast(body)
-    except msgspec.ValidationError:
-        return _decode_lenient(path, body)
+        return _split(path, data, start)
     except msgspec.DecodeError:
         pass
     try:
-        return _decode_lenient(path, body)
+        return _decode_generic(path, data)
     except TraceError as err:
-        salvaged = _salvage_truncated(path, body)
+        salvaged = _salvage_truncated(path, data, start)
         if salvaged is None:
             raise err from None
         return salvaged
 
 
-def _decode_fast(body: bytes) -> RawTrace:
-    if body[:1] == b"[":
-        return RawTrace(_LIST_DECODER.decode(body), TraceFile(), [])
-    header = _FILE_DECODER.decode(body)
-    if not header.traceEvents and b'"traceEvents"' not in body:
-        raise msgspec.ValidationError("no traceEvents")
-    events, header.traceEvents = header.traceEvents, []
-    return RawTrace(events, header, [])
-
-
-def _decode_lenient(path: Path, body: bytes) -> RawTrace:
-    """Generic decode (accepts NaN/Infinity); keep the events that have a usable shape."""
+def _reject_non_container(path: Path, data: bytes, start: int) -> None:
     try:
-        doc = json.loads(body)
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        head = bytes(data[start : start + 12])
+        raise TraceError(f"{path}: not JSON (starts with {head!r}); expected a Kineto/Chrome trace") from None
+    raise TraceError(
+        f"{path}: JSON {type(value).__name__}, not a trace (expected an object with 'traceEvents' or a list)"
+    )
+
+
+def _split(path: Path, data: bytes, start: int) -> RawTrace:
+    if data[start : start + 1] == b"[":
+        return RawTrace(_LIST_DECODER.decode(data), TraceFile(), [])
+    try:
+        header = _HEADER_DECODER.decode(data)
+    except msgspec.ValidationError:
+        raise TraceError(f"{path}: 'traceEvents' is not a list; this is not a Kineto/Chrome trace") from None
+    if header.traceEvents is None:
+        raise TraceError(f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace")
+    events, header.traceEvents = header.traceEvents, None
+    typed, notes = _typed_header(header, path)
+    return RawTrace(events, typed, notes)
+
+
+def _typed_header(header: Header, path: Path) -> tuple[TraceFile, list[str]]:
+    """Decode each header field on its own; a field of the wrong type is dropped with a note."""
+    values: dict[str, Any] = {}
+    bad: list[str] = []
+    for info in msgspec.structs.fields(TraceFile):
+        raw = getattr(header, info.name, ABSENT)
+        if not len(raw):
+            continue
+        try:
+            values[info.name] = msgspec.json.decode(raw, type=info.type)
+        except msgspec.MsgspecError:
+            bad.append(info.name)
+    notes = [f"{path.name}: ignored top-level field(s) of an unexpected type: {', '.join(bad)}"] if bad else []
+    return TraceFile(**values), notes
+
+
+def _decode_generic(path: Path, data: bytes) -> RawTrace:
+    """Generic decode (accepts NaN/Infinity), then re-encode each event so the fast pass can read it."""
+    try:
+        doc = json.loads(data)
     except (ValueError, RecursionError) as err:
-        raise TraceError(f"{path}: not valid JSON ({_short(err)})") from None
+        raise TraceError(f"{path}: not valid JSON ({_short(err)}); re-copy or re-record the trace") from None
+    notes: list[str] = []
+    header = TraceFile()
     if isinstance(doc, list):
-        items, header = doc, TraceFile()
+        items: list[Any] = doc
     elif isinstance(doc, dict):
-        items = doc.get("traceEvents")
-        if not isinstance(items, list):
-            raise TraceError(
-                f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace"
-            )
-        header = _lenient_header(doc)
+        found = doc.get("traceEvents")
+        if not isinstance(found, list):
+            raise TraceError(f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace")
+        items = found
+        header_raw = Header()
+        for key, value in doc.items():
+            if key != "traceEvents" and key in Header.__struct_fields__:
+                setattr(header_raw, key, msgspec.Raw(_encode(value)))
+        header, notes = _typed_header(header_raw, path)
     else:
         raise TraceError(f"{path}: JSON {type(doc).__name__}, not a trace (expected an object or a list)")
-    events: list[Event] = []
-    bad: list[str] = []
-    for index, item in enumerate(items):
-        event = _lenient_event(item)
-        if isinstance(event, str):
-            bad.append(f"event {index}: {event}")
-        else:
-            events.append(event)
-    warnings = []
-    if bad:
-        warnings.append(f"{path.name}: skipped {len(bad):,} malformed event(s) ({bad[0]})")
-    return RawTrace(events, header, warnings)
+    return RawTrace([msgspec.Raw(_encode(item)) for item in items], header, notes)
 
 
-def _lenient_header(doc: dict[str, Any]) -> TraceFile:
-    fields = {k: v for k, v in doc.items() if k != "traceEvents"}
+def _encode(value: Any) -> bytes:
+    """JSON bytes; NaN/Infinity become ``null`` (so that event is later skipped as malformed)."""
     try:
-        return msgspec.convert(fields, TraceFile, strict=False)
-    except msgspec.ValidationError:
-        header = TraceFile()
-        for name in TraceFile.__struct_fields__:
-            if name in fields:
-                try:
-                    header = msgspec.structs.replace(header, **{name: fields[name]})
-                    msgspec.convert(msgspec.to_builtins(header), TraceFile)
-                except (msgspec.ValidationError, TypeError):
-                    header = msgspec.structs.replace(header, **{name: getattr(TraceFile(), name)})
-        return header
+        return msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError):
+        return b"null"
 
 
-def _lenient_event(item: Any) -> Event | str:
-    if not isinstance(item, dict):
-        return f"not an object ({type(item).__name__})"
-    args = item.get("args")
-    fields = {k: v for k, v in item.items() if k != "args" and k in Event.__struct_fields__}
-    try:
-        event = msgspec.convert(fields, Event, strict=False)
-    except msgspec.ValidationError as err:
-        return _short(err)
-    if not (math.isfinite(event.ts) and math.isfinite(event.dur)):
-        return "ts or dur is not a finite number"
-    if isinstance(args, dict):
-        try:
-            event.args = msgspec.Raw(msgspec.json.encode(args))
-        except (TypeError, ValueError, OverflowError):
-            return "args cannot be re-encoded"
-    return event
-
-
-def _salvage_truncated(path: Path, body: bytes) -> RawTrace | None:
+def _salvage_truncated(path: Path, data: bytes, start: int) -> RawTrace | None:
     """A file cut off mid-write: keep every complete event before the cut."""
-    start = body.find(b'"traceEvents"')
-    if start >= 0:
-        start = body.find(b"[", start)
-    elif body[:1] == b"[":
-        start = 0
-    if start < 0:
+    key = data.find(b'"traceEvents"')
+    if key >= 0:
+        begin = data.find(b"[", key)
+    elif data[start : start + 1] == b"[":
+        begin = start
+    else:
         return None
-    end = len(body)
+    if begin < 0:
+        return None
+    end = len(data)
     for _ in range(200):
-        end = body.rfind(b"}", start, end)
+        end = data.rfind(b"}", begin, end)
         if end < 0:
             return None
-        candidate = body[start : end + 1] + b"]"
         try:
-            events = _LIST_DECODER.decode(candidate)
+            events = _LIST_DECODER.decode(data[begin : end + 1] + b"]")
         except msgspec.DecodeError:
             continue
-        except msgspec.ValidationError:
-            try:
-                lenient = _decode_lenient(path, candidate)
-            except TraceError:
-                continue
-            events = lenient.events
         if not events:
             return None
-        header = _salvage_header(body[:start])
-        pct = 100.0 * (end + 1) / len(body)
+        header = _salvage_header(path, data[:begin]) if key >= 0 else TraceFile()
+        pct = 100.0 * (end + 1) / len(data)
         note = (
             f"{path.name}: the trace is cut off mid-write; salvaged {len(events):,} complete events "
-            f"({pct:.1f}% of {len(body):,} bytes); results cover only what was recorded before the cut"
+            f"({pct:.1f}% of {len(data):,} bytes); results cover only what was recorded before the cut"
         )
         return RawTrace(events, header, [note])
     return None
 
 
-def _salvage_header(prefix: bytes) -> TraceFile:
+def _salvage_header(path: Path, prefix: bytes) -> TraceFile:
     """Top-level fields written before ``traceEvents`` (Kineto writes its header first)."""
     text = prefix.rstrip()
     key = text.rfind(b'"traceEvents"')
@@ -235,8 +260,8 @@ def _salvage_header(prefix: bytes) -> TraceFile:
         return TraceFile()
     head = text[:key].rstrip().rstrip(b",") + b"}"
     try:
-        return msgspec.json.decode(head, type=TraceFile)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _typed_header(_HEADER_DECODER.decode(head), path)[0]
+    except msgspec.MsgspecError:
         return TraceFile()
 
 
@@ -245,9 +270,9 @@ def _short(err: Exception) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Columns
+# Conversions
 # ---------------------------------------------------------------------------------------------------
-def _to_ns(values: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+def _to_ns(values: F64) -> I64:
     """µs floats with 3 decimals → int64 ns without the rounding error of ``round(ts*1000)``.
 
     The integer part converts exactly; the fraction carries at most half an ulp of error, so rounding it
@@ -258,105 +283,354 @@ def _to_ns(values: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.
     return whole.astype(np.int64) * 1000 + frac.astype(np.int64)
 
 
-def _ids(values: Sequence[int | str], strings: dict[str, int]) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """pid/tid values as int64; strings like ``"stream 7"`` or ``"1234"`` become their number, other
-    strings (``"Spans"``) a negative id unique within the trace."""
+def _int64(values: Sequence[int]) -> I64:
+    """Python ints as int64; values outside int64 (hostile or corrupt input) become -1."""
     try:
-        return np.asarray(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        pass
-    out = np.empty(len(values), dtype=np.int64)
-    for i, value in enumerate(values):
-        if isinstance(value, int) and not isinstance(value, bool) and -(2**62) < value < 2**62:
-            out[i] = value
-            continue
-        text = str(value)
-        match = _DIGITS.search(text) if not text.lstrip("-").isdigit() else None
-        if text.lstrip("-").isdigit() and len(text) < 18:
-            out[i] = int(text)
-        elif match is not None and len(match.group()) < 18 and text.startswith("stream"):
-            out[i] = int(match.group())
-        else:
-            out[i] = -1000 - strings.setdefault("\0pid:" + text, len(strings))
-    return out
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return np.array([v if _INT64_MIN <= v <= _INT64_MAX else -1 for v in values], dtype=np.int64)
 
 
-def _batch_decode(raws: list[msgspec.Raw], type_: type[T]) -> list[T | None]:
-    """Decode many args objects with one call: join them into one JSON array."""
-    if not raws:
-        return []
-    blob = b"[" + b",".join(raws) + b"]"  # type: ignore[arg-type]
-    try:
-        return msgspec.json.decode(blob, type=list[type_ | None])  # type: ignore[valid-type]
-    except msgspec.ValidationError:
-        return [_decode_one(r, type_) for r in raws]
-
-
-def _decode_one(raw: msgspec.Raw, type_: type[T]) -> T | None:
-    try:
-        value = msgspec.json.decode(raw, type=dict[str, Any] | None)  # type: ignore[arg-type]
-        return None if value is None else msgspec.convert(value, type_, strict=False)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-
-
-def _fill(
-    column: np.ndarray[Any, Any], rows: np.ndarray[Any, Any], args: list[Any], get: Callable[[Any], Any]
-) -> None:
-    values = [get(a) if a is not None else None for a in args]
-    fill = column.dtype.type(-1) if column.dtype.kind == "i" else np.nan
-    column[rows] = np.array([fill if v is None else v for v in values], dtype=column.dtype)
-
-
-def _first(a: Any, b: Any) -> Any:
-    return a if a is not None else b
-
-
-def _prod(dims: list[int] | None) -> int | None:
+def _prod3(dims: list[int] | None) -> int:
     if not dims:
-        return None
+        return -1
     total = 1
     for d in dims:
-        total *= int(d)
-    return total
+        total *= d
+    return total if 0 <= total <= _INT64_MAX else -1
+
+
+def _decode_args(raws: list[msgspec.Raw], type_: type[T], decoder: msgspec.json.Decoder[list[T]]) -> list[T]:
+    """Decode many args objects with one call; on a bad one, fall back to row-by-row, key-by-key."""
+    if not raws:
+        return []
+    try:
+        return decoder.decode(b"[" + b",".join(raws) + b"]")
+    except msgspec.MsgspecError:
+        return [_decode_args_one(r, type_) for r in raws]
+
+
+def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
+    """Keep every well-typed key we know; drop the others (a wrong-typed arg costs only itself)."""
+    try:
+        return msgspec.json.decode(raw, type=type_)
+    except msgspec.MsgspecError:
+        pass
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return type_()
+    if not isinstance(value, dict):
+        return type_()
+    good: dict[str, Any] = {}
+    for key, item in value.items():
+        try:
+            msgspec.convert({key: item}, type_)
+        except msgspec.ValidationError:
+            continue
+        good[key] = item
+    return msgspec.convert(good, type_)
+
+
+_OP_DECODER = msgspec.json.Decoder(list[OpArgs])
+_GPU_DECODER = msgspec.json.Decoder(list[GpuArgs])
+_MEM_DECODER = msgspec.json.Decoder(list[MemoryArgs])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Columns, chunk by chunk
+# ---------------------------------------------------------------------------------------------------
+_INT_COLUMNS = [
+    "correlation", "external_id", "seq", "fwd_tid", "python_id", "python_parent_id", "nbytes", "grid", "block",
+    "registers", "shared_memory", "total_allocated", "total_reserved",
+]  # fmt: skip
+_FLOAT_COLUMNS = ["blocks_per_sm", "warps_per_sm", "occupancy_pct"]
+
+
+@dataclass
+class _Piece:
+    """Columns of one chunk's timed events, before concatenation."""
+
+    cols: dict[str, npt.NDArray[Any]]
+    op_rows: list[int] = field(default_factory=list)
+    op_chunks: list[bytes] = field(default_factory=list)
+    comm_rows: list[int] = field(default_factory=list)
+    comm_chunks: list[bytes] = field(default_factory=list)
+    stacks: dict[int, str] = field(default_factory=dict)
 
 
 class _Builder:
-    """Turns decoded events into :class:`Columns` plus the side tables of a :class:`Trace`."""
+    """Turns raw events into :class:`Columns` plus the side tables of a :class:`Trace`, chunk by chunk."""
 
-    def __init__(self, raw: RawTrace) -> None:
-        self.raw = raw
-        self.strings: dict[str, int] = {}
+    def __init__(self, raw: RawTrace, path: Path) -> None:
+        self.path = path
+        self.header = raw.header
         self.warnings = list(raw.warnings)
+        self.strings: dict[str, int] = {}
+        self.kind_of_cat: dict[str, int] = {}
+        self.meta: dict[tuple[str, int, int], bytes] = {}
+        self.flow_parts: list[tuple[list[Any], list[bool], list[bool], list[Any], list[Any], list[float]]] = []
+        self.pieces: list[_Piece] = []
+        self.rows = 0
+        self.skipped = 0
+        self.skip_reason = ""
+        self.negative = 0
+        self.bad_time = 0
 
-    def build(self, path: Path, rank: int, rank_source: str) -> Trace:
-        events = self.raw.events
-        ph = [e.ph for e in events]
-        is_span = np.array([p == "X" for p in ph], dtype=bool)
-        is_instant = np.array([p in ("i", "I") for p in ph], dtype=bool)
-        is_flow = np.array([p in ("s", "f", "t") for p in ph], dtype=bool)
-        process_names, thread_names = self._metadata([e for e, p in zip(events, ph) if p == "M"])
-        flows = self._flows([events[i] for i in np.flatnonzero(is_flow)])
-        keep = np.flatnonzero(is_span | is_instant)
-        kept = [events[i] for i in keep]
-        columns, arg_rows = self._columns(kept, is_instant[keep])
-        order = np.argsort(columns.ts, kind="stable")
-        columns = Columns(**{name: getattr(columns, name)[order] for name in Columns.__dataclass_fields__})
+    # --- driving ------------------------------------------------------------------------------
+    def run(self, events: list[msgspec.Raw], rank: int, rank_source: str) -> Trace:
+        count = len(events)
+        for begin in range(0, count, CHUNK_EVENTS):
+            chunk = events[begin : begin + CHUNK_EVENTS]
+            events[begin : begin + CHUNK_EVENTS] = [None] * len(chunk)  # type: ignore[list-item]
+            self._chunk(self._decode_chunk(chunk))
+        del events
+        self._note_problems()
+        if not self.rows:
+            if self.skipped and self.skipped == count:
+                raise TraceError(
+                    f"{self.path}: none of its {count:,} events is usable ({self.skip_reason}); "
+                    "this is not a Kineto/Chrome trace"
+                )
+            raise TraceError(f"{self.path}: the trace holds no timed events (only metadata); re-record it")
+        return self._trace(rank, rank_source, count)
+
+    def _decode_chunk(self, chunk: list[msgspec.Raw]) -> list[Event]:
+        try:
+            return _EVENTS_DECODER.decode(b"[" + b",".join(chunk) + b"]")
+        except msgspec.MsgspecError:
+            pass
+        good: list[Event] = []
+        for raw in chunk:
+            try:
+                good.append(_EVENT_DECODER.decode(raw))
+            except msgspec.MsgspecError as err:
+                self.skipped += 1
+                self.skip_reason = self.skip_reason or f"event: {_short(err)}"
+        return good
+
+    def _note_problems(self) -> None:
+        if self.skipped:
+            self.warnings.append(
+                f"{self.path.name}: skipped {self.skipped:,} malformed event(s) ({self.skip_reason})"
+            )
+        if self.negative:
+            self.warnings.append(
+                f"{self.path.name}: {self.negative:,} event(s) with a negative duration were treated as instants"
+            )
+        if self.bad_time:
+            self.warnings.append(
+                f"{self.path.name}: ignored {self.bad_time:,} event(s) with a missing, NaN or out-of-range time"
+            )
+
+    # --- one chunk ----------------------------------------------------------------------------
+    def _chunk(self, events: list[Event]) -> None:
+        codes = np.fromiter(map(_PH_CODES.__getitem__, [e.ph for e in events]), dtype=np.int8, count=len(events))
+        meta = np.flatnonzero(codes == _PH_META).tolist()
+        if meta:
+            self._meta([events[i] for i in meta])
+        flows = np.flatnonzero(codes == _PH_FLOW).tolist()
+        if flows:
+            self._flows([events[i] for i in flows])
+        timed = np.flatnonzero(codes >= _PH_SPAN)
+        if len(timed):
+            self._timed([events[i] for i in timed.tolist()], codes[timed] == _PH_INSTANT)
+
+    def _meta(self, events: list[Event]) -> None:
+        """Process and thread names. Kineto repeats them many times (310k of 456k events in one MTIA
+        trace): dedupe on the raw values first, convert only the unique ones."""
+        unique = {(e.name, e.pid, e.tid): e.args for e in events if e.name in _NAME_EVENTS}
+        for (name, pid, tid), args in unique.items():
+            key = (name, self._id(pid), self._id(tid))
+            if key not in self.meta:
+                self.meta[key] = bytes(args)
+
+    def _id(self, value: int | str) -> int:
+        """A pid/tid as an int: ints as they are, ``"stream 7"``/``"1234"`` as their number, other strings
+        (``"Spans"``) a negative id unique within the trace."""
+        if isinstance(value, int):
+            return value if -(2**62) < value < 2**62 else -1
+        text = value.strip()
+        digits = text[7:] if text.startswith("stream ") else text
+        if digits.lstrip("-").isdigit() and len(digits) < 18:
+            return int(digits)
+        return -1000 - self.strings.setdefault("\0pid:" + text, len(self.strings))
+
+    def _ids(self, values: list[int | str]) -> I64:
+        try:
+            return np.array(values, dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return np.array([self._id(v) for v in values], dtype=np.int64)
+
+    def _flows(self, flows: list[Event]) -> None:
+        kept = [e for e in flows if e.id is not None and e.cat.lower() in _FLOW_CATEGORIES]
+        self.flow_parts.append(
+            (
+                [e.id for e in kept],
+                [e.ph == "s" for e in kept],
+                [e.cat == "fwdbwd" for e in kept],
+                [e.pid for e in kept],
+                [e.tid for e in kept],
+                [e.ts for e in kept],
+            )
+        )
+
+    def _intern(self, values: list[str]) -> npt.NDArray[np.int32]:
+        table = self.strings
+        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
+
+    def _kinds(self, cats: list[str], names: list[str], instant: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
+        lookup = self.kind_of_cat
+        for cat in set(cats):
+            if cat not in lookup:
+                found = kind_of_category(cat)
+                lookup[cat] = int(found) if found is not None else int(Kind.OTHER)
+        kind = np.array([lookup[c] for c in cats], dtype=np.int8)
+        op = np.flatnonzero(kind == int(Kind.CPU_OP))
+        if len(op):  # legacy traces file ProfilerStep and DataLoader annotations under "Operator"
+            annotated = np.array([names[i].startswith(_ANNOTATION_PREFIXES) for i in op.tolist()], dtype=bool)
+            kind[op[annotated]] = int(Kind.USER_ANNOTATION)
+        if instant.any():
+            rows = np.flatnonzero(instant)
+            memory = np.array([names[i] == "[memory]" for i in rows.tolist()], dtype=bool)
+            kind[rows] = np.where(memory, int(Kind.MEMORY), int(Kind.INSTANT))
+        return kind
+
+    def _timed(self, events: list[Event], instant: npt.NDArray[np.bool_]) -> None:
+        ts_f = np.array([e.ts for e in events], dtype=np.float64)
+        dur_f = np.array([e.dur for e in events], dtype=np.float64)
+        ok = np.isfinite(ts_f) & np.isfinite(dur_f) & (np.abs(ts_f) < _MAX_ABS_US) & (np.abs(dur_f) < _MAX_ABS_US)
+        if not ok.all():
+            self.bad_time += int((~ok).sum())
+            keep = np.flatnonzero(ok)
+            events = [events[i] for i in keep.tolist()]
+            ts_f, dur_f, instant = ts_f[keep], dur_f[keep], instant[keep]
+        if not events:
+            return
+        negative = dur_f < 0
+        self.negative += int(negative.sum())
+        dur_f[negative | instant] = 0.0
+        n = len(events)
+        names = [e.name for e in events]
+        cats = [e.cat for e in events]
+        cols: dict[str, npt.NDArray[Any]] = {
+            "kind": self._kinds(cats, names, instant),
+            "cat": self._intern(cats),
+            "name": self._intern(names),
+            "ts": _to_ns(ts_f),
+            "dur": np.rint(dur_f * 1000.0).astype(np.int64),
+            "pid": self._ids([e.pid for e in events]),
+            "tid": self._ids([e.tid for e in events]),
+            "device": np.full(n, -1, dtype=np.int32),
+            "mem_device": np.full(n, -1, dtype=np.int32),
+        }
+        for name in _INT_COLUMNS:
+            cols[name] = np.full(n, -1, dtype=np.int64)
+        for name in _FLOAT_COLUMNS:
+            cols[name] = np.full(n, np.nan, dtype=np.float32)
+        piece = _Piece(cols)
+        self._cpu_args(events, names, piece)
+        self._device_args(events, piece)
+        self._memory_args(events, piece)
+        self.pieces.append(piece)
+        self.rows += n
+
+    def _cpu_args(self, events: list[Event], names: list[str], piece: _Piece) -> None:
+        cols = piece.cols
+        rows = np.flatnonzero(np.isin(cols["kind"], _CPU_KINDS))
+        if not len(rows):
+            return
+        index = rows.tolist()
+        args = _decode_args([events[i].args for i in index], OpArgs, _OP_DECODER)
+        ext = _int64([a.external_id for a in args])
+        legacy = _int64([a.external_id_legacy for a in args])
+        cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
+        cols["correlation"][rows] = _int64([a.correlation for a in args])
+        cols["seq"][rows] = _int64([a.seq for a in args])
+        cols["fwd_tid"][rows] = _int64([a.fwd_tid for a in args])
+        cols["python_id"][rows] = _int64([a.python_id for a in args])
+        cols["python_parent_id"][rows] = _int64([a.python_parent_id for a in args])
+        offset = self.rows
+        with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
+        piece.op_rows = [offset + i for i in with_dims]
+        piece.op_chunks = [bytes(events[i].args) for i in with_dims]
+        comm = [i for i, a in zip(index, args) if a.collective_name is not None or names[i] == "record_param_comms"]
+        piece.comm_rows += [offset + i for i in comm]
+        piece.comm_chunks += [bytes(events[i].args) for i in comm]
+        piece.stacks.update((offset + i, a.call_stack) for i, a in zip(index, args) if a.call_stack)
+
+    def _device_args(self, events: list[Event], piece: _Piece) -> None:
+        cols = piece.cols
+        rows = np.flatnonzero(np.isin(cols["kind"], _DEV_KINDS))
+        if not len(rows):
+            return
+        index = rows.tolist()
+        args = _decode_args([events[i].args for i in index], GpuArgs, _GPU_DECODER)
+        ext = _int64([a.external_id for a in args])
+        legacy = _int64([a.external_id_legacy for a in args])
+        cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
+        cols["correlation"][rows] = _int64([a.correlation for a in args])
+        cols["nbytes"][rows] = _int64([a.bytes for a in args])
+        cols["grid"][rows] = _int64([_prod3(a.grid) for a in args])
+        cols["block"][rows] = _int64([_prod3(a.block) for a in args])
+        cols["registers"][rows] = _int64([a.registers for a in args])
+        cols["shared_memory"][rows] = _int64([a.shared_memory for a in args])
+        cols["blocks_per_sm"][rows] = np.array([a.blocks_per_sm for a in args], dtype=np.float32)
+        cols["warps_per_sm"][rows] = np.array([a.warps_per_sm for a in args], dtype=np.float32)
+        cols["occupancy_pct"][rows] = np.array([a.occupancy for a in args], dtype=np.float32)
+        # pid is the device index in every Kineto version; args.device only when pid is not one.
+        pid = cols["pid"][rows]
+        device_arg = _int64([a.device for a in args])
+        device = np.where((pid >= 0) & (pid < 1 << 16), pid, np.clip(device_arg, 0, 1 << 16))
+        cols["device"][rows] = device.astype(np.int32)
+        # The stream is args.stream where present: MTIA writes a row id as tid (tid 4 for stream 1).
+        stream = _int64([a.stream for a in args])
+        cols["tid"][rows] = np.where(stream >= 0, stream, cols["tid"][rows])
+        offset = self.rows
+        for i, a in zip(index, args):
+            if a.collective_name is not None:
+                piece.comm_rows.append(offset + i)
+                piece.comm_chunks.append(bytes(events[i].args))
+
+    def _memory_args(self, events: list[Event], piece: _Piece) -> None:
+        cols = piece.cols
+        rows = np.flatnonzero(cols["kind"] == int(Kind.MEMORY))
+        if not len(rows):
+            return
+        args = _decode_args([events[i].args for i in rows.tolist()], MemoryArgs, _MEM_DECODER)
+        cols["nbytes"][rows] = _int64([a.nbytes for a in args])
+        cols["total_allocated"][rows] = _int64([a.total_allocated for a in args])
+        cols["total_reserved"][rows] = _int64([a.total_reserved for a in args])
+        device_id = _int64([a.device_id for a in args])
+        device_type = _int64([a.device_type for a in args])
+        cols["mem_device"][rows] = np.where(device_type == 0, -1, np.clip(device_id, -1, 1 << 16)).astype(np.int32)
+
+    # --- assembling ---------------------------------------------------------------------------
+    def _trace(self, rank: int, rank_source: str, count: int) -> Trace:
+        merged = {
+            name: np.concatenate([p.cols[name] for p in self.pieces]) for name in Columns.__dataclass_fields__
+        }
+        for piece in self.pieces:
+            piece.cols = {}
+        order = np.argsort(merged["ts"], kind="stable")
+        columns = Columns(**{name: values[order] for name, values in merged.items()})
+        del merged
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
-        op_args, comm_args, stacks = self._side_tables(kept, arg_rows, inverse)
-        header = self.raw.header
+        op_args, comm_args, stacks = self._side_tables(inverse)
+        process_names, thread_names = self._names()
+        header = self.header
         props = header.deviceProperties or header.computeProperties or []
         strings = [""] * len(self.strings)
         for text, index in self.strings.items():
             strings[index] = text
-        trace = Trace(
-            path=path,
+        return Trace(
+            path=self.path,
             rank=rank,
             rank_source=rank_source,
             columns=columns,
             strings=strings,
-            flows=flows,
+            flows=self._flow_table(),
             base_time_ns=int(header.baseTimeNanoseconds or 0),
             devices=[DeviceInfo.from_properties(p, i) for i, p in enumerate(props) if isinstance(p, dict)],
             distributed=dict(header.distributedInfo or {}),
@@ -367,181 +641,66 @@ class _Builder:
             comm_args_raw=comm_args,
             stacks=stacks,
             warnings=self.warnings,
-            event_count=len(events),
-        )
-        return trace
-
-    # --- pieces -------------------------------------------------------------------------------
-    def _intern(self, values: list[str]) -> np.ndarray[Any, np.dtype[np.int32]]:
-        table = self.strings
-        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
-
-    def _metadata(self, meta: list[Event]) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
-        named = [e for e in meta if e.name in ("process_name", "thread_name")]
-        args = _batch_decode([e.args for e in named], MetaArgs)
-        pids = _ids([e.pid for e in named], self.strings)
-        tids = _ids([e.tid for e in named], self.strings)
-        processes: dict[int, str] = {}
-        threads: dict[tuple[int, int], str] = {}
-        for event, arg, pid, tid in zip(named, args, pids.tolist(), tids.tolist()):
-            if arg is None or not arg.name:
-                continue
-            if event.name == "process_name":
-                processes[pid] = arg.name
-            else:
-                threads[(pid, tid)] = arg.name
-        return processes, threads
-
-    def _flows(self, flows: list[Event]) -> Flows:
-        flows = [e for e in flows if e.cat.lower() in _FLOW_CATEGORIES and e.id is not None]
-        ids = _ids([e.id if e.id is not None else -1 for e in flows], self.strings)
-        ts = np.array([e.ts for e in flows], dtype=np.float64)
-        return Flows(
-            flow_id=ids,
-            is_start=np.array([e.ph == "s" for e in flows], dtype=bool),
-            is_fwdbwd=np.array([e.cat == "fwdbwd" for e in flows], dtype=bool),
-            pid=_ids([e.pid for e in flows], self.strings),
-            tid=_ids([e.tid for e in flows], self.strings),
-            ts=_to_ns(ts) if len(ts) else np.zeros(0, dtype=np.int64),
+            event_count=count,
         )
 
-    def _columns(self, events: list[Event], instant: np.ndarray[Any, Any]) -> tuple[Columns, dict[str, Any]]:
-        n = len(events)
-        names = [e.name for e in events]
-        cats = [e.cat for e in events]
-        kind = self._kinds(cats, names, instant)
-        ts_f = np.array([e.ts for e in events], dtype=np.float64)
-        dur_f = np.array([e.dur for e in events], dtype=np.float64)
-        ok = np.isfinite(ts_f) & np.isfinite(dur_f) & (np.abs(ts_f) < _MAX_ABS_US) & (dur_f < _MAX_ABS_US)
-        negative = dur_f < 0
-        if negative.any():
-            self.warnings.append(f"{int(negative.sum()):,} event(s) with a negative duration were treated as instants")
-        if not ok.all():
-            self.warnings.append(f"{int((~ok).sum()):,} event(s) with unusable timestamps were ignored")
-            kind[~ok] = int(Kind.SPAN)
-            ts_f[~ok] = 0.0
-            dur_f[~ok] = 0.0
-        dur_f[negative | instant] = 0.0
-        minus1 = lambda: np.full(n, -1, dtype=np.int64)  # noqa: E731
-        nan = lambda: np.full(n, np.nan, dtype=np.float32)  # noqa: E731
-        pid = _ids([e.pid for e in events], self.strings)
-        tid = _ids([e.tid for e in events], self.strings)
-        cols = Columns(
-            kind=kind,
-            cat=self._intern(cats),
-            name=self._intern(names),
-            ts=_to_ns(ts_f),
-            dur=np.rint(dur_f * 1000.0).astype(np.int64),
-            pid=pid,
-            tid=tid,
-            device=np.full(n, -1, dtype=np.int32),
-            correlation=minus1(),
-            external_id=minus1(),
-            seq=minus1(),
-            fwd_tid=minus1(),
-            python_id=minus1(),
-            python_parent_id=minus1(),
-            nbytes=minus1(),
-            grid=minus1(),
-            block=minus1(),
-            registers=minus1(),
-            shared_memory=minus1(),
-            blocks_per_sm=nan(),
-            warps_per_sm=nan(),
-            occupancy_pct=nan(),
-            total_allocated=minus1(),
-            total_reserved=minus1(),
-            mem_device=np.full(n, -1, dtype=np.int32),
-        )
-        arg_rows = self._args(events, cols)
-        return cols, arg_rows
-
-    def _kinds(self, cats: list[str], names: list[str], instant: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        lookup: dict[str, int] = {}
-        for cat in set(cats):
-            found = kind_of_category(cat)
-            lookup[cat] = int(found) if found is not None else int(Kind.OTHER)
-        kind = np.array([lookup[c] for c in cats], dtype=np.int8)
-        # Legacy traces file ProfilerStep and DataLoader annotations under "Operator".
-        annotations = np.array([n.startswith(_ANNOTATION_PREFIXES) for n in names], dtype=bool)
-        kind[annotations & (kind == int(Kind.CPU_OP))] = int(Kind.USER_ANNOTATION)
-        memory = np.array([n == "[memory]" for n in names], dtype=bool)
-        kind[instant] = int(Kind.INSTANT)
-        kind[instant & memory] = int(Kind.MEMORY)
-        return kind
-
-    def _args(self, events: list[Event], cols: Columns) -> dict[str, Any]:
-        kind = cols.kind
-        cpu = np.flatnonzero(np.isin(kind, [Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER]))
-        cpu_args = _batch_decode([events[i].args for i in cpu], OpArgs)
-        _fill(cols.external_id, cpu, cpu_args, lambda a: _first(a.external_id, a.external_id_legacy))
-        _fill(cols.correlation, cpu, cpu_args, lambda a: a.correlation)
-        _fill(cols.seq, cpu, cpu_args, lambda a: a.seq)
-        _fill(cols.fwd_tid, cpu, cpu_args, lambda a: a.fwd_tid)
-        _fill(cols.python_id, cpu, cpu_args, lambda a: a.python_id)
-        _fill(cols.python_parent_id, cpu, cpu_args, lambda a: a.python_parent_id)
-
-        dev = np.flatnonzero(np.isin(kind, [int(k) for k in DEVICE_KINDS]))
-        dev_args = _batch_decode([events[i].args for i in dev], GpuArgs)
-        _fill(cols.external_id, dev, dev_args, lambda a: _first(a.external_id, a.external_id_legacy))
-        _fill(cols.correlation, dev, dev_args, lambda a: a.correlation)
-        _fill(cols.nbytes, dev, dev_args, lambda a: a.bytes)
-        _fill(cols.grid, dev, dev_args, lambda a: _prod(a.grid))
-        _fill(cols.block, dev, dev_args, lambda a: _prod(a.block))
-        _fill(cols.registers, dev, dev_args, lambda a: a.registers)
-        _fill(cols.shared_memory, dev, dev_args, lambda a: a.shared_memory)
-        _fill(cols.blocks_per_sm, dev, dev_args, lambda a: a.blocks_per_sm)
-        _fill(cols.warps_per_sm, dev, dev_args, lambda a: a.warps_per_sm)
-        _fill(cols.occupancy_pct, dev, dev_args, lambda a: a.occupancy)
-        device_arg = np.full(len(dev), -1, dtype=np.int64)
-        _fill(device_arg, np.arange(len(dev)), dev_args, lambda a: a.device)
-        # Device rows: pid is the device index in every Kineto version; args.device when pid is not.
-        dev_pid = cols.pid[dev]
-        cols.device[dev] = np.where((dev_pid >= 0) & (dev_pid < 1 << 16), dev_pid, np.maximum(device_arg, 0))
-        # The stream is args.stream where present: MTIA writes a row id as tid (tid 4 for stream 1).
-        stream_arg = np.full(len(dev), -1, dtype=np.int64)
-        _fill(stream_arg, np.arange(len(dev)), dev_args, lambda a: a.stream)
-        cols.tid[dev] = np.where(stream_arg >= 0, stream_arg, cols.tid[dev])
-
-        mem = np.flatnonzero(kind == int(Kind.MEMORY))
-        mem_args = _batch_decode([events[i].args for i in mem], MemoryArgs)
-        _fill(cols.nbytes, mem, mem_args, lambda a: a.nbytes)
-        _fill(cols.total_allocated, mem, mem_args, lambda a: a.total_allocated)
-        _fill(cols.total_reserved, mem, mem_args, lambda a: a.total_reserved)
-        mem_dev = np.full(len(mem), -1, dtype=np.int64)
-        mem_type = np.full(len(mem), -1, dtype=np.int64)
-        _fill(mem_dev, np.arange(len(mem)), mem_args, lambda a: a.device_id)
-        _fill(mem_type, np.arange(len(mem)), mem_args, lambda a: a.device_type)
-        cols.mem_device[mem] = np.where(mem_type == 0, -1, mem_dev)
-        return {"cpu": cpu, "cpu_args": cpu_args, "dev": dev, "dev_args": dev_args}
-
-    def _side_tables(
-        self, events: list[Event], arg_rows: dict[str, Any], inverse: np.ndarray[Any, Any]
-    ) -> tuple[ArgsStore, ArgsStore, dict[int, str]]:
+    def _side_tables(self, inverse: I64) -> tuple[ArgsStore, ArgsStore, dict[int, str]]:
         op_rows: list[int] = []
         op_chunks: list[bytes] = []
         comm_rows: list[int] = []
         comm_chunks: list[bytes] = []
         stacks: dict[int, str] = {}
-        names = [events[i].name for i in arg_rows["cpu"]]
-        for i, args, name in zip(arg_rows["cpu"].tolist(), arg_rows["cpu_args"], names):
-            raw = events[i].args
-            if raw is NO_ARGS:
+        for piece in self.pieces:
+            op_rows += piece.op_rows
+            op_chunks += piece.op_chunks
+            comm_rows += piece.comm_rows
+            comm_chunks += piece.comm_chunks
+            stacks.update(piece.stacks)
+        self.pieces = []
+        remap = inverse.tolist()
+        op = ArgsStore.build([remap[r] for r in op_rows], op_chunks)
+        comm = ArgsStore.build([remap[r] for r in comm_rows], comm_chunks)
+        return op, comm, {remap[r]: text for r, text in stacks.items()}
+
+    def _names(self) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
+        keys = list(self.meta)
+        args = _decode_args([msgspec.Raw(v) for v in self.meta.values()], MetaArgs, msgspec.json.Decoder(list[MetaArgs]))
+        processes: dict[int, str] = {}
+        threads: dict[tuple[int, int], str] = {}
+        for (kind, pid, tid), arg in zip(keys, args):
+            if not isinstance(arg.name, str) or not arg.name:
                 continue
-            blob = bytes(raw)
-            if b'"Input' in blob:
-                op_rows.append(int(inverse[i]))
-                op_chunks.append(blob)
-            if name == "record_param_comms" or (args is not None and args.collective_name):
-                comm_rows.append(int(inverse[i]))
-                comm_chunks.append(blob)
-            if args is not None and args.call_stack:
-                stacks[int(inverse[i])] = args.call_stack
-        for i, args in zip(arg_rows["dev"].tolist(), arg_rows["dev_args"]):
-            if args is not None and args.collective_name:
-                comm_rows.append(int(inverse[i]))
-                comm_chunks.append(bytes(events[i].args))
-        return ArgsStore.build(op_rows, op_chunks), ArgsStore.build(comm_rows, comm_chunks), stacks
+            if kind == "process_name":
+                processes.setdefault(pid, arg.name)
+            else:
+                threads.setdefault((pid, tid), arg.name)
+        return processes, threads
+
+    def _flow_table(self) -> Flows:
+        ids: list[Any] = []
+        starts: list[bool] = []
+        fwdbwd: list[bool] = []
+        pids: list[Any] = []
+        tids: list[Any] = []
+        ts: list[float] = []
+        for part in self.flow_parts:
+            ids += part[0]
+            starts += part[1]
+            fwdbwd += part[2]
+            pids += part[3]
+            tids += part[4]
+            ts += part[5]
+        ts_f = np.array(ts, dtype=np.float64)
+        ok = np.isfinite(ts_f) & (np.abs(ts_f) < _MAX_ABS_US)
+        keep = np.flatnonzero(ok)
+        return Flows(
+            flow_id=self._ids(ids)[keep],
+            is_start=np.array(starts, dtype=bool)[keep],
+            is_fwdbwd=np.array(fwdbwd, dtype=bool)[keep],
+            pid=self._ids(pids)[keep],
+            tid=self._ids(tids)[keep],
+            ts=_to_ns(ts_f[keep]) if len(keep) else np.zeros(0, dtype=np.int64),
+        )
 
 
 def _header_metadata(header: TraceFile) -> dict[str, Any]:
@@ -551,6 +710,7 @@ def _header_metadata(header: TraceFile) -> dict[str, Any]:
         "schemaVersion",
         "cuda_driver_version",
         "cuda_runtime_version",
+        "hip_runtime_version",
         "record_shapes",
         "profile_memory",
         "with_stack",
@@ -572,10 +732,9 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
     raw.warnings[:0] = notes
     if not raw.events:
         raise TraceError(f"{path}: the trace holds no events; re-record it (is the profiler schedule active?)")
-    trace = _Builder(raw).build(path, rank, rank_source)
-    if len(trace) == 0:
-        raise TraceError(f"{path}: the trace holds no timed events (only metadata); re-record it")
-    return trace
+    builder = _Builder(raw, path)
+    events, raw.events = raw.events, []
+    return builder.run(events, rank, rank_source)
 
 
 def file_size(path: Path) -> int:
@@ -583,3 +742,6 @@ def file_size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
+
+
+__all__ = ["RawTrace", "decode", "file_size", "load_file", "read_bytes"]

@@ -13,27 +13,49 @@ import msgspec
 from msgspec import field
 
 Number = int | float
-NO_ARGS = msgspec.Raw(b"null")
+NO_ARGS = msgspec.Raw(b"{}")  # missing args decode like an empty object: every field at its default
+NAN = float("nan")
+ABSENT = msgspec.Raw(b"")  # a header field that is not in the file
 
 
 class Event(msgspec.Struct, gc=False):
+    """One trace event, slim: ``args`` stays undecoded (a view into the chunk being decoded)."""
+
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
+    ts: float = NAN  # a span without a time is dropped, never placed at 0
     dur: float = 0.0
     id: int | str | None = None
-    bp: str = ""
-    s: str = ""
     args: msgspec.Raw = NO_ARGS
 
 
-class TraceFile(msgspec.Struct):
-    """Top level of a trace file. Unknown keys (``metadata``, ``traceName``, ...) are skipped."""
+class Header(msgspec.Struct):
+    """Top level of a trace file, each field undecoded (``ABSENT`` when missing) so one bad field costs
+    only itself."""
 
-    traceEvents: list[Event] = []
+    traceEvents: list[msgspec.Raw] | None = None
+    schemaVersion: msgspec.Raw = ABSENT
+    deviceProperties: msgspec.Raw = ABSENT
+    computeProperties: msgspec.Raw = ABSENT
+    distributedInfo: msgspec.Raw = ABSENT
+    baseTimeNanoseconds: msgspec.Raw = ABSENT
+    displayTimeUnit: msgspec.Raw = ABSENT
+    cuda_driver_version: msgspec.Raw = ABSENT
+    cuda_runtime_version: msgspec.Raw = ABSENT
+    hip_runtime_version: msgspec.Raw = ABSENT
+    record_shapes: msgspec.Raw = ABSENT
+    profile_memory: msgspec.Raw = ABSENT
+    with_stack: msgspec.Raw = ABSENT
+    with_flops: msgspec.Raw = ABSENT
+    trace_id: msgspec.Raw = ABSENT
+
+
+class TraceFile(msgspec.Struct):
+    """The header fields we use, typed (decoded one by one from :class:`Header`)."""
+
     schemaVersion: int | str | None = None
     deviceProperties: list[dict[str, Any]] | None = None
     computeProperties: list[dict[str, Any]] | None = None
@@ -42,6 +64,7 @@ class TraceFile(msgspec.Struct):
     displayTimeUnit: str | None = None
     cuda_driver_version: int | None = None
     cuda_runtime_version: int | None = None
+    hip_runtime_version: int | str | None = None
     record_shapes: int | None = None
     profile_memory: int | None = None
     with_stack: int | None = None
@@ -49,50 +72,53 @@ class TraceFile(msgspec.Struct):
     trace_id: str | None = None
 
 
+# Args structs: ints default to -1 and floats to NaN (the column fill values), so columns are built
+# straight from attribute lists. A wrong-typed value fails the batch; that row is then decoded key by key.
 class OpArgs(msgspec.Struct, gc=False):
     """Args of CPU-side spans: cpu_op, user_annotation, runtime, driver, python_function."""
 
-    external_id: int | None = field(name="External id", default=None)
-    external_id_legacy: int | None = field(name="external id", default=None)
-    correlation: int | None = None
-    seq: int | None = field(name="Sequence number", default=None)
-    fwd_tid: int | None = field(name="Fwd thread id", default=None)
-    python_id: int | None = field(name="Python id", default=None)
-    python_parent_id: int | None = field(name="Python parent id", default=None)
-    python_module_id: int | None = field(name="Python module id", default=None)
+    external_id: int = field(name="External id", default=-1)
+    external_id_legacy: int = field(name="external id", default=-1)
+    correlation: int = -1
+    seq: int = field(name="Sequence number", default=-1)
+    fwd_tid: int = field(name="Fwd thread id", default=-1)
+    python_id: int = field(name="Python id", default=-1)
+    python_parent_id: int = field(name="Python parent id", default=-1)
+    python_module_id: int = field(name="Python module id", default=-1)
     call_stack: str | None = field(name="Call stack", default=None)
     collective_name: str | None = field(name="Collective name", default=None)
+    input_dims: msgspec.Raw = field(name="Input Dims", default=ABSENT)
+    input_dims_legacy: msgspec.Raw = field(name="Input dims", default=ABSENT)
 
 
 class GpuArgs(msgspec.Struct, gc=False):
     """Args of device activities: kernel, memcpy, memset, gpu_user_annotation, cuda_sync."""
 
-    external_id: int | None = field(name="External id", default=None)
-    external_id_legacy: int | None = field(name="external id", default=None)
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
+    external_id: int = field(name="External id", default=-1)
+    external_id_legacy: int = field(name="external id", default=-1)
+    correlation: int = -1
+    device: int = -1
+    stream: int = -1
+    bytes: int = -1
     grid: list[int] | None = None
     block: list[int] | None = None
-    registers: int | None = field(name="registers per thread", default=None)
-    shared_memory: int | None = field(name="shared memory", default=None)
-    blocks_per_sm: Number | None = field(name="blocks per SM", default=None)
-    warps_per_sm: Number | None = field(name="warps per SM", default=None)
-    occupancy: Number | None = field(name="est. achieved occupancy %", default=None)
-    graph_id: int | None = field(name="graph id", default=None)
+    registers: int = field(name="registers per thread", default=-1)
+    shared_memory: int = field(name="shared memory", default=-1)
+    blocks_per_sm: float = field(name="blocks per SM", default=NAN)
+    warps_per_sm: float = field(name="warps per SM", default=NAN)
+    occupancy: float = field(name="est. achieved occupancy %", default=NAN)
     collective_name: str | None = field(name="Collective name", default=None)
 
 
 class MemoryArgs(msgspec.Struct, gc=False):
     """Args of ``[memory]`` instant events (profile_memory)."""
 
-    addr: int | None = field(name="Addr", default=None)
-    nbytes: int | None = field(name="Bytes", default=None)
-    total_allocated: int | None = field(name="Total Allocated", default=None)
-    total_reserved: int | None = field(name="Total Reserved", default=None)
-    device_type: int | None = field(name="Device Type", default=None)
-    device_id: int | None = field(name="Device Id", default=None)
+    addr: int = field(name="Addr", default=-1)
+    nbytes: int = field(name="Bytes", default=-1)
+    total_allocated: int = field(name="Total Allocated", default=-1)
+    total_reserved: int = field(name="Total Reserved", default=-1)
+    device_type: int = field(name="Device Type", default=-1)
+    device_id: int = field(name="Device Id", default=-1)
 
 
 class MetaArgs(msgspec.Struct, gc=False):
