@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
@@ -24,8 +25,59 @@ from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files
 Section = Callable[[Trace], Any]
 
 
+TOP_N = 50  # rows per table kept in the report (the full tables stay available through the Python API)
+
+
+def _kernels_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.kernels import kernel_stats
+
+    out = kernel_stats(trace).to_dict()
+    for device in out["devices"]:
+        rows = device["kernels"]
+        device["kernel_names"] = len(rows)
+        device["kernels"] = sorted(rows, key=lambda r: -r["total_ns"])[:TOP_N]
+    return out
+
+
+def _ops_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.ops import op_stats
+
+    out = op_stats(trace).to_dict()
+    groups = out["groups"]
+    out["group_count"] = len(groups)
+    by_cpu = sorted(groups, key=lambda g: -g["cpu_self_ns"])[:TOP_N]
+    by_gpu = sorted(groups, key=lambda g: -g["gpu_total_ns"])[:TOP_N]
+    kept: dict[str, dict[str, Any]] = {}
+    for group in by_gpu + by_cpu:
+        kept.setdefault(group["name"], group)
+    out["groups"] = list(kept.values())
+    return out
+
+
+def _comm_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.comm import comm_stats
+
+    out = comm_stats(trace).to_dict()
+    colls = out["collectives"]
+    out["collective_count"] = len(colls)
+    out["collectives"] = sorted(colls, key=lambda c: -c["dur_ns"])[: 4 * TOP_N]
+    return out
+
+
+def _compat_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.compat import compat_for_trace
+
+    return compat_for_trace(trace)
+
+
 # The analyses beyond timeline accounting, by report key. Users may edit this dict.
-DEFAULT_SECTIONS: dict[str, Section] = {}
+DEFAULT_SECTIONS: dict[str, Section] = {
+    "kernels": _kernels_section,
+    "ops": _ops_section,
+    "communication": _comm_section,
+    "compat": _compat_section,
+    "timeline_overview": timeline_overview,
+}
 
 
 @dataclass
