@@ -254,6 +254,42 @@ class Trace:
             return (0, 0)
         return int(c.ts[spans].min()), int((c.ts[spans] + c.dur[spans]).max())
 
+    # ----- typed views -------------------------------------------------------------------------
+    def view(self, *kinds: Kind) -> EventView:
+        """The events of the given kinds, in time order."""
+        return EventView(self, self.rows_of(*kinds))
+
+    def kernels(self) -> EventView:
+        return self.view(Kind.KERNEL)
+
+    def gpu_activities(self) -> EventView:
+        """Kernels, copies and memsets."""
+        return self.view(*GPU_WORK_KINDS)
+
+    def ops(self) -> EventView:
+        """CPU ops (aten ops and autograd nodes)."""
+        return self.view(Kind.CPU_OP)
+
+    def annotations(self) -> EventView:
+        """``record_function`` ranges, ProfilerStep#N and DataLoader annotations on the CPU."""
+        return self.view(Kind.USER_ANNOTATION)
+
+    def runtime_calls(self) -> EventView:
+        """CUDA/HIP runtime and driver calls (launches, copies, syncs, allocations)."""
+        return self.view(Kind.RUNTIME, Kind.DRIVER)
+
+    def python_functions(self) -> EventView:
+        return self.view(Kind.PYTHON)
+
+    def memory_events(self) -> EventView:
+        """``[memory]`` allocation events (profile_memory)."""
+        return self.view(Kind.MEMORY)
+
+    def steps(self) -> EventView:
+        """The ``ProfilerStep#N`` annotations."""
+        ann = self.annotations()
+        return ann.where_name(r"^ProfilerStep#\d+")
+
     # ----- typed args, decoded on demand ------------------------------------------------------
     def op_inputs(self, row: int) -> OpInputs:
         """Shapes, dtypes and concrete values recorded for an op with ``record_shapes``."""
@@ -275,6 +311,68 @@ class Trace:
         except msgspec.MsgspecError:
             return {}
         return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class EventView:
+    """Some rows of a trace (from a typed query such as ``trace.kernels()``), with column accessors."""
+
+    trace: Trace
+    rows: I64
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def names(self) -> list[str]:
+        strings = self.trace.strings
+        return [strings[i] for i in self.trace.columns.name[self.rows].tolist()]
+
+    @property
+    def ts_ns(self) -> I64:
+        return self.trace.columns.ts[self.rows]
+
+    @property
+    def dur_ns(self) -> I64:
+        return self.trace.columns.dur[self.rows]
+
+    @property
+    def end_ns(self) -> I64:
+        return self.ts_ns + self.dur_ns
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        """Any column of :class:`Columns` for these rows (e.g. ``"device"``, ``"correlation"``)."""
+        if name not in Columns.__dataclass_fields__:
+            raise KeyError(f"no column {name!r}; columns: {', '.join(Columns.__dataclass_fields__)}")
+        values: npt.NDArray[Any] = getattr(self.trace.columns, name)[self.rows]
+        return values
+
+    def where_name(self, pattern: str) -> EventView:
+        """The rows whose name matches the regular expression (searched)."""
+        return EventView(self.trace, self.rows[self.trace.name_matches(self.rows, pattern)])
+
+    def on_device(self, device: int) -> EventView:
+        return EventView(self.trace, self.rows[self.trace.columns.device[self.rows] == device])
+
+    def records(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Plain dicts (name, kind, ts_ns, dur_ns, pid, tid, device, correlation, external_id)."""
+        rows = self.rows if limit is None else self.rows[:limit]
+        c = self.trace.columns
+        return [
+            {
+                "row": r,
+                "name": self.trace.strings[int(c.name[r])],
+                "kind": Kind(int(c.kind[r])).name.lower(),
+                "ts_ns": int(c.ts[r]),
+                "dur_ns": int(c.dur[r]),
+                "pid": int(c.pid[r]),
+                "tid": int(c.tid[r]),
+                "device": int(c.device[r]),
+                "correlation": int(c.correlation[r]),
+                "external_id": int(c.external_id[r]),
+            }
+            for r in rows.tolist()
+        ]
 
 
 @dataclass

@@ -1,0 +1,34 @@
+"""The typed query methods of a Trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kineto_builder import TraceBuilder
+
+import aiprof
+from aiprof.trace import Trace
+
+
+def test_views_select_by_kind_name_and_device(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=50)
+    b.step(1, ts=50, dur=50)
+    op = b.cpu_op("aten::mm", ts=1, dur=10)
+    b.launch(op, kernel="sgemm_128x64_nn", kernel_ts=5, kernel_dur=3, device=0)
+    b.launch(op, kernel="add_kernel", kernel_ts=9, kernel_dur=1.5, device=1)
+    trace = aiprof.load(b.write(tmp_path / "t.json.gz"))
+    assert isinstance(trace, Trace)
+    assert trace.steps().names == ["ProfilerStep#0", "ProfilerStep#1"]
+    kernels = trace.kernels()
+    assert kernels.names == ["sgemm_128x64_nn", "add_kernel"]
+    assert kernels.dur_ns.tolist() == [3000, 1500]
+    assert kernels.where_name("^add").names == ["add_kernel"]
+    assert kernels.on_device(1).column("device").tolist() == [1]
+    assert trace.ops().names == ["aten::mm"]
+    assert len(trace.runtime_calls()) == 2
+    (record,) = kernels.records(limit=1)
+    assert record["kind"] == "kernel" and record["ts_ns"] == 5000
+    with pytest.raises(KeyError, match="no column"):
+        kernels.column("nope")
