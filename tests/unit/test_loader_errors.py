@@ -327,3 +327,34 @@ def test_path_is_a_folder_inside_file_list(tmp_path: Path) -> None:
     good_trace().write(tmp_path / "rank1.json")
     runs = aiprof.load([tmp_path / "a", tmp_path / "rank1.json"])
     assert len(runs) == 2  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Through the CLI: exit code 2, one line on stderr, no traceback
+# ---------------------------------------------------------------------------------------------------
+def _cli_cases(tmp: Path) -> list[Path]:
+    empty = tmp / "empty.json"
+    empty.write_bytes(b"")
+    not_json = tmp / "not.json"
+    not_json.write_text("hello")
+    not_trace = tmp / "nodes.json"
+    not_trace.write_text('{"nodes": []}')
+    bad_gz = tmp / "bad.json.gz"
+    bad_gz.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 30)
+    folder = tmp / "nothing"
+    folder.mkdir()
+    return [empty, not_json, not_trace, bad_gz, folder, tmp / "missing.json"]
+
+
+def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    for path in _cli_cases(tmp_path):
+        proc = subprocess.run(
+            [sys.executable, "-m", "aiprof", "analyze", str(path)], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, (path, proc.stderr)
+        assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and path.name in lines[0], (path, proc.stderr)
