@@ -1,0 +1,145 @@
+"""Metadata of a run: versions, machine, devices, command line and a few environment variables.
+
+Environment variables are copied only from an explicit allow-list: traces found in the wild leak
+tokens (HF_TOKEN, WANDB_API_KEY, AWS keys) through exactly this field. The command line is kept, with
+the values of options that look like secrets replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# Only variables that change performance and hold no secrets.
+ENV_ALLOW_LIST: tuple[str, ...] = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "KMP_AFFINITY",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "NCCL_DEBUG",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_IB_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
+
+_SECRET_OPTION = re.compile(r"(token|secret|passw|api[-_]?key|credential|auth)", re.IGNORECASE)
+
+
+def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed variables that are set; nothing else, ever."""
+    env = os.environ if environ is None else environ
+    return {name: env[name] for name in ENV_ALLOW_LIST if name in env}
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """The command line with the values of secret-looking options (``--hf-token X``, ``--api-key=X``) hidden."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        if arg.startswith("-") and _SECRET_OPTION.search(arg):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name: /proc/cpuinfo on Linux, platform elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_info() -> dict[str, Any]:
+    """Machine facts that explain a timing: CPU, cores, memory, OS, Python."""
+    info: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_model": cpu_model(),
+        "cores_logical": os.cpu_count(),
+    }
+    try:
+        info["cores_available"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        import psutil
+
+        info["cores_physical"] = psutil.cpu_count(logical=False)
+        info["memory_bytes"] = int(psutil.virtual_memory().total)
+    except ImportError:
+        pass
+    return info
+
+
+def torch_info() -> dict[str, Any]:
+    """Versions and devices as seen by torch in the profiled process (torch is imported there already)."""
+    import torch
+
+    info: dict[str, Any] = {
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "cudnn": _cudnn_version(torch),
+        "torch_threads": torch.get_num_threads(),
+        "devices": [{"type": "cpu", "name": cpu_model()}],
+    }
+    if torch.cuda.is_available():
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            info["devices"].append(
+                {
+                    "type": "cuda",
+                    "index": index,
+                    "name": props.name,
+                    "memory_bytes": int(props.total_memory),
+                    "capability": f"{props.major}.{props.minor}",
+                    "sms": int(props.multi_processor_count),
+                }
+            )
+    return info
+
+
+def _cudnn_version(torch: Any) -> int | None:
+    try:
+        version = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001 - a CPU build may raise on query
+        return None
+    return int(version) if version else None

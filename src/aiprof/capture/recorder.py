@@ -1,0 +1,113 @@
+"""The torch.profiler wrapper: one profiler per process, driven by a schedule, one file per cycle.
+
+torch is imported only when a recorder starts. CUDA activities are added when
+``torch.cuda.is_available()``; everything else is the same code path on the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiprof.capture.options import CaptureOptions
+from aiprof.capture.rundir import part_path
+
+
+@contextlib.contextmanager
+def _no_idle_inductor_import() -> Iterator[None]:
+    """Keep torch.profiler from importing torch._inductor (2-3 s) when the script does not use it.
+
+    ``profile.prepare_trace`` runs ``hasattr(torch, "_inductor")`` only to read inductor's cudagraphs
+    setting, which matters only when inductor is in use, i.e. already imported. Hiding the lazy
+    module for the duration of the call keeps the answer the same and saves the import.
+    """
+    torch = sys.modules.get("torch")
+    lazy = getattr(torch, "_lazy_modules", None)
+    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
+
+
+class Recorder:
+    """Owns the torch.profiler instance of this process; exports every finished cycle to a part file."""
+
+    def __init__(self, options: CaptureOptions, run_dir: Path, on_cycle: Callable[[Path], None] | None = None) -> None:
+        self.options = options
+        self.run_dir = run_dir
+        self.on_cycle = on_cycle
+        self.pid = os.getpid()
+        self.cycles: list[Path] = []
+        self.steps = 0  # profiler steps taken since start (== the N of ProfilerStep#N now running)
+        self.recorded: list[int] = []
+        self.export_errors: list[str] = []
+        self._prof: Any = None
+        self._stopped = False
+        self.cuda = False
+
+    @property
+    def started(self) -> bool:
+        return self._prof is not None
+
+    def start(self) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        s = self.options.schedule
+        activities = [ProfilerActivity.CPU]
+        self.cuda = bool(torch.cuda.is_available())
+        if self.cuda:
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(wait=s.wait, warmup=s.warmup, active=s.active, repeat=s.repeat, skip_first=s.skip_first),
+            on_trace_ready=self._trace_ready,
+            record_shapes=self.options.record_shapes,
+            profile_memory=self.options.profile_memory,
+            with_stack=self.options.with_stack,
+        )
+        with _no_idle_inductor_import():
+            self._prof.start()
+        self._note_action()
+
+    def step(self) -> None:
+        """End the current step. Cheap when the schedule is waiting or done."""
+        if self._prof is None or self._stopped:
+            return
+        with _no_idle_inductor_import():
+            self._prof.step()
+        self.steps += 1
+        self._note_action()
+
+    def _note_action(self) -> None:
+        from torch.profiler import ProfilerAction
+
+        if self._prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self.recorded.append(self.steps)
+
+    def stop(self) -> None:
+        """Stop the profiler; a cycle cut short by an exit is still exported with its steps so far."""
+        if self._prof is None or self._stopped:
+            return
+        self._stopped = True
+        with _no_idle_inductor_import():
+            self._prof.stop()
+
+    def _trace_ready(self, prof: Any) -> None:
+        path = part_path(self.run_dir, self.pid, len(self.cycles))
+        try:
+            prof.export_chrome_trace(str(path))
+        except Exception as err:  # noqa: BLE001 - a failed export must not kill the training run
+            self.export_errors.append(f"cycle {len(self.cycles)}: {err}")
+            return
+        self.cycles.append(path)
+        if self.on_cycle is not None:
+            self.on_cycle(path)

@@ -1,0 +1,267 @@
+"""``aiprof run``'s parent process: check the command, create the run directory, start the script
+with profiling injected, sample telemetry, forward signals, and settle the run directory at the end.
+
+The parent never imports torch. It samples telemetry for the whole process tree (so a torchrun
+job's ranks and DataLoader workers count), and after the script exits it combines each process's
+cycle files into ``rank<N>.pt.trace.json.gz`` with the telemetry counters on the trace's clock.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from aiprof.capture import bootstrap, rundir
+from aiprof.capture.api import run_header, settle, telemetry_header
+from aiprof.capture.options import CaptureOptions
+from aiprof.capture.session import finish_trace
+from aiprof.errors import AiprofError
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+_FLAGS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
+
+
+@dataclass
+class Command:
+    """The command to run, and what we could tell about it before running it."""
+
+    argv: list[str]
+    python: str | None = None  # the interpreter, when the command is a Python one
+    script: Path | None = None
+    module: str | None = None
+    label: str = "python"
+    notes: list[str] = field(default_factory=list)
+
+
+def parse_command(argv: list[str]) -> Command:
+    """``train.py args`` runs with this Python; ``python ...`` and anything else run as given."""
+    if not argv:
+        raise AiprofError("no command given; usage: aiprof run [options] -- python train.py [args]")
+    first = argv[0]
+    if first.endswith(".py") or (Path(first).is_file() and not os.access(first, os.X_OK)):
+        argv = [sys.executable, *argv]
+    elif first == "-m":
+        argv = [sys.executable, *argv]
+    exe = argv[0]
+    if not _PYTHON.match(Path(exe).name):
+        return Command(argv, label=Path(exe).name)
+    python = exe if os.sep in exe else shutil.which(exe)
+    if python is None:
+        raise AiprofError(f"{exe}: command not found; check the interpreter name or PATH")
+    cmd = Command(argv, python=python)
+    i = 1
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m" and i + 1 < len(argv):
+            cmd.module, cmd.label = argv[i + 1], argv[i + 1].rsplit(".", 1)[-1]
+            return cmd
+        if arg == "-c" or arg == "-":
+            cmd.label = "python-c"
+            return cmd
+        if arg in _FLAGS_WITH_VALUE:
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        cmd.script, cmd.label = Path(arg), Path(arg).stem
+        return cmd
+    raise AiprofError("the Python command names no script; usage: aiprof run -- python train.py [args]")
+
+
+def preflight(cmd: Command) -> None:
+    """Errors a user can fix before anything runs: missing script, syntax error, no torch."""
+    if cmd.script is not None:
+        if not cmd.script.is_file():
+            raise AiprofError(f"{cmd.script}: no such script; check the path")
+        try:
+            source = cmd.script.read_bytes()
+            compile(source, str(cmd.script), "exec", dont_inherit=True)
+        except SyntaxError as err:
+            raise AiprofError(f"{cmd.script}:{err.lineno}: syntax error: {err.msg}; fix the script and rerun") from None
+        except (OSError, ValueError) as err:
+            raise AiprofError(f"{cmd.script}: cannot read the script ({err})") from None
+    if cmd.python is not None and not _has_torch(cmd.python):
+        raise AiprofError(f"torch is not installed for {cmd.python}; install it (pip install torch) or run with the Python that has it")
+
+
+def _has_torch(python: str) -> bool:
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        import importlib.util
+
+        return importlib.util.find_spec("torch") is not None
+    probe = "import importlib.util,sys;sys.exit(0 if importlib.util.find_spec('torch') else 3)"
+    try:
+        return subprocess.run([python, "-c", probe], timeout=60, env=_clean_env()).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _clean_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(bootstrap.ENV_OPTIONS, None)
+    env.pop(bootstrap.ENV_RUN_DIR, None)
+    return env
+
+
+def inject_dir() -> Path:
+    """A folder for PYTHONPATH with our sitecustomize and a link to this aiprof package, nothing else."""
+    import aiprof
+
+    folder = Path(tempfile.mkdtemp(prefix="aiprof-inject-"))
+    package = Path(aiprof.__file__).resolve().parent
+    os.symlink(package, folder / "aiprof")
+    shutil.copyfile(package / "capture" / "_inject" / "sitecustomize.py", folder / "sitecustomize.py")
+    return folder
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    exit_code: int
+    meta: dict[str, Any]
+
+
+class Runner:
+    """Runs one command under capture. ``run()`` returns the script's exit status (128+N for a signal)."""
+
+    def __init__(self, command: list[str], options: CaptureOptions, out: Path | None) -> None:
+        self.cmd = parse_command(command)
+        self.options = options
+        self.out = out
+        self.child: subprocess.Popen[bytes] | None = None
+        self.signals: list[int] = []
+
+    def run(self) -> RunResult:
+        preflight(self.cmd)
+        explicit = self.out is not None
+        run_dir = rundir.create_new(self.out or rundir.default_run_dir(self.cmd.label), explicit=explicit).resolve()
+        header = run_header(self.options, self.cmd.argv, mode="run")
+        rundir.update_meta(run_dir, lambda m: m.update(header, status="running"))
+        folder = inject_dir()
+        try:
+            code = self._run_child(run_dir, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        meta = self._settle(run_dir, code)
+        return RunResult(run_dir, code, meta)
+
+    def _env(self, run_dir: Path, folder: Path) -> dict[str, str]:
+        env = dict(os.environ)
+        env[bootstrap.ENV_OPTIONS] = self.options.to_json()
+        env[bootstrap.ENV_RUN_DIR] = str(run_dir)
+        env["PYTHONPATH"] = os.pathsep.join([str(folder), *filter(None, [env.get("PYTHONPATH")])])
+        return env
+
+    def _run_child(self, run_dir: Path, folder: Path) -> int:
+        sampler: Any = None
+        notes: dict[str, str] = {}
+        try:
+            self.child = subprocess.Popen(self.cmd.argv, env=self._env(run_dir, folder))
+        except OSError as err:
+            raise AiprofError(f"{self.cmd.argv[0]}: cannot start ({err.strerror}); check the command") from None
+        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            if self.options.telemetry:
+                sampler, notes = self._start_sampler(run_dir, self.child.pid)
+            rundir.update_meta(run_dir, lambda m: m.update(telemetry=telemetry_header(self.options, sampler, notes)))
+            code = self._wait()
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if sampler is not None:
+            rundir.update_meta(run_dir, lambda m: m["telemetry"].update(samples=sampler.samples, errors=sampler.errors))
+        return code
+
+    def _start_sampler(self, run_dir: Path, pid: int) -> tuple[Any, dict[str, str]]:
+        from aiprof.capture.telemetry import TelemetrySampler, default_probes
+
+        try:
+            probes, notes = default_probes(pid)
+        except Exception as err:  # noqa: BLE001 - the child may already be gone
+            return None, {"system": f"skipped: {err}"}
+        if not probes:
+            return None, notes
+        sampler = TelemetrySampler(run_dir / rundir.TELEMETRY, probes, self.options.telemetry_interval_s)
+        sampler.start()
+        return sampler, notes
+
+    def _wait(self) -> int:
+        assert self.child is not None
+        while True:
+            try:
+                rc = self.child.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover - our handler replaces SIGINT's default
+                continue
+        return 128 - rc if rc < 0 else rc
+
+    def _forward(self, signum: int, frame: FrameType | None) -> None:
+        """Pass the signal to the script, which flushes and exits; we wait for it."""
+        self.signals.append(signum)
+        if self.child is not None and self.child.poll() is None:
+            try:
+                self.child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def _settle(self, run_dir: Path, code: int) -> dict[str, Any]:
+        """Combine every process's cycles into its rank trace (with telemetry); set the final status."""
+        meta = rundir.read_meta(run_dir)
+        interval = self.options.telemetry_interval_s
+        telemetry_dir = run_dir if self.options.telemetry else None
+        claimed: set[str] = set()
+        entries: list[dict[str, Any]] = meta.get("ranks", [])
+        for entry in entries:
+            parts = [run_dir / name for name in entry.get("cycle_files", []) if (run_dir / name).exists()]
+            claimed.update(p.name for p in parts)
+            if parts:
+                path = rundir.trace_path(run_dir, int(entry.get("rank", 0)), int(entry.get("pid", 0)))
+                entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
+                entry["trace_files"] = [path.name]
+        orphans = self._orphans(run_dir, claimed)
+        for pid, parts in orphans.items():  # a process killed before it could write its metadata
+            path = run_dir / f"pid{pid}{rundir.TRACE_SUFFIX}"
+            finish_trace(parts, path, telemetry_dir, interval)
+            entries.append({"rank": None, "pid": pid, "status": "incomplete", "reason": "killed before its flush", "trace_files": [path.name]})
+
+        def final(m: dict[str, Any]) -> None:
+            m["ranks"] = entries
+            settle(m, time.time_ns())
+            m["exit_code"] = code
+            if self.signals:
+                m["signals_received"] = [signal.Signals(s).name for s in self.signals]
+            if code != 0:
+                m["status"] = "incomplete"
+                m["reason"] = _exit_reason(code) + (f"; {m['reason']}" if m.get("reason") else "")
+
+        return rundir.update_meta(run_dir, final)
+
+    @staticmethod
+    def _orphans(run_dir: Path, claimed: set[str]) -> dict[int, list[Path]]:
+        found: dict[int, list[Path]] = {}
+        for part in sorted(run_dir.glob(f".pid*{rundir.PART_SUFFIX}")):
+            if part.name in claimed:
+                continue
+            match = re.match(r"\.pid(\d+)\.cycle", part.name)
+            if match:
+                found.setdefault(int(match.group(1)), []).append(part)
+        return {pid: rundir.parts_of(run_dir, pid) for pid in found}
+
+
+def _exit_reason(code: int) -> str:
+    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
+        return f"the script was stopped by {signal.Signals(code - 128).name}"
+    return f"the script exited with status {code}"

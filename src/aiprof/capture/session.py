@@ -1,0 +1,305 @@
+"""One process's capture: the recorder, step detection, data-loader tracking, optional telemetry,
+and the flush that writes everything out whatever way the process ends.
+
+Used by the Python API (``aiprof.profile``: the profiler starts on entry) and by the process that
+``aiprof run`` injects into (the profiler starts at the first step marker, so a process that never
+trains — a launcher, a worker — records nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from aiprof.capture import dataloader as dl
+from aiprof.capture import rundir, steps
+from aiprof.capture.options import CaptureOptions
+from aiprof.capture.recorder import Recorder
+from aiprof.capture.telemetry import TelemetrySampler, read_rows
+from aiprof.capture.traces import add_telemetry, combine, write_trace
+from aiprof.errors import AiprofWarning
+
+SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class CaptureSession:
+    """State of the capture in this process. ``finalize`` is idempotent and safe from a signal handler."""
+
+    def __init__(
+        self,
+        options: CaptureOptions,
+        run_dir: Path,
+        *,
+        lazy_start: bool,
+        write_traces: bool,
+        sampler: TelemetrySampler | None = None,
+    ) -> None:
+        self.options = options
+        self.run_dir = run_dir
+        self.lazy_start = lazy_start
+        self.write_traces = write_traces  # False under `aiprof run`: the parent combines and adds telemetry
+        self.sampler = sampler
+        self.pid = os.getpid()
+        self.recorder = Recorder(options, run_dir)
+        self.tracker = dl.DataLoaderTracker()
+        self.markers = 0
+        self.started_ns = time.time_ns()
+        self.finished = False
+        self.status = "running"
+        self.reason: str | None = None
+        self.rank: int | None = None
+        self.trace_files: list[str] = []
+        self._pending = False
+        self._explicit_seen = False
+        self._last_source = ""
+        self._first_optimizer: int | None = None
+        self._remove_forward_hook: Callable[[], None] | None = None
+        self._uninstall: list[Callable[[], None]] = []
+        self._busy = False
+        self._deferred_signal: int | None = None
+        self._old_term: SignalHandler = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def install_torch_hooks(self) -> None:
+        """Hook the optimizer, the DataLoader and the step marker (torch must be importable now)."""
+        dl.install()
+        dl.set_tracker(self.tracker)
+        self.tracker.before_next = self.apply_pending
+        if self.options.auto_step:
+            self._uninstall.append(steps.install_optimizer_hook(self.on_optimizer_step, self.apply_pending))
+        marker = self.options.step_marker
+        if marker:
+            module, qualname = steps.parse_marker(marker)
+            if module is None:
+                self._uninstall.append(steps.install_module_class_marker(qualname, lambda: self.mark("marker")))
+            else:
+                self._patch_marker_when_imported(module, qualname)
+
+    def _patch_marker_when_imported(self, module: str, qualname: str) -> None:
+        def patch(mod: Any) -> None:
+            try:
+                steps.patch_function(mod, qualname, lambda: self.mark("marker"))
+            except AttributeError:
+                warnings.warn(f"--step-marker: {module} has no {qualname}; no steps will be marked by it", AiprofWarning, stacklevel=2)
+
+        if module in sys.modules:
+            patch(sys.modules[module])
+        else:
+            hooks = _post_import_hooks()
+            hooks.when_imported(module, patch)
+
+    def start(self) -> None:
+        """API mode: the profiler starts now and step 0 begins."""
+        self.install_torch_hooks()
+        if not self.lazy_start:
+            self.recorder.start()
+            self.tracker.begin(0)
+
+    # --- steps -----------------------------------------------------------------------------
+    def mark(self, source: str) -> None:
+        """A step ends here. ``source`` is "explicit" (aiprof.step / prof.step), "optimizer" or "marker"."""
+        if self.finished or os.getpid() != self.pid:
+            return
+        if source == "explicit":
+            first = not self._explicit_seen
+            self._explicit_seen = True
+            if self._pending:
+                self._drop_pending()
+            elif first and self._last_source == "optimizer":
+                return  # the optimizer hook already ended this step; explicit calls take over from here
+        self._last_source = source
+        self._busy = True
+        try:
+            self.markers += 1
+            if not self.recorder.started:
+                self.recorder.start()
+                self.tracker.end_step(0)
+            else:
+                self.recorder.step()
+                self.tracker.end_step(self.recorder.steps)
+            self._note_rank()
+        finally:
+            self._busy = False
+        if self._deferred_signal is not None:
+            self._on_term(self._deferred_signal, None)
+
+    def on_optimizer_step(self, optimizer: Any) -> None:
+        if self._explicit_seen or self.finished or os.getpid() != self.pid:
+            return
+        if self._first_optimizer is None:
+            self._first_optimizer = id(optimizer)
+        if id(optimizer) != self._first_optimizer or self._pending:
+            return
+        self._pending = True
+        self._remove_forward_hook = steps.one_shot_forward_pre_hook(self.apply_pending)
+
+    def apply_pending(self) -> None:
+        if self._pending:
+            self._drop_pending()
+            self.mark("optimizer")
+
+    def _drop_pending(self) -> None:
+        self._pending = False
+        if self._remove_forward_hook is not None:
+            self._remove_forward_hook()
+            self._remove_forward_hook = None
+
+    def _note_rank(self) -> None:
+        if self.rank is None or self.rank == 0:
+            self.rank = current_rank()
+
+    # --- signals ---------------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        """Flush on SIGTERM, then die by SIGTERM as the script would have; only if nobody else handles it."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+
+    def restore_signal_handlers(self) -> None:
+        if self._old_term is not None and threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGTERM) == self._on_term:
+                signal.signal(signal.SIGTERM, self._old_term)
+            self._old_term = None
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.pid:  # a forked worker inherited the handler
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self._busy:
+            self._deferred_signal = signum  # inside our own bookkeeping: finish it first
+            return
+        self.finalize("incomplete", f"terminated by {signal.Signals(signum).name}")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    # --- flush -----------------------------------------------------------------------------
+    def finalize(self, status: str, reason: str | None = None) -> None:
+        """Write everything this process has; never raises (it runs at exit and in signal handlers)."""
+        if self.finished or os.getpid() != self.pid:
+            return
+        if not self._busy:
+            _quietly(self.apply_pending)  # the last optimizer step finished that step
+        self.finished = True
+        self.status, self.reason = status, reason
+        self._drop_pending()
+        dl.set_tracker(None)
+        for uninstall in self._uninstall:
+            _quietly(uninstall)
+        _quietly(self.recorder.stop)
+        if self.rank is None:
+            self._note_rank()
+        if self.sampler is not None:
+            _quietly(self.sampler.stop)
+        _quietly(self._write_outputs)
+
+    def _write_outputs(self) -> None:
+        rank = self.rank if self.rank is not None else 0
+        if self.tracker.active or self.markers:
+            self.tracker.write_csv(rundir.dataloader_path(self.run_dir, rank, self.pid))
+        if self.write_traces and self.recorder.cycles:
+            path = rundir.trace_path(self.run_dir, rank, self.pid)
+            finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,
+                         self.options.telemetry_interval_s)
+            self.trace_files.append(path.name)
+        rundir.update_meta(self.run_dir, self._merge_rank)
+
+    def rank_entry(self) -> dict[str, Any]:
+        """This process's part of ``meta.json``."""
+        from aiprof.capture.meta import torch_info
+
+        entry: dict[str, Any] = {
+            "rank": self.rank if self.rank is not None else 0,
+            "pid": self.pid,
+            "status": self.status,
+            "reason": self.reason,
+            "steps_seen": self.markers,
+            "profiler_steps": self.recorder.steps,
+            "recorded_steps": self.recorder.recorded,
+            "cycles": len(self.recorder.cycles),
+            "cycle_files": [p.name for p in self.recorder.cycles],
+            "trace_files": self.trace_files,
+            "export_errors": self.recorder.export_errors,
+            "dataloader": self.tracker.summary(),
+            "started_unix_ns": self.started_ns,
+            "finished_unix_ns": time.time_ns(),
+        }
+        if "torch" in sys.modules:
+            try:
+                entry.update(torch_info())
+            except Exception as err:  # noqa: BLE001 - metadata must not stop the flush
+                entry["torch_info_error"] = str(err)
+        return entry
+
+    def _merge_rank(self, meta: dict[str, Any]) -> None:
+        entry = self.rank_entry()
+        ranks = [r for r in meta.get("ranks", []) if r.get("pid") != self.pid]
+        meta["ranks"] = sorted(ranks + [entry], key=lambda r: (r.get("rank", 0), r.get("pid", 0)))
+
+
+def finish_trace(parts: list[Path], path: Path, telemetry_dir: Path | None, interval_s: float) -> int:
+    """Combine a process's cycle files into ``path`` with telemetry counters; remove the parts."""
+    doc = combine(parts)
+    rows = 0
+    telemetry = telemetry_dir / rundir.TELEMETRY if telemetry_dir is not None else None
+    if telemetry is not None and telemetry.exists():
+        rows = add_telemetry(doc, lambda a, b: read_rows(telemetry, a, b), margin_us=2 * interval_s * 1e6)
+    doc.setdefault("aiprof", {})["telemetry_rows"] = rows
+    write_trace(doc, path)
+    for part in parts:
+        _quietly(part.unlink)
+    return rows
+
+
+def current_rank() -> int:
+    """torch.distributed's rank when initialised, else $RANK (torchrun), else 0."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _quietly(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception as err:  # noqa: BLE001 - the flush must go on; say what failed
+        print(f"aiprof: warning: {getattr(fn, '__qualname__', fn)}: {err}", file=sys.stderr)
+
+
+_HOOKS: steps.PostImportHooks | None = None
+_CURRENT: CaptureSession | None = None
+
+
+def current() -> CaptureSession | None:
+    """The live session of this process (API or injected), if any."""
+    session = _CURRENT
+    if session is None or session.finished or session.pid != os.getpid():
+        return None
+    return session
+
+
+def set_current(session: CaptureSession | None) -> None:
+    global _CURRENT
+    _CURRENT = session
+
+
+def _post_import_hooks() -> steps.PostImportHooks:
+    global _HOOKS
+    if _HOOKS is None:
+        _HOOKS = steps.PostImportHooks()
+    return _HOOKS

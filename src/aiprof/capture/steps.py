@@ -1,0 +1,197 @@
+"""Step detection without code changes.
+
+* Training: a global optimizer step post-hook. The hook runs *inside* torch's
+  ``Optimizer.step#...`` record_function, so the step boundary is not placed there (ProfilerStep
+  spans would cross the optimizer span); it is marked pending and applied at the next clean point:
+  the next batch request, ``zero_grad``, or the next module forward, whichever comes first.
+  With several optimizers (GANs), only the first one that steps counts.
+* Inference: ``--step-marker`` names an ``nn.Module`` class (a step ends when its outermost forward
+  returns) or a function ``pkg.mod:func`` / ``pkg.mod:Class.method`` (a step ends when it returns).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+from aiprof.errors import AiprofError
+
+StepFn = Callable[[], None]
+
+
+class PostImportHooks(importlib.abc.MetaPathFinder):
+    """Run callbacks right after a module is first imported (to patch torch without importing it)."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
+        self._busy: set[str] = set()
+
+    def when_imported(self, name: str, callback: Callable[[ModuleType], None]) -> None:
+        module = sys.modules.get(name)
+        if module is not None:
+            callback(module)
+            return
+        self.callbacks.setdefault(name, []).append(callback)
+        if self not in sys.meta_path:
+            sys.meta_path.insert(0, self)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.callbacks or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        callbacks = self.callbacks.pop(fullname)
+        original = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            original(module)
+            for callback in callbacks:
+                callback(module)
+
+        try:
+            spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        except AttributeError:
+            self.callbacks[fullname] = callbacks
+            return None
+        return spec
+
+
+def install_optimizer_hook(on_step: Callable[[Any], None], on_zero_grad: StepFn) -> Callable[[], None]:
+    """Register the global optimizer hook and the zero_grad patch; returns an uninstaller."""
+    from torch.optim import optimizer as optim_mod
+
+    handle = optim_mod.register_optimizer_step_post_hook(lambda opt, args, kwargs: on_step(opt))
+    original = optim_mod.Optimizer.zero_grad
+
+    @functools.wraps(original)
+    def zero_grad(self: Any, *args: Any, **kwargs: Any) -> Any:
+        on_zero_grad()
+        return original(self, *args, **kwargs)
+
+    optim_mod.Optimizer.zero_grad = zero_grad  # type: ignore[method-assign]
+
+    def uninstall() -> None:
+        handle.remove()
+        if optim_mod.Optimizer.zero_grad is zero_grad:
+            optim_mod.Optimizer.zero_grad = original  # type: ignore[method-assign]
+
+    return uninstall
+
+
+def one_shot_forward_pre_hook(callback: StepFn) -> Callable[[], None]:
+    """A global module forward pre-hook that fires once; returns its remover (idempotent)."""
+    from torch.nn.modules import module as module_mod
+
+    handle: Any = None
+
+    def hook(mod: Any, args: Any) -> None:
+        remove()
+        callback()
+
+    def remove() -> None:
+        nonlocal handle
+        if handle is not None:
+            handle.remove()
+            handle = None
+
+    handle = module_mod.register_module_forward_pre_hook(hook)
+    return remove
+
+
+class _Depth(threading.local):
+    value = 0
+
+
+def wrap_ending_step(fn: Callable[..., Any], on_step: StepFn) -> Callable[..., Any]:
+    """``fn`` that ends a step each time its outermost call returns (recursion and nesting count once)."""
+    depth = _Depth()
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        depth.value += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            depth.value -= 1
+            if depth.value == 0:
+                on_step()
+
+    wrapper._aiprof_marker = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+def parse_marker(spec: str) -> tuple[str | None, str]:
+    """``pkg.mod:qual.name`` → (module, qualname); a bare ``Name`` → (None, class name)."""
+    spec = spec.strip()
+    if ":" in spec:
+        module, _, qualname = spec.partition(":")
+        if not module or not qualname:
+            raise AiprofError(f"--step-marker {spec!r}: expected MODULE:FUNCTION, MODULE:Class.method or a Module class name")
+        return module, qualname
+    if not spec.isidentifier():
+        raise AiprofError(f"--step-marker {spec!r}: expected MODULE:FUNCTION, MODULE:Class.method or a Module class name")
+    return None, spec
+
+
+def patch_function(module: ModuleType, qualname: str, on_step: StepFn) -> None:
+    """Replace ``module.<qualname>`` by a wrapper that ends a step after each outermost call."""
+    owner: Any = module
+    parts = qualname.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    target = getattr(owner, parts[-1])
+    if getattr(target, "_aiprof_marker", False):
+        return
+    setattr(owner, parts[-1], wrap_ending_step(target, on_step))
+
+
+def install_module_class_marker(class_name: str, on_step: StepFn) -> Callable[[], None]:
+    """End a step after each outermost forward of the nn.Module class named ``class_name``.
+
+    The class may live in the script itself, so it is found by name: a global forward hook watches
+    until the first instance runs, then the class's ``forward`` is wrapped and the global hook (which
+    slows every module call) is removed.
+    """
+    from torch.nn.modules import module as module_mod
+
+    handle: Any = None
+
+    def hook(mod: Any, args: Any, output: Any) -> None:
+        cls = type(mod)
+        if cls.__name__ != class_name and cls.__qualname__ != class_name:
+            return
+        remove()
+        if not getattr(cls.forward, "_aiprof_marker", False):
+            cls.forward = wrap_ending_step(cls.forward, on_step)
+        on_step()  # this call, which the wrapper did not see
+
+    def remove() -> None:
+        nonlocal handle
+        if handle is not None:
+            handle.remove()
+            handle = None
+
+    handle = module_mod.register_module_forward_hook(hook)
+    return remove
+
+
+def resolve_now(module_name: str) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as err:
+        raise AiprofError(f"--step-marker: cannot import {module_name} ({err})") from None

@@ -1,0 +1,122 @@
+"""``aiprof run [options] -- python train.py args...``: profile a script without changing it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiprof.errors import EXIT_USAGE, AiprofError
+
+
+
+class RunCommand:
+    name = "run"
+    help = "run a training or inference script with profiling injected and write a run directory"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        from aiprof.capture.options import CaptureOptions, Schedule
+
+        s, o = Schedule(), CaptureOptions()
+        parser.usage = "aiprof run [options] -- python train.py [args...]   (or: aiprof run [options] train.py [args...])"
+        parser.add_argument("--out", type=Path, help="run directory to create (default: ./aiprof-runs/<time>-<script>/); never overwritten")
+        group = parser.add_argument_group("which steps to record (torch.profiler schedule, counted from the first step)")
+        group.add_argument("--wait", type=int, default=s.wait, help=f"steps to skip before recording (default {s.wait})")
+        group.add_argument("--warmup", type=int, default=s.warmup, help=f"profiler warm-up steps, not kept (default {s.warmup})")
+        group.add_argument("--active", type=int, default=s.active, help=f"steps recorded per cycle (default {s.active})")
+        group.add_argument("--repeat", type=int, default=s.repeat, help=f"cycles; 0 = until the script ends (default {s.repeat})")
+        group.add_argument("--skip-first", type=int, default=s.skip_first, help="steps to ignore before the first cycle (default 0)")
+        group = parser.add_argument_group("what the profiler records")
+        group.add_argument("--record-shapes", action=argparse.BooleanOptionalAction, default=o.record_shapes, help="input shapes of ops: FLOPs, roofline (default on)")
+        group.add_argument("--profile-memory", action=argparse.BooleanOptionalAction, default=o.profile_memory, help="allocator events (default on)")
+        group.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=o.with_stack, help="Python call stacks: source lines, costly (default off)")
+        group = parser.add_argument_group("steps and telemetry")
+        group.add_argument("--step-marker", metavar="SPEC", help="what ends a step besides optimizer.step(): an nn.Module class name (Model), or MODULE:FUNCTION")
+        group.add_argument("--no-auto-step", dest="auto_step", action="store_false", help="do not count optimizer.step() calls as steps")
+        group.add_argument("--telemetry-interval", type=float, default=o.telemetry_interval_s, metavar="SECONDS", help=f"sampling interval (default {o.telemetry_interval_s})")
+        group.add_argument("--no-telemetry", dest="telemetry", action="store_false", help="do not sample CPU/memory/disk/network/GPU")
+        parser.add_argument("--no-summary", dest="summary", action="store_false", help="do not analyse the run at the end")
+        parser.add_argument("script_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the script or command to run")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from aiprof.capture.options import CaptureOptions, Schedule
+        from aiprof.capture.runner import Runner
+
+        command = list(args.script_argv)
+        if command and command[0] == "--":
+            command = command[1:]
+        options = CaptureOptions(
+            schedule=Schedule(args.wait, args.warmup, args.active, args.repeat, args.skip_first),
+            record_shapes=args.record_shapes,
+            profile_memory=args.profile_memory,
+            with_stack=args.with_stack,
+            telemetry=args.telemetry,
+            telemetry_interval_s=args.telemetry_interval,
+            step_marker=args.step_marker,
+            auto_step=args.auto_step,
+        )
+        if options.step_marker:
+            from aiprof.capture.steps import parse_marker
+
+            parse_marker(options.step_marker)
+        result = Runner(command, options, args.out).run()
+        return report(result.run_dir, result.exit_code, result.meta, options, summary=args.summary)
+
+
+def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summary: bool) -> int:
+    """Say where the run is and what it holds; the exit status is the script's, or 2 if nothing was recorded."""
+    traces = meta.get("trace_files", [])
+    steps_seen = max((r.get("steps_seen", 0) for r in meta.get("ranks", [])), default=0)
+    if not traces:
+        why = _why_nothing(meta, steps_seen, options)
+        print(f"aiprof: error: {why}; wrote what exists to {run_dir} (marked incomplete)", file=sys.stderr)
+        return code if code != 0 else EXIT_USAGE
+    status = meta.get("status", "?")
+    note = "" if status == "complete" else f" ({meta.get('reason')})"
+    print(f"aiprof: run directory: {run_dir}  [{status}{note}]")
+    print(f"aiprof: {len(traces)} trace(s), steps recorded per rank: {_recorded(meta)}")
+    if summary:
+        _print_summary(run_dir)
+    print(f"aiprof: next: aiprof analyze {run_dir}")
+    return code
+
+
+def _why_nothing(meta: dict[str, Any], steps_seen: int, options: Any) -> str:
+    if not meta.get("ranks"):
+        return "no profiled process imported torch and ran a step (is it a PyTorch script?)"
+    if steps_seen == 0:
+        return "no steps detected: no optimizer.step() ran; call aiprof.step() each iteration or pass --step-marker"
+    return (
+        f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {options.schedule.describe()}; "
+        "lower --wait/--warmup or run more steps"
+    )
+
+
+def _recorded(meta: dict[str, Any]) -> str:
+    parts = []
+    for r in meta.get("ranks", []):
+        steps = r.get("recorded_steps") or []
+        if steps:
+            parts.append(f"rank {r.get('rank')}: {steps[0]}-{steps[-1]}" if len(steps) > 1 else f"rank {r.get('rank')}: {steps[0]}")
+    return ", ".join(parts) or "none"
+
+
+def _print_summary(run_dir: Path) -> None:
+    """The analysis summary, when the analysis side is installed; never fails the run."""
+    if importlib.util.find_spec("aiprof.analysis") is None or importlib.util.find_spec("aiprof.report.terminal") is None:
+        return
+    try:
+        from aiprof.analysis import analyze_run  # type: ignore[attr-defined,unused-ignore]
+        from aiprof.report.terminal import render_summary  # type: ignore[import-not-found,unused-ignore]
+
+        text = render_summary(analyze_run([run_dir]))
+    except AiprofError as err:
+        print(f"aiprof: summary unavailable: {err}", file=sys.stderr)
+        return
+    except Exception as err:  # noqa: BLE001 - the run itself succeeded; say why there is no summary
+        print(f"aiprof: summary unavailable ({type(err).__name__}: {err})", file=sys.stderr)
+        return
+    if text:
+        print(str(text).rstrip())
