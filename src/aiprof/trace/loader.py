@@ -16,6 +16,7 @@ import json
 import os
 import re
 import zlib
+from operator import attrgetter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,6 +292,18 @@ def _int64(values: Sequence[int]) -> I64:
         return np.array([v if _INT64_MIN <= v <= _INT64_MAX else -1 for v in values], dtype=np.int64)
 
 
+def _column(items: Sequence[Any], attr: str) -> I64:
+    """One int attribute of many structs as int64 (C-level map; out-of-range ints become -1)."""
+    try:
+        return np.fromiter(map(attrgetter(attr), items), dtype=np.int64, count=len(items))
+    except (OverflowError, TypeError, ValueError):
+        return _int64([getattr(item, attr) for item in items])
+
+
+def _floats(items: Sequence[Any], attr: str, dtype: Any = np.float64) -> npt.NDArray[Any]:
+    return np.fromiter(map(attrgetter(attr), items), dtype=dtype, count=len(items))
+
+
 def _prod3(dims: list[int] | None) -> int:
     if not dims:
         return -1
@@ -425,7 +438,7 @@ class _Builder:
 
     # --- one chunk ----------------------------------------------------------------------------
     def _chunk(self, events: list[Event]) -> None:
-        codes = np.fromiter(map(_PH_CODES.__getitem__, [e.ph for e in events]), dtype=np.int8, count=len(events))
+        codes = np.fromiter(map(_PH_CODES.__getitem__, map(attrgetter("ph"), events)), np.int8, len(events))
         meta = np.flatnonzero(codes == _PH_META).tolist()
         if meta:
             self._meta([events[i] for i in meta])
@@ -477,7 +490,10 @@ class _Builder:
 
     def _intern(self, values: list[str]) -> npt.NDArray[np.int32]:
         table = self.strings
-        return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int32)
+        for text in dict.fromkeys(values):
+            if text not in table:
+                table[text] = len(table)
+        return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _kinds(self, cats: list[str], names: list[str], instant: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
         lookup = self.kind_of_cat
@@ -497,8 +513,8 @@ class _Builder:
         return kind
 
     def _timed(self, events: list[Event], instant: npt.NDArray[np.bool_]) -> None:
-        ts_f = np.array([e.ts for e in events], dtype=np.float64)
-        dur_f = np.array([e.dur for e in events], dtype=np.float64)
+        ts_f = _floats(events, "ts")
+        dur_f = _floats(events, "dur")
         ok = np.isfinite(ts_f) & np.isfinite(dur_f) & (np.abs(ts_f) < _MAX_ABS_US) & (np.abs(dur_f) < _MAX_ABS_US)
         if not ok.all():
             self.bad_time += int((~ok).sum())
@@ -511,16 +527,16 @@ class _Builder:
         self.negative += int(negative.sum())
         dur_f[negative | instant] = 0.0
         n = len(events)
-        names = [e.name for e in events]
-        cats = [e.cat for e in events]
+        names = list(map(attrgetter("name"), events))
+        cats = list(map(attrgetter("cat"), events))
         cols: dict[str, npt.NDArray[Any]] = {
             "kind": self._kinds(cats, names, instant),
             "cat": self._intern(cats),
             "name": self._intern(names),
             "ts": _to_ns(ts_f),
             "dur": np.rint(dur_f * 1000.0).astype(np.int64),
-            "pid": self._ids([e.pid for e in events]),
-            "tid": self._ids([e.tid for e in events]),
+            "pid": self._ids(list(map(attrgetter("pid"), events))),
+            "tid": self._ids(list(map(attrgetter("tid"), events))),
             "device": np.full(n, -1, dtype=np.int32),
             "mem_device": np.full(n, -1, dtype=np.int32),
         }
@@ -542,14 +558,14 @@ class _Builder:
             return
         index = rows.tolist()
         args = _decode_args([events[i].args for i in index], OpArgs, _OP_DECODER)
-        ext = _int64([a.external_id for a in args])
-        legacy = _int64([a.external_id_legacy for a in args])
+        ext = _column(args, "external_id")
+        legacy = _column(args, "external_id_legacy")
         cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
-        cols["correlation"][rows] = _int64([a.correlation for a in args])
-        cols["seq"][rows] = _int64([a.seq for a in args])
-        cols["fwd_tid"][rows] = _int64([a.fwd_tid for a in args])
-        cols["python_id"][rows] = _int64([a.python_id for a in args])
-        cols["python_parent_id"][rows] = _int64([a.python_parent_id for a in args])
+        cols["correlation"][rows] = _column(args, "correlation")
+        cols["seq"][rows] = _column(args, "seq")
+        cols["fwd_tid"][rows] = _column(args, "fwd_tid")
+        cols["python_id"][rows] = _column(args, "python_id")
+        cols["python_parent_id"][rows] = _column(args, "python_parent_id")
         offset = self.rows
         with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
         piece.op_rows = [offset + i for i in with_dims]
@@ -566,25 +582,25 @@ class _Builder:
             return
         index = rows.tolist()
         args = _decode_args([events[i].args for i in index], GpuArgs, _GPU_DECODER)
-        ext = _int64([a.external_id for a in args])
-        legacy = _int64([a.external_id_legacy for a in args])
+        ext = _column(args, "external_id")
+        legacy = _column(args, "external_id_legacy")
         cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
-        cols["correlation"][rows] = _int64([a.correlation for a in args])
-        cols["nbytes"][rows] = _int64([a.bytes for a in args])
+        cols["correlation"][rows] = _column(args, "correlation")
+        cols["nbytes"][rows] = _column(args, "bytes")
         cols["grid"][rows] = _int64([_prod3(a.grid) for a in args])
         cols["block"][rows] = _int64([_prod3(a.block) for a in args])
-        cols["registers"][rows] = _int64([a.registers for a in args])
-        cols["shared_memory"][rows] = _int64([a.shared_memory for a in args])
-        cols["blocks_per_sm"][rows] = np.array([a.blocks_per_sm for a in args], dtype=np.float32)
-        cols["warps_per_sm"][rows] = np.array([a.warps_per_sm for a in args], dtype=np.float32)
-        cols["occupancy_pct"][rows] = np.array([a.occupancy for a in args], dtype=np.float32)
+        cols["registers"][rows] = _column(args, "registers")
+        cols["shared_memory"][rows] = _column(args, "shared_memory")
+        cols["blocks_per_sm"][rows] = _floats(args, "blocks_per_sm", np.float32)
+        cols["warps_per_sm"][rows] = _floats(args, "warps_per_sm", np.float32)
+        cols["occupancy_pct"][rows] = _floats(args, "occupancy", np.float32)
         # pid is the device index in every Kineto version; args.device only when pid is not one.
         pid = cols["pid"][rows]
-        device_arg = _int64([a.device for a in args])
+        device_arg = _column(args, "device")
         device = np.where((pid >= 0) & (pid < 1 << 16), pid, np.clip(device_arg, 0, 1 << 16))
         cols["device"][rows] = device.astype(np.int32)
         # The stream is args.stream where present: MTIA writes a row id as tid (tid 4 for stream 1).
-        stream = _int64([a.stream for a in args])
+        stream = _column(args, "stream")
         cols["tid"][rows] = np.where(stream >= 0, stream, cols["tid"][rows])
         offset = self.rows
         for i, a in zip(index, args):
@@ -598,11 +614,11 @@ class _Builder:
         if not len(rows):
             return
         args = _decode_args([events[i].args for i in rows.tolist()], MemoryArgs, _MEM_DECODER)
-        cols["nbytes"][rows] = _int64([a.nbytes for a in args])
-        cols["total_allocated"][rows] = _int64([a.total_allocated for a in args])
-        cols["total_reserved"][rows] = _int64([a.total_reserved for a in args])
-        device_id = _int64([a.device_id for a in args])
-        device_type = _int64([a.device_type for a in args])
+        cols["nbytes"][rows] = _column(args, "nbytes")
+        cols["total_allocated"][rows] = _column(args, "total_allocated")
+        cols["total_reserved"][rows] = _column(args, "total_reserved")
+        device_id = _column(args, "device_id")
+        device_type = _column(args, "device_type")
         cols["mem_device"][rows] = np.where(device_type == 0, -1, np.clip(device_id, -1, 1 << 16)).astype(np.int32)
 
     # --- assembling ---------------------------------------------------------------------------
