@@ -1,0 +1,470 @@
+"""Roofline per op: time, achieved FLOP/s and bytes/s, arithmetic intensity, % of the applicable roof,
+and a class (compute-bound, memory-bound, latency-bound, unmodelled) for every op of a trace.
+
+Attribution. Work items are GPU activities (kernels, memcpy, memset) on GPU traces, or each CPU op's
+self time on CPU-only traces. Each item goes to the *innermost modelled op* around the op that issued it:
+a modelled op (one with an :func:`op_cost`) that has no modelled op inside it. Composite ops whose parts
+are modelled (``aten::linear`` over ``aten::addmm``) are thus never counted twice. Items with no modelled
+op around them stay with their issuing op, listed as unmodelled with their share of time.
+
+Time of an op call is the union of its items' intervals (kernels of one op on several streams are not
+summed). The roof: ``roof_time = max(flops / peak[unit, dtype], bytes / bandwidth)``; bound is compute
+when the FLOP term is larger (arithmetic intensity above the ridge point), else memory; an op achieving
+under ``LATENCY_PCT`` % of its roof is latency-bound (far below both roofs: launch or dispatch overhead,
+tiny grids). ``saving_ns = time - roof_time`` is what running at the roof would save.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aiprof.roofline.cost import OpCost, is_modelled_name, op_cost
+from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
+from aiprof.trace import links
+from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
+
+LATENCY_PCT = 10.0  # below this % of the applicable roof an op is latency-bound
+NO_OP = "(no issuing op)"
+
+
+@dataclass
+class RooflineRow:
+    """One op name + input shapes (aggregated over its calls), or one call (``count == 1``)."""
+
+    name: str
+    input_dims: str
+    input_types: str
+    concrete_inputs: str
+    count: int
+    time_ns: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    family: str | None
+    unit: str | None
+    dtype: str | None
+    bound: str  # compute-bound | memory-bound | latency-bound | unmodelled | unknown-peaks
+    roof_key: str | None = None
+    roof_time_ns: int = 0
+    pct_of_roof: float | None = None
+    forward_op: str | None = None  # for backward ops: the forward op (name and input dims)
+    assumed_dtype: bool = False
+    ts_ns: int = -1  # per-call rows: start of the op
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float | None:
+        return self.flops / self.bytes if self.bytes else None
+
+    @property
+    def achieved_flops_per_s(self) -> float | None:
+        return self.flops / (self.time_ns * 1e-9) if self.time_ns > 0 and self.family else None
+
+    @property
+    def achieved_bytes_per_s(self) -> float | None:
+        return self.bytes / (self.time_ns * 1e-9) if self.time_ns > 0 and self.family else None
+
+    @property
+    def saving_ns(self) -> int:
+        return max(0, self.time_ns - self.roof_time_ns) if self.pct_of_roof is not None else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        ai, fps, bps = self.arithmetic_intensity, self.achieved_flops_per_s, self.achieved_bytes_per_s
+        return {
+            "name": self.name,
+            "input_dims": self.input_dims,
+            "input_types": self.input_types,
+            "concrete_inputs": self.concrete_inputs,
+            "count": self.count,
+            "time_ns": self.time_ns,
+            "flops": self.flops,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "family": self.family,
+            "unit": self.unit,
+            "dtype": self.dtype,
+            "assumed_dtype": self.assumed_dtype,
+            "bound": self.bound,
+            "roof_key": self.roof_key,
+            "arithmetic_intensity_flops_per_byte": None if ai is None else round(ai, 4),
+            "achieved_flops_per_s": None if fps is None else int(fps),
+            "achieved_bytes_per_s": None if bps is None else int(bps),
+            "pct_of_roof": None if self.pct_of_roof is None else round(self.pct_of_roof, 2),
+            "roof_time_ns": self.roof_time_ns,
+            "saving_ns": self.saving_ns,
+            "forward_op": self.forward_op,
+        }
+
+
+@dataclass
+class RooflineResult:
+    """Roofline of one trace: the peaks used, aggregated rows (by time, descending) and per-call rows."""
+
+    mode: str  # "gpu" (kernel time) or "cpu" (CPU self time)
+    peaks: DevicePeaks | None
+    peaks_note: str
+    rows: list[RooflineRow]
+    instances: list[RooflineRow]
+    total_time_ns: int
+    device_name: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def modelled_time_ns(self) -> int:
+        return sum(r.time_ns for r in self.rows if r.family is not None)
+
+    @property
+    def unmodelled(self) -> list[RooflineRow]:
+        return [r for r in self.rows if r.family is None]
+
+    def share(self, row: RooflineRow) -> float:
+        return row.time_ns / self.total_time_ns if self.total_time_ns else 0.0
+
+    def ridge_point(self, key: str = "matrix_bf16") -> float | None:
+        """FLOP per byte where the compute roof ``key`` meets the memory roof."""
+        if self.peaks is None or not self.peaks.memory_bw_bytes_per_s:
+            return None
+        peak = self.peaks.flops_per_s.get(key)
+        return peak / self.peaks.memory_bw_bytes_per_s if peak else None
+
+    def to_dict(self, *, max_instances: int = 200) -> dict[str, Any]:
+        """The JSON report's ``roofline`` section (ints for bytes/FLOPs/ns, units in key names)."""
+        by_class: Counter[str] = Counter()
+        for row in self.rows:
+            by_class[row.bound] += row.time_ns
+        top_instances = sorted(self.instances, key=lambda r: -r.time_ns)[:max_instances]
+        return {
+            "mode": self.mode,
+            "time_basis": "union of GPU activity per op" if self.mode == "gpu" else "CPU self time per op",
+            "device_name": self.device_name,
+            "peaks": None if self.peaks is None else self.peaks.to_dict(),
+            "peaks_note": self.peaks_note,
+            "latency_bound_below_pct_of_roof": LATENCY_PCT,
+            "total_time_ns": self.total_time_ns,
+            "modelled_time_ns": self.modelled_time_ns,
+            "time_ns_by_bound": dict(sorted(by_class.items())),
+            "notes": list(self.notes),
+            "rows": [r.to_dict() for r in self.rows],
+            "unmodelled": [
+                {"name": r.name, "time_ns": r.time_ns, "share_of_time": round(self.share(r), 6), "count": r.count}
+                for r in _merge_by_name(self.unmodelled)
+            ],
+            "instances_total": len(self.instances),
+            "instances": [{**r.to_dict(), "ts_ns": r.ts_ns} for r in top_instances],
+        }
+
+
+def _merge_by_name(rows: list[RooflineRow]) -> list[RooflineRow]:
+    merged: dict[str, RooflineRow] = {}
+    for row in rows:
+        have = merged.get(row.name)
+        if have is None:
+            merged[row.name] = RooflineRow(row.name, "", "", "", row.count, row.time_ns, 0, 0, 0, None, None,
+                                           None, "unmodelled")
+        else:
+            have.count += row.count
+            have.time_ns += row.time_ns
+    return sorted(merged.values(), key=lambda r: -r.time_ns)
+
+
+# ----- the analysis -----------------------------------------------------------------------------------
+
+
+def roofline(
+    trace: Trace,
+    peaks: DevicePeaks | PeaksChoice | None = None,
+    *,
+    measured: dict[str, DevicePeaks] | None = None,
+) -> RooflineResult:
+    """Roofline of every op in ``trace``. ``peaks`` overrides the choice made from the trace's device
+    name, the spec table and measured peaks (``measured``; default: the user's peaks file)."""
+    mode = "gpu" if trace.has_device_activity else "cpu"
+    device_name = _device_name(trace) if mode == "gpu" else "cpu"
+    if isinstance(peaks, PeaksChoice):
+        choice = peaks
+    elif peaks is not None:
+        choice = PeaksChoice(peaks, f"given peaks: {peaks.name}")
+    else:
+        choice = resolve(device_name, cpu=mode == "cpu", measured=load_measured() if measured is None else measured)
+    items, issuer, weights, starts, ends = _work_items(trace, mode)
+    costs = _Costs(trace)
+    target = _attribute(trace, issuer, costs)
+    instances = _instances(trace, mode, target, weights, starts, ends, costs)
+    forward = _forward_labels(trace, [r for r in instances if r >= 0], costs)
+    inst_rows = [_instance_row(trace, row, t, costs, forward) for row, t in instances.items()]
+    rows = _aggregate(inst_rows)
+    for row in rows + inst_rows:
+        _classify(row, choice.peaks)
+    rows.sort(key=lambda r: -r.time_ns)
+    total = int(sum(instances.values()))
+    notes = list(choice.notes)
+    if costs.fallback_used:
+        notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
+    del items
+    return RooflineResult(mode, choice.peaks, choice.note, rows, inst_rows, total, device_name, notes)
+
+
+def _device_name(trace: Trace) -> str:
+    ids = trace.device_ids
+    for dev in trace.devices:
+        if dev.name and (not ids or dev.index in ids):
+            return dev.name
+    return next((d.name for d in trace.devices if d.name), "")
+
+
+def _work_items(trace: Trace, mode: str) -> tuple[I64, I64, I64, I64, I64]:
+    """Rows of work, the op that issued each, its weight (CPU self time), and its interval."""
+    c = trace.columns
+    if mode == "gpu":
+        rows = trace.rows_of(*GPU_WORK_KINDS)
+        issuer = links.gpu_op(trace)[rows]
+        return rows, issuer, c.dur[rows], c.ts[rows], c.ts[rows] + c.dur[rows]
+    rows = trace.rows_of(Kind.CPU_OP)
+    par = links.parent(trace)
+    nest = np.flatnonzero(np.isin(c.kind, [int(k) for k in links.NEST_KINDS]) & (par >= 0))
+    child_time = np.zeros(len(c), dtype=np.int64)
+    np.add.at(child_time, par[nest], c.dur[nest])
+    self_time = np.maximum(c.dur[rows] - child_time[rows], 0)
+    return rows, rows.copy(), self_time, c.ts[rows], c.ts[rows] + c.dur[rows]
+
+
+class _Costs:
+    """Op costs for CPU op rows, computed once per distinct (name, recorded inputs)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.by_key: dict[tuple[int, bytes], OpCost | None] = {}
+        self.fallback: str | None = None
+        self.fallback_used = False
+        self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
+        self._cost = np.zeros(0, dtype=bool)
+
+    def key(self, row: int) -> tuple[int, bytes]:
+        return int(self.trace.columns.name[row]), self.trace.op_args.get(row) or b""
+
+    def cost(self, row: int) -> OpCost | None:
+        key = self.key(row)
+        if key not in self.by_key:
+            self.by_key[key] = self._compute(row)
+        return self.by_key[key]
+
+    def _compute(self, row: int) -> OpCost | None:
+        if key_name(self.trace, row) not in self._known_names:
+            return None
+        inputs = self.trace.op_inputs(row)
+        if not inputs.dims:
+            return None
+        cost = op_cost(self.trace.name_of(row), inputs.dims, inputs.types, inputs.concrete,
+                       fallback_dtype=self.fallback)
+        if cost is not None and cost.assumed_dtype:
+            self.fallback_used = True
+        return cost
+
+    def has_cost(self) -> np.ndarray:
+        """For every row, whether it is a CPU op with a cost model that its inputs satisfy."""
+        c = self.trace.columns
+        out = np.zeros(len(c), dtype=bool)
+        known = np.array(sorted(self._known_names), dtype=np.int64)
+        candidates = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & np.isin(c.name, known))
+        plain = [r for r in candidates.tolist() if not self._is_list_op(r)]
+        for r in plain:
+            out[r] = self.cost(r) is not None
+        self.fallback = self._dominant_dtype()
+        for r in candidates.tolist():
+            if self._is_list_op(r):
+                out[r] = self.cost(r) is not None
+        return out
+
+    def _is_list_op(self, row: int) -> bool:
+        raw = self.trace.op_args.get(row)
+        return raw is not None and b"TensorList" in raw
+
+    def _dominant_dtype(self) -> str | None:
+        seen: Counter[str] = Counter()
+        for cost in self.by_key.values():
+            if cost is not None and cost.family in ("gemm", "conv", "attention", "norm", "elementwise"):
+                seen[cost.dtype] += 1
+        floats = [(n, d) for d, n in seen.items() if d in ("fp32", "fp16", "bf16", "fp64", "fp8")]
+        return max(floats)[1] if floats else None
+
+
+def key_name(trace: Trace, row: int) -> int:
+    return int(trace.columns.name[row])
+
+
+def _climb(par: I64, start: I64, stop: np.ndarray) -> I64:
+    """For each start row, the first row at or above it (via ``par``) where ``stop`` is true, else -1."""
+    cur = start.copy()
+    for _ in range(128):
+        moving = (cur >= 0) & ~stop[np.maximum(cur, 0)]
+        if not moving.any():
+            break
+        cur[moving] = par[cur[moving]]
+    cur[(cur >= 0) & ~stop[np.maximum(cur, 0)]] = -1
+    return cur
+
+
+def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> I64:
+    """Innermost modelled op around each issuing op; the issuing op itself when none (unmodelled)."""
+    par = links.parent(trace)
+    has = costs.has_cost()
+    covers = np.zeros(len(has), dtype=bool)  # has a modelled op strictly inside it
+    cur = par[np.flatnonzero(has)]
+    for _ in range(128):
+        cur = cur[cur >= 0]
+        cur = cur[~covers[cur]]
+        if cur.size == 0:
+            break
+        covers[cur] = True
+        cur = par[cur]
+    leaf = has & ~covers
+    target = _climb(par, issuer, leaf)
+    return np.where(target >= 0, target, issuer)
+
+
+def _instances(
+    trace: Trace, mode: str, target: I64, weights: I64, starts: I64, ends: I64, costs: _Costs
+) -> dict[int, int]:
+    """Time per attributed op row (-1: items with no issuing op)."""
+    if target.size == 0:
+        return {}
+    if mode == "cpu":
+        sums = Counter[int]()
+        uniq, inv = np.unique(target, return_inverse=True)
+        totals = np.bincount(inv, weights=weights.astype(np.float64))
+        for op, t in zip(uniq.tolist(), totals.tolist(), strict=True):
+            sums[op] = int(t)
+        return dict(sums)
+    return _union_per_group(target, starts, ends)
+
+
+def _union_per_group(group: I64, starts: I64, ends: I64) -> dict[int, int]:
+    """Covered length of each group's intervals, vectorised: groups are laid end to end on one axis."""
+    order = np.lexsort((starts, group))
+    g, s, e = group[order], starts[order], ends[order]
+    uniq, gid = np.unique(g, return_inverse=True)
+    t0 = int(s.min())
+    span = int(e.max()) - t0 + 1
+    if span * (len(uniq) + 1) >= 2**62:
+        return _union_per_group_slow(g, s, e)
+    shift = gid.astype(np.int64) * span - t0
+    s2, e2 = s + shift, e + shift
+    prev = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(e2)[:-1]))
+    covered = np.maximum(0, e2 - np.maximum(s2, prev))
+    totals = np.bincount(gid, weights=covered.astype(np.float64), minlength=len(uniq))
+    return {int(k): int(v) for k, v in zip(uniq.tolist(), totals.tolist(), strict=True)}
+
+
+def _union_per_group_slow(g: I64, s: I64, e: I64) -> dict[int, int]:
+    out: dict[int, int] = {}
+    last_group, reach = None, 0
+    for gi, si, ei in zip(g.tolist(), s.tolist(), e.tolist(), strict=True):
+        if gi != last_group:
+            last_group, reach = gi, si
+        out[gi] = out.get(gi, 0) + max(0, ei - max(si, reach))
+        reach = max(reach, ei)
+    return out
+
+
+def _dims_text(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _forward_labels(trace: Trace, ops: list[int], costs: _Costs) -> dict[int, str]:
+    """For ops inside a backward autograd node: ``name [input dims]`` of the forward op."""
+    if not ops:
+        return {}
+    fwd = links.forward_of(trace) if hasattr(links, "forward_of") else None
+    if fwd is None:
+        return {}
+    par = links.parent(trace)
+    rows = np.asarray(ops, dtype=np.int64)
+    node = _climb(par, rows, fwd >= 0)
+    out: dict[int, str] = {}
+    for op, n in zip(rows.tolist(), node.tolist(), strict=True):
+        if n >= 0:
+            f = int(fwd[n])
+            out[op] = f"{trace.name_of(f)} {_dims_text(trace.op_inputs(f).dims)}"
+    return out
+
+
+def _instance_row(trace: Trace, row: int, time_ns: int, costs: _Costs, forward: dict[int, str]) -> RooflineRow:
+    if row < 0:
+        return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
+    inputs = trace.op_inputs(row)
+    cost = costs.cost(row)
+    common = dict(
+        name=trace.name_of(row),
+        input_dims=_dims_text(inputs.dims),
+        input_types=_dims_text(inputs.types),
+        concrete_inputs=_dims_text(inputs.concrete),
+        count=1,
+        time_ns=time_ns,
+        forward_op=forward.get(row),
+        ts_ns=int(trace.columns.ts[row]),
+    )
+    if cost is None:
+        return RooflineRow(flops=0, bytes_read=0, bytes_written=0, family=None, unit=None, dtype=None,
+                           bound="unmodelled", **common)  # type: ignore[arg-type]
+    return RooflineRow(flops=cost.flops, bytes_read=cost.bytes_read, bytes_written=cost.bytes_written,
+                       family=cost.family, unit=cost.unit, dtype=cost.dtype, bound="",
+                       assumed_dtype=cost.assumed_dtype, **common)  # type: ignore[arg-type]
+
+
+def _aggregate(instances: list[RooflineRow]) -> list[RooflineRow]:
+    groups: dict[tuple[str, str, str, str], RooflineRow] = {}
+    for inst in instances:
+        key = (inst.name, inst.input_dims, inst.input_types, inst.concrete_inputs)
+        have = groups.get(key)
+        if have is None:
+            groups[key] = RooflineRow(**{**inst.__dict__, "ts_ns": -1})
+            continue
+        have.count += 1
+        have.time_ns += inst.time_ns
+        have.flops += inst.flops
+        have.bytes_read += inst.bytes_read
+        have.bytes_written += inst.bytes_written
+    return list(groups.values())
+
+
+def roof_for(row: RooflineRow, peaks: DevicePeaks) -> tuple[float, str] | None:
+    """The compute roof for a row: cuDNN runs FP32 convolutions as TF32 by default where it exists."""
+    if row.unit is None or row.dtype is None:
+        return None
+    if row.family == "conv" and row.dtype == "fp32" and peaks.device_type == "gpu":
+        tf32 = peaks.compute_peak("matrix", "tf32")
+        if tf32 is not None and tf32[1] == "matrix_tf32":
+            return tf32
+    return peaks.compute_peak(row.unit, row.dtype)
+
+
+def _classify(row: RooflineRow, peaks: DevicePeaks | None) -> None:
+    if row.family is None:
+        row.bound = "unmodelled"
+        return
+    roof = roof_for(row, peaks) if peaks is not None else None
+    if peaks is None or roof is None or not peaks.memory_bw_bytes_per_s:
+        row.bound = "unknown-peaks"
+        return
+    peak, key = roof
+    compute_s = row.flops / peak
+    memory_s = row.bytes / peaks.memory_bw_bytes_per_s
+    row.roof_key = key
+    row.roof_time_ns = int(round(max(compute_s, memory_s) * 1e9))
+    if row.time_ns <= 0:
+        row.pct_of_roof = None
+        row.bound = "compute-bound" if compute_s >= memory_s else "memory-bound"
+        return
+    row.pct_of_roof = 100.0 * row.roof_time_ns / row.time_ns
+    if row.pct_of_roof < LATENCY_PCT:
+        row.bound = "latency-bound"
+    else:
+        row.bound = "compute-bound" if compute_s >= memory_s else "memory-bound"
