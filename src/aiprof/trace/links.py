@@ -63,26 +63,76 @@ def _build_parent(trace: Trace) -> I64:
     # Per thread, by start, longer spans first so that a parent precedes a child starting at the same ts.
     order = np.lexsort((-c.dur[rows], c.ts[rows], c.tid[rows], c.pid[rows]))
     rows = rows[order]
-    pid, tid, ts = c.pid[rows].tolist(), c.tid[rows].tolist(), c.ts[rows].tolist()
-    end = (c.ts[rows] + c.dur[rows]).tolist()
-    parents = [-1] * len(rows)
-    stack: list[int] = []  # positions into rows
-    prev_thread = None
-    for i in range(len(rows)):
-        thread = (pid[i], tid[i])
-        if thread != prev_thread:
-            stack.clear()
-            prev_thread = thread
-        t = ts[i]
-        while stack and end[stack[-1]] <= t and not (end[stack[-1]] == t and ts[stack[-1]] == t):
-            stack.pop()
-        if stack:
-            parents[i] = stack[-1]
-        stack.append(i)
-    parent_pos = np.asarray(parents, dtype=np.int64)
+    thread = _thread_index(c.pid[rows], c.tid[rows])
+    start, end = c.ts[rows], c.ts[rows] + c.dur[rows]
+    parent_pos = _parents_by_depth(thread, start, end)
+    # Spans that are not properly nested (a child outliving its parent) break the depth shortcut:
+    # redo those threads with the exact stack walk.
+    parent_end = end[np.maximum(parent_pos, 0)]
+    bad = (parent_pos == _ORPHAN) | ((parent_pos >= 0) & ((parent_end < end) | (parent_end <= start)))
+    if bad.any():
+        for t in np.unique(thread[bad]).tolist():
+            sel = np.flatnonzero(thread == t)
+            parent_pos[sel] = _parents_by_stack(start[sel], end[sel], offset=int(sel[0]))
     has = parent_pos >= 0
     out[rows[has]] = rows[parent_pos[has]]
     return out
+
+
+def _thread_index(pid: I64, tid: I64) -> I64:
+    """Dense thread numbers (rows are sorted by pid, tid)."""
+    change = np.ones(pid.shape, dtype=bool)
+    change[1:] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
+    return np.cumsum(change) - 1
+
+
+_ORPHAN = -2  # a span whose depth says it has a parent, but none was found: not properly nested
+
+
+def _parents_by_depth(thread: I64, start: I64, end: I64) -> I64:
+    """Parent positions for properly nested spans, vectorised. Zero-length spans contain nothing, so
+    they are never parents. A span's depth is how many non-zero spans of its thread are open at its
+    start; its parent is the latest earlier non-zero span one level up."""
+    n = start.shape[0]
+    nonzero = end > start
+    # Keys that keep threads apart in one sorted array.
+    span = int(max(end.max() - start.min(), 0)) + 2
+    base = int(start.min())
+    key_start = thread * span + (start - base)
+    key_end = thread * span + (end - base)
+    thread_floor = thread * span
+    nz_before = np.cumsum(nonzero) - nonzero  # non-zero spans earlier in order (whole array)
+    first = np.searchsorted(thread, thread, side="left")
+    nz_before_in_thread = nz_before - nz_before[first]
+    ends_nz = np.sort(key_end[nonzero])
+    closed = np.searchsorted(ends_nz, key_start, side="right") - np.searchsorted(ends_nz, thread_floor, side="left")
+    depth = nz_before_in_thread - closed
+    parent = np.where(depth > 0, _ORPHAN, -1).astype(np.int64)
+    for level in range(int(depth.max()) if n else 0):
+        above = np.flatnonzero((depth == level) & nonzero)
+        below = np.flatnonzero(depth == level + 1)
+        if above.size == 0 or below.size == 0:
+            continue
+        idx = np.searchsorted(above, below) - 1
+        cand = above[np.maximum(idx, 0)]
+        ok = (idx >= 0) & (thread[cand] == thread[below])
+        parent[below[ok]] = cand[ok]
+    return parent
+
+
+def _parents_by_stack(start: I64, end: I64, offset: int) -> I64:
+    """The exact stack walk for one thread (used where spans are not properly nested)."""
+    ts, ends = start.tolist(), end.tolist()
+    parents = [-1] * len(ts)
+    stack: list[int] = []
+    for i, t in enumerate(ts):
+        while stack and ends[stack[-1]] <= t:
+            stack.pop()
+        if stack:
+            parents[i] = stack[-1] + offset
+        if ends[i] > t:
+            stack.append(i)
+    return np.asarray(parents, dtype=np.int64)
 
 
 def issuing_op(trace: Trace) -> I64:

@@ -1,0 +1,47 @@
+"""Span nesting: the vectorised depth method agrees with an exact stack walk, nested or not."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aiprof.trace import links
+
+
+def stack_parents(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    out = np.full(start.shape, -1, dtype=np.int64)
+    for t in np.unique(thread):
+        sel = np.flatnonzero(thread == t)
+        out[sel] = links._parents_by_stack(start[sel], end[sel], offset=int(sel[0]))
+    return out
+
+
+spans = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 30)), min_size=1, max_size=40
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(spans)
+def test_depth_method_with_fallback_equals_the_stack(raw: list[tuple[int, int, int]]) -> None:
+    thread = np.array([t for t, _, _ in raw], dtype=np.int64)
+    start = np.array([s for _, s, _ in raw], dtype=np.int64)
+    end = start + np.array([d for _, _, d in raw], dtype=np.int64)
+    order = np.lexsort((-(end - start), start, thread))
+    thread, start, end = thread[order], start[order], end[order]
+    expected = stack_parents(thread, start, end)
+    got = links._parents_by_depth(thread, start, end)
+    parent_end = end[np.maximum(got, 0)]
+    bad = (got == links._ORPHAN) | ((got >= 0) & ((parent_end < end) | (parent_end <= start)))
+    for t in np.unique(thread[bad]).tolist():
+        sel = np.flatnonzero(thread == t)
+        got[sel] = links._parents_by_stack(start[sel], end[sel], offset=int(sel[0]))
+    assert got.tolist() == expected.tolist()
+
+
+def test_properly_nested_spans_need_no_fallback() -> None:
+    thread = np.zeros(5, dtype=np.int64)
+    start = np.array([0, 1, 2, 2, 6], dtype=np.int64)
+    end = np.array([10, 5, 4, 2, 9], dtype=np.int64)
+    assert links._parents_by_depth(thread, start, end).tolist() == [-1, 0, 1, 2, 0]
