@@ -1,7 +1,7 @@
 """Read one Kineto / Chrome-trace JSON file into a :class:`~aiprof.trace.model.Trace`.
 
 Fast path, bounded memory: gunzip; one msgspec pass that splits ``traceEvents`` into undecoded
-``msgspec.Raw`` views; then chunks of ~50k events are decoded into slim structs, turned into numpy column
+``msgspec.Raw`` views; then chunks of ~20k events are decoded into slim structs, turned into numpy column
 pieces (args decoded per kind in one batch) and dropped before the next chunk. Nothing keeps a dict or a
 struct per event, so peak memory is the file plus the columns plus one chunk.
 
@@ -43,7 +43,7 @@ T = TypeVar("T", bound=msgspec.Struct)
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
-CHUNK_EVENTS = 50_000
+CHUNK_EVENTS = 20_000  # ~10 MB of structs per chunk; smaller saves little, larger costs RSS
 _FLOW_CATEGORIES = {"ac2g", "async", "async_cpu_to_gpu", "async_gpu", "fwdbwd", "launch"}
 _ANNOTATION_PREFIXES = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.step#", "Optimizer.zero_grad#")
 _MAX_ABS_US = 9.0e15  # beyond this, ns no longer fit in int64
