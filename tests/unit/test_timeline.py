@@ -129,3 +129,27 @@ def test_gpu_only_trace_attributes_idle_to_unknown(tmp_path: Path) -> None:
     assert step.idle_causes_ns["unknown"] == 20 * US
     assert set(step.idle_causes_ns) == set(IDLE_CAUSES)
     assert set(step.breakdown_ns) == set(BUCKETS)
+
+
+def test_next_launch_lookup_matches_a_per_thread_search() -> None:
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from aiprof.analysis.timeline import _next_on_thread, _next_on_thread_slow
+
+    @settings(max_examples=300, deadline=None)
+    @given(
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 50)), min_size=1, max_size=12),
+        st.lists(st.tuples(st.integers(0, 4), st.integers(0, 60)), min_size=1, max_size=6),
+    )
+    def check(entries: list[tuple[int, int]], queries: list[tuple[int, int]]) -> None:
+        keys = np.array([k for k, _ in entries], dtype=np.int64)
+        times = np.array([t for _, t in entries], dtype=np.int64)
+        order = np.lexsort((times, keys))
+        keys, times = keys[order], times[order]
+        qk = np.array([k for k, _ in queries], dtype=np.int64)
+        qt = np.array([t for _, t in queries], dtype=np.int64)
+        assert _next_on_thread(keys, times, qk, qt).tolist() == _next_on_thread_slow(keys, times, qk, qt).tolist()
+
+    check()

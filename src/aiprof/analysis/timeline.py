@@ -258,10 +258,24 @@ def _sync_set(trace: Trace, host_rows: I64, launch: I64) -> iv.IntervalSet:
 
 def _next_on_thread(keys: I64, times: I64, query_keys: I64, query_times: I64) -> I64:
     """Index into (keys, times) — sorted by key then time — of the first entry with the same key and
-    time >= query time, else -1."""
+    time >= query time, else -1. Vectorised: keys are made dense and folded into one sortable int."""
     if keys.size == 0:
         return np.full(query_keys.shape, -1, dtype=np.int64)
-    # Combined sort key: position of the key block, then time within it.
+    uniq, dense = np.unique(np.concatenate((keys, query_keys)), return_inverse=True)
+    dense_keys, dense_query = dense[: keys.size], dense[keys.size :]
+    base = int(min(times.min(), query_times.min()))
+    span = int(max(times.max(), query_times.max())) - base + 1
+    if span * (uniq.size + 1) >= 2**62:  # absurd ranges: fall back to per-query searches
+        return _next_on_thread_slow(keys, times, query_keys, query_times)
+    combined = dense_keys * span + (times - base)
+    query = dense_query * span + (query_times - base)
+    pos = np.searchsorted(combined, query, side="left")
+    found = pos < keys.size
+    found[found] = dense_keys[pos[found]] == dense_query[found]
+    return np.where(found, pos, -1).astype(np.int64)
+
+
+def _next_on_thread_slow(keys: I64, times: I64, query_keys: I64, query_times: I64) -> I64:
     lo = np.searchsorted(keys, query_keys, side="left")
     hi = np.searchsorted(keys, query_keys, side="right")
     out = np.full(query_keys.shape, -1, dtype=np.int64)
