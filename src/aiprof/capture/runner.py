@@ -96,7 +96,8 @@ def preflight(cmd: Command) -> None:
 
 
 def _has_torch(python: str) -> bool:
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # Not realpath: a venv's python is a symlink to the base interpreter, yet its packages differ.
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         import importlib.util
 
         return importlib.util.find_spec("torch") is not None

@@ -241,6 +241,11 @@ class CaptureSession:
         return entry
 
     def _merge_rank(self, meta: dict[str, Any]) -> None:
+        if not self.markers and not self.tracker.active and self.lazy_start:
+            # imported torch but never trained (a launcher, a helper): listed apart from the ranks
+            idle = [p for p in meta.get("idle_processes", []) if p.get("pid") != self.pid]
+            meta["idle_processes"] = idle + [{"pid": self.pid, "argv0": (sys.argv[:1] or [""])[0]}]
+            return
         entry = self.rank_entry()
         ranks = [r for r in meta.get("ranks", []) if r.get("pid") != self.pid]
         meta["ranks"] = sorted(ranks + [entry], key=lambda r: (r.get("rank", 0), r.get("pid", 0)))

@@ -84,8 +84,8 @@ def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summ
 
 
 def _why_nothing(meta: dict[str, Any], steps_seen: int, options: Any) -> str:
-    if not meta.get("ranks"):
-        return "no profiled process imported torch and ran a step (is it a PyTorch script?)"
+    if not meta.get("ranks") and not meta.get("idle_processes"):
+        return "no profiled process imported torch (is it a PyTorch script?)"
     if steps_seen == 0:
         return "no steps detected: no optimizer.step() ran; call aiprof.step() each iteration or pass --step-marker"
     return (

@@ -1,0 +1,3 @@
+import torch
+def broken(:
+    pass
