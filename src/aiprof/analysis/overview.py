@@ -1,0 +1,94 @@
+"""Timeline overview: each device's compute / communication / memcpy / memset / idle time in N bins.
+
+The HTML report draws it as a strip per device over the analysed span (first step start to last step
+end), with telemetry counters under it. Bins use the same priority as the timeline accounting
+(``analysis.timeline``): a nanosecond covered by several kinds of work goes to the first of compute,
+communication, memcpy, memset; what nothing covers is idle. So per bin the five numbers add up to the
+bin's length, and summed over the steps' span they agree with the accounting (outside-step gaps aside).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aiprof.analysis import intervals as iv
+from aiprof.analysis.comm import is_comm_kernel
+from aiprof.analysis.steps import step_windows
+from aiprof.analysis.timeline import BUCKETS
+from aiprof.trace.model import I64, Kind, Trace
+
+DEFAULT_BINS = 240
+
+
+def timeline_overview(trace: Trace, bins: int = DEFAULT_BINS) -> dict[str, Any]:
+    """Per-device occupancy per time bin (ns of each bucket per bin), over the steps' span."""
+    span = _span(trace)
+    if span is None:
+        return {"start_ns": 0, "end_ns": 0, "bin_ns": 0, "bins": 0, "base_time_ns": trace.base_time_ns, "devices": []}
+    start, end = span
+    count = int(max(1, min(bins, end - start)))
+    edges = start + (np.arange(count + 1, dtype=np.int64) * (end - start)) // count
+    devices = [_device_bins(trace, d, edges) for d in trace.device_ids] or [_cpu_bins(trace, edges)]
+    return {
+        "start_ns": start,
+        "end_ns": end,
+        "bin_ns": int((end - start) // count),
+        "bins": count,
+        "base_time_ns": trace.base_time_ns,
+        "devices": devices,
+    }
+
+
+def _span(trace: Trace) -> tuple[int, int] | None:
+    """The steps' span, else the span of all device (or CPU) activity."""
+    windows = step_windows(trace)
+    if windows:
+        return min(w.start_ns for w in windows), max(w.end_ns for w in windows)
+    c = trace.columns
+    if c.ts.size == 0:
+        return None
+    lo, hi = int(c.ts.min()), int((c.ts + c.dur).max())
+    return (lo, hi) if hi > lo else None
+
+
+def _rows_set(trace: Trace, rows: I64) -> iv.IntervalSet:
+    c = trace.columns
+    return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
+
+
+def _binned(layers: list[iv.IntervalSet], edges: I64, name: str, device: str, index: int) -> dict[str, Any]:
+    """Bucket k per bin = cover(U_k) - cover(U_{k-1}); idle is what is left of the bin."""
+    lo, hi = edges[:-1], edges[1:]
+    acc = iv.EMPTY
+    prev = np.zeros(lo.size, dtype=np.int64)
+    out: dict[str, Any] = {"device": device, "index": index, "name": name}
+    for bucket, layer in zip(BUCKETS[:-1], layers):
+        acc = iv.union(acc, layer)
+        covered = iv.overlap_per_window(acc, lo, hi)
+        out[f"{bucket}_ns"] = (covered - prev).tolist()
+        prev = covered
+    out["idle_ns"] = ((hi - lo) - prev).tolist()
+    return out
+
+
+def _device_bins(trace: Trace, device: int, edges: I64) -> dict[str, Any]:
+    c = trace.columns
+    on = c.device == device
+    kernels = np.flatnonzero(on & (c.kind == int(Kind.KERNEL)))
+    comm = is_comm_kernel(trace)[kernels]
+    layers = [
+        _rows_set(trace, kernels[~comm]),
+        _rows_set(trace, kernels[comm]),
+        _rows_set(trace, np.flatnonzero(on & (c.kind == int(Kind.MEMCPY)))),
+        _rows_set(trace, np.flatnonzero(on & (c.kind == int(Kind.MEMSET)))),
+    ]
+    return _binned(layers, edges, trace.device_info(device).name, f"gpu:{device}", device)
+
+
+def _cpu_bins(trace: Trace, edges: I64) -> dict[str, Any]:
+    """CPU-only traces: CPU ops are compute (the timeline accounting's CPU view, without its finer
+    data-loading split, which the per-step numbers carry)."""
+    ops = trace.rows_of(Kind.CPU_OP)
+    return _binned([_rows_set(trace, ops), iv.EMPTY, iv.EMPTY, iv.EMPTY], edges, "CPU", "cpu", -1)
