@@ -194,12 +194,13 @@ def roofline(
         choice = PeaksChoice(peaks, f"given peaks: {peaks.name}")
     else:
         choice = resolve(device_name, cpu=mode == "cpu", measured=load_measured() if measured is None else measured)
-    items, issuer, weights, starts, ends = _work_items(trace, mode)
+    _, issuer, weights, starts, ends = _work_items(trace, mode)
     costs = _Costs(trace)
-    target = _attribute(trace, issuer, costs)
+    target, leaf = _attribute(trace, issuer, costs)
     instances = _instances(trace, mode, target, weights, starts, ends, costs)
     forward = _forward_labels(trace, [r for r in instances if r >= 0], costs)
-    inst_rows = [_instance_row(trace, row, t, costs, forward) for row, t in instances.items()]
+    inst_rows = [_instance_row(trace, row, t, costs if row >= 0 and leaf[row] else None, forward)
+                 for row, t in instances.items()]
     rows = _aggregate(inst_rows)
     for row in rows + inst_rows:
         _classify(row, choice.peaks)
@@ -208,7 +209,6 @@ def roofline(
     notes = list(choice.notes)
     if costs.fallback_used:
         notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
-    del items
     return RooflineResult(mode, choice.peaks, choice.note, rows, inst_rows, total, device_name, notes)
 
 
@@ -245,7 +245,6 @@ class _Costs:
         self.fallback: str | None = None
         self.fallback_used = False
         self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
-        self._cost = np.zeros(0, dtype=bool)
 
     def key(self, row: int) -> tuple[int, bytes]:
         return int(self.trace.columns.name[row]), self.trace.op_args.get(row) or b""
@@ -312,22 +311,37 @@ def _climb(par: I64, start: I64, stop: np.ndarray) -> I64:
     return cur
 
 
-def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> I64:
-    """Innermost modelled op around each issuing op; the issuing op itself when none (unmodelled)."""
+# An op counts as composite (its work attributed to the ops inside it) only when it contains a modelled op
+# of the same or a heavier family: addmm calling copy_ for its bias stays the GEMM; linear over addmm and
+# the math SDPA over bmm and softmax hand their work to the inner ops.
+FAMILY_RANK = {"gemm": 3, "conv": 3, "attention": 3, "norm": 2, "softmax": 2, "optimizer": 2, "reduce": 1,
+               "elementwise": 1, "index": 1, "pool": 1, "copy": 0}
+
+
+def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> tuple[I64, np.ndarray]:
+    """Innermost modelled op around each issuing op; the issuing op itself when none (unmodelled: this
+    includes a composite op's own time, e.g. ``aten::matmul`` dispatching to ``aten::mm`` on a CPU).
+    Also returns the mask of the ops work is attributed to (modelled and not composite)."""
     par = links.parent(trace)
     has = costs.has_cost()
-    covers = np.zeros(len(has), dtype=bool)  # has a modelled op strictly inside it
-    cur = par[np.flatnonzero(has)]
+    rank = np.full(len(has), -1, dtype=np.int8)
+    modelled = np.flatnonzero(has)
+    for r in modelled.tolist():
+        cost = costs.cost(r)
+        rank[r] = FAMILY_RANK.get(cost.family, 1) if cost is not None else -1
+    covers = np.zeros(len(has), dtype=bool)
+    cur, inner_rank = par[modelled], rank[modelled]
     for _ in range(128):
-        cur = cur[cur >= 0]
-        cur = cur[~covers[cur]]
+        keep = cur >= 0
+        cur, inner_rank = cur[keep], inner_rank[keep]
         if cur.size == 0:
             break
-        covers[cur] = True
+        hit = has[cur] & (inner_rank >= rank[cur])
+        covers[cur[hit]] = True
         cur = par[cur]
     leaf = has & ~covers
     target = _climb(par, issuer, leaf)
-    return np.where(target >= 0, target, issuer)
+    return np.where(target >= 0, target, issuer), leaf
 
 
 def _instances(
@@ -396,11 +410,13 @@ def _forward_labels(trace: Trace, ops: list[int], costs: _Costs) -> dict[int, st
     return out
 
 
-def _instance_row(trace: Trace, row: int, time_ns: int, costs: _Costs, forward: dict[int, str]) -> RooflineRow:
+def _instance_row(
+    trace: Trace, row: int, time_ns: int, costs: _Costs | None, forward: dict[int, str]
+) -> RooflineRow:
     if row < 0:
         return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
     inputs = trace.op_inputs(row)
-    cost = costs.cost(row)
+    cost = costs.cost(row) if costs is not None else None
     common = dict(
         name=trace.name_of(row),
         input_dims=_dims_text(inputs.dims),
