@@ -7,9 +7,11 @@ the H100 traces in shared/traces/tracelens): a ``ProfilerStep#N`` user annotatio
 thread (``aten::linear`` > ``aten::t`` + ``aten::addmm``, ``aten::relu``) and a backward on the autograd
 thread (``autograd::engine::evaluate_function: ...`` > ``AddmmBackward0`` > ``aten::mm`` x2, ...), every
 launching op followed by a ``cudaLaunchKernel`` runtime span, its ``ac2g`` flow pair and the kernel on
-stream 7 linked by ``correlation`` and ``External id``; an NCCL all-reduce on stream 20 overlapping the
-backward; an optimizer step with ``multi_tensor_apply`` kernels and a final ``cudaStreamSynchronize``.
+stream 7 linked by ``correlation`` and ``External id``; autograd ``Sequence number`` linking forward and
+backward ops; an NCCL all-reduce per gradient bucket on stream 20 overlapping the backward; an optimizer step with ``multi_tensor_apply`` kernels and a final ``cudaStreamSynchronize``.
 GPU time is simulated with a queue, so the GPU both idles (launch-bound stretches) and backs up.
+Like a real profiler schedule, a trace holds a few steps (8): more events means a bigger model (more
+layers per step), not more steps.
 
 Ranks are replicas of one event stream with their own ``distributedInfo`` (and pid), written in the
 same pass: generating once and writing N gzip streams keeps the 8-rank folder cheap to make.
@@ -34,8 +36,9 @@ from pathlib import Path
 # Events written per layer (forward 12 + backward 19) and per step outside the layers; used to pick the
 # number of steps for a requested event count. Checked against the real count after writing.
 _EVENTS_PER_LAYER = 31
-_EVENTS_PER_STEP_FIXED = 27
-_LAYERS = 24
+_EVENTS_PER_STEP_FIXED = 26
+_STEPS = 8  # a profiler schedule records a few steps; a bigger trace means a bigger model, not more steps
+_BUCKET = 24  # layers per DDP gradient bucket: one all-reduce per bucket during the backward
 _BASE_US = 1_700_000_000_000.0  # a plausible absolute µs clock, like Kineto's
 _PID = 4242
 _MAIN_TID = 4242
@@ -51,14 +54,18 @@ def default_cache_dir() -> Path:
 class _Gen:
     """Emits the event stream of one rank as JSON text fragments, keeping CPU and GPU clocks."""
 
-    def __init__(self, seed: int, world_size: int) -> None:
+    def __init__(self, seed: int, world_size: int, layers: int) -> None:
         self.rng = random.Random(seed)
+        self.layers = layers
         self.world_size = world_size
         self.ext = 0
         self.corr = 0
         self.cpu = {_MAIN_TID: _BASE_US + 1000.0, _BWD_TID: _BASE_US + 1000.0}
         self.gpu_free = {_COMPUTE_STREAM: _BASE_US, _COMM_STREAM: _BASE_US}
         self.count = 0
+        # autograd sequence numbers: forward ops take the next one, their backward nodes reuse it
+        self.seq = 0
+        self.fwd_seq: dict[int, tuple[int, int]] = {}
 
     # -- primitives ------------------------------------------------------------------------------
     def _x(self, cat: str, name: str, tid: int, ts: float, dur: float, args: str, pid: int = _PID) -> str:
@@ -128,12 +135,16 @@ class _Gen:
         _, t_args = self._op("aten::t", t, dims="[[1024, 1024]]")
         yield self._span(t, t_start, "aten::t", t_args)
         mm_start = self._advance(t, 1.5)
-        mm_ext, mm_args = self._op("aten::addmm", t, dims="[[1024], [32, 1024], [1024, 1024], [], []]")
+        self.seq += 2
+        self.fwd_seq[layer] = (self.seq - 1, self.seq)
+        mm_ext, mm_args = self._op(
+            "aten::addmm", t, dims="[[1024], [32, 1024], [1024, 1024], [], []]", extra=f',"Sequence number":{self.seq - 1}'
+        )
         yield from self._launch(t, mm_ext, "ampere_sgemm_128x64_tn", self.rng.uniform(15, 60))
         yield self._span(t, mm_start, "aten::addmm", mm_args)
         yield self._span(t, lin_start, "aten::linear", lin_args)
         relu_start = self._advance(t, 1.5)
-        relu_ext, relu_args = self._op("aten::relu", t, dims="[[32, 1024]]")
+        relu_ext, relu_args = self._op("aten::relu", t, dims="[[32, 1024]]", extra=f',"Sequence number":{self.seq}')
         yield from self._launch(
             t,
             relu_ext,
@@ -144,7 +155,7 @@ class _Gen:
 
     def _backward_layer(self, layer: int) -> Iterator[str]:
         t = _BWD_TID
-        seq = 1000 + layer
+        mm_seq, seq = self.fwd_seq[layer]
         e_start = self._advance(t, 2.0)
         _, e_args = self._op("autograd::engine::evaluate_function: ReluBackward0", t, dims="[]")
         r_start = self._advance(t, 1.0)
@@ -160,7 +171,7 @@ class _Gen:
         e_start = self._advance(t, 2.0)
         _, e_args = self._op("autograd::engine::evaluate_function: AddmmBackward0", t, dims="[]")
         a_start = self._advance(t, 1.0)
-        _, a_args = self._op("AddmmBackward0", t, dims="[[32, 1024]]", extra=f',"Sequence number":{seq},"Fwd thread id":1')
+        _, a_args = self._op("AddmmBackward0", t, dims="[[32, 1024]]", extra=f',"Sequence number":{mm_seq},"Fwd thread id":1')
         for _ in range(2):
             m_start = self._advance(t, 1.0)
             m_ext, m_args = self._op("aten::mm", t, dims="[[32, 1024], [1024, 1024]]")
@@ -228,15 +239,15 @@ class _Gen:
             pid=0,
         )
         yield self._span(t, cp_start, "aten::copy_", cp_args)
-        for layer in range(_LAYERS):
+        for layer in range(self.layers):
             yield from self._forward_layer(layer)
         # backward runs on the autograd thread, starting when the forward is done
         self.cpu[_BWD_TID] = max(self.cpu[_BWD_TID], self.cpu[t]) + 5.0
         bwd_start = self.cpu[_BWD_TID]
         _, bw_args = self._op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", _BWD_TID, dims="[]")
-        for layer in reversed(range(_LAYERS)):
+        for layer in reversed(range(self.layers)):
             yield from self._backward_layer(layer)
-            if layer == _LAYERS // 2:
+            if layer % _BUCKET == 0:
                 yield from self._allreduce(n)
         yield self._span(_BWD_TID, bwd_start, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", bw_args)
         self.cpu[t] = max(self.cpu[t], self.cpu[_BWD_TID]) + 5.0
@@ -319,8 +330,10 @@ def _metadata(world_size: int) -> list[str]:
     ]
 
 
-def steps_for(events: int) -> int:
-    return max(1, round(events / (_LAYERS * _EVENTS_PER_LAYER + _EVENTS_PER_STEP_FIXED)))
+def layers_for(events: int) -> int:
+    """Layers per step so that ``_STEPS`` steps hold about ``events`` events."""
+    per_layer = _EVENTS_PER_LAYER + 1 / _BUCKET
+    return max(1, round((events / _STEPS - _EVENTS_PER_STEP_FIXED) / per_layer))
 
 
 def generate(events: int, ranks: int, out_dir: Path, seed: int = 0, level: int = 6) -> tuple[list[Path], int]:
@@ -329,12 +342,12 @@ def generate(events: int, ranks: int, out_dir: Path, seed: int = 0, level: int =
     paths = [out_dir / f"rank{r}.pt.trace.json.gz" for r in range(ranks)]
     tmp = [p.with_suffix(".tmp") for p in paths]
     files = [gzip.open(t, "wt", compresslevel=level, encoding="utf-8") for t in tmp]
-    gen = _Gen(seed, ranks)
+    gen = _Gen(seed, ranks, layers_for(events))
     try:
         for r, fh in enumerate(files):
             fh.write(_header(r, ranks))
             fh.write(",\n".join(_metadata(ranks)))
-        for n in range(steps_for(events)):
+        for n in range(_STEPS):
             chunk = ",\n" + ",\n".join(gen.step(n + 1))
             for fh in files:
                 fh.write(chunk)
