@@ -19,8 +19,10 @@ def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = Non
     """The JSON report for a run (one or more ranks)."""
     from aiprof import __version__
 
+    from aiprof.report.runcontext import run_context
+
     ranks = [_rank(r) for r in run.ranks]
-    return {
+    doc = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"aiprof {__version__}",
         "sources": list(run.sources),
@@ -29,6 +31,9 @@ def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = Non
         "findings": list(findings or []),
         "warnings": list(run.warnings),
     }
+    # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
+    doc.update(run_context(list(run.sources)))
+    return doc
 
 
 def _rank(r: RankAnalysis) -> dict[str, Any]:

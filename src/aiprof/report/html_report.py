@@ -1,112 +1,742 @@
-"""HTML renderer: one self-contained file (no CDN, no network request), embedding the JSON document.
+"""HTML renderer: one self-contained file that works offline and makes no network request.
 
-Every string that comes from a trace is escaped with ``html.escape``; the embedded JSON escapes ``<`` so
-that no kernel name can close the script element.
+No script runs in the page: charts are inline SVG drawn here, tables sort with CSS alone (radio
+buttons and the ``order`` property), themes follow ``prefers-color-scheme``. The Content-Security-Policy
+forbids every script and every fetch, so even a string that escaped escaping could not run or call out.
+Every string that comes from a trace goes through ``esc`` (``html.escape``); the embedded JSON (the
+same document the JSON renderer writes) escapes ``<`` so no kernel name can close its script element.
 """
 
 from __future__ import annotations
 
-import html
 import json
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.report import common as c
+from aiprof.report import svg
+from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
 from aiprof.report.document import mean_per_step
-from aiprof.report.terminal import fmt_ms
+from aiprof.report.svg import esc
 
-_COLORS = {
-    "compute": "#2e9e44",
-    "communication": "#a03fb5",
-    "memcpy": "#1c8fb0",
-    "memset": "#3a5fcd",
-    "idle": "#d64545",
-}
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
 _CSS = """
-:root{color-scheme:light dark;--fg:#1d1d1f;--bg:#fff;--mute:#666;--line:#ddd}
-@media (prefers-color-scheme:dark){:root{--fg:#e8e8e8;--bg:#16181c;--mute:#9a9a9a;--line:#333}}
-body{font:14px/1.45 system-ui,sans-serif;color:var(--fg);background:var(--bg);max-width:1100px;margin:2em auto;padding:0 1em}
-h1{font-size:1.4em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid var(--line)}
-table{border-collapse:collapse;margin:.5em 0}td,th{padding:3px 10px;border-bottom:1px solid var(--line);text-align:right}
-td:first-child,th:first-child{text-align:left}.mute{color:var(--mute)}
-.bar{display:flex;height:14px;width:360px;border-radius:3px;overflow:hidden;background:var(--line)}
-.legend span{display:inline-block;margin-right:1em}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}
-code{font-size:12px;word-break:break-all}
+:root{color-scheme:light dark;--fg:#1d1d1f;--bg:#fff;--card:#f6f7f9;--mute:#666;--line:#d8dbe0;
+--compute:#2e9e44;--communication:#a03fb5;--memcpy:#1c8fb0;--memset:#3a5fcd;--idle:#e06060;--idlebg:#f3d6d6;
+--high:#c62828;--medium:#d9822b;--low:#5b7fbf;--info:#777;--ln0:#1f77b4;--ln1:#d9822b;--ln2:#2e9e44;--ln3:#a03fb5}
+@media (prefers-color-scheme:dark){:root{--fg:#e6e6e6;--bg:#15171b;--card:#1f2228;--mute:#9a9ea6;--line:#363a42;
+--compute:#4cc266;--communication:#c372d6;--memcpy:#3bb3d6;--memset:#6f8ff0;--idle:#e57373;--idlebg:#4a2a2c;
+--ln0:#5aa9e6;--ln1:#f0a050;--ln2:#5cd67a;--ln3:#c98ae0}}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);max-width:1180px;margin:0 auto;padding:1em 1.5em 3em}
+h1{font-size:1.45em;margin:.4em 0}h2{font-size:1.15em;margin:2em 0 .6em;padding-bottom:.2em;border-bottom:1px solid var(--line)}
+h3{font-size:1em;margin:.2em 0}
+nav{font-size:.9em;color:var(--mute)}nav a{color:inherit;margin-right:.9em}
+.kpis{display:flex;flex-wrap:wrap;gap:.8em;margin:1em 0}
+.kpi{background:var(--card);border-radius:8px;padding:.6em 1em;min-width:10em}
+.kpi b{display:block;font-size:1.35em}.kpi span{color:var(--mute);font-size:.85em}
+.mute{color:var(--mute)}code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
+code{overflow-wrap:anywhere}pre{background:var(--card);padding:.6em .8em;border-radius:6px;overflow-x:auto;white-space:pre-wrap}
+.finding{background:var(--card);border-left:4px solid var(--info);border-radius:6px;padding:.7em 1em;margin:.8em 0}
+.finding.high{border-color:var(--high)}.finding.medium{border-color:var(--medium)}.finding.low{border-color:var(--low)}
+.sev{font-size:.75em;font-weight:700;text-transform:uppercase;letter-spacing:.05em;margin-right:.5em}
+.high .sev{color:var(--high)}.medium .sev{color:var(--medium)}.low .sev{color:var(--low)}.info .sev{color:var(--info)}
+.saving{font-weight:600}dl.ev{display:grid;grid-template-columns:max-content 1fr;gap:.1em 1em;margin:.4em 0}
+dl.ev dt{color:var(--mute)}dl.ev dd{margin:0;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.4em 0;width:100%}td,th{padding:3px 8px;border-bottom:1px solid var(--line);text-align:right;vertical-align:top}
+td:first-child,th:first-child{text-align:left}th{font-weight:600;white-space:nowrap}
+td.name{overflow-wrap:anywhere;max-width:40em}
+.chart{display:block;max-width:100%;height:auto;font-size:11px}.chart .lbl{fill:var(--fg)}.chart .mute{fill:var(--mute)}
+.b-compute{fill:var(--compute)}.b-communication{fill:var(--communication)}.b-memcpy{fill:var(--memcpy)}
+.b-memset{fill:var(--memset)}.b-idle{fill:var(--idle)}.b-idle-bg{fill:var(--idlebg)}
+.b-data_loading{fill:#d64545}.b-host{fill:#e08a3c}.b-sync{fill:#b5a030}.b-launch{fill:#7a7ad0}.b-collective_wait{fill:#a03fb5}.b-unknown{fill:#999}
+.mark{stroke:var(--fg);stroke-opacity:.35;stroke-width:1}.plot-bg{fill:var(--card)}
+.ln{fill:none;stroke-width:1.5}.ln0{stroke:var(--ln0)}.ln1{stroke:var(--ln1)}.ln2{stroke:var(--ln2)}.ln3{stroke:var(--ln3)}
+.legend{font-size:.85em;color:var(--mute)}.legend span{display:inline-block;margin-right:1.1em}
+.sw{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px;vertical-align:-1px}
+.sw.compute{background:var(--compute)}.sw.communication{background:var(--communication)}.sw.memcpy{background:var(--memcpy)}
+.sw.memset{background:var(--memset)}.sw.idle{background:var(--idlebg);border:1px solid var(--idle)}
+.sw.ln0{background:var(--ln0)}.sw.ln1{background:var(--ln1)}.sw.ln2{background:var(--ln2)}.sw.ln3{background:var(--ln3)}
+.sort>input{position:absolute;opacity:0;pointer-events:none}
+.sort table{display:block}.sort thead,.sort tbody{display:flex;flex-direction:column}
+.sort tr{display:grid;grid-template-columns:var(--cols)}.sort th label{cursor:pointer;text-decoration:underline dotted}
+.sort th label.asc{display:none}
+.roof .grid{stroke:var(--line)}.roof .axis{stroke:var(--mute);fill:none}.roof .roofline{stroke:var(--fg);stroke-width:1.5;fill:none}
+.roof .pt{fill-opacity:.55;stroke-width:1}.roof .compute-bound{fill:var(--ln0);stroke:var(--ln0)}
+.roof .memory-bound{fill:var(--ln2);stroke:var(--ln2)}.roof .latency-bound{fill:var(--high);stroke:var(--high)}
+.roof .other{fill:var(--mute);stroke:var(--mute)}
+details summary{cursor:pointer;color:var(--mute)}footer{margin-top:3em;font-size:.85em;color:var(--mute)}
+@media print{nav{display:none}}
 """
 
-
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _bar(parts: dict[str, float], total: float) -> str:
-    cells = "".join(
-        f'<div style="width:{100 * v / total:.3f}%;background:{_COLORS[k]}" title="{_e(k)} {fmt_ms(v)}"></div>'
-        for k, v in parts.items()
-        if total > 0 and v > 0
-    )
-    return f'<div class="bar">{cells}</div>'
+_LEGEND_BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
 
 
 class HtmlRenderer:
+    """``render(document) -> str``. ``top`` bounds the kernel and op tables."""
+
+    def __init__(self, top: int = 25) -> None:
+        if top < 1:
+            raise ValueError("top must be at least 1")
+        self.top = top
+        self._tables = 0
+
     def render(self, doc: dict[str, Any]) -> str:
+        self._tables = 0
         data = json.dumps(doc, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
-        body = [self._summary(doc)]
-        for rank in doc["ranks"]:
-            body.append(self._rank(rank, len(doc["ranks"]) > 1))
-        notes = doc.get("warnings", [])
-        if notes:
-            body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+        focus = c.focus_rank(doc)
+        multi = len(doc["ranks"]) > 1
+        sections = [
+            ("findings", "Findings", self._findings(doc)),
+            ("steps", "Step breakdown", self._steps(focus, multi)),
+            ("idle", "Idle causes", self._idle(focus)),
+            ("timeline", "Timeline", self._timeline(doc, focus)),
+            ("ranks", "Ranks", self._ranks(doc) if multi else ""),
+            ("collectives", "Collectives", self._collectives(doc)),
+            ("roofline", "Roofline", self._roofline(focus)),
+            ("kernels", "Top kernels", self._kernels(focus)),
+            ("ops", "Top ops", self._ops(focus)),
+            ("metadata", "Run metadata", self._metadata(doc, focus)),
+            ("notes", "Notes", self._notes(doc)),
+        ]
+        present = [(key, title, body) for key, title, body in sections if body]
+        nav = "<nav>" + "".join(f'<a href="#{key}">{esc(title)}</a>' for key, title, _ in present) + "</nav>"
+        body = "".join(f'<section id="{key}"><h2>{esc(title)}</h2>{html}</section>' for key, title, html in present)
         return (
             "<!doctype html><html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
-            "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
-            f"<title>aiprof report</title><style>{_CSS}</style></head><body>"
-            + "".join(body)
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f"<title>{esc(self._title(doc))}</title><style>{_CSS}{self._sort_css()}</style></head><body>"
+            + self._header(doc, focus)
+            + nav
+            + body
             + f'<script type="application/json" id="aiprof-data">{data}</script>'
-            + f'<p class=mute>{_e(doc["generator"])} · report schema {_e(doc["schema_version"])}</p>'
+            + f'<footer>{esc(doc.get("generator", "aiprof"))} · report schema {esc(doc.get("schema_version", "?"))} · '
+            "the full report is embedded as JSON (element <code>#aiprof-data</code>)</footer>"
             + "</body></html>\n"
         )
 
-    def _summary(self, doc: dict[str, Any]) -> str:
+    # -------------------------------------------------------------------------------------------
+    # Header and findings
+    # -------------------------------------------------------------------------------------------
+    def _title(self, doc: dict[str, Any]) -> str:
         s = doc["summary"]
-        util = "GPU utilization" if s["device_kind"] == "gpu" else "CPU busy"
-        sources = "".join(f"<div><code>{_e(p)}</code></div>" for p in doc["sources"][:8])
-        legend = "".join(
-            f'<span><i class=sw style="background:{c}"></i>{_e(k)}</span>' for k, c in _COLORS.items()
-        )
+        return f"aiprof report · {fmt_ms(s.get('median_step_ns', 0))} median step"
+
+    def _header(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
+        s = doc["summary"]
+        names = [d.get("name") for d in focus.get("devices", []) if d.get("name")]
+        device = f"{names[0]} ({focus['primary_device']})" if names else focus["primary_device"]
+        causes = mean_per_step(focus["totals"], "idle_causes_ns")
+        top_cause = max(IDLE_CAUSES, key=lambda k: causes[k])
+        mean = c.mean_step_ns(focus["totals"])
+        kpis = [
+            (fmt_ms(s["median_step_ns"]), "median step"),
+            (fmt_pct(s["gpu_utilization"]), c.util_label(doc)),
+            (f"{s['step_count']}", "steps analysed"),
+        ]
+        if s["rank_count"] > 1:
+            kpis.append((f"{s['rank_count']}", f"ranks · slowest is rank {s['slowest_rank']}"))
+        if causes[top_cause] > 0:
+            kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), f"of a step idle on {top_cause}"))
+        sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc["sources"][:4])
+        if len(doc["sources"]) > 4:
+            sources += f'<div class="mute">… and {len(doc["sources"]) - 4} more</div>'
         return (
-            f"<h1>aiprof: {s['rank_count']} rank(s), {s['step_count']} step(s)</h1>{sources}"
-            f"<p>Median step <b>{fmt_ms(s['median_step_ns'])}</b> · {util} "
-            f"<b>{100 * s['gpu_utilization']:.1f}%</b></p><p class=legend>{legend}</p>"
+            f"<h1>aiprof · {esc(device)}</h1>{sources}<div class=kpis>"
+            + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)
+            + "</div>"
         )
 
-    def _rank(self, rank: dict[str, Any], multi: bool) -> str:
-        t = rank["totals"]
-        title = f"Rank {rank['rank']} · " if multi else ""
-        rows = []
-        for step in rank["steps"]:
-            parts = {b: float(step["breakdown_ns"][b]) for b in BUCKETS}
-            step_causes = ", ".join(
-                f"{_e(k)} {fmt_ms(v)}" for k, v in step["idle_causes_ns"].items() if v > 0
-            )
-            rows.append(
-                f"<tr><td>{_e(step['name'])}</td><td>{fmt_ms(step['duration_ns'])}</td>"
-                f"<td>{_bar(parts, float(step['duration_ns']))}</td><td class=mute>{step_causes}</td></tr>"
-            )
-        per = mean_per_step(t, "breakdown_ns")
-        causes = mean_per_step(t, "idle_causes_ns")
-        bucket_rows = "".join(f"<tr><td>{b}</td><td>{fmt_ms(per[b])}</td></tr>" for b in BUCKETS)
-        cause_rows = "".join(
-            f"<tr><td>{c}</td><td>{fmt_ms(causes[c])}</td></tr>" for c in IDLE_CAUSES if causes[c] > 0
-        )
+    def _findings(self, doc: dict[str, Any]) -> str:
+        items = c.findings(doc)
+        if not items:
+            return ""
+        return "".join(self._finding(f) for f in items)
+
+    def _finding(self, f: dict[str, Any]) -> str:
+        sev = str(f.get("severity", "info"))
+        sev_class = sev if sev in c.SEVERITY_ORDER else "info"
+        facts = [c.saving_text(f)]
+        if f.get("confidence"):
+            facts.append(f"confidence {f['confidence']}")
+        ranks = f.get("ranks") or []
+        if ranks:
+            facts.append("rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(str(r) for r in ranks[:16]))
+        if f.get("device"):
+            facts.append(str(f["device"]))
+        evidence = f.get("evidence")
+        fix = str(f.get("fix", "")).strip()
+        docs = str(f.get("docs", ""))
+        notes = [str(n) for n in f.get("notes") or []]
         return (
-            f"<h2>{title}{_e(rank['primary_device'])}</h2>"
-            f"<p>Median step {fmt_ms(t['median_step_ns'])} · utilization {100 * t['gpu_utilization']:.1f}%</p>"
-            "<table><tr><th>step</th><th>duration</th><th>breakdown</th><th>idle causes</th></tr>"
-            + "".join(rows)
-            + "</table><table><tr><th>mean per step</th><th></th></tr>"
-            + bucket_rows
-            + "</table><table><tr><th>idle cause</th><th>per step</th></tr>"
-            + cause_rows
-            + "</table>"
+            f'<article class="finding {sev_class}"><h3><span class=sev>{esc(sev)}</span>{esc(f.get("title", f.get("id", "")))}'
+            f' <span class=mute>({esc(f.get("id", ""))})</span></h3>'
+            f'<div class=saving>{esc(" · ".join(x for x in facts if x))}</div>'
+            + (f"<details open><summary>Evidence</summary>{_evidence(evidence)}</details>" if evidence else "")
+            + (f"<div><b>Fix</b><pre>{esc(fix)}</pre></div>" if fix else "")
+            + (f'<div class="mute">how the saving is estimated: {esc(f["saving_formula"])}</div>' if f.get("saving_formula") else "")
+            + "".join(f'<div class="mute">note: {esc(n)}</div>' for n in notes)
+            + (f'<div class="mute">more: <code>{esc(docs)}</code></div>' if docs else "")
+            + "</article>"
         )
+
+    # -------------------------------------------------------------------------------------------
+    # Steps, idle, timeline
+    # -------------------------------------------------------------------------------------------
+    def _steps(self, rank: dict[str, Any], multi: bool) -> str:
+        steps = rank.get("steps") or []
+        if not steps:
+            return ""
+        rows = [
+            (str(s["name"]), {b: float(s["breakdown_ns"][b]) for b in BUCKETS}, float(s["duration_ns"]), fmt_ms(s["duration_ns"]))
+            for s in steps[:60]
+        ]
+        per = mean_per_step(rank["totals"], "breakdown_ns")
+        mean = c.mean_step_ns(rank["totals"])
+        table = _table(
+            ["bucket", "mean per step", "share"],
+            [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in BUCKETS],
+        )
+        who = f"rank {rank['rank']}, " if multi else ""
+        more = f'<p class="mute">first 60 of {len(steps)} steps</p>' if len(steps) > 60 else ""
+        return (
+            f'<p class="mute">{esc(who + rank["primary_device"])}: every nanosecond of each step window in exactly one bucket.</p>'
+            + _legend()
+            + svg.stacked_rows(rows, BUCKETS)
+            + more
+            + table
+        )
+
+    def _idle(self, rank: dict[str, Any]) -> str:
+        causes = mean_per_step(rank["totals"], "idle_causes_ns")
+        mean = c.mean_step_ns(rank["totals"])
+        present = [k for k in sorted(IDLE_CAUSES, key=lambda k: -causes[k]) if causes[k] > 0]
+        if not present:
+            return ""
+        rows = [(k, {k: causes[k]}, mean, f"{fmt_ms(causes[k])} · {fmt_pct(causes[k] / max(mean, 1))}") for k in present]
+        return (
+            '<p class="mute">What the host was doing while the device sat idle (mean per step; bars are to the scale of a whole step).</p>'
+            + svg.stacked_rows([(k, p, mean, r) for k, p, _, r in rows], IDLE_CAUSES, value_w=150)
+        )
+
+    def _timeline(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
+        multi = len(doc["ranks"]) > 1
+        strips: list[str] = []
+        span = None
+        order = BUCKETS[:-1]
+        for rank in doc["ranks"] if multi else [focus]:
+            ov = rank.get("timeline_overview")
+            if not isinstance(ov, dict) or not ov.get("bins"):
+                continue
+            span = span or ov
+            marks = _step_marks(rank, ov)
+            for dev in ov.get("devices") or []:
+                if multi and dev.get("device") != rank.get("primary_device"):
+                    continue
+                series = {b: dev.get(f"{b}_ns") or [] for b in order}
+                label = f"rank {rank['rank']}" if multi else str(dev.get("device"))
+                strips.append(svg.occupancy_strip(series, order, int(ov["bin_ns"]), marks, label))
+        if not strips or span is None:
+            return ""
+        total = int(span["end_ns"]) - int(span["start_ns"])
+        note = (
+            "Each rank's primary device over its own analysed span" if multi else "Each device over the analysed steps"
+        ) + "; bars show the share of each time bin; thin lines are step boundaries."
+        return (
+            f'<p class="mute">{esc(note)}</p>'
+            + _legend()
+            + "".join(strips)
+            + svg.time_axis(total)
+            + self._telemetry(doc, focus)
+        )
+
+    def _telemetry(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
+        tel = doc.get("telemetry")
+        ov = focus.get("timeline_overview")
+        if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
+            return ""
+        start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
+        total = max(int(ov["end_ns"]) - int(ov["start_ns"]), 1)
+        xs = [(int(t) - start) / total for t in tel.get("t_unix_ns") or []]
+        series: dict[str, list[float | None]] = tel.get("series") or {}
+        charts = []
+        for label, keys, fmt, y_max in _telemetry_groups(series):
+            lines = {k: series[k] for k in keys}
+            chart = svg.line_chart(xs, lines, label, fmt, y_max=y_max)
+            if chart:
+                legend = "".join(
+                    f'<span><i class="sw ln{i % 4}"></i>{esc(k)}</span>' for i, k in enumerate(keys)
+                )
+                charts.append(chart + f'<div class="legend" style="margin-left:12%">{legend}</div>')
+        if not charts:
+            return ""
+        inside = sum(1 for x in xs if 0 <= x <= 1)
+        return (
+            f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside the span '
+            f"(from <code>{esc(tel.get('path', ''))}</code>).</p>" + "".join(charts)
+        )
+
+    # -------------------------------------------------------------------------------------------
+    # Ranks and collectives
+    # -------------------------------------------------------------------------------------------
+    def _ranks(self, doc: dict[str, Any]) -> str:
+        slowest = doc["summary"].get("slowest_rank")
+        bars = []
+        rows = []
+        for r in doc["ranks"]:
+            t = r["totals"]
+            mean = c.mean_step_ns(t)
+            per = mean_per_step(t, "breakdown_ns")
+            causes = mean_per_step(t, "idle_causes_ns")
+            top = max(IDLE_CAUSES, key=lambda k: causes[k])
+            tag = " (slowest)" if r["rank"] == slowest else ""
+            bars.append((f"rank {r['rank']}{tag}", per, mean, fmt_ms(t["median_step_ns"])))
+            rows.append(
+                [
+                    (esc(f"{r['rank']}{tag}"), r["rank"]),
+                    (esc(r["primary_device"]), str(r["primary_device"])),
+                    (fmt_ms(t["median_step_ns"]), t["median_step_ns"]),
+                    (fmt_pct(t["gpu_utilization"]), t["gpu_utilization"]),
+                    (fmt_ms(per["compute"]), per["compute"]),
+                    (fmt_ms(per["communication"]), per["communication"]),
+                    (fmt_ms(per["idle"]), per["idle"]),
+                    (esc(f"{top} {fmt_ms(causes[top])}") if causes[top] > 0 else "-", causes[top]),
+                ]
+            )
+        head = ["rank", "device", "median step", "util", "compute", "comm", "idle", "top idle cause"]
+        return (
+            '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
+            + _legend()
+            + svg.stacked_rows(bars, BUCKETS)
+            + self._sortable(head, rows, "minmax(6em,1fr) minmax(5em,auto) repeat(5,minmax(5.5em,auto)) minmax(9em,1.4fr)")
+        )
+
+    def _collectives(self, doc: dict[str, Any]) -> str:
+        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        overlap_rows = []
+        for r in doc["ranks"]:
+            comm = r.get("communication")
+            if not isinstance(comm, dict):
+                continue
+            for s in comm.get("summary") or []:
+                key = (s.get("collective"), s.get("group_size"), s.get("dtype"), s.get("message_bytes"))
+                g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
+                g["count"] += int(s.get("count") or 0)
+                g["total_ns"] += int(s.get("total_ns") or 0)
+                g["ranks"].add(r["rank"])
+                if isinstance(s.get("busbw_gb_per_s"), (int, float)):
+                    g["busbw"].append(float(s["busbw_gb_per_s"]))
+            for o in comm.get("overlap") or []:
+                if o.get("comm_ns"):
+                    overlap_rows.append(
+                        [
+                            (str(r["rank"]), r["rank"]),
+                            (esc(o.get("device")), o.get("device")),
+                            (fmt_ms(o["comm_ns"]), o["comm_ns"]),
+                            (fmt_ms(o.get("exposed_ns", 0)), o.get("exposed_ns", 0)),
+                            (f"{float(o.get('overlap_pct', 0)):.1f}%", o.get("overlap_pct", 0)),
+                        ]
+                    )
+        if not groups:
+            return ""
+        rows = []
+        for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1]["total_ns"]):
+            bw = sum(g["busbw"]) / len(g["busbw"]) if g["busbw"] else None
+            rows.append(
+                [
+                    (esc(name), str(name)),
+                    (esc(size if size is not None else "?"), size or 0),
+                    (esc(dtype or "?"), str(dtype)),
+                    (fmt_bytes(nbytes) if isinstance(nbytes, (int, float)) else "?", nbytes or 0),
+                    (f"{g['count']:,}", g["count"]),
+                    (fmt_ms(g["total_ns"]), g["total_ns"]),
+                    (fmt_ms(g["total_ns"] / max(g["count"], 1)), g["total_ns"] / max(g["count"], 1)),
+                    (f"{bw:.2f}" if bw is not None else "?", bw or 0),
+                    (str(len(g["ranks"])), len(g["ranks"])),
+                ]
+            )
+        head = ["collective", "group", "dtype", "message", "calls", "total", "mean", "busbw GB/s", "ranks"]
+        out = '<p class="mute">All ranks together; bus bandwidth by the NCCL-tests convention.</p>' + self._sortable(
+            head, rows, "minmax(8em,1.3fr) repeat(8,minmax(4.5em,auto))"
+        )
+        if overlap_rows:
+            out += "<h3>Communication hidden behind compute</h3>" + self._sortable(
+                ["rank", "device", "communication", "exposed", "overlapped"],
+                overlap_rows,
+                "minmax(4em,1fr) repeat(4,minmax(6em,auto))",
+            )
+        return out
+
+    # -------------------------------------------------------------------------------------------
+    # Roofline, kernels, ops
+    # -------------------------------------------------------------------------------------------
+    def _roofline(self, rank: dict[str, Any]) -> str:
+        roof = rank.get("roofline")
+        if not isinstance(roof, dict):
+            return ""
+        chart = roofline_svg(roof)
+        rows = []
+        for r in sorted(roof.get("rows") or [], key=lambda r: -(r.get("time_ns") or 0))[: self.top]:
+            pct = r.get("pct_of_roof")
+            rows.append(
+                [
+                    (_name_cell(r.get("name"), r.get("input_dims")), str(r.get("name"))),
+                    (f"{int(r.get('count') or 0):,}", r.get("count") or 0),
+                    (fmt_ms(r.get("time_ns") or 0), r.get("time_ns") or 0),
+                    (esc(r.get("bound") or "?"), str(r.get("bound"))),
+                    (_num_text(r.get("arithmetic_intensity_flops_per_byte"), "{:.1f}"), r.get("arithmetic_intensity_flops_per_byte") or 0),
+                    (f"{pct:.0f}%" if isinstance(pct, (int, float)) else "?", pct or 0),
+                    (fmt_ms(r.get("saving_ns") or 0), r.get("saving_ns") or 0),
+                ]
+            )
+        note = roof.get("peaks_note") or ""
+        table = self._sortable(
+            ["op (shapes)", "calls", "time", "class", "FLOP/byte", "of roof", "saving at roof"],
+            rows,
+            "minmax(14em,1fr) repeat(6,minmax(5em,auto))",
+        ) if rows else ""
+        if not chart and not table:
+            return ""
+        return (f'<p class="mute">{esc(note)}</p>' if note else "") + chart + table
+
+    def _kernels(self, rank: dict[str, Any]) -> str:
+        rows = []
+        for k in c.top_kernels(rank, self.top):
+            rows.append(
+                [
+                    (f'<td class=name title="{esc(k.get("name"))}">{esc(_short(str(k.get("name", "?"))))}', str(k.get("name"))),
+                    (f"{int(k.get('count') or 0):,}", k.get("count") or 0),
+                    (fmt_ms(k.get("total_ns") or 0), k.get("total_ns") or 0),
+                    (fmt_ms(k.get("mean_ns") or 0), k.get("mean_ns") or 0),
+                    (f"{float(k.get('kernel_time_share_pct') or 0):.1f}%", k.get("kernel_time_share_pct") or 0),
+                    (_num_text(k.get("sm_efficiency_pct"), "{:.0f}%"), k.get("sm_efficiency_pct") or 0),
+                    (_num_text(k.get("achieved_occupancy_pct"), "{:.0f}%"), k.get("achieved_occupancy_pct") or 0),
+                ]
+            )
+        if not rows:
+            return ""
+        return self._sortable(
+            ["kernel", "calls", "total", "mean", "share", "SM eff.", "occupancy"],
+            rows,
+            "minmax(16em,1fr) repeat(6,minmax(4.8em,auto))",
+        )
+
+    def _ops(self, rank: dict[str, Any]) -> str:
+        ops, key = c.top_ops(rank, self.top)
+        if not ops:
+            return ""
+        rows = []
+        for o in ops:
+            rows.append(
+                [
+                    (_name_cell(o.get("name"), o.get("input_shapes")), str(o.get("name"))),
+                    (f"{int(o.get('count') or 0):,}", o.get("count") or 0),
+                    (fmt_ms(o.get("gpu_total_ns") or 0), o.get("gpu_total_ns") or 0),
+                    (fmt_ms(o.get("gpu_self_ns") or 0), o.get("gpu_self_ns") or 0),
+                    (fmt_ms(o.get("cpu_total_ns") or 0), o.get("cpu_total_ns") or 0),
+                    (fmt_ms(o.get("cpu_self_ns") or 0), o.get("cpu_self_ns") or 0),
+                ]
+            )
+        basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
+        return f'<p class="mute">By {esc(basis)}.</p>' + self._sortable(
+            ["op", "calls", "GPU total", "GPU self", "CPU total", "CPU self"],
+            rows,
+            "minmax(16em,1fr) repeat(5,minmax(5.2em,auto))",
+        )
+
+    # -------------------------------------------------------------------------------------------
+    # Metadata and notes
+    # -------------------------------------------------------------------------------------------
+    def _metadata(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
+        pairs: list[tuple[str, Any]] = [("generator", doc.get("generator")), ("report schema", doc.get("schema_version"))]
+        pairs.append(("rank numbering", focus.get("rank_source")))
+        pairs.append(("events (rank shown)", f"{int(focus.get('event_count') or 0):,}"))
+        for k, v in (focus.get("distributed") or {}).items():
+            pairs.append((f"distributed.{k}", v))
+        for k, v in (focus.get("trace_metadata") or {}).items():
+            pairs.append((f"trace.{k}", v))
+        props = [p for p in focus.get("device_properties") or [] if isinstance(p, dict)]
+        index = c.primary_index(focus)
+        prop = next((p for p in props if p.get("index") == index), None)
+        for k, v in (prop or {}).items():
+            pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
+        run = doc.get("run_metadata")
+        if isinstance(run, dict):
+            for k, v in run.items():
+                pairs.append((f"run.{k}", v))
+        out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
+        compat = focus.get("compat")
+        if isinstance(compat, dict) and compat:
+            out += "<details><summary>Peer-convention numbers (HTA, TraceLens, TensorBoard plugin)</summary>"
+            out += _evidence(compat) + "</details>"
+        return out
+
+    def _notes(self, doc: dict[str, Any]) -> str:
+        notes = list(doc.get("warnings") or [])
+        for r in doc["ranks"]:
+            notes += [f"rank {r['rank']}: {n}" if len(doc["ranks"]) > 1 else str(n) for n in r.get("notes") or []]
+        if not notes:
+            return ""
+        shown = notes[:50]
+        return "<ul>" + "".join(f"<li>{esc(n)}</li>" for n in shown) + "</ul>" + (
+            f'<p class="mute">… and {len(notes) - 50} more</p>' if len(notes) > 50 else ""
+        )
+
+    # -------------------------------------------------------------------------------------------
+    # Sortable tables without script
+    # -------------------------------------------------------------------------------------------
+    def _sortable(self, head: Sequence[str], rows: list[list[tuple[str, Any]]], cols: str) -> str:
+        """A table that sorts by any column with CSS alone: one radio pair (descending, ascending) per
+        column; each row carries its rank under every column as ``--oN`` and the checked radio sets
+        the rows' flex ``order`` to it (or to its negation for ascending)."""
+        self._tables += 1
+        tid = f"t{self._tables}"
+        ranks = [_ranks([r[j][1] for r in rows]) for j in range(len(head))]
+        radios = "".join(
+            f'<input type=radio name="{tid}" id="{tid}-{j}-{d}" aria-label="sort by {esc(h)}">'
+            for j, h in enumerate(head)
+            for d in ("d", "a")
+        )
+        ths = "".join(
+            f'<th><label for="{tid}-{j}-d" class=desc>{esc(h)}</label><label for="{tid}-{j}-a" class=asc>{esc(h)}</label></th>'
+            for j, h in enumerate(head)
+        )
+        body = []
+        for i, row in enumerate(rows):
+            style = ";".join(f"--o{j}:{ranks[j][i]}" for j in range(len(head)))
+            cells = "".join(cell if cell.startswith("<td") else f"<td>{cell}</td>" for cell, _ in row)
+            body.append(f'<tr style="{style}">{cells}</tr>')
+        return (
+            f'<div class="sort" id="{tid}" style="--cols:{cols}">{radios}<table><thead><tr>{ths}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table></div>"
+        )
+
+    def _sort_css(self) -> str:
+        """Rules for every sortable table rendered (called after the body is built)."""
+        rules = []
+        for t in range(1, self._tables + 1):
+            for j in range(12):
+                tid = f"#t{t}-{j}"
+                rules.append(
+                    f"{tid}-d:checked~table tbody tr{{order:var(--o{j})}}"
+                    f"{tid}-a:checked~table tbody tr{{order:calc(-1*var(--o{j}))}}"
+                    f'{tid}-d:checked~table label[for="t{t}-{j}-d"]{{display:none}}'
+                    f'{tid}-d:checked~table label[for="t{t}-{j}-a"]{{display:inline}}'
+                    f'{tid}-d:checked~table label[for="t{t}-{j}-a"]::after{{content:" ▼"}}'
+                    f'{tid}-a:checked~table label[for="t{t}-{j}-d"]::after{{content:" ▲"}}'
+                )
+        return "".join(rules)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------------
+def _ranks(keys: list[Any]) -> list[int]:
+    """Each row's position when sorted by this column, descending for numbers, A→Z for text."""
+    numeric = all(isinstance(k, (int, float)) and not isinstance(k, bool) for k in keys)
+    if numeric:
+        order = sorted(range(len(keys)), key=lambda i: -float(keys[i]))
+    else:
+        order = sorted(range(len(keys)), key=lambda i: str(keys[i]).lower())
+    out = [0] * len(keys)
+    for pos, i in enumerate(order):
+        out[i] = pos + 1
+    return out
+
+
+def _legend() -> str:
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in _LEGEND_BUCKETS)
+        + "</div>"
+    )
+
+
+def _step_marks(rank: dict[str, Any], ov: dict[str, Any]) -> list[float]:
+    start, end = int(ov["start_ns"]), int(ov["end_ns"])
+    span = max(end - start, 1)
+    marks = []
+    for s in rank.get("steps") or []:
+        x = (int(s["start_ns"]) - start) / span
+        if 0 < x < 1:
+            marks.append(x)
+    return marks[:200]
+
+
+def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, float | None]]:
+    """Which counters share a chart: CPU, GPU utilisation, memory, GPU memory, disk, network."""
+    keys = list(series)
+    gpu_util = [k for k in keys if k.endswith("_util_pct") and k.startswith("gpu") and "mem" not in k]
+    groups: list[tuple[str, list[str], str, float | None]] = [
+        ("CPU", [k for k in ("cpu_pct", "proc_cpu_pct") if k in series], "pct", None),
+        ("GPU util", gpu_util[:4], "pct", 100.0),
+        ("memory", [k for k in ("mem_used_bytes", "tree_rss_bytes") if k in series], "bytes", None),
+        ("GPU memory", [k for k in keys if k.endswith("_mem_used_bytes") and k.startswith("gpu")][:4], "bytes", None),
+        ("disk", [k for k in ("disk_read_bytes_per_s", "disk_write_bytes_per_s") if k in series], "bytes_per_s", None),
+        ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", None),
+    ]
+    return [g for g in groups if g[1]]
+
+
+def _short(name: str, n: int = 110) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def _name_cell(name: Any, shapes: Any) -> str:
+    extra = f'<div class="mute"><code>{esc(_short(str(shapes), 160))}</code></div>' if shapes else ""
+    return f'<td class=name title="{esc(name)}">{esc(_short(str(name)))}{extra}'
+
+
+def _num_text(value: Any, pattern: str) -> str:
+    return pattern.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "?"
+
+
+def _value(v: Any) -> str:
+    """A scalar, list or dict from the document, escaped; long structures folded into <details>."""
+    if isinstance(v, (dict, list)):
+        text = json.dumps(v, ensure_ascii=False, default=str)
+        if len(text) <= 160:
+            return f"<code>{esc(text)}</code>"
+        return f"<details><summary>{len(v)} item(s)</summary><pre>{esc(json.dumps(v, indent=1, ensure_ascii=False, default=str))}</pre></details>"
+    return esc(v)
+
+
+def _evidence_value(key: str, v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return esc(v)
+    if isinstance(v, (int, float)) and math.isfinite(float(v)):
+        if key.endswith("_ns"):
+            return esc(fmt_ms(float(v)))
+        if key.endswith("_bytes"):
+            return esc(fmt_bytes(float(v)))
+        if key.endswith("_pct"):
+            return esc(f"{float(v):.1f}%")
+        if key.startswith("share") or key.endswith("_share") or key.endswith("_fraction") or key == "utilization":
+            return esc(fmt_pct(float(v)))
+        return esc(f"{v:,}" if isinstance(v, int) else f"{v:,.4g}")
+    if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        return _evidence_table(v)
+    if isinstance(v, dict):
+        return _evidence(v)
+    return _value(v)
+
+
+def _evidence(ev: Any) -> str:
+    if isinstance(ev, dict):
+        return "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_evidence_value(str(k), v)}</dd>" for k, v in ev.items()) + "</dl>"
+    if isinstance(ev, list) and ev and all(isinstance(x, dict) for x in ev):
+        return _evidence_table(ev)
+    return _value(ev)
+
+
+def _evidence_table(rows: list[dict[str, Any]], limit: int = 10) -> str:
+    keys: list[str] = []
+    for r in rows[:limit]:
+        keys += [k for k in r if k not in keys]
+    head = "".join(f"<th>{esc(k)}</th>" for k in keys)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_evidence_value(k, r.get(k))}</td>" for k in keys) + "</tr>" for r in rows[:limit]
+    )
+    more = f'<div class="mute">… and {len(rows) - limit} more</div>' if len(rows) > limit else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    return (
+        "<table style='width:auto'><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in r) + "</tr>" for r in rows)
+        + "</tbody></table>"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Roofline chart from the document's ``roofline`` section
+# ---------------------------------------------------------------------------------------------------
+_RW, _RH, _RL, _RR, _RT, _RB = 760, 420, 70, 40, 20, 44
+
+
+def roofline_svg(roof: dict[str, Any], limit: int = 150) -> str:
+    """Log-log roofline: achieved FLOP/s against arithmetic intensity, one circle per op (area ~ time),
+    the memory roof and the compute roofs of the units the ops use. Empty when no op is modelled."""
+    pts = [
+        r
+        for r in roof.get("rows") or []
+        if isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
+        and isinstance(r.get("achieved_flops_per_s"), (int, float))
+        and r["arithmetic_intensity_flops_per_byte"] > 0
+        and r["achieved_flops_per_s"] > 0
+    ]
+    pts = sorted(pts, key=lambda r: -(r.get("time_ns") or 0))[:limit]
+    if not pts:
+        return ""
+    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else {}
+    bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
+    flops = peaks.get("flops_per_s") or {} if peaks else {}
+    used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
+    roofs = {k: float(v) for k, v in flops.items() if k in used and v}
+    xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
+    ys = [float(r["achieved_flops_per_s"]) for r in pts]
+    ridge = [p / bw for p in roofs.values()] if bw else []
+    x_lo = math.floor(math.log10(min(xs + ridge) / 2))
+    x_hi = max(math.ceil(math.log10(max(xs + ridge) * 2)), x_lo + 1)
+    y_lo = math.floor(math.log10(min(ys) / 2))
+    y_hi = max(math.ceil(math.log10(max(ys + list(roofs.values())) * 2)), y_lo + 1)
+    pw, ph = _RW - _RL - _RR, _RH - _RT - _RB
+
+    def px(v: float) -> float:
+        return _RL + pw * (math.log10(v) - x_lo) / (x_hi - x_lo)
+
+    def py(v: float) -> float:
+        return _RT + ph * (1 - (math.log10(v) - y_lo) / (y_hi - y_lo))
+
+    out = [f'<svg class="chart roof" viewBox="0 0 {_RW} {_RH}" role="img" width="100%">']
+    for e in range(x_lo, x_hi + 1):
+        out.append(f'<line class=grid x1="{px(10.0**e):.1f}" x2="{px(10.0**e):.1f}" y1="{_RT}" y2="{_RT + ph}"/>')
+        out.append(f'<text class=lbl x="{px(10.0**e):.1f}" y="{_RT + ph + 14}" text-anchor="middle">{_si(10.0**e)}</text>')
+    for e in range(y_lo, y_hi + 1):
+        out.append(f'<line class=grid x1="{_RL}" x2="{_RL + pw}" y1="{py(10.0**e):.1f}" y2="{py(10.0**e):.1f}"/>')
+        out.append(f'<text class=lbl x="{_RL - 4}" y="{py(10.0**e) + 4:.1f}" text-anchor="end">{_si(10.0**e)}</text>')
+    out.append(f'<rect class=axis x="{_RL}" y="{_RT}" width="{pw}" height="{ph}"/>')
+    out.append(f'<text class=lbl x="{_RL + pw / 2}" y="{_RH - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
+    out.append(f'<text class=lbl transform="translate(14,{_RT + ph / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
+    lo_x, hi_x = 10.0**x_lo, 10.0**x_hi
+    for key, peak in sorted(roofs.items(), key=lambda kv: -kv[1]):
+        knee = min(max(peak / bw, lo_x), hi_x)
+        start = max(lo_x, 10.0**y_lo / bw)
+        out.append(
+            f'<path class=roofline d="M{px(start):.1f} {py(bw * start):.1f}L{px(knee):.1f} {py(min(bw * knee, peak)):.1f}'
+            f'L{px(hi_x):.1f} {py(peak):.1f}"><title>{esc(key)}: {esc(_si(peak))}FLOP/s, ridge {peak / bw:.1f} FLOP/B</title></path>'
+        )
+        out.append(f'<text class=lbl x="{px(hi_x) - 4:.1f}" y="{py(peak) - 4:.1f}" text-anchor="end">{esc(key)} {esc(_si(peak))}FLOP/s</text>')
+    largest = max(float(r.get("time_ns") or 1) for r in pts)
+    for r, x, y in zip(pts, xs, ys):
+        radius = 2.5 + 12 * math.sqrt(float(r.get("time_ns") or 0) / largest)
+        bound = str(r.get("bound"))
+        cls = bound if bound in ("compute-bound", "memory-bound", "latency-bound") else "other"
+        tip = f"{r.get('name')} {r.get('input_dims') or ''} ×{r.get('count')}: {fmt_ms(r.get('time_ns') or 0)}, {bound}"
+        out.append(f'<circle class="pt {cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius:.1f}"><title>{esc(tip)}</title></circle>')
+    out.append("</svg>")
+    legend = "".join(
+        f'<span><i class="sw" style="background:var({v})"></i>{k}</span>'
+        for k, v in (("compute-bound", "--ln0"), ("memory-bound", "--ln2"), ("latency-bound", "--high"), ("other", "--mute"))
+    )
+    device = peaks.get("name") if peaks else roof.get("device_name")
+    return (
+        "".join(out)
+        + f'<div class="legend">{legend}<span>circle area ~ time</span>'
+        + (f"<span>peaks: {esc(device)}</span>" if device else "")
+        + "</div>"
+    )
+
+
+def _si(value: float) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:g}{prefix}"
+    return f"{value:g}"

@@ -6,7 +6,8 @@ from typing import Any
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report.document import mean_per_step
-from aiprof.report.terminal import fmt_ms
+from aiprof.report import common
+from aiprof.report.common import fmt_ms
 
 
 def _cell(text: str) -> str:
@@ -37,15 +38,57 @@ class MarkdownRenderer:
             cells += [fmt_ms(per[b]) for b in BUCKETS]
             cells.append(f"{top} ({fmt_ms(causes[top])})" if causes[top] > 0 else "-")
             lines.append("| " + " | ".join(cells) + " |")
-        findings = doc.get("findings") or []
-        if findings:
-            lines += ["", "### Findings", ""]
-            for f in findings:
-                saving = f.get("est_saving_ns_per_step")
-                tail = f" (saves ~{fmt_ms(saving)}/step)" if isinstance(saving, (int, float)) else ""
-                lines.append(f"- **{_cell(str(f.get('title', f.get('id', ''))))}**{tail}")
+        lines += _findings(doc)
+        lines += _top_tables(common.focus_rank(doc), len(doc["ranks"]) > 1)
         notes = doc.get("warnings", []) + [n for r in doc["ranks"] for n in r.get("notes", [])]
         if notes:
             lines += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in notes]
         lines += ["", f"<sub>{_cell(doc['generator'])}, report schema {doc['schema_version']}</sub>", ""]
         return "\n".join(lines)
+
+
+def _findings(doc: dict[str, Any]) -> list[str]:
+    """Each finding: severity, title, saving, then the fix as a quoted block (it often holds code)."""
+    items = common.findings(doc)
+    if not items:
+        return []
+    out = ["", "### Findings", ""]
+    for i, f in enumerate(items, 1):
+        saving = common.saving_text(f)
+        facts = [x for x in (saving, f"confidence {f['confidence']}" if f.get("confidence") else "") if x]
+        out.append(
+            f"{i}. **{_cell(str(f.get('title', f.get('id', ''))))}** "
+            f"`{_cell(str(f.get('severity', '')))}` " + (f"— {_cell(', '.join(facts))}" if facts else "")
+        )
+        fix = str(f.get("fix", "")).strip()
+        if fix:
+            out.append("   <details><summary>Fix</summary>")
+            out.append("")
+            out += ["   " + "    " + _cell_code(line) for line in fix.splitlines()]
+            out.append("")
+            out.append("   </details>")
+    return out
+
+
+def _cell_code(line: str) -> str:
+    """Inside an indented code block Markdown is inert, but raw HTML around it is not: escape < and >."""
+    return line.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _top_tables(rank: dict[str, Any], multi: bool) -> list[str]:
+    out: list[str] = []
+    who = f" (rank {rank['rank']})" if multi else ""
+    kernels = common.top_kernels(rank, 5)
+    if kernels:
+        out += ["", f"### Top kernels{who}", "", "| kernel | calls | total |", "|---|---:|---:|"]
+        out += [f"| {_cell(_clip(str(k.get('name'))))} | {int(k.get('count') or 0):,} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
+    ops, key = common.top_ops(rank, 5)
+    if ops:
+        label = "GPU total" if key == "gpu_total_ns" else "self CPU"
+        out += ["", f"### Top ops{who}", "", f"| op | calls | {label} |", "|---|---:|---:|"]
+        out += [f"| {_cell(_clip(str(o.get('name'))))} | {int(o.get('count') or 0):,} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
+    return out
+
+
+def _clip(text: str, n: int = 90) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -12,7 +12,11 @@ from rich.text import Text
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.analysis.run import RunAnalysis
+from aiprof.report import common
+from aiprof.report.common import fmt_ms
 from aiprof.report.document import build_document, mean_per_step
+
+__all__ = ["TerminalRenderer", "fmt_ms", "render_summary"]
 
 _BUCKET_STYLE = {
     "compute": "green",
@@ -22,15 +26,6 @@ _BUCKET_STYLE = {
     "idle": "red",
 }
 _BAR_WIDTH = 24
-
-
-def fmt_ms(ns: float) -> str:
-    ms = ns / 1e6
-    if ms >= 100:
-        return f"{ms:,.0f} ms"
-    if ms >= 1:
-        return f"{ms:.1f} ms"
-    return f"{ns / 1e3:.1f} µs"
 
 
 def _bar(share: float, style: str) -> Text:
@@ -73,9 +68,11 @@ class TerminalRenderer:
         if len(ranks) > 1:
             console.print()
             console.print(self._ranks_table(ranks, summary))
-        focus = next((r for r in ranks if r["rank"] == summary.get("slowest_rank")), ranks[0])
+        focus = common.focus_rank(doc)
         console.print()
         self._rank_detail(console, focus, len(ranks) > 1)
+        console.print()
+        self._findings(console, doc)
         self._sections(console, focus)
         for note in focus.get("notes", []) + doc.get("warnings", []):
             console.print(Text(f"note: {note}", style="yellow"))
@@ -126,6 +123,7 @@ class TerminalRenderer:
         )
         per_step = mean_per_step(t, "breakdown_ns")
         mean = max(t["duration_ns"] / max(t["steps"], 1), 1.0)
+        console.print(_stacked_bar(per_step, mean, self.width - 2))
         table = Table(title=f"Where a step goes ({label}{rank['primary_device']}, mean per step)",
                       title_justify="left", box=None, pad_edge=False, show_header=False)
         table.add_column("bucket")
@@ -151,35 +149,59 @@ class TerminalRenderer:
                 table.add_row(cause, fmt_ms(causes[cause]), f"{100 * share:.1f}%", _bar(share, "red"))
             console.print(table)
 
-    def _sections(self, console: Console, rank: dict[str, Any]) -> None:
-        kernels = rank.get("kernels")
-        if isinstance(kernels, dict):
-            rows = _top_rows(kernels, ("by_name", "kernels", "top"))
-            if rows:
-                console.print(self._top_table("Top kernels", rows, "total_ns"))
-        ops = rank.get("ops")
-        if isinstance(ops, dict):
-            rows = _top_rows(ops, ("by_name", "ops", "top"))
-            if rows:
-                key = "gpu_total_ns" if any(r.get("gpu_total_ns") for r in rows) else "self_cpu_ns"
-                console.print(self._top_table("Top ops", rows, key))
+    def _findings(self, console: Console, doc: dict[str, Any], limit: int = 3) -> None:
+        """The top findings with their savings and the first line of the fix: what to do next."""
+        items = common.findings(doc)
+        if not items:
+            return
+        console.print(Text("Findings", style="bold"))
+        for f in items[:limit]:
+            sev = str(f.get("severity", ""))
+            style = {"high": "bold red", "medium": "yellow"}.get(sev, "")
+            console.print(Text.assemble((f"  {sev.upper():<6} ", style), str(f.get("title", f.get("id", "")))))
+            saving = common.saving_text(f)
+            if saving:
+                console.print(Text(f"         {saving}", style="green"))
+            fix = next((line.strip() for line in str(f.get("fix", "")).splitlines() if line.strip()), "")
+            if fix:
+                console.print(Text(f"         fix: {fix}"), no_wrap=True, overflow="ellipsis")
+        if len(items) > limit:
+            console.print(Text(f"  … {len(items) - limit} more finding(s) in the HTML or Markdown report", style="dim"))
+        console.print()
 
-    def _top_table(self, title: str, rows: list[dict[str, Any]], key: str) -> Table:
+    def _sections(self, console: Console, rank: dict[str, Any]) -> None:
+        kernels = common.top_kernels(rank, 5)
+        if kernels:
+            console.print(self._top_table("Top kernels", kernels, "total_ns", "total"))
+        ops, key = common.top_ops(rank, 5)
+        if ops:
+            console.print(self._top_table("Top ops", ops, key, "GPU total" if key == "gpu_total_ns" else "self CPU"))
+
+    def _top_table(self, title: str, rows: list[dict[str, Any]], key: str, label: str) -> Table:
         table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-        table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 30)
+        table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 24)
         table.add_column("calls", justify="right")
-        table.add_column(key.replace("_ns", ""), justify="right")
-        for row in sorted(rows, key=lambda r: -(r.get(key) or 0))[:5]:
-            table.add_row(str(row.get("name", "?")), f"{row.get('count', 0):,}", fmt_ms(row.get(key) or 0))
+        table.add_column(label, justify="right")
+        for row in rows:
+            table.add_row(str(row.get("name", "?")), f"{int(row.get('count') or 0):,}", fmt_ms(row.get(key) or 0))
         return table
 
 
-def _top_rows(section: dict[str, Any], keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    for key in keys:
-        value = section.get(key)
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            return value
-    return []
+_BUCKET_CHAR = {"compute": "█", "communication": "▓", "memcpy": "▒", "memset": "▒", "idle": "░"}
+
+
+def _stacked_bar(parts: dict[str, float], total: float, width: int) -> Text:
+    """The mean step as one bar, a character per bucket so it reads without colour too."""
+    text = Text()
+    used = 0
+    cumulative = 0.0
+    for bucket in BUCKETS:
+        cumulative += parts[bucket]
+        end = round(width * min(cumulative / total, 1.0))
+        if end > used:
+            text.append(_BUCKET_CHAR[bucket] * (end - used), style=_BUCKET_STYLE[bucket])
+            used = end
+    return text
 
 
 def _short_path(path: str) -> str:

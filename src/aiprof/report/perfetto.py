@@ -1,0 +1,136 @@
+"""The merged trace for Perfetto / chrome://tracing: every rank's Kineto events, telemetry counters and
+aiprof's step windows and findings as annotation tracks, in one Chrome-trace JSON file.
+
+Ranks keep their own events; their process ids are renumbered (two ranks both have a "GPU 0" pid) and
+their process names get a ``rank N`` prefix. Traces whose timestamps are relative to a
+``baseTimeNanoseconds`` are shifted onto the earliest base, which the file keeps as its own.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from aiprof.report.common import fmt_ms, saving_text
+
+ANNOTATION_PID = 999_999_001
+TELEMETRY_PID = 999_999_002
+
+
+def read_raw_trace(path: Path) -> dict[str, Any]:
+    """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list)."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    raw = msgspec.json.decode(data)
+    if isinstance(raw, list):
+        return {"traceEvents": raw}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: not a trace")
+    return raw
+
+
+def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """``raws[i]`` is the raw trace of ``doc["ranks"][i]``."""
+    bases = [int(r.get("baseTimeNanoseconds") or 0) for r in raws]
+    base = min(bases) if bases else 0
+    events: list[Any] = []
+    next_pid = 1
+    for rank, raw, rank_base in zip(doc["ranks"], raws, bases):
+        shift_us = (rank_base - base) / 1000.0
+        pids: dict[Any, int] = {}
+        for e in raw.get("traceEvents") or []:
+            if not isinstance(e, dict):
+                continue
+            pid = e.get("pid")
+            if pid not in pids:
+                pids[pid] = next_pid
+                next_pid += 1
+            e = dict(e)
+            e["pid"] = pids[pid]
+            if shift_us and isinstance(e.get("ts"), (int, float)):
+                e["ts"] = e["ts"] + shift_us
+            if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict):
+                e["args"] = {**e["args"], "name": f"rank {rank['rank']} · {e['args'].get('name', pid)}"}
+            events.append(e)
+        for pid, new in pids.items():
+            events.append({"ph": "M", "name": "process_sort_index", "pid": new, "args": {"sort_index": new}})
+        events += _steps(rank, (rank_base - base) / 1000.0, len(doc["ranks"]) > 1)
+    events += _findings(doc, base, bases)
+    events += _telemetry(doc, base)
+    out = {k: v for k, v in (raws[0] if raws else {}).items() if k not in ("traceEvents",)}
+    out["baseTimeNanoseconds"] = base
+    out["traceEvents"] = events
+    out["aiprof"] = {"generator": doc.get("generator"), "sources": doc.get("sources"), "findings": len(doc.get("findings") or [])}
+    return out
+
+
+def _steps(rank: dict[str, Any], shift_us: float, multi: bool) -> list[dict[str, Any]]:
+    """One span per step on the annotation process, with its breakdown as args."""
+    tid = int(rank["rank"]) + 1
+    out: list[dict[str, Any]] = [
+        {"ph": "M", "name": "thread_name", "pid": ANNOTATION_PID, "tid": tid,
+         "args": {"name": f"aiprof steps (rank {rank['rank']}, {rank['primary_device']})" if multi else f"aiprof steps ({rank['primary_device']})"}},
+    ]
+    for s in rank.get("steps") or []:
+        args = {f"{k} (ms)": round(v / 1e6, 3) for k, v in s["breakdown_ns"].items()}
+        args.update({f"idle: {k} (ms)": round(v / 1e6, 3) for k, v in s["idle_causes_ns"].items() if v})
+        out.append(
+            {"ph": "X", "cat": "aiprof", "name": f"{s['name']} · {fmt_ms(s['duration_ns'])}", "pid": ANNOTATION_PID, "tid": tid,
+             "ts": s["start_ns"] / 1000.0 + shift_us, "dur": s["duration_ns"] / 1000.0, "args": args}
+        )
+    return out
+
+
+def _findings(doc: dict[str, Any], base: int, bases: list[int]) -> list[dict[str, Any]]:
+    """Each finding as a span over the steps it describes (the slowest rank's), on its own track."""
+    from aiprof.report.common import findings, focus_rank
+
+    items = findings(doc)
+    out: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": ANNOTATION_PID, "args": {"name": "aiprof: steps and findings"}},
+        {"ph": "M", "name": "process_sort_index", "pid": ANNOTATION_PID, "args": {"sort_index": -1}},
+    ]
+    if not items or not doc.get("ranks"):
+        return out
+    focus = focus_rank(doc)
+    steps = focus.get("steps") or []
+    if not steps:
+        return out
+    index = next((i for i, r in enumerate(doc["ranks"]) if r is focus), 0)
+    shift_us = ((bases[index] if index < len(bases) else base) - base) / 1000.0
+    start = min(s["start_ns"] for s in steps) / 1000.0 + shift_us
+    end = max(s["start_ns"] + s["duration_ns"] for s in steps) / 1000.0 + shift_us
+    for i, f in enumerate(items):
+        tid = 10_000 + i
+        title = f"[{str(f.get('severity', '')).upper()}] {f.get('title', f.get('id'))}"
+        out.append({"ph": "M", "name": "thread_name", "pid": ANNOTATION_PID, "tid": tid, "args": {"name": f"finding: {f.get('id')}"}})
+        out.append(
+            {"ph": "X", "cat": "aiprof.finding", "name": title, "pid": ANNOTATION_PID, "tid": tid, "ts": start, "dur": end - start,
+             "args": {"saving": saving_text(f), "fix": f.get("fix"), "evidence": f.get("evidence"), "ranks": f.get("ranks")}}
+        )
+    return out
+
+
+def _telemetry(doc: dict[str, Any], base: int) -> list[dict[str, Any]]:
+    """Counter tracks ("ph": "C") from the run directory's telemetry."""
+    tel = doc.get("telemetry")
+    if not isinstance(tel, dict):
+        return []
+    out: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": TELEMETRY_PID, "args": {"name": "aiprof telemetry"}},
+    ]
+    times = tel.get("t_unix_ns") or []
+    for name, values in (tel.get("series") or {}).items():
+        for t, v in zip(times, values):
+            if v is not None:
+                out.append({"ph": "C", "name": name, "pid": TELEMETRY_PID, "tid": 0, "ts": (int(t) - base) / 1000.0, "args": {name: v}})
+    return out
+
+
+def encode(trace: dict[str, Any], gz: bool) -> bytes:
+    data = msgspec.json.encode(trace)
+    return gzip.compress(data, compresslevel=6) if gz else data

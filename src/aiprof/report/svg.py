@@ -1,0 +1,177 @@
+"""Hand-written inline SVG charts for the HTML report: no plotting library, no script, works offline.
+
+Colours come from CSS classes (``b-compute`` …) so the light and dark themes restyle every chart.
+Every label that comes from a trace goes through ``esc``; numbers are formatted here.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+
+from aiprof.report.common import fmt_ms
+
+
+def esc(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _n(x: float) -> str:
+    """Compact coordinates: two decimals, no trailing zeros."""
+    text = f"{x:.2f}".rstrip("0").rstrip(".")
+    return text if text not in ("-0", "") else "0"
+
+
+def stacked_rows(
+    rows: Sequence[tuple[str, dict[str, float], float, str]],
+    order: Sequence[str],
+    width: int = 760,
+    row_h: int = 20,
+    label_w: int = 150,
+    value_w: int = 80,
+) -> str:
+    """One horizontal stacked bar per row: (label, parts, row total, right-hand text).
+
+    Bars share one scale (the largest total) so longer steps look longer."""
+    if not rows:
+        return ""
+    scale_max = max(total for _, _, total, _ in rows) or 1.0
+    bar_w = width - label_w - value_w
+    out = [f'<svg class="chart" viewBox="0 0 {width} {len(rows) * row_h + 4}" role="img" width="100%">']
+    for i, (label, parts, total, right) in enumerate(rows):
+        y = i * row_h + 2
+        out.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.65:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 24))}</text>')
+        x = float(label_w)
+        for key in order:
+            value = parts.get(key, 0.0)
+            if value <= 0:
+                continue
+            w = bar_w * value / scale_max
+            out.append(
+                f'<rect x="{_n(x)}" y="{y}" width="{_n(w)}" height="{row_h - 5}" class="b-{esc(key)}">'
+                f"<title>{esc(label)}: {esc(key)} {fmt_ms(value)} ({100 * value / max(total, 1):.1f}%)</title></rect>"
+            )
+            x += w
+        out.append(f'<text x="{width - value_w + 6}" y="{y + row_h * 0.65:.1f}" class="lbl">{esc(right)}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def occupancy_strip(
+    series: Mapping[str, Sequence[int]],
+    order: Sequence[str],
+    bin_ns: int,
+    marks: Sequence[float],
+    label: str,
+    width: int = 760,
+    height: int = 46,
+    label_w: int = 90,
+) -> str:
+    """Stacked columns per time bin: the share of each bin spent in each bucket (idle is the rest).
+
+    ``marks`` are step boundaries as fractions of the span, drawn as thin lines."""
+    bins = len(next(iter(series.values()), []))
+    if bins == 0 or bin_ns <= 0:
+        return ""
+    plot_w = width - label_w
+    bw = plot_w / bins
+    out = [
+        f'<svg class="chart strip" viewBox="0 0 {width} {height}" role="img" width="100%">',
+        f'<text x="{label_w - 6}" y="{height / 2 + 4:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 13))}</text>',
+        f'<rect x="{label_w}" y="0" width="{plot_w}" height="{height}" class="b-idle-bg"><title>{esc(label)}</title></rect>',
+    ]
+    base = [0.0] * bins
+    for key in order:
+        values = series.get(key)
+        if not values:
+            continue
+        path: list[str] = []
+        for i, v in enumerate(values):
+            if v <= 0:
+                continue
+            frac = min(v / bin_ns, 1.0)
+            y1 = height * (1 - base[i])
+            h = height * frac
+            base[i] += frac
+            path.append(f"M{_n(label_w + i * bw)} {_n(y1)}h{_n(bw)}v{_n(-h)}h{_n(-bw)}z")
+        if path:
+            out.append(f'<path d="{"".join(path)}" class="b-{esc(key)}"><title>{esc(key)}</title></path>')
+    for m in marks:
+        x = label_w + plot_w * m
+        out.append(f'<line x1="{_n(x)}" x2="{_n(x)}" y1="0" y2="{height}" class="mark"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6) -> str:
+    """Milliseconds from the start of the span, under the strips."""
+    if span_ns <= 0:
+        return ""
+    plot_w = width - label_w
+    out = [f'<svg class="chart axis" viewBox="0 0 {width} 16" width="100%">']
+    for i in range(ticks + 1):
+        x = label_w + plot_w * i / ticks
+        anchor = "start" if i == 0 else "end" if i == ticks else "middle"
+        out.append(f'<text x="{_n(x)}" y="12" text-anchor="{anchor}" class="lbl">{esc(fmt_ms(span_ns * i / ticks))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def line_chart(
+    xs: Sequence[float],
+    lines: Mapping[str, Sequence[float | None]],
+    label: str,
+    fmt: str,
+    width: int = 760,
+    height: int = 60,
+    label_w: int = 90,
+    y_max: float | None = None,
+) -> str:
+    """Counters over the span: ``xs`` are fractions of the span in [0, 1]; ``None`` breaks a line."""
+    values = [v for vs in lines.values() for v in vs if v is not None]
+    if not values or not xs:
+        return ""
+    top = y_max if y_max is not None else max(values) or 1.0
+    plot_w = width - label_w
+    out = [
+        f'<svg class="chart line" viewBox="0 0 {width} {height + 4}" role="img" width="100%">',
+        f'<text x="{label_w - 6}" y="{height / 2:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 13))}</text>',
+        f'<text x="{label_w - 6}" y="{height / 2 + 13:.1f}" text-anchor="end" class="lbl mute">max {esc(_fmt_value(top, fmt))}</text>',
+        f'<rect x="{label_w}" y="2" width="{plot_w}" height="{height}" class="plot-bg"/>',
+    ]
+    for k, (name, vs) in enumerate(lines.items()):
+        path: list[str] = []
+        pen_up = True
+        for x, v in zip(xs, vs):
+            if v is None or not 0 <= x <= 1:
+                pen_up = True
+                continue
+            px = label_w + plot_w * x
+            py = 2 + height * (1 - min(v / top, 1.0))
+            path.append(f"{'M' if pen_up else 'L'}{_n(px)} {_n(py)}")
+            pen_up = False
+        if path:
+            peak = max((v for v in vs if v is not None), default=0.0)
+            out.append(
+                f'<path d="{"".join(path)}" class="ln ln{k % 4}"><title>{esc(name)} (peak {esc(_fmt_value(peak, fmt))})</title></path>'
+            )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _fmt_value(v: float, fmt: str) -> str:
+    if fmt == "pct":
+        return f"{v:.0f}%"
+    if fmt == "bytes":
+        from aiprof.report.common import fmt_bytes
+
+        return fmt_bytes(v)
+    if fmt == "bytes_per_s":
+        from aiprof.report.common import fmt_bytes
+
+        return fmt_bytes(v) + "/s"
+    return f"{v:.1f}"
