@@ -56,8 +56,6 @@ def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, A
             if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict):
                 e["args"] = {**e["args"], "name": f"rank {rank['rank']} · {e['args'].get('name', pid)}"}
             events.append(e)
-        for pid, new in pids.items():
-            events.append({"ph": "M", "name": "process_sort_index", "pid": new, "args": {"sort_index": new}})
         events += _steps(rank, (rank_base - base) / 1000.0, len(doc["ranks"]) > 1)
     events += _findings(doc, base, bases)
     events += _telemetry(doc, base)

@@ -67,6 +67,10 @@ class TerminalRenderer:
             console.print(Text(f"  … and {len(doc['sources']) - 3} more", style="dim"))
         if len(ranks) > 1:
             console.print()
+            console.print(
+                f"Run: median step {fmt_ms(summary['median_step_ns'])} (median of ranks), "
+                f"{common.util_label(doc)} {100 * summary['gpu_utilization']:.1f}% (mean of ranks)"
+            )
             console.print(self._ranks_table(ranks, summary))
         focus = common.focus_rank(doc)
         console.print()
