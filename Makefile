@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: an unpinned `torch` makes pip resolve a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install dev demo test typecheck unit clean bench
+.PHONY: install dev demo test typecheck unit clean bench browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,7 +29,13 @@ demo: dev
 typecheck: dev
 	$(BIN)/mypy
 
-test: dev
+# Headless Chromium for the HTML report's browser tests (Debian's package; the tests skip without it).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null) || \
+	  echo "make browser: could not install chromium; the browser tests will be skipped"
+
+test: dev browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
