@@ -609,9 +609,9 @@ def _evidence_value(key: str, v: Any) -> str:
     if isinstance(v, bool) or v is None:
         return esc(v)
     if isinstance(v, (int, float)) and math.isfinite(float(v)):
-        if key.endswith("_ns"):
+        if key.endswith("_ns") or "_ns_per" in key or key == "ns_per_step":
             return esc(fmt_ms(float(v)))
-        if key.endswith("_bytes"):
+        if key.endswith("_bytes") or "_bytes_per" in key:
             return esc(fmt_bytes(float(v)))
         if key.endswith("_pct"):
             return esc(f"{float(v):.1f}%")
