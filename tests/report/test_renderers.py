@@ -114,3 +114,21 @@ def test_html_escapes_trace_strings_everywhere() -> None:
         assert evil not in text
     html = render(doc, "html")
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 5
+
+
+def test_roofline_section_from_a_real_roofline() -> None:
+    """The chart draws one circle per modelled op (at most 150) and one roof per distinct peak used."""
+    roofline = pytest.importorskip("aiprof.roofline.analysis")
+    import aiprof
+
+    trace = aiprof.load(shared_path("resnet50_nw0"))
+    roof = roofline.roofline(trace).to_dict()
+    doc = json.loads(json.dumps(document_of("resnet50_nw0")))
+    doc["ranks"][0]["roofline"] = roof
+    html = render(doc, "html")
+    section = html.split('<section id="roofline">', 1)[1].split("</section>", 1)[0]
+    modelled = [r for r in roof["rows"] if (r.get("arithmetic_intensity_flops_per_byte") or 0) > 0 and (r.get("achieved_flops_per_s") or 0) > 0]
+    assert section.count("<circle") == min(len(modelled), 150) > 0
+    peaks = {roof["peaks"]["flops_per_s"][r["roof_key"]] for r in modelled if r.get("roof_key")}
+    assert section.count('class=roofline') == len(peaks)
+    jsonschema.validate(json.loads(render(doc, "json")), schema())

@@ -679,7 +679,11 @@ def roofline_svg(roof: dict[str, Any], limit: int = 150) -> str:
     bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
     flops = peaks.get("flops_per_s") or {} if peaks else {}
     used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
-    roofs = {k: float(v) for k, v in flops.items() if k in used and v}
+    by_peak: dict[float, list[str]] = {}
+    for k, v in flops.items():
+        if k in used and v:
+            by_peak.setdefault(float(v), []).append(str(k))
+    roofs = {" / ".join(sorted(keys)): peak for peak, keys in by_peak.items()}  # equal roofs share one line
     xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
     ys = [float(r["achieved_flops_per_s"]) for r in pts]
     ridge = [p / bw for p in roofs.values()] if bw else []
