@@ -101,9 +101,9 @@ def _parents_by_depth(thread: I64, start: I64, end: I64) -> I64:
     key_start = thread * span + (start - base)
     key_end = thread * span + (end - base)
     thread_floor = thread * span
-    nz_before = np.cumsum(nonzero) - nonzero  # non-zero spans earlier in order (whole array)
+    nz_before: I64 = np.cumsum(nonzero) - nonzero  # non-zero spans earlier in order (whole array)
     first = np.searchsorted(thread, thread, side="left")
-    nz_before_in_thread = nz_before - nz_before[first]
+    nz_before_in_thread: I64 = nz_before - nz_before[first]
     ends_nz = np.sort(key_end[nonzero])
     closed = np.searchsorted(ends_nz, key_start, side="right") - np.searchsorted(ends_nz, thread_floor, side="left")
     depth = nz_before_in_thread - closed

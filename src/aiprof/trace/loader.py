@@ -398,6 +398,28 @@ class _Builder:
             events[begin : begin + CHUNK_EVENTS] = [None] * len(chunk)  # type: ignore[list-item]
             self._chunk(self._decode_chunk(chunk))
         del events
+        return self.finish(rank, rank_source, count)
+
+    def feed_text(self, text: bytes) -> int:
+        """Decode a run of complete events (``{…},{…}`` text, no brackets) and add them; return how many.
+        Raises ``msgspec.DecodeError`` when the text is not a run of complete JSON values."""
+        return self.feed_array(b"[" + text + b"]")
+
+    def feed_array(self, blob: bytes | memoryview) -> int:
+        """Like :meth:`feed_text` for a whole JSON array (a zero-copy view is fine)."""
+        try:
+            events = _EVENTS_DECODER.decode(blob)
+        except msgspec.ValidationError:
+            events = self._decode_chunk(_LIST_DECODER.decode(blob))
+        self._chunk(events)
+        return len(events)
+
+    def finish(self, rank: int, rank_source: str, count: int) -> Trace:
+        """After the last chunk: warnings, the empty-trace checks, and the trace itself."""
+        if count == 0:
+            raise TraceError(
+                f"{self.path}: the trace holds no events; re-record it (is the profiler schedule active?)"
+            )
         self._note_problems()
         if not self.rows:
             if self.skipped and self.skipped == count:
@@ -741,7 +763,16 @@ def _header_metadata(header: TraceFile) -> dict[str, Any]:
 
 
 def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
-    """Load one trace file. Raises :class:`TraceError` with a one-line message on bad input."""
+    """Load one trace file. Raises :class:`TraceError` with a one-line message on bad input.
+
+    The streaming reader handles well-formed Kineto files in bounded memory; anything it does not
+    recognise (a bare list, a truncated or corrupt file, NaN literals…) goes through the whole-file path
+    below, which salvages and explains."""
+    from aiprof.trace.stream import stream_load
+
+    streamed = stream_load(path, rank, rank_source)
+    if streamed is not None:
+        return streamed
     data, notes = read_bytes(path)
     raw = decode(path, data)
     del data

@@ -1,0 +1,166 @@
+"""Streaming reader for well-formed Kineto files: decompress and decode in ~4 MB runs of events, so the
+whole decompressed text (87 MB for a 455k-event trace) never sits in memory at once.
+
+How a run of events is cut: Kineto's ``traceEvents`` is one JSON array of objects. A candidate cut is a
+``}`` followed by ``,`` and ``{`` (whitespace allowed). A cut inside an event (a nested list of objects,
+or a string that happens to hold ``},{``) leaves a bracket or a string open, so the run fails to decode
+and an earlier candidate is tried: a run that decodes always ends on a real event boundary.
+
+Anything unusual — not an object with ``traceEvents``, a truncated or corrupt file, NaN literals,
+concatenated gzip members — makes :func:`stream_load` return None, and the caller uses the whole-file
+path, which salvages and explains.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header
+from aiprof.trace.model import Trace
+from aiprof.trace.schema import TraceFile
+
+BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
+PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
+CHUNK_BYTES = 4 << 20  # decompressed text decoded at a time
+MAX_PREFIX_BYTES = 64 << 20  # give up streaming if "traceEvents" is not found within this
+MAX_CANDIDATES = 32
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT = re.compile(rb"\}\s*,\s*(?=\{)")
+_ARRAY_END = re.compile(rb"\}\s*\]")
+_WS = b" \t\r\n"
+
+
+class _Fallback(Exception):
+    """The file is not a plain, complete Kineto object: use the whole-file path."""
+
+
+def stream_load(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace | None:
+    """Load ``path`` by streaming, or return None when the whole-file path must handle it."""
+    try:
+        return _Stream(path).load(rank, rank_source)
+    except (_Fallback, OSError, zlib.error, msgspec.MsgspecError, BufferError):
+        return None
+
+
+def _pieces(path: Path) -> Iterator[bytes]:
+    """Decompressed text of the file, block by block; raises _Fallback if a gzip stream is incomplete."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        if head != b"\x1f\x8b":
+            yield head
+            while block := fh.read(PIECE_BYTES):
+                yield block
+            return
+        decomp = zlib.decompressobj(wbits=31)
+        pending = head
+        while True:
+            # Bounded output per call: traces compress ~30×, so one compressed block can expand a lot.
+            out = decomp.decompress(pending, PIECE_BYTES)
+            if out:
+                yield out
+            pending = decomp.unconsumed_tail
+            if decomp.eof:
+                if decomp.unused_data.strip(b"\x00") or fh.read(1):
+                    raise _Fallback  # concatenated gzip members: zlib's whole-file path handles them
+                return
+            if not pending:
+                pending = fh.read(BLOCK_BYTES)
+                if not pending:
+                    raise _Fallback  # truncated: the whole-file path salvages it with a warning
+
+
+class _Stream:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.buf = bytearray()
+        self.builder = _Builder(RawTrace([], TraceFile(), []), path)
+        self.count = 0
+
+    def load(self, rank: int, rank_source: str) -> Trace:
+        pieces = _pieces(self.path)
+        prefix = self._find_events(pieces)
+        for piece in pieces:
+            self.buf += piece
+            if len(self.buf) >= CHUNK_BYTES:
+                self._decode_complete_events()
+        self._finish_array(prefix)
+        return self.builder.finish(rank, rank_source, self.count)
+
+    def _find_events(self, pieces: Iterator[bytes]) -> bytes:
+        """Read until ``"traceEvents": [``; return the header text before it (ending in ``:``)."""
+        for piece in pieces:
+            self.buf += piece
+            start = self.buf.lstrip(_WS)[:1]
+            if start and start != b"{":
+                raise _Fallback  # a bare list or not JSON: the whole-file path decides
+            match = _EVENTS_KEY.search(self.buf)
+            if match:
+                prefix = bytes(self.buf[: match.end() - 1])
+                del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
+                return prefix
+            if len(self.buf) > MAX_PREFIX_BYTES:
+                raise _Fallback
+        raise _Fallback
+
+    def _decode_complete_events(self) -> None:
+        """Decode the longest decodable run of whole events at the front of the buffer.
+
+        The buffer always starts with ``[``; the byte after the cut's ``}`` is overwritten with ``]`` for
+        the decode and restored after, so the run is decoded in place, without a copy."""
+        # Look near the end first (cheap); if nothing there decodes, anywhere in the buffer. With no
+        # usable cut at all (one giant event), keep reading: the end of the array is handled anyway.
+        for window_start in (max(1, len(self.buf) - max(CHUNK_BYTES // 4, 1 << 16)), 1):
+            cuts = [m.start() for m in _CUT.finditer(self.buf, window_start)]
+            for cut in reversed(cuts[-MAX_CANDIDATES:]):
+                if self._decode_in_place(cut + 1):
+                    comma = self.buf.index(b",", cut)
+                    del self.buf[1 : comma + 1]
+                    return
+            if window_start == 1:
+                return
+
+    def _decode_in_place(self, close_at: int) -> bool:
+        saved = self.buf[close_at]
+        self.buf[close_at] = ord("]")
+        view = memoryview(self.buf)
+        part = view[: close_at + 1]
+        try:
+            self.count += self.builder.feed_array(part)
+            return True
+        except msgspec.DecodeError:
+            return False
+        finally:
+            part.release()
+            view.release()
+            self.buf[close_at] = saved
+
+    def _finish_array(self, prefix: bytes) -> None:
+        """The buffer holds the last events, ``]``, and the rest of the top-level object."""
+        tail = bytes(self.buf[1:])
+        self.buf = bytearray()
+        # The array ends with "}" then "]" (or is empty: "]" first). Later header fields may hold many
+        # other "]" (Kineto's INFO log lines): only these candidates are tried, last first.
+        ends = [m.end() - 1 for m in _ARRAY_END.finditer(tail)]
+        if tail.lstrip(_WS)[:1] == b"]":
+            ends.insert(0, tail.index(b"]"))
+        for end in reversed(ends[-4 * MAX_CANDIDATES :]):
+            # Both sides must decode: a "]" that closes some other list (a later header field, an
+            # event's "grid") leaves one side malformed. feed_text adds nothing unless it decodes.
+            try:
+                header = _HEADER_DECODER.decode(prefix + b"[]" + tail[end + 1 :])
+                events = tail[:end].strip(_WS)
+                if events:
+                    self.count += self.builder.feed_text(events)
+            except msgspec.MsgspecError:
+                continue
+            typed, notes = _typed_header(header, self.path)
+            self.builder.header = typed
+            self.builder.warnings.extend(notes)
+            return
+        raise _Fallback
