@@ -110,6 +110,9 @@ def _status_name(r: dict[str, Any]) -> str:
 def _sources(side: dict[str, Any]) -> str:
     src = side.get("sources") or []
     first = src[0] if src else "?"
+    parts = first.split("/")
+    if len(first) > 60 and len(parts) > 2:
+        first = "…/" + "/".join(parts[-2:]) if len(parts[-1]) < 40 else "…/" + parts[-1]
     return first + (f" (+{len(src) - 1} more)" if len(src) > 1 else "")
 
 
