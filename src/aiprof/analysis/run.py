@@ -70,12 +70,19 @@ def _compat_section(trace: Trace) -> dict[str, Any]:
     return compat_for_trace(trace)
 
 
+def _roofline_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.roofline.analysis import roofline
+
+    return roofline(trace).to_dict(max_instances=TOP_N)
+
+
 # The analyses beyond timeline accounting, by report key. Users may edit this dict.
 DEFAULT_SECTIONS: dict[str, Section] = {
     "kernels": _kernels_section,
     "ops": _ops_section,
     "communication": _comm_section,
     "compat": _compat_section,
+    "roofline": _roofline_section,
     "timeline_overview": timeline_overview,
 }
 

@@ -245,9 +245,20 @@ class _Costs:
         self.fallback: str | None = None
         self.fallback_used = False
         self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
+        self._blobs: dict[int, bytes | None] = {}
+
+    def _blob(self, row: int) -> bytes | None:
+        """The op's recorded inputs (canonical JSON: the same bytes for the same signature)."""
+        if row not in self._blobs:
+            self._blobs[row] = self.trace.op_args.get(row)
+        return self._blobs[row]
+
+    def prefetch(self, rows: np.ndarray) -> None:
+        """Fetch many rows' inputs in one vectorised lookup."""
+        self._blobs.update(zip(rows.tolist(), self.trace.op_args.get_many(rows)))
 
     def key(self, row: int) -> tuple[int, bytes]:
-        return int(self.trace.columns.name[row]), self.trace.op_args.get(row) or b""
+        return int(self.trace.columns.name[row]), self._blob(row) or b""
 
     def cost(self, row: int) -> OpCost | None:
         key = self.key(row)
@@ -273,6 +284,7 @@ class _Costs:
         out = np.zeros(len(c), dtype=bool)
         known = np.array(sorted(self._known_names), dtype=np.int64)
         candidates = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & np.isin(c.name, known))
+        self.prefetch(candidates)
         plain = [r for r in candidates.tolist() if not self._is_list_op(r)]
         for r in plain:
             out[r] = self.cost(r) is not None
@@ -283,7 +295,7 @@ class _Costs:
         return out
 
     def _is_list_op(self, row: int) -> bool:
-        raw = self.trace.op_args.get(row)
+        raw = self._blob(row)
         return raw is not None and b"TensorList" in raw
 
     def _dominant_dtype(self) -> str | None:

@@ -37,7 +37,7 @@ from aiprof.trace.model import (
     Trace,
     kind_of_category,
 )
-from aiprof.trace.schema import ABSENT, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, TraceFile
+from aiprof.trace.schema import ABSENT, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
 
 T = TypeVar("T", bound=msgspec.Struct)
 I64 = npt.NDArray[np.int64]
@@ -346,6 +346,31 @@ def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
 
 
 _OP_DECODER = msgspec.json.Decoder(list[OpArgs])
+_SHAPE_DECODER = msgspec.json.Decoder(list[ShapeArgs])
+_SHAPE_KEYS = (
+    (b'"Input Dims":', "dims"),
+    (b',"Input type":', "types"),
+    (b',"Concrete Inputs":', "concrete"),
+    (b',"Input Strides":', "strides"),
+)
+
+
+def _canonical_shapes(raws: list[msgspec.Raw]) -> list[bytes]:
+    """Only the record_shapes keys of each op's args, in one fixed order and without per-call ids
+    (External id, Ev Idx…): two calls with the same inputs get the same bytes, so analyses can cache
+    per distinct signature, and the store is smaller."""
+    out: list[bytes] = []
+    for args in _decode_args(raws, ShapeArgs, _SHAPE_DECODER):
+        if not len(args.dims):
+            args.dims = args.dims_legacy
+        parts = [b"{"]
+        for key, attr in _SHAPE_KEYS:
+            value = getattr(args, attr)
+            if len(value):
+                parts += [key if len(parts) > 1 else key.lstrip(b","), value]
+        parts.append(b"}")
+        out.append(b"".join(parts))
+    return out
 _GPU_DECODER = msgspec.json.Decoder(list[GpuArgs])
 _MEM_DECODER = msgspec.json.Decoder(list[MemoryArgs])
 
@@ -591,7 +616,7 @@ class _Builder:
         offset = self.rows
         with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
         piece.op_rows = [offset + i for i in with_dims]
-        piece.op_chunks = [bytes(events[i].args) for i in with_dims]
+        piece.op_chunks = _canonical_shapes([events[i].args for i in with_dims])
         comm = [i for i, a in zip(index, args) if a.collective_name is not None or names[i] == "record_param_comms"]
         piece.comm_rows += [offset + i for i in comm]
         piece.comm_chunks += [bytes(events[i].args) for i in comm]

@@ -404,6 +404,18 @@ class ArgsStore:
     def __contains__(self, row: int) -> bool:
         return self.get(row) is not None
 
+    def positions(self, rows: I64) -> I64:
+        """For each row, its index in the store, or -1 (vectorised)."""
+        if not len(self.rows):
+            return np.full(rows.shape, -1, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+        return np.where(self.rows[pos] == rows, pos, -1).astype(np.int64)
+
+    def get_many(self, rows: I64) -> list[bytes | None]:
+        """``get`` for many rows at once."""
+        data, starts, ends = self.data, self.starts.tolist(), self.ends.tolist()
+        return [None if p < 0 else data[starts[p] : ends[p]] for p in self.positions(rows).tolist()]
+
     def get(self, row: int) -> bytes | None:
         i = int(np.searchsorted(self.rows, row))
         if i >= len(self.rows) or int(self.rows[i]) != row:

@@ -74,6 +74,16 @@ class TraceFile(msgspec.Struct):
 
 # Args structs: ints default to -1 and floats to NaN (the column fill values), so columns are built
 # straight from attribute lists. A wrong-typed value fails the batch; that row is then decoded key by key.
+class ShapeArgs(msgspec.Struct, gc=False):
+    """The record_shapes part of a cpu_op's args, kept undecoded (zero-copy) to re-pack canonically."""
+
+    dims: msgspec.Raw = field(name="Input Dims", default=ABSENT)
+    dims_legacy: msgspec.Raw = field(name="Input dims", default=ABSENT)
+    types: msgspec.Raw = field(name="Input type", default=ABSENT)
+    concrete: msgspec.Raw = field(name="Concrete Inputs", default=ABSENT)
+    strides: msgspec.Raw = field(name="Input Strides", default=ABSENT)
+
+
 class OpArgs(msgspec.Struct, gc=False):
     """Args of CPU-side spans: cpu_op, user_annotation, runtime, driver, python_function."""
 
