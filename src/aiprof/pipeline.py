@@ -1,0 +1,91 @@
+"""Paths → analysis → diagnosis: what ``aiprof analyze`` (and ``aiprof demo``) run.
+
+Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``);
+their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. Cross-rank rules then run
+here on the small results, per-rank findings of the same id are merged across ranks, and everything is
+ranked by estimated saving.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
+from aiprof.rules.finding import Finding
+from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
+from aiprof.trace.model import Trace
+from aiprof.trace.runset import ProgressCallback
+
+
+def diagnose_hook(trace: Trace, analysis: RankAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+    """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
+    a process boundary, with ``functools.partial`` for the options)."""
+    from aiprof.rules.registry import diagnose_rank
+    from aiprof.rules.telemetry import load_run_inputs
+
+    findings, notes = diagnose_rank(trace, analysis, options, extras=load_run_inputs(trace.path))
+    return {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+
+
+def analyze_and_diagnose(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    workers: int | None = None,
+    progress: ProgressCallback | None = None,
+    options: RuleOptions | None = None,
+) -> tuple[RunAnalysis, list[dict[str, Any]]]:
+    """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts."""
+    opts = options or DEFAULT_OPTIONS
+    hook = diagnose_hook if opts == DEFAULT_OPTIONS else functools.partial(diagnose_hook, options=opts)
+    run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook)
+    return run, diagnose_run(run, opts)
+
+
+def diagnose_run(run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> list[dict[str, Any]]:
+    """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes."""
+    from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
+
+    per_rank = [Finding.from_dict(d) for r in run.ranks for d in r.extras.get("findings", [])]
+    for r in run.ranks:
+        r.notes.extend(r.extras.get("rule_notes", []))
+    merged = merge_ranks(per_rank, len(run.ranks))
+    for rule in DEFAULT_RUN_RULES:
+        merged.extend(rule(run, merged, options))
+    return [f.to_dict() for f in rank_findings(merged)]
+
+
+def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
+    """One finding per id: the rank with the largest saving speaks for all ranks that have it (a run is
+    as slow as its slowest rank); the others are listed in ``ranks`` and ``evidence['per_rank_saving_ns']``."""
+    if rank_count <= 1:
+        return list(findings)
+    by_id: dict[str, list[Finding]] = {}
+    for f in findings:
+        by_id.setdefault(f.id, []).append(f)
+    out: list[Finding] = []
+    for group in by_id.values():
+        worst = max(group, key=lambda f: f.est_saving_ns_per_step)
+        ranks = tuple(sorted({r for f in group for r in f.ranks}))
+        evidence = dict(worst.evidence)
+        evidence["worst_rank"] = worst.ranks[0] if worst.ranks else None
+        evidence["per_rank_saving_ns"] = {str(f.ranks[0]): f.est_saving_ns_per_step for f in group if f.ranks}
+        out.append(_replace(worst, ranks=ranks, evidence=evidence))
+    return out
+
+
+def _replace(f: Finding, **changes: Any) -> Finding:
+    import dataclasses
+
+    return dataclasses.replace(f, **changes)
+
+
+def run_directory_of(path: Path) -> Path | None:
+    """The aiprof run directory holding a trace (it has ``meta.json``), or None."""
+    for folder in (path.parent, path.parent.parent):
+        if (folder / "meta.json").is_file():
+            return folder
+    return None

@@ -1,0 +1,97 @@
+"""The diagnosis result: one :class:`Finding` per problem, with evidence, an estimated saving and a fix.
+
+A finding answers "what should I fix first, and how much will it give?". ``est_saving_ns_per_step`` is
+what the fix is expected to take off the median step; ``saving_kind`` says whether that number is an
+``upper_bound`` (the fix cannot give more: e.g. all exposed data-loading time) or an ``estimate`` (a
+model's prediction that may be above or below); ``confidence`` says how far to trust it. The formula of
+every rule is written in ``docs/findings.md`` and repeated in ``saving_formula``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SEVERITIES = ("high", "medium", "low", "info")
+CONFIDENCES = ("high", "medium", "low")
+DOCS_BASE = "docs/findings.md"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed problem. All times are ns; ``share_of_step`` is a fraction in [0, 1]."""
+
+    id: str
+    title: str
+    severity: str
+    est_saving_ns_per_step: int
+    share_of_step: float
+    saving_kind: str  # "upper_bound" or "estimate"
+    saving_formula: str
+    confidence: str
+    evidence: dict[str, Any]
+    fix: str
+    ranks: tuple[int, ...] = ()
+    device: str = ""
+    docs: str = ""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+        if self.confidence not in CONFIDENCES:
+            raise ValueError(f"confidence must be one of {CONFIDENCES}, not {self.confidence!r}")
+        if self.saving_kind not in ("upper_bound", "estimate"):
+            raise ValueError(f"saving_kind must be upper_bound or estimate, not {self.saving_kind!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: plain types only, units in the key names."""
+        return {
+            "id": self.id,
+            "title": self.title,
+            "severity": self.severity,
+            "ranks": list(self.ranks),
+            "device": self.device,
+            "est_saving_ns_per_step": int(self.est_saving_ns_per_step),
+            "share_of_step": round(float(self.share_of_step), 6),
+            "saving_kind": self.saving_kind,
+            "saving_formula": self.saving_formula,
+            "confidence": self.confidence,
+            "evidence": _plain(self.evidence),
+            "fix": self.fix,
+            "docs": self.docs or f"{DOCS_BASE}#{self.id}",
+            "notes": list(self.notes),
+        }
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Finding:
+        """The inverse of :meth:`to_dict` (findings cross a process boundary as dicts)."""
+        return Finding(
+            id=data["id"],
+            title=data["title"],
+            severity=data["severity"],
+            est_saving_ns_per_step=int(data["est_saving_ns_per_step"]),
+            share_of_step=float(data["share_of_step"]),
+            saving_kind=data["saving_kind"],
+            saving_formula=data["saving_formula"],
+            confidence=data["confidence"],
+            evidence=dict(data["evidence"]),
+            fix=data["fix"],
+            ranks=tuple(data.get("ranks", ())),
+            device=data.get("device", ""),
+            docs=data.get("docs", ""),
+            notes=tuple(data.get("notes", ())),
+        )
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and tuples → plain JSON types, recursively."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    if isinstance(value, float):
+        return round(value, 6)
+    return value

@@ -1,0 +1,315 @@
+"""Rules on work that fused kernels would do with less memory traffic: ``unfused_attention`` and
+``fusion_opportunity``.
+
+Both look at the ops' recorded shapes (``record_shapes``): an attention is a GEMM whose output is a
+score-shaped ``[..., Sq, Sk]`` tensor that a softmax then reads and a second GEMM consumes; a fusion
+chain is a run of at least three consecutive elementwise ops on the same thread, each consuming a tensor
+of the previous op's shape. Times are the ops' GPU time (kernels they launched) on GPU traces, and their
+CPU time on CPU-only traces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from aiprof.rules.context import RankContext
+from aiprof.rules.finding import Finding
+from aiprof.rules.idle import _ms
+from aiprof.trace import links
+from aiprof.trace.model import I64, Kind
+
+_GEMM = {"aten::bmm", "aten::matmul", "aten::baddbmm", "aten::einsum", "aten::mm"}
+_SOFTMAX = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
+_MIN_SCORE_DIM = 32  # Sq, Sk below this are not worth a fused kernel
+
+
+@dataclass
+class _Op:
+    row: int
+    name: str
+    shapes: list[Any]
+    time_ns: int
+
+
+class _OpView:
+    """Outermost shaped ops of the steady steps, in time order per thread, with their time."""
+
+    def __init__(self, ctx: RankContext) -> None:
+        self.ctx = ctx
+
+    @cached_property
+    def rows(self) -> I64:
+        ctx = self.ctx
+        c = ctx.trace.columns
+        ops = ctx.cpu_ops
+        if ops.size == 0:
+            return ops
+        par = links.parent(ctx.trace)
+        p = par[ops]
+        # Outermost aten op: the parent is not an aten op (autograd wrappers and annotations are fine).
+        parent_aten = (p >= 0) & ctx.trace.name_matches(np.maximum(p, 0), r"^aten::") & (c.kind[np.maximum(p, 0)] == int(Kind.CPU_OP))
+        rows = ops[~parent_aten & ctx.trace.name_matches(ops, r"^aten::")]
+        order = np.lexsort((c.ts[rows], c.tid[rows], c.pid[rows]))
+        kept: I64 = rows[order]
+        return kept
+
+    @cached_property
+    def time_ns(self) -> I64:
+        """Per row of ``rows``: GPU time of the kernels it launched (GPU), else its CPU duration."""
+        c = self.ctx.trace.columns
+        if self.ctx.is_gpu:
+            from aiprof.analysis.ops import gpu_ns_per_op
+
+            return gpu_ns_per_op(self.ctx.trace)[1][self.rows]
+        out: I64 = c.dur[self.rows]
+        return out
+
+    def op(self, i: int) -> _Op:
+        row = int(self.rows[i])
+        return _Op(row, self.ctx.trace.name_of(row), self.shapes(i), int(self.time_ns[i]))
+
+    def shapes(self, i: int) -> list[Any]:
+        return list(self.ctx.trace.op_inputs(int(self.rows[i])).dims)
+
+    def thread(self, i: int) -> tuple[int, int]:
+        c = self.ctx.trace.columns
+        row = int(self.rows[i])
+        return int(c.pid[row]), int(c.tid[row])
+
+
+def _view(ctx: RankContext) -> _OpView:
+    view = ctx.extras.get("_fusion_view")
+    if not isinstance(view, _OpView):
+        view = _OpView(ctx)
+        ctx.extras["_fusion_view"] = view
+    return view
+
+
+def _gemm_out(name: str, shapes: list[Any]) -> list[int] | None:
+    """Output shape of a batched GEMM from its input shapes (None when not a [.., M, K] @ [.., K, N])."""
+    tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
+    if name == "aten::baddbmm" and len(tensors) >= 3:
+        tensors = tensors[1:]
+    if len(tensors) < 2:
+        return None
+    a, b = tensors[0], tensors[1]
+    if a[-1] != b[-2]:
+        return None
+    batch = a[:-2] if len(a) >= len(b) else b[:-2]
+    return [*batch, a[-2], b[-1]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# unfused_attention
+# ---------------------------------------------------------------------------------------------------
+def unfused_attention(ctx: RankContext) -> list[Finding]:
+    """matmul → softmax → matmul on materialised [.., S, S] scores instead of a fused attention kernel."""
+    view = _view(ctx)
+    names = ctx.names(view.rows)
+    scores: Counter[tuple[int, ...]] = Counter()
+    lines: Counter[str] = Counter()
+    for i, name in enumerate(names):
+        if name not in _SOFTMAX:
+            continue
+        shape = _first_shape(view.shapes(i))
+        if shape is None or len(shape) < 3 or min(shape[-2:]) < _MIN_SCORE_DIM:
+            continue
+        if _gemm_before(view, names, i, shape) and _gemm_after(view, names, i, shape):
+            scores[tuple(shape)] += 1
+            line = ctx.source_line(int(view.rows[i]))
+            if line:
+                lines[line] += 1
+    if not scores:
+        return []
+    shaped = [i for i, n in enumerate(names) if n not in _GEMM and _touches(view.shapes(i), scores)]
+    saving = float(view.time_ns[shaped].sum()) / ctx.step_count if shaped else 0.0
+    if ctx.share(saving) < ctx.options.attention_share:
+        return []
+    top = Counter({names[i]: 0 for i in shaped})
+    for i in shaped:
+        top[names[i]] += int(view.time_ns[i])
+    evidence: dict[str, Any] = {
+        "attention_calls_per_step": round(sum(scores.values()) / ctx.step_count, 1),
+        "score_shapes": [list(s) for s, _ in scores.most_common(3)],
+        "score_bytes_per_call": int(np.prod(scores.most_common(1)[0][0])) * 4,
+        "score_ops_ns_per_step": int(saving),
+        "score_ops": [{"name": n, "ns_per_step": int(t / ctx.step_count)} for n, t in top.most_common(5)],
+    }
+    if lines:
+        evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
+    return [
+        ctx.finding(
+            "unfused_attention",
+            f"Unfused attention: {evidence['attention_calls_per_step']} matmul→softmax→matmul per step on "
+            f"{'×'.join(map(str, evidence['score_shapes'][0]))} scores",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Replace the explicit attention with torch.nn.functional.scaled_dot_product_attention(q, k, v, "
+                "attn_mask=mask, dropout_p=p, is_causal=causal): it dispatches to FlashAttention / "
+                "memory-efficient kernels that never write the S×S scores to memory."
+            ),
+            formula="Σ per steady step of the time of the non-GEMM ops (scale, mask, softmax, dropout and their "
+            "backward) that read or write the score-shaped tensors; the GEMMs' own time is kept (same FLOPs)",
+            kind="estimate",
+            confidence="medium",
+        )
+    ]
+
+
+def _first_shape(shapes: list[Any]) -> list[int] | None:
+    for s in shapes:
+        if s and _is_flat(s):
+            return list(s)
+    return None
+
+
+def _gemm_before(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> bool:
+    thread = view.thread(i)
+    for j in range(i - 1, max(i - window, -1) - 1, -1):
+        if j < 0 or view.thread(j) != thread:
+            return False
+        if names[j] in _GEMM:
+            out = _gemm_out(names[j], view.shapes(j))
+            return out is not None and _numel(out) == _numel(shape) and out[-1] == shape[-1]
+    return False
+
+
+def _gemm_after(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> bool:
+    thread = view.thread(i)
+    for j in range(i + 1, min(i + window + 1, len(names))):
+        if view.thread(j) != thread:
+            return False
+        if names[j] in _GEMM:
+            first = _first_shape(view.shapes(j) if names[j] != "aten::baddbmm" else view.shapes(j)[1:])
+            return first is not None and _numel(first) == _numel(shape)
+    return False
+
+
+def _touches(shapes: list[Any], scores: Counter[tuple[int, ...]]) -> bool:
+    return any(_is_flat(s) and tuple(s) in scores for s in shapes)
+
+
+def _is_flat(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) for v in value)
+
+
+def _numel(shape: list[int]) -> int:
+    return int(np.prod(shape)) if shape else 1
+
+
+# ---------------------------------------------------------------------------------------------------
+# fusion_opportunity
+# ---------------------------------------------------------------------------------------------------
+def fusion_opportunity(ctx: RankContext) -> list[Finding]:
+    """Chains of memory-bound elementwise ops that one fused kernel would do in one pass."""
+    from aiprof.roofline.cost import op_cost
+
+    view = _view(ctx)
+    names = ctx.names(view.rows)
+    chains: list[list[tuple[int, Any]]] = []
+    current: list[tuple[int, Any]] = []
+    for i, name in enumerate(names):
+        cost = _elementwise_cost(ctx, view, i, name, op_cost)
+        if cost is None and current and _negligible(view, i, current[-1][1]):
+            continue  # a scalar conversion (aten::to of a Python number) does not break a chain
+        linked = cost is not None and current and view.thread(current[-1][0]) == view.thread(i) and _consumes(
+            view.shapes(i), current[-1][1], view.shapes(current[-1][0])
+        )
+        if cost is not None and linked:
+            current.append((i, cost))
+            continue
+        if len(current) >= ctx.options.fusion_chain_min:
+            chains.append(current)
+        current = [(i, cost)] if cost is not None else []
+    if len(current) >= ctx.options.fusion_chain_min:
+        chains.append(current)
+    return _fusion_finding(ctx, view, names, chains)
+
+
+def _elementwise_cost(ctx: RankContext, view: _OpView, i: int, name: str, op_cost: Any) -> Any:
+    from aiprof.roofline.cost import BINARY, UNARY, split_name
+
+    base, _ = split_name(name)
+    if base not in UNARY and base not in BINARY:
+        return None
+    inputs = ctx.trace.op_inputs(int(view.rows[i]))
+    cost = op_cost(name, inputs.dims, inputs.types, inputs.concrete)
+    return cost if cost is not None and cost.family == "elementwise" and cost.bytes > 0 else None
+
+
+def _negligible(view: _OpView, i: int, prev_cost: Any) -> bool:
+    """An op that touches no tensor bigger than 1/64 of the chain's last output, on the same thread."""
+    shapes = [s for s in view.shapes(i) if _is_flat(s)]
+    out_bytes = max(prev_cost.bytes_written, 1)
+    return all(_numel(s) * 4 * 64 < out_bytes for s in shapes)
+
+
+def _consumes(shapes: list[Any], prev_cost: Any, prev_shapes: list[Any]) -> bool:
+    """The op reads a tensor the size of the previous op's output (shapes only: tensor ids are not traced)."""
+    prev = _first_shape(prev_shapes)
+    return prev is not None and any(isinstance(s, list) and _numel(s) == _numel(prev) for s in shapes)
+
+
+def _chain_gain(view: _OpView, chain: list[tuple[int, Any]]) -> float:
+    """What fusing one chain saves: a fused kernel moves only the external bytes (the chain's inputs and
+    its final output) at the bandwidth the chain achieved, so saving = t_chain × (1 − external / Σ bytes)."""
+    t = float(sum(view.time_ns[i] for i, _ in chain))
+    total = sum(cost.bytes for _, cost in chain)
+    external = chain[0][1].bytes_read + chain[-1][1].bytes_written
+    for (_, prev), (_, cost) in zip(chain, chain[1:]):
+        external += max(cost.bytes_read - prev.bytes_written, 0)
+    return t * max(1.0 - external / total, 0.0) if total else 0.0
+
+
+def _fusion_finding(
+    ctx: RankContext, view: _OpView, names: list[str], chains: list[list[tuple[int, Any]]]
+) -> list[Finding]:
+    saving = 0.0
+    by_signature: Counter[str] = Counter()
+    lines: Counter[str] = Counter()
+    ops_in_chains = 0
+    for chain in chains:
+        gain = _chain_gain(view, chain)
+        saving += gain
+        ops_in_chains += len(chain)
+        signature = " → ".join(names[i].removeprefix("aten::") for i, _ in chain[:6]) + (" → …" if len(chain) > 6 else "")
+        by_signature[signature] += int(gain)
+        line = ctx.source_line(int(view.rows[chain[0][0]]))
+        if line:
+            lines[line] += 1
+    saving /= ctx.step_count
+    if not chains or ctx.share(saving) < ctx.options.fusion_share:
+        return []
+    evidence: dict[str, Any] = {
+        "chains_per_step": round(len(chains) / ctx.step_count, 1),
+        "ops_in_chains_per_step": round(ops_in_chains / ctx.step_count, 1),
+        "top_chains": [{"ops": s, "saving_ns_per_step": int(g / ctx.step_count)} for s, g in by_signature.most_common(3)],
+    }
+    if lines:
+        evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
+    return [
+        ctx.finding(
+            "fusion_opportunity",
+            f"{evidence['chains_per_step']} chains of unfused elementwise ops per step",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Fuse the chain: torch.compile(model) (or torch.compile on the function holding it) generates one "
+                "kernel per chain; otherwise use fused ops (F.gelu/F.silu, torch.addcmul, fused bias+activation, "
+                "fused optimizers) and in-place variants."
+            ),
+            formula="Σ per steady step over chains of t_chain × (1 − external bytes / Σ bytes of the chain's ops): "
+            "a fused kernel moves only the chain's inputs and final output, at the bandwidth the chain achieved",
+            kind="estimate",
+            confidence="medium",
+        )
+    ]
+
+
+__all__ = ["fusion_opportunity", "unfused_attention"]

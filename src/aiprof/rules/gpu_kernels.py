@@ -1,0 +1,358 @@
+"""Rules on how well the GPU's kernels use it: ``precision``, ``tensor_core_alignment``,
+``launch_config``, ``optimizer_unfused``.
+
+``precision`` and ``tensor_core_alignment`` read the per-op roofline (``aiprof.roofline``: FLOPs, bytes,
+dtype and class of every op from its recorded shapes, time = union of its kernels).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from aiprof.rules.context import RankContext
+from aiprof.rules.finding import Finding
+from aiprof.rules.idle import _ms, _top_ops
+from aiprof.trace.model import I64, Kind
+
+# AMP gain model (Daydream's, made conservative): a compute-bound GEMM/conv moved from FP32 CUDA cores
+# to 16-bit tensor cores runs at least 2x faster in practice (peaks say 4-16x; real layers reach less),
+# and a memory-bound one moves half the bytes: both save half of their time.
+AMP_GAIN = {"compute-bound": 0.5, "memory-bound": 0.5, "unknown-peaks": 0.5, "latency-bound": 0.0}
+_TC_KERNEL = r"(?i)(h884|h1688|s1688|s884|hmma|884gemm|1688gemm|tensorop|gmma|wgmma|nvjet|sm80_xmma|sm90_|sm100_|cutlass.*tf32|_tf32|flash)"
+_GEMM_NAMES = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm"}
+_HALF = {"c10::Half", "c10::BFloat16", "Half", "BFloat16", "fp16", "bf16"}
+_OPTIMIZER = r"^Optimizer\.step#"
+_FOREACH = r"^aten::(_foreach_|_fused_)"
+
+
+def _roofline(ctx: RankContext) -> Any:
+    """The trace's roofline (computed once per rank)."""
+    result = ctx.extras.get("_roofline")
+    if result is None:
+        from aiprof.roofline.analysis import roofline
+
+        result = roofline(ctx.trace, measured={})
+        ctx.extras["_roofline"] = result
+    return result
+
+
+def _steady_instances(ctx: RankContext) -> list[Any]:
+    lo, hi = ctx.window
+    return [r for r in _roofline(ctx).instances if lo <= r.ts_ns < hi]
+
+
+def _compute_capability(ctx: RankContext) -> float:
+    info = ctx.trace.device_info(ctx.device.device_index)
+    try:
+        return float(info.compute_capability) if info.compute_capability else _cc_from_name(info.name)
+    except ValueError:
+        return 0.0
+
+
+def _cc_from_name(name: str) -> float:
+    table = (("V100", 7.0), ("T4", 7.5), ("A100", 8.0), ("A10", 8.6), ("L4", 8.9), ("L40", 8.9), ("H100", 9.0),
+             ("H200", 9.0), ("H800", 9.0), ("B200", 10.0), ("B300", 10.0), ("MI2", 9.0), ("MI3", 9.4))
+    for key, cc in table:
+        if key in name:
+            return cc  # AMD CDNA matrix cores: treated as tensor-core capable
+    return 0.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# precision
+# ---------------------------------------------------------------------------------------------------
+def precision(ctx: RankContext) -> list[Finding]:
+    """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU)."""
+    if not ctx.is_gpu:
+        return []
+    cc = _compute_capability(ctx)
+    if cc < 7.0:
+        return []
+    rows = [r for r in _steady_instances(ctx) if r.family in ("gemm", "conv", "attention") and r.dtype in ("fp32", "fp64")]
+    if cc >= 8.0:  # cuDNN runs FP32 convolutions as TF32 by default on Ampere+
+        rows = [r for r in rows if not (r.family == "conv" and r.dtype == "fp32")]
+    if not rows:
+        return []
+    saving = sum(r.time_ns * AMP_GAIN.get(r.bound, 0.5) for r in rows) / ctx.step_count
+    if ctx.share(saving) < ctx.options.precision_share:
+        return []
+    time_by = Counter[str]()
+    for r in rows:
+        time_by[f"{r.name} {r.dtype} {r.input_dims}"[:120]] += r.time_ns
+    tc_kernels = ctx.kernels[ctx.trace.name_matches(ctx.kernels, _TC_KERNEL)]
+    matrix_ns = sum(r.time_ns for r in rows) / ctx.step_count
+    evidence = {
+        "fp32_matrix_ns_per_step": int(matrix_ns),
+        "fp32_matrix_ops_per_step": round(len(rows) / ctx.step_count, 1),
+        "compute_capability": cc,
+        "tensor_core_kernels_per_step": round(tc_kernels.size / ctx.step_count, 1),
+        "time_by_bound_ns_per_step": {
+            b: int(sum(r.time_ns for r in rows if r.bound == b) / ctx.step_count) for b in sorted({r.bound for r in rows})
+        },
+        "top_ops": [{"op": k, "ns_per_step": int(v / ctx.step_count)} for k, v in time_by.most_common(5)],
+    }
+    tf32 = "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high'))"
+    fix = (
+        "Run the matrix work on tensor cores: with torch.autocast('cuda', dtype=torch.bfloat16): around the "
+        "forward pass (fp16 needs torch.amp.GradScaler), or model.to(torch.bfloat16) for inference"
+        + (f"; at least enable TF32: {tf32}" if cc >= 8.0 else "")
+        + "; prefer channels_last for convolutions."
+    )
+    return [
+        ctx.finding(
+            "precision",
+            f"FP32 matrix math without tensor cores: {_ms(matrix_ns)} per step",
+            saving,
+            evidence=evidence,
+            fix=fix,
+            formula="Σ per steady step over FP32/FP64 GEMM, conv and attention ops of gain × GPU time, gain 1/2 "
+            "(compute- and memory-bound: ≥2x on 16-bit tensor cores, half the bytes) and 0 for latency-bound "
+            "ops (a conservative Daydream AMP model)",
+            kind="estimate",
+            confidence="low",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# tensor_core_alignment
+# ---------------------------------------------------------------------------------------------------
+def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
+    """16-bit / 8-bit GEMMs whose M, N or K is not a multiple of 8 (16-bit) or 16 (8-bit)."""
+    if not ctx.is_gpu:
+        return []
+    c = ctx.trace.columns
+    from aiprof.analysis.ops import gpu_ns_per_op
+
+    gpu_total = gpu_ns_per_op(ctx.trace)[1]
+    ops = ctx.cpu_ops[np.isin(np.asarray(ctx.names(ctx.cpu_ops), dtype=object), list(_GEMM_NAMES))]
+    bad: Counter[str] = Counter()
+    aligned_rate: list[float] = []
+    misaligned: list[tuple[int, int, int, int, float]] = []  # row, M, N, K, FLOPs
+    for row in ops.tolist():
+        inputs = ctx.trace.op_inputs(row)
+        dims = _mnk(ctx.trace.name_of(row), inputs.dims)
+        types = [str(t) for t in inputs.types]
+        if dims is None or not types or not any(t in _HALF or "Float8" in t or t == "signed char" for t in types[:3]):
+            continue
+        mult = 16 if any("Float8" in t or t == "signed char" for t in types[:3]) else 8
+        t = int(gpu_total[row])
+        if t <= 0:
+            continue
+        m, n, k, batch = dims
+        flops = 2.0 * float(batch * m * n * k)
+        if m % mult == 0 and n % mult == 0 and k % mult == 0:
+            aligned_rate.append(flops / t)
+        else:
+            misaligned.append((row, m, n, k, flops))
+            bad[f"{ctx.trace.name_of(row)} M={m} N={n} K={k}"] += t
+    if not misaligned:
+        return []
+    # A misaligned GEMM padded to the multiple would run at the rate the aligned GEMMs of this trace reach.
+    rate = float(np.median(aligned_rate)) if aligned_rate else None
+    saving = 0.0
+    for row, m, n, k, flops in misaligned:
+        gpu_ns = float(gpu_total[row])
+        if rate is None:
+            continue
+        padded = flops * (_up(m, 8) * _up(n, 8) * _up(k, 8)) / max(m * n * k, 1)
+        saving += max(gpu_ns - padded / rate, 0.0)
+    saving /= ctx.step_count
+    share = ctx.share(saving)
+    if rate is not None and share < ctx.options.alignment_share:
+        return []
+    evidence = {
+        "misaligned_gemms_per_step": round(len(misaligned) / ctx.step_count, 1),
+        "misaligned_ns_per_step": int(sum(bad.values()) / ctx.step_count),
+        "aligned_gemm_flops_per_s": int(rate) if rate else None,
+        "top_misaligned": [{"gemm": g, "ns_per_step": int(v / ctx.step_count)} for g, v in bad.most_common(4)],
+    }
+    return [
+        ctx.finding(
+            "tensor_core_alignment",
+            f"{evidence['misaligned_gemms_per_step']} GEMMs per step with dims not a multiple of 8",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Pad GEMM dimensions to multiples of 8 (16-bit) or 16 (8-bit), 64 or 128 for best speed: e.g. "
+                "round the vocabulary / hidden size up (nn.Embedding(pad_to(vocab, 64), d)), and use batch and "
+                "sequence lengths that are multiples of 8."
+            ),
+            formula="Σ per steady step over misaligned 16/8-bit GEMMs of max(t − FLOPs(padded to the multiple) / "
+            "median FLOP rate of this trace's aligned GEMMs, 0)",
+            kind="estimate",
+            confidence="low",
+            severity=None if rate is not None else "info",
+        )
+    ]
+
+
+def _up(v: int, m: int) -> int:
+    return -(-v // m) * m
+
+
+def _mnk(name: str, dims: list[Any]) -> tuple[int, int, int, int] | None:
+    """(M, N, K, batch) of a GEMM op from its input shapes."""
+    shapes = [d for d in dims if isinstance(d, list) and d and all(isinstance(v, int) for v in d)]
+    if name in ("aten::addmm", "aten::baddbmm") and len(shapes) >= 3:
+        shapes = shapes[1:]
+    if len(shapes) < 2:
+        return None
+    a, b = shapes[0], shapes[1]
+    if name == "aten::linear":
+        if len(b) != 2 or a[-1] != b[1]:
+            return None
+        return int(np.prod(a[:-1])), b[0], a[-1], 1
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        return None
+    batch = int(np.prod(a[:-2])) if len(a) > 2 else 1
+    return a[-2], b[-1], a[-1], batch
+
+
+# ---------------------------------------------------------------------------------------------------
+# launch_config
+# ---------------------------------------------------------------------------------------------------
+def launch_config(ctx: RankContext) -> list[Finding]:
+    """Kernels whose grid has fewer blocks than the GPU has SMs: most of the GPU sits idle while they run."""
+    if not ctx.is_gpu or ctx.kernels.size == 0:
+        return []
+    from aiprof.analysis.comm import is_comm_kernel
+    from aiprof.analysis.kernels import known_sm_count
+
+    c = ctx.trace.columns
+    info = ctx.trace.device_info(ctx.device.device_index)
+    sms = info.num_sms or known_sm_count(info.name) or 0
+    k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
+    k = k[(c.grid[k] > 0) & (c.dur[k] >= ctx.options.tiny_kernel_ns)]
+    if sms <= 0 or k.size == 0:
+        return []
+    small = k[c.grid[k] < sms]
+    dur, grid = c.dur[small].astype(np.float64), c.grid[small].astype(np.float64)
+    saving = float((dur * (sms - grid) / sms).sum()) / ctx.step_count
+    occ = c.occupancy_pct[k].astype(np.float64)
+    low_occ = k[np.isfinite(occ) & (occ >= 0) & (occ < ctx.options.occupancy_lt_pct)]
+    if ctx.share(saving) < ctx.options.launch_config_share:
+        return []
+    evidence = {
+        "sm_count": sms,
+        "small_grid_kernels_per_step": round(small.size / ctx.step_count, 1),
+        "small_grid_ns_per_step": int(dur.sum() / ctx.step_count),
+        "median_grid_blocks": int(np.median(grid)) if grid.size else 0,
+        "low_occupancy_kernels_per_step": round(low_occ.size / ctx.step_count, 1),
+        "low_occupancy_threshold_pct": ctx.options.occupancy_lt_pct,
+        "top_small_grid_kernels": _top_ops(ctx, small, 4),
+        "block_not_multiple_of_32": int((c.block[k] % 32 != 0).sum()),
+    }
+    return [
+        ctx.finding(
+            "launch_config",
+            f"{evidence['small_grid_kernels_per_step']} kernels per step launch fewer blocks than the {sms} SMs",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Give the GPU more parallel work per kernel: a larger batch (or fuse several small batches / "
+                "heads), split-K or stream-K GEMM variants for skinny shapes (torch.compile(mode='max-autotune')), "
+                "and avoid per-sample kernels; block sizes should be multiples of 32."
+            ),
+            formula="Σ per steady step over non-communication kernels ≥ tiny_kernel_ns with grid < SMs of "
+            "t × (SMs − grid) / SMs (upper bound: the idle SMs' share of the kernel's time)",
+            confidence="low",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# optimizer_unfused
+# ---------------------------------------------------------------------------------------------------
+def optimizer_unfused(ctx: RankContext) -> list[Finding]:
+    """The optimizer step runs per-parameter ops (a Python for-loop over parameters) instead of foreach /
+    fused multi-tensor kernels."""
+    c = ctx.trace.columns
+    ann = ctx.in_window(ctx.trace.rows_of(Kind.USER_ANNOTATION))
+    steps = ann[ctx.trace.name_matches(ann, _OPTIMIZER)]
+    if steps.size == 0:
+        return []
+    ops = ctx.cpu_ops
+    inside = _inside(c.ts[ops], steps, c)
+    ops = ops[inside & ctx.trace.name_matches(ops, r"^aten::")]
+    fused = ops[ctx.trace.name_matches(ops, _FOREACH)]
+    per_step = _outermost(ctx, ops).size / ctx.step_count
+    if fused.size or per_step < ctx.options.optimizer_kernels_per_step:
+        return []
+    span, busy = _span_and_busy(ctx, steps)
+    saving = max(span - busy, 0.0) / ctx.step_count
+    if ctx.share(saving) < ctx.options.min_share:
+        return []
+    names = Counter(ctx.trace.name_of(s).split("#", 1)[-1] for s in steps.tolist())
+    evidence = {
+        "optimizer": names.most_common(1)[0][0],
+        "optimizer_ops_per_step": round(per_step, 1),
+        "optimizer_span_ns_per_step": int(span / ctx.step_count),
+        "optimizer_busy_ns_per_step": int(busy / ctx.step_count),
+        "top_ops": _top_ops(ctx, _outermost(ctx, ops), 4),
+    }
+    return [
+        ctx.finding(
+            "optimizer_unfused",
+            f"Per-parameter optimizer: {per_step:.0f} ops per step in {evidence['optimizer']}",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Use the multi-tensor implementations: torch.optim.AdamW(params, lr=..., fused=True) on CUDA "
+                "(or foreach=True), and avoid custom per-parameter update loops; apex / torch fused optimizers "
+                "launch a handful of kernels for all parameters."
+            ),
+            formula="Σ per steady step of (extent of the optimizer's kernels − their union) on GPU, or (optimizer "
+            "span − union of its ops) on CPU: the launch / dispatch overhead multi-tensor kernels remove",
+            kind="estimate",
+            confidence="low",
+        )
+    ]
+
+
+def _inside(ts: I64, spans: I64, c: Any) -> Any:
+    starts = c.ts[spans]
+    ends = starts + c.dur[spans]
+    order = np.argsort(starts)
+    starts, ends = starts[order], ends[order]
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    ok = idx >= 0
+    result = np.zeros(ts.shape, dtype=bool)
+    result[ok] = ts[ok] < ends[idx[ok]]
+    return result
+
+
+def _outermost(ctx: RankContext, ops: I64) -> I64:
+    from aiprof.trace import links
+
+    par = links.parent(ctx.trace)[ops]
+    kept: I64 = ops[~np.isin(par, ops)]
+    return kept
+
+
+def _span_and_busy(ctx: RankContext, spans: I64) -> tuple[float, float]:
+    """Where the optimizer runs and how much of that the device worked. GPU: the extent of each step's
+    optimizer kernels and their union (the gaps are launch overhead the GPU waited through). CPU: the
+    optimizer spans and the union of their outermost aten ops (the rest is Python between ops)."""
+    from aiprof.analysis import intervals as iv
+
+    c = ctx.trace.columns
+    if ctx.is_gpu:
+        k = ctx.kernels
+        issuer = ctx.issuing_op[k]
+        mine = k[(issuer >= 0) & _inside(c.ts[np.maximum(issuer, 0)], spans, c)]
+        if mine.size == 0:
+            return 0.0, 0.0
+        owner = np.searchsorted(np.sort(c.ts[spans]), c.ts[ctx.issuing_op[mine]], side="right") - 1
+        extent = 0.0
+        for o in np.unique(owner).tolist():
+            sel = mine[owner == o]
+            extent += float((c.ts[sel] + c.dur[sel]).max() - c.ts[sel].min())
+        return extent, float(iv.total(iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])))
+    span_set = iv.merge(c.ts[spans], c.ts[spans] + c.dur[spans])
+    ops = ctx.cpu_ops
+    top = _outermost(ctx, ops[_inside(c.ts[ops], spans, c) & ctx.trace.name_matches(ops, r"^aten::")])
+    return float(iv.total(span_set)), float(iv.total(iv.intersect(iv.merge(c.ts[top], c.ts[top] + c.dur[top]), span_set)))

@@ -1,0 +1,76 @@
+"""Thresholds of every rule, as one typed options object (defaults follow the peers' published ones,
+see ``docs/findings.md``). Users change them with ``dataclasses.replace(DEFAULT_OPTIONS, ...)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RuleOptions:
+    """Thresholds. Shares are fractions of the mean step; times in ns."""
+
+    # A finding needs at least this share of the step to be reported at all (tiny savings are noise).
+    min_share: float = 0.01
+    min_saving_ns: int = 10_000  # and at least 10 µs per step
+    # Severity by share of step: >= high_share → high, >= medium_share → medium, else low.
+    high_share: float = 0.15
+    medium_share: float = 0.05
+    data_loading_share: float = 0.05  # TensorBoard plugin: DataLoader > 5 % of the step
+    host_bound_share: float = 0.05  # exposed CPU-only time (catalogue A9)
+    launch_bound_share: float = 0.10  # kernel-wait share (HTA / catalogue A4)
+    tiny_kernel_ns: int = 10_000  # GPU kernels shorter than this are launch-latency dominated
+    launch_bound_min_kernels: int = 20  # per step: a few long-queued kernels are not "launch-bound"
+    tiny_cpu_op_ns: int = 20_000  # CPU ops shorter than this are dispatch-overhead dominated
+    tiny_op_share: float = 0.05  # CPU traces: tiny ops + Python gaps above this share → host_bound
+    # What torch.profiler itself adds to each recorded op on the host (record_shapes on): subtracted from
+    # host-overhead savings, which the profiler inflates (measured 0.3-1.2 µs per recorded op on a shared
+    # 2-core EPYC with torch 2.13, record_shapes + profile_memory; DESIGN §4 says ~1-4 µs with stacks).
+    profiler_ns_per_op: int = 300
+    sync_share: float = 0.01
+    sync_cluster_gap_ns: int = 50_000  # sync ops closer than this form one host round-trip episode
+    memcpy_exposed_share: float = 0.05  # catalogue A7
+    pageable_min_bytes: int = 64 * 1024  # small pageable H2D copies are exempt (nsys)
+    allocator_calls_per_step: float = 1.0  # cudaMalloc/cudaFree after the first step
+    attention_share: float = 0.02
+    fusion_chain_min: int = 3  # at least 3 memory-bound elementwise ops in a row
+    fusion_share: float = 0.02
+    precision_share: float = 0.05
+    alignment_share: float = 0.01
+    launch_config_share: float = 0.02
+    occupancy_lt_pct: float = 25.0  # estimated achieved occupancy below this → low occupancy
+    comm_exposed_share: float = 0.10  # TensorBoard plugin: communication > 10 %
+    straggler_share: float = 0.05  # a rank's extra step time vs the median rank
+    comm_bandwidth_fraction: float = 0.5  # busbw below half the link's peak
+    memory_pressure_fraction: float = 0.90  # TensorBoard plugin: peak > 90 % of device memory
+    step_outlier_sigma: float = 3.0  # smdebug StepOutlier
+    step_outlier_ratio: float = 1.5  # an outlier is also at least this × the median (robust on few steps)
+    optimizer_kernels_per_step: int = 40  # per-parameter optimizer kernels (foreach/fused launch a few)
+    cpu_saturation_pct: float = 90.0  # smdebug CPUBottleneck
+    cpu_saturation_time_share: float = 0.5
+    io_wait_pct: float = 50.0  # smdebug IOBottleneck (iowait); without iowait: disk reads + idle CPU
+    io_read_bytes_per_s: float = 50e6
+    eta: float = 0.8  # attainable fraction of a peak (roofline gains)
+
+    def severity(self, share: float) -> str:
+        """high / medium / low from the share of the step a fix would save."""
+        if share >= self.high_share:
+            return "high"
+        if share >= self.medium_share:
+            return "medium"
+        return "low"
+
+    @staticmethod
+    def from_dict(values: dict[str, Any]) -> RuleOptions:
+        """Options from a mapping (a config file); unknown keys are an error, not a silent no-op."""
+        known = {f.name for f in fields(RuleOptions)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            from aiprof.errors import AiprofError
+
+            raise AiprofError(f"unknown rule option(s) {unknown}; known: {sorted(known)}")
+        return RuleOptions(**values)
+
+
+DEFAULT_OPTIONS = RuleOptions()

@@ -1,0 +1,308 @@
+"""The planted workloads. Each ``_build_*`` returns a runner whose ``step()`` is one training step.
+
+Sizes are chosen so that each planted problem costs tens of milliseconds per step on two CPU cores,
+far above timing noise, and so that the fixed variant does the same useful work.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiprof.workloads.base import Runner, Workload, register
+
+LOAD_SLEEP_S = 0.0005  # per sample: 64 samples → ~35 ms of (I/O-like) waiting per batch
+BATCH = 64
+CHAIN_SIZE = 2048
+
+
+class _Simple:
+    """A runner from a step function and an optional close function."""
+
+    def __init__(self, step: Callable[[], None], close: Callable[[], None] | None = None) -> None:
+        self._step, self._close = step, close
+
+    def step(self) -> None:
+        self._step()
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+def _mlp(torch: Any, device: str, width: int = 1024, depth: int = 3) -> tuple[Any, Any]:
+    layers: list[Any] = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(width, 10))
+    model = torch.nn.Sequential(*layers).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=True)
+    return model, opt
+
+
+def _train_step(torch: Any, model: Any, opt: Any, x: Any, y: Any) -> Any:
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.cross_entropy(model(x), y, reduction="none")
+    loss.mean().backward()
+    opt.step()
+    return loss
+
+
+# ---------------------------------------------------------------------------------------------------
+# data loading: a slow __getitem__ (I/O-like wait) with num_workers=0
+# ---------------------------------------------------------------------------------------------------
+class SlowDataset:
+    """Each sample waits like a disk / network read (a sleep: no CPU used, so workers overlap it with
+    training even on two cores), then returns its features."""
+
+    def __init__(self, size: int = 100_000, features: int = 1024) -> None:
+        import torch
+
+        self.size = size
+        self.table = torch.randn(256, features, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        time.sleep(LOAD_SLEEP_S)
+        return self.table[index % 256], index % 10
+
+
+def _build_data_loading(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device)
+    gpu = device.startswith("cuda")
+    dataset: Any = SlowDataset()
+    loader: Any
+    if fixed:
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=BATCH, num_workers=4, pin_memory=gpu, persistent_workers=True,
+            prefetch_factor=4, worker_init_fn=_one_thread,
+        )
+    else:
+        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=0)
+    batches: Iterator[Any] = iter(loader)
+
+    def step() -> None:
+        x, y = next(batches)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        _train_step(torch, model, opt, x, y)
+
+    def close() -> None:
+        nonlocal batches
+        del batches
+        shutdown = getattr(loader, "_iterator", None)
+        if shutdown is not None:
+            shutdown._shutdown_workers()
+
+    return _Simple(step, close)
+
+
+def _one_thread(_: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+register(
+    Workload(
+        "data_loading",
+        "data_loading",
+        "MLP training; the Dataset waits 0.5 ms per sample (like a slow disk) and DataLoader has num_workers=0",
+        "DataLoader(num_workers=4, persistent_workers=True, prefetch_factor=4, pin_memory on GPU)",
+        _build_data_loading,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# host overhead: a Python loop over columns (thousands of tiny ops) instead of one vectorised op
+# ---------------------------------------------------------------------------------------------------
+def _build_host_overhead(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device, width=512, depth=2)
+    x = torch.randn(BATCH, 512, device=device)
+    y = torch.randint(0, 10, (BATCH,), device=device)
+    scale = torch.rand(512, device=device) + 0.5
+    shift = torch.randn(512, device=device)
+
+    def normalise_loop(t: Any) -> Any:
+        out = torch.empty_like(t)
+        for j in range(t.shape[1]):  # the planted problem: 3 tiny ops per column
+            out[:, j] = t[:, j] * scale[j] + shift[j]
+        return out
+
+    def normalise(t: Any) -> Any:
+        return t * scale + shift
+
+    norm = normalise if fixed else normalise_loop
+
+    def step() -> None:
+        _train_step(torch, model, opt, norm(x), y)
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "host_overhead",
+        "host_bound",
+        "MLP training whose input normalisation loops over 512 columns in Python (~2,000 tiny ops per step)",
+        "the same normalisation as one vectorised expression (t * scale + shift)",
+        _build_host_overhead,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# unfused attention: explicit matmul → softmax → matmul
+# ---------------------------------------------------------------------------------------------------
+def _build_attention(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    b, h, s, d = 2, 4, 512, 32
+    proj = torch.nn.Linear(d * h, 3 * d * h).to(device)
+    opt = torch.optim.SGD(proj.parameters(), lr=1e-3)
+    x = torch.randn(b, s, d * h, device=device)
+
+    def attention(q: Any, k: Any, v: Any) -> Any:
+        if fixed:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / (d**0.5)
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        q, k, v = proj(x).view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+        attention(q, k, v).float().pow(2).mean().backward()
+        opt.step()
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "attention",
+        "unfused_attention",
+        "self-attention training step (B=2, H=4, S=512, D=32) written as matmul → softmax → matmul",
+        "torch.nn.functional.scaled_dot_product_attention(q, k, v)",
+        _build_attention,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# unfused elementwise chain
+# ---------------------------------------------------------------------------------------------------
+def _chain(torch: Any, x: Any, w: Any) -> Any:
+    y = x * w
+    y = y + 0.5
+    y = torch.relu(y)
+    y = y * x
+    y = y - 0.25
+    y = torch.clamp(y, -1.0, 1.0)
+    y = y * w
+    return y + x
+
+
+def _build_elementwise(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(CHAIN_SIZE, CHAIN_SIZE, device=device)
+    w = torch.randn(CHAIN_SIZE, CHAIN_SIZE, device=device)
+    fn: Callable[[Any, Any], Any]
+    if fixed:
+        fn = torch.compile(lambda a, b: _chain(torch, a, b), dynamic=False)
+    else:
+        def fn(a: Any, b: Any) -> Any:
+            return _chain(torch, a, b)
+
+    def step() -> None:
+        with torch.no_grad():
+            fn(x, w).sum()
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "elementwise",
+        "fusion_opportunity",
+        "an 8-op memory-bound elementwise chain (mul, add, relu, mul, sub, clamp, mul, add) over 2048×2048 tensors",
+        "torch.compile on the chain (one fused kernel)",
+        _build_elementwise,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# per-step host round trips: .item() per sample
+# ---------------------------------------------------------------------------------------------------
+def _build_sync(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device, width=512, depth=2)
+    x = torch.randn(BATCH * 8, 512, device=device)
+    y = torch.randint(0, 10, (BATCH * 8,), device=device)
+    log: list[float] = []
+
+    def step() -> None:
+        loss = _train_step(torch, model, opt, x, y).detach()
+        if fixed:
+            log.extend(loss.tolist())  # one transfer for the whole batch
+        else:
+            for i in range(loss.shape[0]):  # the planted problem: one round trip per sample
+                log.append(loss[i].item())
+        del log[:-4096]
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "sync",
+        "sync",
+        "MLP training that logs each sample's loss with loss[i].item() (512 host round trips per step)",
+        "log the whole batch at once: log.extend(loss.tolist())",
+        _build_sync,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# clean baseline
+# ---------------------------------------------------------------------------------------------------
+def _build_clean(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device, width=1024, depth=3)
+    x = torch.randn(BATCH * 2, 1024, device=device)
+    y = torch.randint(0, 10, (BATCH * 2,), device=device)
+    total = torch.zeros((), device=device)
+
+    def step() -> None:
+        nonlocal total
+        total = total + _train_step(torch, model, opt, x, y).detach().mean()
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "clean",
+        "",
+        "a well-tuned MLP training step: data already in memory, no per-step host round trips",
+        "nothing to fix",
+        _build_clean,
+    )
+)
