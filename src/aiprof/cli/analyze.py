@@ -78,7 +78,7 @@ class AnalyzeCommand:
         parser.add_argument("--jobs", type=int, default=None, help="worker processes for multi-rank runs")
 
     def run(self, args: argparse.Namespace) -> int:
-        from aiprof.analysis.run import analyze_paths
+        from aiprof.pipeline import analyze_and_diagnose
         from aiprof.report import format_for
         from aiprof.report.document import build_document
 
@@ -86,7 +86,7 @@ class AnalyzeCommand:
         if args.output is not None:
             _check_writable(args.output)
         with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
-            run = analyze_paths(args.paths, workers=args.jobs, progress=progress.update)
+            run, findings = analyze_and_diagnose(args.paths, workers=args.jobs, progress=progress.update)
         for warning in run.warnings:
             print(f"aiprof: warning: {warning}", file=sys.stderr)
         if args.rank:
@@ -94,7 +94,9 @@ class AnalyzeCommand:
             run.ranks = [r for r in run.ranks if r.rank in wanted]
             if not run.ranks:
                 raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {_ranks(args.paths)}")
-        doc = build_document(run)
+        if args.rank:
+            findings = [f for f in findings if not f.get("ranks") or set(f["ranks"]) & set(args.rank)]
+        doc = build_document(run, findings)
         text = render(doc, fmt, width=args.width, is_tty=args.output is None and sys.stdout.isatty())
         if args.output is None:
             sys.stdout.write(text)
