@@ -16,6 +16,8 @@ tiny grids). ``saving_ns = time - roof_time`` is what running at the roof would 
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from aiprof.roofline.cost import OpCost, is_modelled_name, op_cost
+from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, op_cost
 from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
@@ -207,6 +209,12 @@ def roofline(
     rows.sort(key=lambda r: -r.time_ns)
     total = int(sum(instances.values()))
     notes = list(choice.notes)
+    if any(r.pct_of_roof is not None and r.pct_of_roof > 100 for r in rows):
+        notes.append(
+            "some ops run above 100% of their roof: the library used an algorithm that needs fewer than the "
+            "nominal FLOPs (e.g. Winograd or FFT for 3x3 convolutions); nominal FLOPs are reported, as "
+            "FlopCounterMode and TraceLens count them"
+        )
     if costs.fallback_used:
         notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
     return RooflineResult(mode, choice.peaks, choice.note, rows, inst_rows, total, device_name, notes)
@@ -241,7 +249,7 @@ class _Costs:
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
-        self.by_key: dict[tuple[int, bytes], OpCost | None] = {}
+        self.by_key: dict[tuple[int, bytes, tuple[int, ...]], OpCost | None] = {}
         self.fallback: str | None = None
         self.fallback_used = False
         self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
@@ -257,8 +265,13 @@ class _Costs:
         """Fetch many rows' inputs in one vectorised lookup."""
         self._blobs.update(zip(rows.tolist(), self.trace.op_args.get_many(rows)))
 
-    def key(self, row: int) -> tuple[int, bytes]:
-        return int(self.trace.columns.name[row]), self._blob(row) or b""
+    def key(self, row: int) -> tuple[int, bytes, tuple[int, ...]]:
+        return int(self.trace.columns.name[row]), self._blob(row) or b"", tuple(self.hints.get(row, ()))
+
+    @cached_property
+    def hints(self) -> dict[int, list[int]]:
+        """Output shapes of convolutions, read off their backward ops (see :func:`conv_output_hints`)."""
+        return conv_output_hints(self.trace)
 
     def cost(self, row: int) -> OpCost | None:
         key = self.key(row)
@@ -273,7 +286,7 @@ class _Costs:
         if not inputs.dims:
             return None
         cost = op_cost(self.trace.name_of(row), inputs.dims, inputs.types, inputs.concrete,
-                       fallback_dtype=self.fallback)
+                       fallback_dtype=self.fallback, output_hint=self.hints.get(row))
         if cost is not None and cost.assumed_dtype:
             self.fallback_used = True
         return cost
@@ -305,6 +318,51 @@ class _Costs:
                 seen[cost.dtype] += 1
         floats = [(n, d) for d, n in seen.items() if d in ("fp32", "fp16", "bf16", "fp64", "fp8")]
         return max(floats)[1] if floats else None
+
+
+_CONV_BACKWARD = r"convolution_backward"
+
+
+def conv_output_hints(trace: Trace) -> dict[int, list[int]]:
+    """Convolution row → its output shape, taken from the ``grad_output`` of its backward op.
+
+    Traces without ``Concrete Inputs`` (Kineto before torch 1.13) record no stride or padding, so a
+    convolution's output size cannot be computed from its inputs; assuming stride 1 over-counts a
+    stride-2 convolution 4×. Its backward op's ``grad_output`` has exactly the output's shape. The
+    backward op is linked to the forward convolution by autograd (``links.forward_of``), and the hint is
+    given to the forward op and its convolution ancestors (``aten::conv2d`` → ``_convolution`` → …), and to
+    the legacy ``*_convolution_backward_input`` op as the size of the input it produces."""
+    bwd = trace.ops().where_name(_CONV_BACKWARD).rows
+    if bwd.size == 0:
+        return {}
+    forward = links.forward_of(trace)
+    parent = links.parent(trace)
+    hints: dict[int, list[int]] = {}
+    for row in bwd.tolist():
+        node = row
+        for _ in range(8):  # climb from the backward op to the autograd node linked to its forward op
+            if node < 0 or forward[node] >= 0:
+                break
+            node = int(parent[node])
+        if node < 0 or forward[node] < 0:
+            continue
+        name = trace.name_of(row)
+        dims = trace.op_inputs(row).dims
+        # aten::convolution_backward(grad_output, input, weight, …) puts grad_output first; the
+        # backend ops (cudnn_/miopen_/mkldnn_convolution_backward[_input|_weight]) put it second.
+        first = split_name(name)[0] in ("convolution_backward", "convolution_backward_overrideable")
+        index = 0 if first else 1
+        grad_output = dims[index] if len(dims) > index else None
+        if not (isinstance(grad_output, list) and len(grad_output) >= 3):
+            continue
+        fwd = int(forward[node])
+        fwd_dims = trace.op_inputs(fwd).dims
+        if name.endswith("_backward_input") and fwd_dims and isinstance(fwd_dims[0], list):
+            hints[row] = [int(v) for v in fwd_dims[0]]  # grad_input has the forward input's shape
+        while fwd >= 0 and "conv" in trace.name_of(fwd):
+            hints.setdefault(fwd, [int(v) for v in grad_output])
+            fwd = int(parent[fwd])
+    return hints
 
 
 def key_name(trace: Trace, row: int) -> int:

@@ -71,12 +71,16 @@ class Args:
         types: Sequence[object],
         concrete: Sequence[object] | None,
         fallback_dtype: str | None,
+        output_hint: Sequence[int] | None = None,
     ) -> None:
         self.dims = list(dims)
         self.types = list(types)
         self.concrete = list(concrete or [])
         self.fallback_dtype = fallback_dtype
         self.used_fallback = False
+        # The op's output shape when known from elsewhere (a convolution's backward grad_output): used
+        # where the trace has no stride/padding (Kineto before Concrete Inputs, e.g. 2021 traces).
+        self.output_hint = list(output_hint) if output_hint is not None else None
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -335,7 +339,11 @@ def _conv_geometry(a: Args, sig: _ConvSig, ix: int = 0, iw: int = 1) -> _ConvGeo
     if stride is None or dilation is None or out_pad is None:
         return None
     kernel = w[2:]
-    if text_pad in ("same", "'same'"):
+    hint = a.output_hint
+    geometry_recorded = sig.stride is not None and bool(a.text(sig.stride))
+    if not geometry_recorded and not transposed and hint is not None and len(hint) == nd + 2:
+        out_sp = [int(v) for v in hint[2:]]
+    elif text_pad in ("same", "'same'"):
         out_sp = list(x[2:])
     elif padding is None:
         return None
@@ -397,6 +405,19 @@ def _conv_backward(a: Args, name: str) -> OpCost | None:
     if mask[2]:  # grad_bias: a reduction of grad_output
         read, written = read + n_go, written + go[1]
     return OpCost(flops, read * _bpe(d), written * _bpe(d), "matrix", d, "conv")
+
+
+def _conv_backward_input_legacy(a: Args) -> OpCost | None:
+    """cudnn/miopen_convolution_backward_input(self_size, grad_output, weight, padding, stride, …) of torch
+    ≤ 1.9: grad_input is a transposed convolution of grad_output with the weight. The FLOPs follow from
+    those two shapes alone; the input's size (an int list, not recorded) comes from ``output_hint``."""
+    go, w = a.shape(1), a.shape(2)
+    if go is None or w is None or len(w) < 3 or len(go) != len(w) or not w[0]:
+        return None
+    d = a.dtype(1) or "fp32"
+    flops = 2 * _numel(go) * (_numel(w) // w[0])
+    written = _numel(a.output_hint) if a.output_hint else 0
+    return OpCost(flops, (_numel(go) + _numel(w)) * _bpe(d), written * _bpe(d), "matrix", d, "conv")
 
 
 # ----- attention ---------------------------------------------------------------------------------------
@@ -1005,6 +1026,8 @@ _EXACT: dict[str, Model] = {
     "dot": lambda a, n, i: _dot(a),
     "vdot": lambda a, n, i: _dot(a),
     "convolution_backward": lambda a, n, i: _conv_backward(a, n),
+    "cudnn_convolution_backward_input": lambda a, n, i: _conv_backward_input_legacy(a),
+    "miopen_convolution_backward_input": lambda a, n, i: _conv_backward_input_legacy(a),
     "mkldnn_convolution_backward": lambda a, n, i: _conv_backward(a, n),
     "_softmax": lambda a, n, i: _softmax(a, n),
     "softmax": lambda a, n, i: _softmax(a, n),
@@ -1106,16 +1129,19 @@ def op_cost(
     concrete_inputs: Sequence[object] | None = None,
     *,
     fallback_dtype: str | None = None,
+    output_hint: Sequence[int] | None = None,
 ) -> OpCost | None:
     """FLOPs and bytes of one call of op ``name`` with the recorded inputs; None when not modelled.
 
     ``fallback_dtype`` is used for TensorList inputs (``cat``, ``_foreach_*``), whose dtypes traces omit.
+    ``output_hint`` is the output shape when known from elsewhere; convolutions use it when the trace
+    records no stride/padding (otherwise stride 1 and no padding would be assumed).
     """
     base, inplace = split_name(name)
     model = _model_for(base, inplace)
     if model is None or input_dims is None:
         return None
-    args = Args(input_dims, input_types or [], concrete_inputs, fallback_dtype)
+    args = Args(input_dims, input_types or [], concrete_inputs, fallback_dtype, output_hint)
     try:
         cost = model(args, base, inplace)
     except (ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
