@@ -32,3 +32,15 @@ def test_views_select_by_kind_name_and_device(tmp_path: Path) -> None:
     assert record["kind"] == "kernel" and record["ts_ns"] == 5000
     with pytest.raises(KeyError, match="no column"):
         kernels.column("nope")
+
+
+def test_rocm_device_numbering_still_finds_the_properties(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.header["deviceProperties"] = [TraceBuilder.device_properties(0, "AMD Instinct MI300X")]
+    op = b.cpu_op("aten::mm", ts=1, dur=10)
+    b.launch(op, kernel="Cijk_gemm", kernel_ts=5, kernel_dur=3, device=2)
+    trace = aiprof.load(b.write(tmp_path / "rocm.json"))
+    assert isinstance(trace, Trace)
+    assert trace.device_ids == [2]
+    assert trace.device_info(2).name == "AMD Instinct MI300X"
+    assert trace.device_info(2).index == 2

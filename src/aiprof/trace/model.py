@@ -7,6 +7,7 @@ that do not apply to a row hold ``-1`` (ints) or NaN (floats).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -236,13 +237,21 @@ class Trace:
     @property
     def device_ids(self) -> list[int]:
         """Devices with kernels, copies or sets, in index order."""
-        rows = self.rows_of(*GPU_WORK_KINDS)
-        return sorted({int(d) for d in np.unique(self.columns.device[rows])})
+        cached: list[int] | None = self.cache.get("device_ids")
+        if cached is None:
+            rows = self.rows_of(*GPU_WORK_KINDS)
+            cached = sorted({int(d) for d in np.unique(self.columns.device[rows])})
+            self.cache["device_ids"] = cached
+        return list(cached)
 
     def device_info(self, index: int) -> DeviceInfo:
+        """``deviceProperties`` of a device. ROCm traces number their one device differently on each side
+        (GPU rows on pid 2, properties id 0): with one device on each side, they are the same device."""
         for dev in self.devices:
             if dev.index == index:
                 return dev
+        if len(self.devices) == 1 and self.device_ids == [index]:
+            return dataclasses.replace(self.devices[0], index=index)
         return DeviceInfo(index=index)
 
     @property
