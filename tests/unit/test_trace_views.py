@@ -35,8 +35,7 @@ def test_views_select_by_kind_name_and_device(tmp_path: Path) -> None:
 
 
 def test_rocm_device_numbering_still_finds_the_properties(tmp_path: Path) -> None:
-    b = TraceBuilder()
-    b.header["deviceProperties"] = [TraceBuilder.device_properties(0, "AMD Instinct MI300X")]
+    b = TraceBuilder(device_name="AMD Instinct MI300X")  # deviceProperties lists id 0
     op = b.cpu_op("aten::mm", ts=1, dur=10)
     b.launch(op, kernel="Cijk_gemm", kernel_ts=5, kernel_dur=3, device=2)
     trace = aiprof.load(b.write(tmp_path / "rocm.json"))
