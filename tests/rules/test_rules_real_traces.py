@@ -1,0 +1,168 @@
+"""The diagnosis on every real trace in ../shared/traces: what each one shows, written down.
+
+For each trace (or multi-rank folder): the top finding, ids that must be found, and ids that must not be
+(the "stays quiet" half of each rule's test). The comments say what the trace is and why the finding
+makes sense. Synthetic unit fixtures of the TensorBoard plugin are left out (no meaningful steps).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiprof.pipeline import analyze_and_diagnose
+from aiprof.report.document import build_document
+
+NONE: set[str] = set()
+# path: (top finding id or None for "no finding", ids that must be present, ids that must be absent, what it shows)
+EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
+    "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz": (
+        "data_loading", {"precision", "host_bound"}, NONE,
+        "ResNet-50 on a V100 with num_workers=0: the GPU waits ~57 ms of a 177 ms step for batches (the "
+        "plugin measured 59 ms of DataLoader); FP32 convolutions on a tensor-core GPU come next"),
+    "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz": (
+        "data_loading", {"precision"}, NONE, "the second num_workers=0 capture: ~33 ms exposed loading"),
+    "kineto-tbplugin/samples/resnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz": (
+        "host_bound", {"precision", "pageable_memcpy"}, {"data_loading"},
+        "num_workers=4 fixed the loading; what is left is Python/launch overhead and FP32 math; the input "
+        "copy is pageable (no pin_memory)"),
+    "kineto-tbplugin/samples/resnet50_num_workers_4/worker0.1623213129365.pt.trace.json.gz": (
+        "host_bound", {"precision", "step_variance"}, {"data_loading"},
+        "as above, plus one 203 ms step among ~123 ms ones"),
+    "astra-sim/megatron_tp8": (
+        "exposed_communication", {"comm_bandwidth", "straggler"}, {"data_loading"},
+        "Megatron TP=8 on A100s: 78 % of the step is exposed all-reduce at ~20 GB/s bus bandwidth (far "
+        "below NVLink), and one rank works longer than the others"),
+    "param/dlrm_8rank": (
+        "exposed_communication", {"straggler", "launch_bound"}, NONE,
+        "DLRM on 8 V100s: all-to-all/all-reduce not hidden by compute dominate a 14.5 ms step"),
+    "hta/trace_filter": (
+        "launch_bound", {"exposed_communication"}, NONE, "two ranks of a recommendation model: 577 kernels per step"),
+    "hta/timeline_analysis/sampled_rank-0.json.gz": (
+        "launch_bound", {"exposed_communication", "host_bound"}, NONE, "the same model, rank 0 alone"),
+    "hta/negative_queue_length_values_check/rank0.json.gz": (
+        "exposed_communication", {"graph_trace_incomplete"}, {"launch_bound"},
+        "an A100 run replaying CUDA graphs: communication exposed; launch_bound is not reported on graph replays"),
+    "hta/trace_diff/control/control.json.gz": (
+        "exposed_communication", {"precision", "launch_config"}, NONE,
+        "A100 fp8-transformer rank: exposed collectives, some FP32 GEMMs, small-grid kernels"),
+    "hta/trace_diff/test/test.json.gz": (
+        "memcpy_exposed", {"graph_trace_incomplete"}, NONE, "the test side of the diff: copies not overlapped"),
+    "hta/df_index_resolver/df_index_resolver.json.gz": (
+        "host_bound", {"exposed_communication", "optimizer_unfused"}, NONE,
+        "a DDP run: host overhead, exposed all-reduce, and SGD updating parameters one by one"),
+    "hta/mtia_trace_single_rank/mtia_rank_0.json.gz": (
+        "host_bound", {"optimizer_unfused"}, NONE,
+        "MTIA training: the optimizer runs ~2,400 per-parameter ops per step"),
+    "hta/mtia_inference_trace/mtia_inference_rank_0.json.gz": ("host_bound", NONE, NONE, "MTIA inference: host overhead"),
+    "hta/nccl_parser_config/nccl_data.json.gz": (
+        "host_bound", {"comm_bandwidth"}, NONE, "NCCL all-reduce of 2M elements at ~7 GB/s bus bandwidth"),
+    "hta/distributed_info_unavailable/distributed_info_not_found.json.gz": (
+        "host_bound", {"sync", "optimizer_unfused"}, NONE, "a small model: host-bound, with syncs in the step"),
+    "hta/rank_non_gpu/rank_non_gpu.json.gz": ("host_bound", {"sync"}, NONE, "same trace content as above"),
+    "hta/rank_unavailable/rank_not_found.json.gz": ("host_bound", {"sync"}, NONE, "same trace content as above"),
+    "hta/mixed_files/rank_non_gpu.json.gz": ("host_bound", {"sync"}, NONE, "same trace content as above"),
+    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz": ("host_bound", NONE, NONE, "a toy model on MI250: host-bound"),
+    "hta/trace_compare/base/base.json.gz": ("host_bound", NONE, NONE, "a tiny-kernel benchmark: host-bound"),
+    "hta/trace_compare/test/test.json.gz": ("host_bound", NONE, NONE, "same, other variant"),
+    "hta/trace_file_list/inference_rank_1.json.gz": ("host_bound", NONE, NONE, "inference with tiny kernels"),
+    "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz": (
+        "host_bound", {"sync"}, NONE, "an AlexNet benchmark without ProfilerStep: one window; host gaps and syncs"),
+    "hta/critical_path/cuda_event_sync/event_sync_trace.json.gz": ("host_bound", {"sync"}, NONE, "event-sync micro case"),
+    "hta/critical_path/simple_add/benchmark_result_493459_1694039959_trace.json.gz": (
+        "host_bound", {"sync", "launch_bound"}, NONE, "a loop of tiny adds: host and launch overhead"),
+    "hta/execution_trace/benchmark_simple_add_trace.json.gz": ("host_bound", NONE, NONE, "the same loop"),
+    "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": (
+        None, NONE, {"host_bound"}, "CPU-only trace with collectives and no CPU ops: nothing to blame"),
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": (
+        None, NONE, NONE, "a busy GPU (96.75 % compute per HTA): no finding"),
+    "hta/call_stack/backward_thread.json": (None, NONE, {"launch_bound"}, "one kernel per step: not launch-bound"),
+    "hta/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz": (None, NONE, NONE, "tiny, no steady steps"),
+    "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz": (
+        None, NONE, {"allocator_churn"}, "no ProfilerStep: cudaMalloc in the only window is warm-up, not churn"),
+    "hta/triton_example/triton_example.json.gz": (None, NONE, NONE, "Triton kernels only"),
+    "param/resnet_kineto.json.gz": (
+        "data_loading", {"sync", "pageable_memcpy"}, NONE,
+        "ResNet on an RTX 2080 Ti: the GPU waits for the multi-process DataLoader; pageable input copies"),
+    "param/linear_kineto.json.gz": ("sync", {"host_bound"}, NONE, "a Linear micro-benchmark synchronising every iteration"),
+    "edge/zoology_a100_no_kernels.json.gz": (
+        "host_bound", NONE, {"launch_bound", "precision"}, "GPU activity not recorded: accounted on the CPU"),
+    "tracelens/h100/facebook_timesformer-base-finetuned-k400__1016002.json.gz": (
+        "sync", {"unfused_attention", "tensor_core_alignment"}, NONE,
+        "TimeSformer inference on H100: host round trips, explicit attention on 3137×3137 scores, misaligned GEMMs"),
+    "tracelens/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz": (
+        "data_loading", {"unfused_attention", "tensor_core_alignment"}, NONE,
+        "OWLv2 on H100: explicit attention over 5185×5185 scores, GEMM dims not multiples of 8"),
+    "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": (
+        "fusion_opportunity", NONE, {"unfused_attention", "precision"},
+        "Qwen 0.5B on H100 in bf16 with SDPA: only small elementwise chains left"),
+    "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz": (
+        "host_bound", {"sync"}, {"unfused_attention"}, "BERT-small: a 4 ms step of tiny kernels"),
+    "tracelens/h100/Falconsai_nsfw_image_detection__1016002.json.gz": (
+        "host_bound", {"launch_bound"}, NONE, "a small ViT: host and launch overhead"),
+    "tracelens/mi300/facebook_timesformer-base-finetuned-k400__1016002.json.gz": (
+        "sync", {"unfused_attention", "tensor_core_alignment"}, NONE, "TimeSformer on MI300X"),
+    "tracelens/mi300/google_owlv2-large-patch14-ensemble__1016001.json.gz": (
+        "data_loading", {"unfused_attention"}, NONE, "OWLv2 on MI300X"),
+    "tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz": ("host_bound", {"launch_bound"}, NONE, "BERT-small on MI300X"),
+    "tracelens/mi300/Falconsai_nsfw_image_detection__1016002.json.gz": ("host_bound", {"launch_bound"}, NONE, "ViT on MI300X"),
+    "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": ("sync", NONE, {"unfused_attention"}, "Qwen on MI300X"),
+    "tracelens/mi300/resnet_act_checkpoint.json.gz": (
+        "exposed_communication", {"comm_bandwidth"}, NONE, "DDP ResNet with activation checkpointing on MI300X"),
+    "tracelens/mi300/ddp_resnet18_no_pool/train_resnet18.json.gz": (
+        "sync", NONE, {"allocator_churn"}, "one step: its mallocs are warm-up, not churn"),
+    "tracelens/b200/eager_trace.json.gz": ("host_bound", {"launch_bound"}, NONE, "eager LLM prefill on B200: 768 kernels per step"),
+    "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz": (
+        "graph_trace_incomplete", NONE, {"launch_bound", "host_bound"}, "SGLang decode replaying a CUDA graph"),
+    "tracelens/inference/vllm_decode_full/graph_execution.json.gz": (
+        "sync", {"graph_trace_incomplete"}, {"launch_bound"}, "vLLM full-graph decode"),
+    "tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz": (
+        "graph_trace_incomplete", NONE, {"launch_bound"}, "vLLM piecewise graphs"),
+    "tracelens/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz": (
+        "host_bound", {"tensor_core_alignment"}, NONE, "SD-3.5 diffusion: host overhead, misaligned GEMMs"),
+    "tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz": ("launch_config", NONE, NONE, "GPU-only trace: small grids"),
+    "tracelens/perf_model/normalization/normalization_layer_test.json.gz": ("launch_bound", NONE, NONE, "norm-layer micro-benchmarks"),
+    "tracelens/torch_compile_triton/trace.json.gz": (None, NONE, NONE, "a compiled Triton model: clean"),
+}
+
+REQUIRED_FIELDS = {"id", "title", "severity", "ranks", "est_saving_ns_per_step", "share_of_step", "saving_kind",
+                   "saving_formula", "confidence", "evidence", "fix", "docs"}
+
+
+def _diagnose(traces_dir: Path, rel: str) -> tuple[Any, list[dict[str, Any]]]:
+    path = traces_dir / rel
+    if not path.exists():
+        pytest.skip(f"{rel} not in this copy of the shared traces")
+    return analyze_and_diagnose([path], workers=2)
+
+
+@pytest.mark.parametrize("rel", sorted(EXPECTED))
+def test_findings_on_real_trace(traces_dir: Path, rel: str) -> None:
+    top, present, absent, what = EXPECTED[rel]
+    run, findings = _diagnose(traces_dir, rel)
+    ids = [f["id"] for f in findings]
+    assert (ids[0] if ids else None) == top, f"{rel} ({what}): {ids}"
+    assert present <= set(ids), f"{rel}: missing {present - set(ids)} in {ids}"
+    assert not absent & set(ids), f"{rel}: unexpected {absent & set(ids)}"
+    notes = [n for r in run.ranks for n in r.notes if "failed" in n]
+    assert notes == []
+    for f in findings:
+        assert REQUIRED_FIELDS <= set(f)
+        assert f["docs"] == f"docs/findings.md#{f['id']}"
+        assert 0 <= f["share_of_step"] <= 1
+    savings = [f["est_saving_ns_per_step"] for f in findings if f["severity"] != "info"]
+    assert savings == sorted(savings, reverse=True), "findings are ranked by saving"
+    build_document(run, findings)  # the document accepts them
+
+
+def test_resnet_data_loading_saving_matches_the_measured_loader_time(traces_dir: Path) -> None:
+    """num_workers=0: the estimate is close to the DataLoader time the TensorBoard plugin measured
+    (59,262 µs average over all six steps; we drop the warm-up step: 56.7 ms)."""
+    run, findings = _diagnose(traces_dir, "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
+    top = findings[0]
+    assert top["id"] == "data_loading" and top["severity"] == "high"
+    assert top["est_saving_ns_per_step"] == pytest.approx(59_262_000, rel=0.10)
+    assert top["evidence"]["workers"].startswith("single-process")
+    assert "num_workers=" in top["fix"] and "pin_memory=True" in top["fix"]
