@@ -126,11 +126,11 @@ def _tree_rss_mb(pid: int) -> float:
     return total / 2**20
 
 
-def measure(cmd: list[str], log: Path) -> tuple[Run, str]:
+def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[Run, str]:
     """Run ``cmd`` once; wall time, CPU time and peak RSS of its whole process tree; its stdout."""
     with tempfile.TemporaryFile() as out, open(log, "ab") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
         peak = [0.0]
         done = threading.Event()
 
@@ -157,10 +157,12 @@ def measure(cmd: list[str], log: Path) -> tuple[Run, str]:
     return run, stdout
 
 
-def bench(label: str, tool: str, trace: Path, cmd: list[str], repeat: int, log: Path) -> Result:
+def bench(
+    label: str, tool: str, trace: Path, cmd: list[str], repeat: int, log: Path, env: dict[str, str] | None = None
+) -> Result:
     res = Result(label=label, tool=tool, trace=str(trace), cmd=shlex.join(cmd))
-    for i in range(repeat):
-        run, stdout = measure(cmd, log)
+    for _ in range(repeat):
+        run, stdout = measure(cmd, log, env)
         if run.rc != 0:
             res.error = f"exit {run.rc} (see {log})"
             break
@@ -170,7 +172,7 @@ def bench(label: str, tool: str, trace: Path, cmd: list[str], repeat: int, log: 
                 res.info = json.loads(stdout.strip().splitlines()[-1])
             except json.JSONDecodeError:
                 pass
-    status = f"{res.wall:7.2f} s {res.peak:7.0f} MB" if res.ok else res.error
+    status = f"{res.wall:7.2f} s {res.cpu:7.2f} s CPU {res.peak:7.0f} MB" if res.ok else res.error
     print(f"  {label:<38} {tool:<12} {status}", file=sys.stderr, flush=True)
     return res
 
@@ -178,11 +180,29 @@ def bench(label: str, tool: str, trace: Path, cmd: list[str], repeat: int, log: 
 # ---------------------------------------------------------------------------------------------------
 # The commands
 # ---------------------------------------------------------------------------------------------------
-def aiprof_mode(requested: str) -> str:
+def snapshot(rev: str) -> tuple[str, dict[str, str] | None]:
+    """Export ``src/`` at ``rev`` to a temp folder and point PYTHONPATH at it.
+
+    Why: several engineers edit the working tree while the benchmark runs; a snapshot measures one
+    commit, and says which. ``worktree`` measures the working tree as it is.
+    """
+    if rev == "worktree":
+        return "working tree", None
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+    dest = Path(tempfile.mkdtemp(prefix=f"aiprof-src-{commit}-"))
+    archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, check=True, cwd=ROOT)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    env = dict(os.environ, PYTHONPATH=str(dest / "src"))
+    return f"commit {commit}", env
+
+
+def aiprof_mode(requested: str, env: dict[str, str] | None) -> str:
     if requested != "auto":
         return requested
     probe = subprocess.run(
-        [str(VENV_BIN / "aiprof"), "analyze", "--help"], capture_output=True, cwd=ROOT, check=False
+        [str(VENV_BIN / "aiprof"), "analyze", "--help"], capture_output=True, cwd=ROOT, check=False, env=env
     )
     return "cli" if probe.returncode == 0 else "load"
 
@@ -218,7 +238,7 @@ def compare_trace(name: str, trace: Path, args: argparse.Namespace, log: Path, o
     )
     row: dict[str, Any] = {"trace": name, "path": str(trace), "events": stages["events"], "json_mb": stages["json_mb"]}
     row["floor_stages"] = stages
-    row["aiprof"] = bench(name, "aiprof", trace, aiprof_cmd(args.aiprof, trace, out), args.repeat, log)
+    row["aiprof"] = bench(name, "aiprof", trace, aiprof_cmd(args.aiprof, trace, out), args.repeat, log, args.env)
     row["floor"] = bench(name, "floor", trace, floor_cmd(trace), args.repeat, log)
     if not args.no_peers:
         row["hta"] = bench(name, "HTA 0.5.0", trace, [str(HTA_PY), str(BENCH / "peer_hta.py"), str(trace)], args.peer_repeat, log)
@@ -237,14 +257,16 @@ def scaling(args: argparse.Namespace, log: Path, out: Path) -> tuple[list[dict[s
         for n in args.events:
             trace = synth.ensure(n, 1)
             ev = synth.event_count(n, 1)
-            res = bench(f"synthetic {ev / 1e6:.2f}M events", "aiprof", trace, aiprof_cmd(args.aiprof, trace, out), args.repeat, log)
+            cmd = aiprof_cmd(args.aiprof, trace, out)
+            res = bench(f"synthetic {ev / 1e6:.2f}M events", "aiprof", trace, cmd, args.repeat, log, args.env)
             by_events.append({"events": ev, "ranks": 1, "aiprof": res})
     if "ranks" in args.only:
         print(f"scaling with ranks ({args.rank_events / 1e6:.2f}M events per rank)", file=sys.stderr)
         for r in args.ranks:
             trace = synth.ensure(args.rank_events, r)
             ev = synth.event_count(args.rank_events, r)
-            res = bench(f"synthetic {r} rank(s)", "aiprof", trace, aiprof_cmd(args.aiprof, trace, out), args.repeat, log)
+            cmd = aiprof_cmd(args.aiprof, trace, out)
+            res = bench(f"synthetic {r} rank(s)", "aiprof", trace, cmd, args.repeat, log, args.env)
             by_ranks.append({"events": ev, "ranks": r, "aiprof": res})
     return by_events, by_ranks
 
@@ -256,47 +278,57 @@ def _mark(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def report(rows: list[dict[str, Any]], by_events: list[dict[str, Any]], by_ranks: list[dict[str, Any]], mode: str) -> str:
-    label = "`aiprof analyze`" if mode == "cli" else "aiprof (load only: `aiprof.load(path)`)"
-    lines = [f"aiprof measured as: {label}", ""]
+def report(
+    rows: list[dict[str, Any]], by_events: list[dict[str, Any]], by_ranks: list[dict[str, Any]], mode: str, source: str
+) -> str:
+    label = "`aiprof analyze TRACE -o OUT.json`" if mode == "cli" else "aiprof (load only: `aiprof.load(path)`)"
+    lines = [f"aiprof measured as: {label}, {source}", ""]
     if rows:
         lines += [
-            "| trace | events | JSON MB | aiprof s | aiprof MB | floor s (process) | floor s (in-process) | aiprof / floor | peer | peer s | peer MB | peer / aiprof time | aiprof / peer RSS |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+            "| trace | events | JSON MB | tool | wall s | CPU s | peak RSS MB |",
+            "|---|---:|---:|---|---:|---:|---:|",
+        ]
+        for row in rows:
+            for key in ("aiprof", "floor", "hta", "tracelens"):
+                r = row.get(key)
+                if r is None:
+                    continue
+                name = "floor (read+gunzip+msgspec)" if key == "floor" else r.tool
+                nums = f"{r.wall:.2f} | {r.cpu:.2f} | {r.peak:.0f}" if r.ok else f"{r.error} | |"
+                lines.append(f"| {row['trace']} | {row['events']:,} | {row['json_mb']} | {name} | {nums} |")
+        lines += [
+            "",
+            "Floor stages, in-process (best of 3, seconds):",
+            "",
+            "| trace | gunzip | msgspec-min | msgspec-args | orjson | floor = read+gunzip+fastest |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for row in rows:
+            st = row["floor_stages"]
+            d = st["decode_s"]
+            lines.append(
+                f"| {row['trace']} | {st['gunzip_s']:.3f} | {d['msgspec-min']:.3f} | {d['msgspec-args']:.3f} | "
+                f"{d['orjson']:.3f} | {st['floor_s']:.3f} |"
+            )
+        lines += [
+            "",
+            "Ratios and targets (issue 2: peer / aiprof time >= 10, aiprof / peer RSS <= 1/3, aiprof / floor <= 2):",
+            "",
+            "| trace | peer | peer / aiprof wall | peer / aiprof CPU | aiprof / peer RSS | aiprof / floor wall | aiprof / floor CPU | 10x faster | 1/3 RSS | 2x floor |",
+            "|---|---|---:|---:|---:|---:|---:|---|---|---|",
         ]
         for row in rows:
             a, f = row["aiprof"], row["floor"]
-            if not a.ok:
-                lines.append(f"| {row['trace']} | {row['events']:,} | {row['json_mb']} | {a.error} |" + " |" * 9)
+            if not (a.ok and f.ok):
                 continue
-            peers = [row[k] for k in ("hta", "tracelens") if k in row]
-            floor_in = row["floor_stages"]["floor_s"]
-            floor_s = f"{f.wall:.2f}" if f.ok else f.error
-            ratio_floor = f"{a.wall / f.wall:.1f}x" if f.ok else "-"
-            head = (
-                f"| {row['trace']} | {row['events']:,} | {row['json_mb']} | {a.wall:.2f} | {a.peak:.0f} | "
-                f"{floor_s} | {floor_in:.2f} | {ratio_floor} |"
-            )
-            if not peers:
-                lines.append(head + " - | - | - | - | - |")
-            for p in peers:
-                if p.ok:
-                    lines.append(
-                        head + f" {p.tool} | {p.wall:.2f} | {p.peak:.0f} | {p.wall / a.wall:.1f}x | {a.peak / p.peak:.2f} |"
-                    )
-                else:
-                    lines.append(head + f" {p.tool} | {p.error} | | | |")
-        lines += ["", "Targets (issue 2): peer / aiprof time >= 10, aiprof / peer RSS <= 0.33, aiprof / floor <= 2.", ""]
-        lines += ["| trace | peer | >= 10x faster | <= 1/3 RSS | <= 2x floor |", "|---|---|---|---|---|"]
-        for row in rows:
-            a, f = row["aiprof"], row["floor"]
             for k in ("hta", "tracelens"):
                 p = row.get(k)
-                if p is None or not (a.ok and p.ok and f.ok):
+                if p is None or not p.ok:
                     continue
                 lines.append(
-                    f"| {row['trace']} | {p.tool} | {_mark(p.wall / a.wall >= 10)} ({p.wall / a.wall:.1f}x) | "
-                    f"{_mark(a.peak / p.peak <= 1 / 3)} ({a.peak / p.peak:.2f}) | {_mark(a.wall / f.wall <= 2)} ({a.wall / f.wall:.1f}x) |"
+                    f"| {row['trace']} | {p.tool} | {p.wall / a.wall:.1f}x | {p.cpu / a.cpu:.1f}x | {a.peak / p.peak:.2f} | "
+                    f"{a.wall / f.wall:.1f}x | {a.cpu / f.cpu:.1f}x | {_mark(p.wall / a.wall >= 10)} | "
+                    f"{_mark(a.peak / p.peak <= 1 / 3)} | {_mark(a.wall / f.wall <= 2)} |"
                 )
         lines.append("")
     for title, table in (("events (1 rank)", by_events), ("ranks", by_ranks)):
@@ -350,6 +382,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2, 4, 8])
     ap.add_argument("--rank-events", type=int, default=300_000, help="events per rank for the rank scaling")
     ap.add_argument("--json", type=Path, default=BENCH / "out" / "results.json")
+    ap.add_argument(
+        "--snapshot", default="HEAD", help="git revision of src/ to measure (default HEAD), or 'worktree'"
+    )
     args = ap.parse_args()
     args.only = set(args.only.split(","))
     if args.quick:
@@ -360,12 +395,13 @@ def main() -> None:
         subprocess.run(["bash", str(BENCH / "setup_peers.sh")], check=True, cwd=ROOT)
     if not FLOOR_PY.exists():
         sys.exit("bench/.venv-floor is missing: run bench/setup_peers.sh")
-    args.aiprof = aiprof_mode(args.aiprof)
+    args.source, args.env = snapshot(args.snapshot)
+    args.aiprof = aiprof_mode(args.aiprof, args.env)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     log = args.json.parent / "children.log"
     log.write_bytes(b"")
     out = Path(tempfile.mkdtemp(prefix="aiprof-bench-")) / "analysis.json"
-    print(f"aiprof mode: {args.aiprof}; repeat {args.repeat}; child stderr in {log}", file=sys.stderr)
+    print(f"aiprof {args.aiprof} from {args.source}; repeat {args.repeat}; child stderr in {log}", file=sys.stderr)
 
     rows: list[dict[str, Any]] = []
     if "real" in args.only:
@@ -382,12 +418,12 @@ def main() -> None:
         args.no_peers = saved
     by_events, by_ranks = scaling(args, log, out)
 
-    text = report(rows, by_events, by_ranks, args.aiprof)
+    text = report(rows, by_events, by_ranks, args.aiprof, args.source)
     machine = f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
     print(f"\n{machine}\n\n{text}")
     args.json.write_text(
         json.dumps(
-            _jsonable({"machine": machine, "aiprof_mode": args.aiprof, "compare": rows, "events": by_events, "ranks": by_ranks}),
+            _jsonable({"machine": machine, "aiprof_mode": args.aiprof, "source": args.source, "compare": rows, "events": by_events, "ranks": by_ranks}),
             indent=1,
         )
     )
