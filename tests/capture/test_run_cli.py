@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_signal_flushes_and_keeps_status(tmp_path: Path, sig: signal.Signals, co
     assert signal.Signals(sig).name in meta["reason"]
     names = step_names(out / "rank0.pt.trace.json.gz")
     assert {"ProfilerStep#2", "ProfilerStep#3"} <= set(names)
-    assert not list(out.glob(".*.part.gz"))
+    assert not list(out.glob(".*.part"))
 
 
 def test_too_few_steps_says_so_and_writes_what_exists(tmp_path: Path) -> None:
@@ -184,3 +185,30 @@ def test_python_m_aiprof_and_default_out(tmp_path: Path) -> None:
     assert len(runs) == 1 and runs[0].name.endswith("-tiny_train")
     meta = meta_of(runs[0])
     assert meta["telemetry"] == {"enabled": False} and not (runs[0] / "telemetry.csv").exists()
+
+
+def test_sigkill_of_the_script_keeps_exported_cycles(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cmd = aiprof_cmd("run", "--out", str(out), *FAST, "--", "python", TINY, "--steps", "9", "--hang-at", "6")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    while line and "READY" not in line:
+        line = proc.stdout.readline()
+    assert "READY" in line
+    pid = int(line.split("pid=")[1])
+    os.kill(pid, signal.SIGKILL)  # the script itself: no flush of its own is possible
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 137, err
+    meta = meta_of(out)
+    assert meta["status"] == "incomplete" and "SIGKILL" in meta["reason"]
+    trace = out / f"pid{pid}.pt.trace.json.gz"
+    assert step_names(trace) == ["ProfilerStep#2", "ProfilerStep#3"]
+
+
+def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = run_aiprof("run", "--out", str(out), *FAST, "--", "python", str(SCRIPTS / "infer.py"), "6")
+    assert res.returncode == 2
+    assert "no steps detected" in res.stderr and res.stderr.strip().count("\n") == 0
+    assert meta_of(out)["status"] == "incomplete"

@@ -8,6 +8,7 @@ The per-step table lives in three int64 arrays: a million steps cost 24 MB.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from array import array
 from collections.abc import Callable
@@ -24,6 +25,7 @@ class DataLoaderTracker:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.thread = threading.get_ident()  # the training loop's thread; loaders read elsewhere are not its waits
         self.loaders: list[dict[str, Any]] = []
         self._seen: set[int] = set()
         self.step_index = -1  # -1: before the first step marker (setup, first batch)
@@ -141,7 +143,7 @@ def install() -> None:
 
     def __next__(self: Any) -> Any:
         tracker = _tracker
-        if tracker is None or tracker.pid != os.getpid():
+        if tracker is None or tracker.pid != os.getpid() or tracker.thread != threading.get_ident():
             return original_next(self)
         if tracker.before_next is not None:
             tracker.before_next()

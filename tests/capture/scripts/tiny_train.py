@@ -33,7 +33,7 @@ while step < args.steps:
         if step == args.crash_at:
             raise ValueError(f"boom at step {step}")
         if step == args.hang_at:
-            print("READY", flush=True)
+            print(f"READY pid={os.getpid()}", flush=True)
             time.sleep(60)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
