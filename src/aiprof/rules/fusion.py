@@ -113,32 +113,49 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
     names = ctx.names(view.rows)
     scores: Counter[tuple[int, ...]] = Counter()
     lines: Counter[str] = Counter()
+    fwd_flops = 0.0
     for i, name in enumerate(names):
         if name not in _SOFTMAX:
             continue
         shape = _first_shape(view.shapes(i))
         if shape is None or len(shape) < 3 or min(shape[-2:]) < _MIN_SCORE_DIM:
             continue
-        if _gemm_before(view, names, i, shape) and _gemm_after(view, names, i, shape):
-            scores[tuple(shape)] += 1
-            line = ctx.source_line(int(view.rows[i]))
-            if line:
-                lines[line] += 1
+        before, after = _gemm_before(view, names, i, shape), _gemm_after(view, names, i, shape)
+        if before < 0 or after < 0:
+            continue
+        scores[tuple(shape)] += 1
+        head_dim = _inner_dim(names[before], view.shapes(before))
+        fwd_flops += 4.0 * _numel(shape) * head_dim  # QK^T and PV: 2·Sq·Sk·D each, per batch·head
+        line = ctx.source_line(int(view.rows[i]))
+        if line:
+            lines[line] += 1
     if not scores:
         return []
     shaped = [i for i, n in enumerate(names) if n not in _GEMM and _touches(view.shapes(i), scores)]
-    saving = float(view.time_ns[shaped].sum()) / ctx.step_count if shaped else 0.0
+    gemms = [i for i, n in enumerate(names) if n in _GEMM and _attention_gemm(view, i, n, scores)]
+    t_attn = float(view.time_ns[shaped + gemms].sum())
+    training = any(names[i] == "aten::_softmax_backward_data" for i in shaped)
+    flops = fwd_flops * (3.5 if training else 1.0)  # backward of a fused kernel: 2.5x the forward FLOPs
+    rate, basis = _gemm_rate(ctx, view, names, set(gemms))
+    efficiency = ctx.options.attention_efficiency_gpu if ctx.is_gpu else ctx.options.attention_efficiency_cpu
+    fused = flops / (efficiency * rate) if rate else float(view.time_ns[gemms].sum())
+    saving = max(t_attn - fused, 0.0) / ctx.step_count
     if ctx.share(saving) < ctx.options.attention_share:
         return []
-    top = Counter({names[i]: 0 for i in shaped})
-    for i in shaped:
+    top = Counter({names[i]: 0 for i in shaped + gemms})
+    for i in shaped + gemms:
         top[names[i]] += int(view.time_ns[i])
     evidence: dict[str, Any] = {
         "attention_calls_per_step": round(sum(scores.values()) / ctx.step_count, 1),
-        "score_shapes": [list(s) for s, _ in scores.most_common(3)],
+        "score_shapes": [list(sc) for sc, _ in scores.most_common(3)],
         "score_bytes_per_call": int(np.prod(scores.most_common(1)[0][0])) * 4,
-        "score_ops_ns_per_step": int(saving),
-        "score_ops": [{"name": n, "ns_per_step": int(t / ctx.step_count)} for n, t in top.most_common(5)],
+        "attention_ns_per_step": int(t_attn / ctx.step_count),
+        "fused_estimate_ns_per_step": int(fused / ctx.step_count),
+        "attention_flops_per_step": int(flops / ctx.step_count),
+        "fused_rate_basis": basis,
+        "fused_efficiency": efficiency,
+        "training": training,
+        "attention_ops": [{"name": n, "ns_per_step": int(t / ctx.step_count)} for n, t in top.most_common(5)],
     }
     if lines:
         evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
@@ -154,12 +171,54 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
                 "attn_mask=mask, dropout_p=p, is_causal=causal): it dispatches to FlashAttention / "
                 "memory-efficient kernels that never write the S×S scores to memory."
             ),
-            formula="Σ per steady step of the time of the non-GEMM ops (scale, mask, softmax, dropout and their "
-            "backward) that read or write the score-shaped tensors; the GEMMs' own time is kept (same FLOPs)",
+            formula="Σ per steady step of the time of every op on the score-shaped tensors (the two GEMMs, scale, "
+            "mask, softmax, dropout, and their backward) minus the fused kernel's time: the attention FLOPs "
+            "(4·B·H·Sq·Sk·D forward, 3.5x that when training) at attention_efficiency × the best FLOP rate this "
+            "trace's other GEMMs reach",
             kind="estimate",
             confidence="medium",
         )
     ]
+
+
+def _inner_dim(name: str, shapes: list[Any]) -> int:
+    """D of the QK^T GEMM: the contraction dimension (last dim of its first operand)."""
+    tensors = [s for s in shapes if _is_flat(s) and len(s) >= 2]
+    if name == "aten::baddbmm" and len(tensors) >= 3:
+        tensors = tensors[1:]
+    return int(tensors[0][-1]) if tensors else 0
+
+
+def _attention_gemm(view: _OpView, i: int, name: str, scores: Counter[tuple[int, ...]]) -> bool:
+    """A GEMM that reads or writes a score-shaped tensor (QK^T, PV, and their backward GEMMs)."""
+    shapes = view.shapes(i)
+    if _touches(shapes, scores):
+        return True
+    out = _gemm_out(name, shapes)
+    return out is not None and tuple(out) in scores
+
+
+def _gemm_rate(ctx: RankContext, view: _OpView, names: list[str], exclude: set[int]) -> tuple[float | None, str]:
+    """FLOP/ns of the fastest GEMM group (name + shapes, ≥ 10 MFLOP per call) outside the attention:
+    what a fused attention kernel can be expected to reach on this device."""
+    from aiprof.roofline.cost import op_cost
+
+    groups: dict[tuple[str, str], list[float]] = {}
+    for i, name in enumerate(names):
+        if name not in _GEMM and name not in ("aten::linear", "aten::addmm") or i in exclude:
+            continue
+        inputs = ctx.trace.op_inputs(int(view.rows[i]))
+        cost = op_cost(name, inputs.dims, inputs.types, inputs.concrete)
+        t = float(view.time_ns[i])
+        if cost is None or cost.flops < 10_000_000 or t <= 0:
+            continue
+        acc = groups.setdefault((name, str(inputs.dims)), [0.0, 0.0])
+        acc[0] += cost.flops
+        acc[1] += t
+    if not groups:
+        return None, "no other GEMM in the trace: the attention GEMMs' own time is kept"
+    (name, dims), (flops, t) = max(groups.items(), key=lambda kv: kv[1][0] / kv[1][1])
+    return flops / t, f"{name} {dims}: {flops / t:.1f} GFLOP/s"
 
 
 def _first_shape(shapes: list[Any]) -> list[int] | None:
@@ -169,26 +228,28 @@ def _first_shape(shapes: list[Any]) -> list[int] | None:
     return None
 
 
-def _gemm_before(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> bool:
+def _gemm_before(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
+    """Index of the GEMM that produced the scores (a few ops before the softmax), else -1."""
     thread = view.thread(i)
     for j in range(i - 1, max(i - window, -1) - 1, -1):
         if j < 0 or view.thread(j) != thread:
-            return False
+            return -1
         if names[j] in _GEMM:
             out = _gemm_out(names[j], view.shapes(j))
-            return out is not None and _numel(out) == _numel(shape) and out[-1] == shape[-1]
-    return False
+            return j if out is not None and _numel(out) == _numel(shape) and out[-1] == shape[-1] else -1
+    return -1
 
 
-def _gemm_after(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> bool:
+def _gemm_after(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
+    """Index of the GEMM that consumes the probabilities (a few ops after the softmax), else -1."""
     thread = view.thread(i)
     for j in range(i + 1, min(i + window + 1, len(names))):
         if view.thread(j) != thread:
-            return False
+            return -1
         if names[j] in _GEMM:
             first = _first_shape(view.shapes(j) if names[j] != "aten::baddbmm" else view.shapes(j)[1:])
-            return first is not None and _numel(first) == _numel(shape)
-    return False
+            return j if first is not None and _numel(first) == _numel(shape) else -1
+    return -1
 
 
 def _touches(shapes: list[Any], scores: Counter[tuple[int, ...]]) -> bool:

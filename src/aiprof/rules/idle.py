@@ -300,18 +300,21 @@ def _callers(ctx: RankContext, calls: I64) -> I64:
 
 
 def _sync_episodes(ctx: RankContext) -> tuple[iv.IntervalSet, I64]:
-    """CPU traces: clusters of ``.item()``-like ops (top-level), as an interval set, and their rows."""
+    """CPU traces: runs of ``.item()``-like ops (top-level) as an interval set, and their rows. Two
+    consecutive round trips belong to one episode (the Python loop around them) when no substantial op
+    (≥ tiny_cpu_op_ns) runs between them and they are closer than ``sync_cluster_gap_ns`` — or closer than
+    10 ms with only tiny ops between (a loop the scheduler paused)."""
     c = ctx.trace.columns
     ops = _top_level(ctx)
     rows = ops[ctx.trace.name_matches(ops, _SYNC_OP_CPU)]
     if rows.size == 0:
         return iv.EMPTY, rows
     starts, ends = c.ts[rows], c.ts[rows] + c.dur[rows]
-    gap = ctx.options.sync_cluster_gap_ns
-    # Stretch each op back over a short gap to its predecessor: the Python between two round trips of
-    # one loop belongs to the loop.
+    big = np.sort(c.ts[ops[(c.dur[ops] >= ctx.options.tiny_cpu_op_ns) & ~ctx.trace.name_matches(ops, _SYNC_OP_CPU)]])
     prev_end = np.concatenate((starts[:1], ends[:-1]))
-    close = (starts - prev_end) <= gap
+    gap = starts - prev_end
+    nothing_between = np.searchsorted(big, prev_end) == np.searchsorted(big, starts)
+    close = (gap <= ctx.options.sync_cluster_gap_ns) | (nothing_between & (gap <= 10_000_000))
     close[0] = False
     stretched = np.where(close, prev_end, starts)
     return iv.merge(stretched, ends), rows

@@ -27,13 +27,18 @@ class RuleOptions:
     # What torch.profiler itself adds to each recorded op on the host (record_shapes on): subtracted from
     # host-overhead savings, which the profiler inflates (measured 0.3-1.2 µs per recorded op on a shared
     # 2-core EPYC with torch 2.13, record_shapes + profile_memory; DESIGN §4 says ~1-4 µs with stacks).
-    profiler_ns_per_op: int = 300
+    profiler_ns_per_op: int = 400
     sync_share: float = 0.01
     sync_cluster_gap_ns: int = 50_000  # sync ops closer than this form one host round-trip episode
     memcpy_exposed_share: float = 0.05  # catalogue A7
     pageable_min_bytes: int = 64 * 1024  # small pageable H2D copies are exempt (nsys)
     allocator_calls_per_step: float = 1.0  # cudaMalloc/cudaFree after the first step
     attention_share: float = 0.02
+    # The FLOP rate a fused attention kernel reaches, as a fraction of the fastest GEMM in the trace:
+    # FlashAttention-2 reaches 50-73 % of an A100's GEMM peak (Dao 2023); PyTorch's CPU flash kernel ran at
+    # ~35-40 % of MKL's GEMM rate on our 2-core EPYC (fp32, S=512, D=32).
+    attention_efficiency_gpu: float = 0.6
+    attention_efficiency_cpu: float = 0.4
     fusion_chain_min: int = 3  # at least 3 memory-bound elementwise ops in a row
     fusion_share: float = 0.02
     precision_share: float = 0.05

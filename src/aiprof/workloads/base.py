@@ -108,6 +108,35 @@ def measure_saving_ns(name: str, *, steps: int = 10, warmup: int = 3, device: st
             after.close()
 
 
+def profiler_ns_per_op(rounds: int = 5, iterations: int = 400) -> int:
+    """What torch.profiler (record_shapes + profile_memory, as :func:`profile_workload` runs it) adds to
+    each recorded op on this machine: tiny-op loops timed with and without it, interleaved, median of the
+    rounds. Host-overhead savings are measured on profiled traces; this is the part that is not real."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x, scale = torch.randn(8, 64), torch.rand(64)
+
+    def loop() -> None:
+        for j in range(iterations):
+            (x[:, j % 64] * scale[j % 64]).sum().item()
+
+    with _Threads("cpu"):
+        loop()
+        costs: list[float] = []
+        for _ in range(rounds):
+            start = time.perf_counter_ns()
+            loop()
+            plain = time.perf_counter_ns() - start
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True, profile_memory=True) as prof:
+                start = time.perf_counter_ns()
+                loop()
+                profiled = time.perf_counter_ns() - start
+            ops = sum(1 for e in prof.events() if e.device_type.name == "CPU")
+            costs.append(max(profiled - plain, 0) / max(ops, 1))
+    return int(statistics.median(costs))
+
+
 def profile_workload(
     name: str,
     fixed: bool,

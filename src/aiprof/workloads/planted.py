@@ -15,6 +15,8 @@ from aiprof.workloads.base import Runner, Workload, register
 LOAD_SLEEP_S = 0.0005  # per sample: 64 samples → ~35 ms of (I/O-like) waiting per batch
 BATCH = 64
 CHAIN_SIZE = 2048
+SYNC_BATCH = 2048
+ATTENTION_SHAPE = (2, 4, 512, 32)  # B, H, S, D
 
 
 class _Simple:
@@ -167,9 +169,9 @@ def _build_attention(fixed: bool, device: str) -> Runner:
     import torch
 
     torch.manual_seed(0)
-    b, h, s, d = 2, 4, 512, 32
-    proj = torch.nn.Linear(d * h, 3 * d * h).to(device)
-    opt = torch.optim.SGD(proj.parameters(), lr=1e-3)
+    b, h, s, d = ATTENTION_SHAPE
+    qkv = torch.nn.Linear(d * h, 3 * d * h).to(device)
+    out = torch.nn.Linear(d * h, d * h).to(device)
     x = torch.randn(b, s, d * h, device=device)
 
     def attention(q: Any, k: Any, v: Any) -> Any:
@@ -179,10 +181,9 @@ def _build_attention(fixed: bool, device: str) -> Runner:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
 
     def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        q, k, v = proj(x).view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
-        attention(q, k, v).float().pow(2).mean().backward()
-        opt.step()
+        with torch.no_grad():  # an inference / evaluation step
+            q, k, v = qkv(x).view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+            out(attention(q, k, v).transpose(1, 2).reshape(b, s, h * d)).sum()
 
     return _Simple(step)
 
@@ -191,7 +192,7 @@ register(
     Workload(
         "attention",
         "unfused_attention",
-        "self-attention training step (B=2, H=4, S=512, D=32) written as matmul → softmax → matmul",
+        "self-attention inference step (B=2, H=4, S=512, D=32) written as matmul → softmax → matmul",
         "torch.nn.functional.scaled_dot_product_attention(q, k, v)",
         _build_attention,
     )
@@ -250,19 +251,20 @@ def _build_sync(fixed: bool, device: str) -> Runner:
     import torch
 
     torch.manual_seed(0)
-    model, opt = _mlp(torch, device, width=512, depth=2)
-    x = torch.randn(BATCH * 8, 512, device=device)
-    y = torch.randint(0, 10, (BATCH * 8,), device=device)
-    log: list[float] = []
+    model, opt = _mlp(torch, device, width=128, depth=2)
+    x = torch.randn(SYNC_BATCH, 128, device=device)
+    y = torch.randint(0, 10, (SYNC_BATCH,), device=device)
+    log: list[tuple[float, float]] = []
 
     def step() -> None:
         loss = _train_step(torch, model, opt, x, y).detach()
+        conf = loss.neg().exp()  # per-sample confidence of the true class
         if fixed:
-            log.extend(loss.tolist())  # one transfer for the whole batch
+            log.extend(zip(loss.tolist(), conf.tolist()))  # one transfer per metric for the whole batch
         else:
-            for i in range(loss.shape[0]):  # the planted problem: one round trip per sample
-                log.append(loss[i].item())
-        del log[:-4096]
+            for i in range(loss.shape[0]):  # the planted problem: two round trips per sample
+                log.append((loss[i].item(), conf[i].item()))
+        del log[:-8192]
 
     return _Simple(step)
 
@@ -271,7 +273,7 @@ register(
     Workload(
         "sync",
         "sync",
-        "MLP training that logs each sample's loss with loss[i].item() (512 host round trips per step)",
+        "MLP training that logs each sample's loss and confidence with .item() (4,096 host round trips per step)",
         "log the whole batch at once: log.extend(loss.tolist())",
         _build_sync,
     )
