@@ -1,0 +1,26 @@
+"""``aiprof demo`` end to end on the CPU: diagnosis, fix, comparison, the planted finding resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from aiprof.cli import main  # noqa: E402
+
+
+def test_demo_runs_and_resolves_the_data_loading_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--device", "cpu", "--steps", "4", "--out", str(tmp_path), "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "Top finding: Device idle" in out and "waiting for the next batch" in out
+    assert "resolved" in out and "'data_loading' resolved" in out
+    assert "median step" in out and "utilization" in out
+    assert (tmp_path / "before" / "data_loading.pt.trace.json").is_file()
+    assert (tmp_path / "after" / "data_loading-fixed.pt.trace.json").is_file()
+
+
+def test_demo_rejects_too_few_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--steps", "1"]) == 2
+    assert "at least 3" in capsys.readouterr().err
