@@ -83,7 +83,7 @@ def _profile_and_diagnose(fixed: bool, out: Path, device: str, steps: int) -> di
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's "more workers than cores" note: sleep-bound loading
-        trace = profile_workload(WORKLOAD, fixed, out, steps=steps, warmup=2, device=device)
+        trace = profile_workload(WORKLOAD, fixed, out, steps=steps, warmup=3, device=device)
     run, findings = analyze_and_diagnose([trace], workers=1)
     return build_document(run, findings)
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from aiprof.workloads.base import Runner, Workload, register
 
-LOAD_SLEEP_S = 0.0005  # per sample: 64 samples → ~35 ms of (I/O-like) waiting per batch
+LOAD_SLEEP_S = 0.00015  # per sample: 256 samples → ~50 ms of (I/O-like) waiting per batch
+LOAD_BATCH = 256  # large enough that a batch's compute (~60 ms) dwarfs the ~1-2 ms of worker IPC per batch
 BATCH = 64
 CHAIN_SIZE = 2048
 SYNC_BATCH = 2048
@@ -82,11 +83,11 @@ def _build_data_loading(fixed: bool, device: str) -> Runner:
     loader: Any
     if fixed:
         loader = torch.utils.data.DataLoader(
-            dataset, batch_size=BATCH, num_workers=4, pin_memory=gpu, persistent_workers=True,
+            dataset, batch_size=LOAD_BATCH, num_workers=4, pin_memory=gpu, persistent_workers=True,
             prefetch_factor=4, worker_init_fn=_one_thread,
         )
     else:
-        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=0)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=LOAD_BATCH, num_workers=0)
     batches: Iterator[Any] = iter(loader)
 
     def step() -> None:
@@ -114,7 +115,7 @@ register(
     Workload(
         "data_loading",
         "data_loading",
-        "MLP training; the Dataset waits 0.5 ms per sample (like a slow disk) and DataLoader has num_workers=0",
+        "MLP training; the Dataset waits ~0.2 ms per sample (like a slow disk) and DataLoader has num_workers=0",
         "DataLoader(num_workers=4, persistent_workers=True, prefetch_factor=4, pin_memory on GPU)",
         _build_data_loading,
     )
