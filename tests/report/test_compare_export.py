@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import document_of, shared_path
+from conftest import document_for_paths, document_of, shared_path
 from test_renderers import schema
 
 from aiprof.report.compare import compare_documents
@@ -109,7 +109,6 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     base = int(ov["base_time_ns"])
     n = _write_telemetry(run_dir / "telemetry.csv", base + ov["start_ns"], base + ov["end_ns"])
     (run_dir / "meta.json").write_text(json.dumps({"command": ["python", "train.py"], "world_size": 1}))
-    from conftest import document_for_paths
 
     doc: dict[str, Any] = document_for_paths((str(run_dir),))
     jsonschema.validate(doc, schema())
