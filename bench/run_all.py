@@ -403,6 +403,7 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="aiprof-bench-")) / "analysis.json"
     print(f"aiprof {args.aiprof} from {args.source}; repeat {args.repeat}; child stderr in {log}", file=sys.stderr)
 
+    load_start = "/".join(f"{x:.1f}" for x in os.getloadavg())
     rows: list[dict[str, Any]] = []
     if "real" in args.only:
         for name, path in REAL_TRACES.items():
@@ -419,7 +420,11 @@ def main() -> None:
     by_events, by_ranks = scaling(args, log, out)
 
     text = report(rows, by_events, by_ranks, args.aiprof, args.source)
-    machine = f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M %Z')}"
+    load = "/".join(f"{x:.1f}" for x in os.getloadavg())
+    machine = (
+        f"{platform.node()}: {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, load average at start {load_start}, at end {load}"
+    )
     print(f"\n{machine}\n\n{text}")
     args.json.write_text(
         json.dumps(
