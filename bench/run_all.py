@@ -10,7 +10,7 @@ theirs, and within 2x of the floor (read + gunzip + fastest typed decode, timed 
 same way). Scaling: aiprof on synthetic traces of 0.1M, 0.3M and 1.3M events, and 1, 2, 4, 8 ranks.
 
 Usage:  python bench/run_all.py [--repeat 3] [--quick] [--only real,synth,events,ranks] [--aiprof cli|load]
-``make bench`` runs it with the defaults. It creates the peer venvs first (bench/setup_peers.sh).
+``make bench`` runs it with the defaults (about 12 minutes on 2 cores; HTA is most of it). It creates the peer venvs first (bench/setup_peers.sh).
 Results also go to bench/out/results.json (git-ignored).
 """
 
@@ -268,6 +268,11 @@ def scaling(args: argparse.Namespace, log: Path, out: Path) -> tuple[list[dict[s
             cmd = aiprof_cmd(args.aiprof, trace, out)
             res = bench(f"synthetic {r} rank(s)", "aiprof", trace, cmd, args.repeat, log, args.env)
             by_ranks.append({"events": ev, "ranks": r, "aiprof": res})
+        if not args.no_peers and not args.quick and by_ranks:
+            # HTA on the largest folder only, once: it takes ~1.5 minutes at 8 x 0.3M events
+            last, trace = by_ranks[-1], synth.ensure(args.rank_events, args.ranks[-1])
+            cmd = [str(HTA_PY), str(BENCH / "peer_hta.py"), str(trace)]
+            last["hta"] = bench(f"synthetic {last['ranks']} rank(s)", "HTA 0.5.0", trace, cmd, 1, log)
     return by_events, by_ranks
 
 
@@ -352,6 +357,17 @@ def report(
                 f"| {t['ranks']} | {t['events']:,} | {total:,} | {a.wall:.2f} | {a.cpu:.2f} | {a.peak:.0f} | "
                 f"{a.wall / total * 1e6:.2f} | {a.wall / b.wall:.1f}x | {a.peak / b.peak:.1f}x |"
             )
+        for t in table:
+            p = t.get("hta")
+            if p is not None and p.ok and t["aiprof"].ok:
+                a = t["aiprof"]
+                lines += [
+                    "",
+                    f"HTA 0.5.0 on the {t['ranks']}-rank folder (1 run): {p.wall:.2f} s wall, {p.cpu:.2f} s CPU, "
+                    f"{p.peak:.0f} MB peak; HTA / aiprof: {p.wall / a.wall:.1f}x wall, {p.cpu / a.cpu:.1f}x CPU, "
+                    f"aiprof / HTA RSS {a.peak / p.peak:.2f}.",
+                    "",
+                ]
         lines.append("")
     return "\n".join(lines)
 
