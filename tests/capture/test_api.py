@@ -97,3 +97,13 @@ def test_api_inside_aiprof_run_attaches(tmp_path: Path) -> None:
     assert meta_of(out)["ranks"][0]["steps_seen"] == 5
     assert not (tmp_path / "ignored").exists()
     assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
+
+
+def test_several_cycles_make_one_trace_per_rank(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with aiprof.profile(out, schedule=aiprof.Schedule(wait=1, warmup=1, active=1, repeat=2), telemetry=False, quiet=True) as prof:
+        _train(8, prof)
+    assert meta_of(out)["ranks"][0]["cycles"] == 2
+    assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2", "ProfilerStep#5"]
+    loaded = aiprof.load(out)
+    assert len(loaded) == 1  # type: ignore[arg-type]

@@ -92,11 +92,19 @@ def test_nonzero_exit_status_is_preserved(tmp_path: Path) -> None:
     assert meta_of(tmp_path / "run")["status"] == "incomplete"
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_flushes_and_keeps_status(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+@pytest.mark.parametrize(
+    "sig,code,group",
+    [(signal.SIGINT, 130, False), (signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)],
+    ids=["sigint", "ctrl-c-to-process-group", "sigterm"],
+)
+def test_signal_flushes_and_keeps_status(tmp_path: Path, sig: signal.Signals, code: int, group: bool) -> None:
+    """``group``: the signal goes to the whole process group, as a terminal's Ctrl-C does, so the script
+    gets it twice (directly and forwarded by aiprof run) and must still flush once and exit 130."""
     out = tmp_path / "run"
     cmd = aiprof_cmd("run", "--out", str(out), *RECORD_4, "--", "python", TINY, "--steps", "9", "--hang-at", "5")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT, start_new_session=group
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 90
     line = ""
@@ -105,7 +113,10 @@ def test_signal_flushes_and_keeps_status(tmp_path: Path, sig: signal.Signals, co
         if not line and proc.poll() is not None:
             break
     assert "READY" in line, proc.stderr.read() if proc.stderr else ""
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     meta = meta_of(out)

@@ -34,7 +34,10 @@ while step < args.steps:
             raise ValueError(f"boom at step {step}")
         if step == args.hang_at:
             print(f"READY pid={os.getpid()}", flush=True)
-            time.sleep(60)
+            # Short sleeps: a signal the kernel hands to another thread does not interrupt the main
+            # thread's sleep; Python runs the handler when the main thread next wakes up.
+            for _ in range(600):
+                time.sleep(0.1)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
