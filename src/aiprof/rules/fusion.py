@@ -335,8 +335,12 @@ def _fusion_finding(
     by_signature: Counter[str] = Counter()
     lines: Counter[str] = Counter()
     ops_in_chains = 0
+    starts = np.array([st.start_ns for st in ctx.steps], dtype=np.int64)
+    per_step = np.zeros(max(len(ctx.steps), 1))
     for chain in chains:
         gain = _chain_gain(view, chain)
+        ts = int(ctx.trace.columns.ts[view.rows[chain[0][0]]])
+        per_step[max(int(np.searchsorted(starts, ts, side="right")) - 1, 0)] += gain
         saving += gain
         ops_in_chains += len(chain)
         signature = " → ".join(names[i].removeprefix("aten::") for i, _ in chain[:6]) + (" → …" if len(chain) > 6 else "")
@@ -344,7 +348,9 @@ def _fusion_finding(
         line = ctx.source_line(int(view.rows[chain[0][0]]))
         if line:
             lines[line] += 1
-    saving /= ctx.step_count
+    # The median step: a chain's time swings with page faults and preemption from step to step, and a
+    # fused kernel does not remove those.
+    saving = float(np.median(per_step))
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
     evidence: dict[str, Any] = {
@@ -365,8 +371,9 @@ def _fusion_finding(
                 "kernel per chain; otherwise use fused ops (F.gelu/F.silu, torch.addcmul, fused bias+activation, "
                 "fused optimizers) and in-place variants."
             ),
-            formula="Σ per steady step over chains of t_chain × (1 − external bytes / Σ bytes of the chain's ops): "
-            "a fused kernel moves only the chain's inputs and final output, at the bandwidth the chain achieved",
+            formula="median over steady steps of Σ over the step's chains of t_chain × (1 − external bytes / Σ bytes "
+            "of the chain's ops): a fused kernel moves only the chain's inputs and final output, at the bandwidth "
+            "the chain achieved",
             kind="estimate",
             confidence="medium",
         )

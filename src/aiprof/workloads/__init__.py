@@ -9,6 +9,7 @@ is used when present and asked for). torch is imported inside the functions only
 
 from __future__ import annotations
 
+from aiprof.workloads import isolated
 from aiprof.workloads import planted as _planted  # noqa: F401  (registers the workloads)
 from aiprof.workloads.base import (
     WORKLOADS,
@@ -19,4 +20,12 @@ from aiprof.workloads.base import (
     profiler_ns_per_op,
 )
 
-__all__ = ["WORKLOADS", "Workload", "measure_saving_ns", "measure_step_ns", "profile_workload", "profiler_ns_per_op"]
+__all__ = [
+    "WORKLOADS",
+    "Workload",
+    "isolated",
+    "measure_saving_ns",
+    "measure_step_ns",
+    "profile_workload",
+    "profiler_ns_per_op",
+]

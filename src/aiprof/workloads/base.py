@@ -68,44 +68,49 @@ class _Threads:
 
 def measure_step_ns(name: str, fixed: bool, *, steps: int = 8, warmup: int = 2, device: str = "cpu") -> int:
     """Median wall time of one step, without the profiler (what a user's run really takes)."""
+    return int(statistics.median(_step_times(name, fixed, steps, warmup, device)))
+
+
+def _step_times(name: str, fixed: bool, steps: int, warmup: int, device: str) -> list[int]:
     with _Threads(device):
-        return _measure(name, fixed, steps, warmup, device)
+        runner = WORKLOADS[name].build(fixed, device)
+        try:
+            times: list[int] = []
+            for i in range(warmup + steps):
+                start = time.perf_counter_ns()
+                runner.step()
+                _sync(device)
+                if i >= warmup:
+                    times.append(time.perf_counter_ns() - start)
+            return times
+        finally:
+            runner.close()
 
 
-def _measure(name: str, fixed: bool, steps: int, warmup: int, device: str) -> int:
-    runner = WORKLOADS[name].build(fixed, device)
-    try:
-        times: list[int] = []
-        for i in range(warmup + steps):
-            start = time.perf_counter_ns()
-            runner.step()
-            _sync(device)
-            if i >= warmup:
-                times.append(time.perf_counter_ns() - start)
-        return int(statistics.median(times))
-    finally:
-        runner.close()
-
-
-def measure_saving_ns(name: str, *, steps: int = 10, warmup: int = 3, device: str = "cpu") -> tuple[int, int]:
-    """Median step time before and after the fix, measured with the two variants' steps interleaved so
-    that both see the same background load (a shared machine's noise cancels in the difference)."""
+def measure_saving_ns(
+    name: str, *, steps: int = 12, warmup: int = 2, rounds: int = 3, device: str = "cpu"
+) -> tuple[int, int]:
+    """Median step time before and after the fix. The two variants alternate in blocks (``rounds`` of
+    ``warmup`` + ``steps // rounds`` steps each), so both see the same background load; within a block a
+    variant runs alone, as it would for a user — interleaving single steps lets one variant's allocations
+    evict the other's memory (page faults that neither would pay on its own)."""
     with _Threads(device):
-        before = WORKLOADS[name].build(False, device)
-        after = WORKLOADS[name].build(True, device)
+        runners = (WORKLOADS[name].build(False, device), WORKLOADS[name].build(True, device))
         try:
             times: tuple[list[int], list[int]] = ([], [])
-            for i in range(warmup + steps):
-                for k, runner in enumerate((before, after)):
-                    start = time.perf_counter_ns()
-                    runner.step()
-                    _sync(device)
-                    if i >= warmup:
-                        times[k].append(time.perf_counter_ns() - start)
+            per_block = max(steps // rounds, 1)
+            for _ in range(rounds):
+                for k, runner in enumerate(runners):
+                    for i in range(warmup + per_block):
+                        start = time.perf_counter_ns()
+                        runner.step()
+                        _sync(device)
+                        if i >= warmup:
+                            times[k].append(time.perf_counter_ns() - start)
             return int(statistics.median(times[0])), int(statistics.median(times[1]))
         finally:
-            before.close()
-            after.close()
+            for runner in runners:
+                runner.close()
 
 
 def profiler_ns_per_op(rounds: int = 5, iterations: int = 400) -> int:

@@ -17,7 +17,7 @@ LOAD_BATCH = 256  # large enough that a batch's compute (~60 ms) dwarfs the ~1-2
 BATCH = 64
 CHAIN_SIZE = 2048
 SYNC_BATCH = 2048
-ATTENTION_SHAPE = (2, 4, 512, 32)  # B, H, S, D
+ATTENTION_SHAPE = (1, 4, 2048, 32)  # B, H, S, D: 64 MB of scores per call
 
 
 class _Simple:
@@ -193,7 +193,7 @@ register(
     Workload(
         "attention",
         "unfused_attention",
-        "self-attention inference step (B=2, H=4, S=512, D=32) written as matmul → softmax → matmul",
+        "self-attention inference step (B=1, H=4, S=2048, D=32) written as matmul → softmax → matmul",
         "torch.nn.functional.scaled_dot_product_attention(q, k, v)",
         _build_attention,
     )
@@ -214,6 +214,21 @@ def _chain(torch: Any, x: Any, w: Any) -> Any:
     return y + x
 
 
+def _warm_compiled(torch: Any, fn: Callable[[Any, Any], Any], x: Any, w: Any, budget_s: float = 20.0) -> None:
+    """Call the compiled chain until it runs the fused kernel: inductor may serve the first calls from
+    eager code while its kernels compile in the background, and a measurement must not see those."""
+    with torch.no_grad():
+        start = time.perf_counter()
+        _chain(torch, x, w)
+        eager = time.perf_counter() - start
+        deadline = time.perf_counter() + budget_s
+        fast = 0
+        while fast < 3 and time.perf_counter() < deadline:
+            start = time.perf_counter()
+            fn(x, w)
+            fast = fast + 1 if time.perf_counter() - start < 0.6 * eager else 0
+
+
 def _build_elementwise(fixed: bool, device: str) -> Runner:
     import torch
 
@@ -223,6 +238,7 @@ def _build_elementwise(fixed: bool, device: str) -> Runner:
     fn: Callable[[Any, Any], Any]
     if fixed:
         fn = torch.compile(lambda a, b: _chain(torch, a, b), dynamic=False)
+        _warm_compiled(torch, fn, x, w)
     else:
         def fn(a: Any, b: Any) -> Any:
             return _chain(torch, a, b)

@@ -1,0 +1,73 @@
+"""Run a workload in a fresh Python process, as a user's job runs: ``python -m aiprof.workloads.isolated``.
+
+Timing one variant right after the other in the same process is skewed on the CPU: the first variant's
+big allocations change the C allocator's state (mmap thresholds, trimmed heap), and the second variant
+then pays page faults it would never pay alone. Fresh processes give each variant a clean start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+
+
+def _run(args: list[str]) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "aiprof.workloads.isolated", *args],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"workload subprocess failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def step_times_ns(name: str, fixed: bool, *, steps: int = 8, warmup: int = 3, device: str = "cpu") -> list[int]:
+    """Wall time of each measured step of one variant, run alone in a fresh process."""
+    out = _run(["time", name, "1" if fixed else "0", str(steps), str(warmup), device])
+    return [int(t) for t in out["times_ns"]]  # type: ignore[attr-defined]
+
+
+def measure_saving_ns(name: str, *, rounds: int = 2, steps: int = 8, warmup: int = 3, device: str = "cpu") -> tuple[int, int]:
+    """Median step time before and after the fix, each variant alone in fresh processes, alternating
+    ``rounds`` times so both see the same background load."""
+    times: tuple[list[int], list[int]] = ([], [])
+    for _ in range(rounds):
+        for k in (0, 1):
+            times[k].extend(step_times_ns(name, bool(k), steps=steps, warmup=warmup, device=device))
+    return int(statistics.median(times[0])), int(statistics.median(times[1]))
+
+
+def profile(name: str, fixed: bool, out_dir: str, *, steps: int = 6, warmup: int = 3, device: str = "cpu") -> str:
+    """Profile one variant in a fresh process; returns the trace path."""
+    out = _run(["profile", name, "1" if fixed else "0", str(steps), str(warmup), device, out_dir])
+    return str(out["trace"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aiprof.workloads.isolated")
+    parser.add_argument("what", choices=["time", "profile"])
+    parser.add_argument("name")
+    parser.add_argument("fixed", type=int)
+    parser.add_argument("steps", type=int)
+    parser.add_argument("warmup", type=int)
+    parser.add_argument("device")
+    parser.add_argument("out", nargs="?")
+    args = parser.parse_args(argv)
+    from aiprof.workloads.base import _step_times, profile_workload
+
+    if args.what == "time":
+        times = _step_times(args.name, bool(args.fixed), args.steps, args.warmup, args.device)
+        print(json.dumps({"times_ns": times}))
+    else:
+        path = profile_workload(args.name, bool(args.fixed), args.out, steps=args.steps, warmup=args.warmup, device=args.device)
+        print(json.dumps({"trace": str(path)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
