@@ -131,8 +131,9 @@ def test_too_few_steps_says_so_and_writes_what_exists(tmp_path: Path) -> None:
     out = tmp_path / "run"
     res = run_aiprof("run", "--out", str(out), "--", "python", TINY, "--steps", "3")
     assert res.returncode == 2
-    err = res.stderr.strip().splitlines()
+    err = [line for line in res.stderr.splitlines() if line.startswith("aiprof: error:")]
     assert len(err) == 1 and "no steps recorded: the script ran 3 step(s)" in err[0] and "at least 11 steps" in err[0]
+    assert res.stderr.strip().splitlines()[-1] == err[0]
     meta = meta_of(out)
     assert meta["status"] == "incomplete" and meta["trace_files"] == []
     assert (out / "telemetry.csv").exists() and (out / "dataloader.rank0.csv").exists()
@@ -221,5 +222,6 @@ def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
     out = tmp_path / "run"
     res = run_aiprof("run", "--out", str(out), *FAST, "--", "python", str(SCRIPTS / "infer.py"), "6")
     assert res.returncode == 2
-    assert "no steps detected" in res.stderr and res.stderr.strip().count("\n") == 0
+    err = [line for line in res.stderr.splitlines() if line.startswith("aiprof: error:")]
+    assert len(err) == 1 and "no steps detected" in err[0]
     assert meta_of(out)["status"] == "incomplete"

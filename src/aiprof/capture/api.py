@@ -19,7 +19,7 @@ from aiprof.capture import rundir
 from aiprof.capture import session as session_mod
 from aiprof.capture.options import CaptureOptions, Schedule
 from aiprof.capture.rundir import RunDirError
-from aiprof.errors import AiprofWarning
+from aiprof.errors import AiprofError, AiprofWarning
 
 
 class Profile(contextlib.ContextDecorator):
@@ -63,7 +63,10 @@ class Profile(contextlib.ContextDecorator):
             if self.out is not None:
                 warnings.warn("aiprof run is already profiling this script; out= and the schedule are ignored", AiprofWarning, stacklevel=2)
             return self
-        import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        try:
+            import torch  # noqa: F401 - fail here, clearly, when torch is missing
+        except ImportError:
+            raise AiprofError("torch is not installed in this Python; install it (pip install torch) to profile") from None
 
         self._attached = False
         self.run_dir = self._claim_run_dir()
@@ -72,7 +75,11 @@ class Profile(contextlib.ContextDecorator):
         self._write_header(session, sampler)
         if sampler is not None:
             sampler.start()
-        session.start()
+        try:
+            session.start()
+        except BaseException:
+            session.finalize("incomplete", "capture failed to start")  # stops the sampler thread too
+            raise
         session.install_signal_handlers()
         session_mod.set_current(session)
         self._session = session

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class Recorder:
         import torch
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        # We export every cycle ourselves, so torch's advice to keep events across cycles does not apply.
+        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
         s = self.options.schedule
         activities = [ProfilerActivity.CPU]
         self.cuda = bool(torch.cuda.is_available())

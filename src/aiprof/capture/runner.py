@@ -149,6 +149,7 @@ class Runner:
         run_dir = rundir.create_new(self.out or rundir.default_run_dir(self.cmd.label), explicit=explicit).resolve()
         header = run_header(self.options, self.cmd.argv, mode="run")
         rundir.update_meta(run_dir, lambda m: m.update(header, status="running"))
+        print(f"aiprof: profiling into {run_dir}; {self.options.schedule.describe()}", file=sys.stderr, flush=True)
         folder = inject_dir()
         try:
             code = self._run_child(run_dir, folder)
