@@ -225,3 +225,16 @@ def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
     err = [line for line in res.stderr.splitlines() if line.startswith("aiprof: error:")]
     assert len(err) == 1 and "no steps detected" in err[0]
     assert meta_of(out)["status"] == "incomplete"
+
+
+def test_environment_sitecustomize_still_runs(tmp_path: Path) -> None:
+    """aiprof's injected sitecustomize shadows the environment's; it must run it afterwards."""
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "site-ran"
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n")
+    out = tmp_path / "run"
+    res = run_aiprof("run", "--out", str(out), *FAST, "--no-telemetry", "--", "python", TINY, "--steps", "4", PYTHONPATH=str(site))
+    assert res.returncode == 0, res.stderr
+    assert marker.exists()  # (the torch preflight runs no Python of the script's interpreter here)
+    assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2"]

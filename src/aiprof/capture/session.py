@@ -146,6 +146,14 @@ class CaptureSession:
             self._drop_pending()
             self.mark("optimizer")
 
+    def _close_last_step(self) -> None:
+        """The last optimizer step ended a step; the process ends before the next one begins, so the
+        step is closed by stopping the profiler, not by opening an empty ``ProfilerStep`` after it."""
+        self._drop_pending()
+        self.markers += 1
+        if self.recorder.started:
+            self.tracker.end_step(self.recorder.steps + 1)
+
     def _drop_pending(self) -> None:
         self._pending = False
         if self._remove_forward_hook is not None:
@@ -187,8 +195,8 @@ class CaptureSession:
         """Write everything this process has; never raises (it runs at exit and in signal handlers)."""
         if self.finished or os.getpid() != self.pid:
             return
-        if not self._busy:
-            _quietly(self.apply_pending)  # the last optimizer step finished that step
+        if self._pending and not self._busy:
+            self._close_last_step()
         self.finished = True
         self.status, self.reason = status, reason
         self._drop_pending()
