@@ -325,3 +325,63 @@ register(
         _build_clean,
     )
 )
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU-bound loading: workers already on, but the transforms saturate the host's cores
+# ---------------------------------------------------------------------------------------------------
+class HeavyTransformDataset:
+    """Each sample runs a CPU-heavy transform (like JPEG decoding + augmentation)."""
+
+    def __init__(self, size: int = 100_000, features: int = 1024) -> None:
+        import torch
+
+        self.size = size
+        self.base = torch.randn(192, 192, generator=torch.Generator().manual_seed(0))
+        self.features = features
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        import torch
+
+        m = self.base + index
+        for _ in range(3):
+            m = torch.tanh(m @ self.base) * 0.1  # ~1 ms of CPU per sample
+        return m.flatten()[: self.features].clone(), index % 10
+
+
+def _build_cpu_loading(fixed: bool, device: str) -> Runner:
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device, width=256, depth=2)
+    dataset: Any = HeavyTransformDataset(features=256)
+    loader: Any = torch.utils.data.DataLoader(
+        dataset, batch_size=BATCH, num_workers=2, persistent_workers=True, prefetch_factor=2,
+        worker_init_fn=_one_thread,
+    )
+    batches: Iterator[Any] = iter(loader)
+
+    def step() -> None:
+        x, y = next(batches)
+        _train_step(torch, model, opt, x.to(device), y.to(device))
+
+    def close() -> None:
+        nonlocal batches
+        del batches
+
+    return _Simple(step, close)
+
+
+register(
+    Workload(
+        "cpu_loading",
+        "data_loading",
+        "a small MLP fed by 2 DataLoader workers whose per-sample transform needs ~1 ms of CPU: the cores "
+        "are saturated, more workers would not help",
+        "no code fix: move the transform to the GPU or cache its output (cpu_saturation explains data_loading)",
+        _build_cpu_loading,
+    )
+)
