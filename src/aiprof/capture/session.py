@@ -28,6 +28,7 @@ from aiprof.capture.traces import add_telemetry, combine, write_trace
 from aiprof.errors import AiprofWarning
 
 SignalHandler = Callable[[int, FrameType | None], Any] | int | None
+_FLUSH_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 class CaptureSession:
@@ -65,7 +66,7 @@ class CaptureSession:
         self._uninstall: list[Callable[[], None]] = []
         self._busy = False
         self._deferred_signal: int | None = None
-        self._old_term: SignalHandler = None
+        self._old_handlers: dict[int, SignalHandler] = {}
 
     # --- lifecycle -------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
@@ -166,17 +167,21 @@ class CaptureSession:
 
     # --- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
-        """Flush on SIGTERM, then die by SIGTERM as the script would have; only if nobody else handles it."""
+        """Flush on SIGTERM (and SIGHUP), then die by that signal as the script would have; only for
+        signals nobody else handles (a script's own SIGTERM handler, e.g. a checkpoint, wins)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-            self._old_term = signal.signal(signal.SIGTERM, self._on_term)
+        for sig in _FLUSH_SIGNALS:
+            if signal.getsignal(sig) == signal.SIG_DFL:
+                self._old_handlers[sig] = signal.signal(sig, self._on_term)
 
     def restore_signal_handlers(self) -> None:
-        if self._old_term is not None and threading.current_thread() is threading.main_thread():
-            if signal.getsignal(signal.SIGTERM) == self._on_term:
-                signal.signal(signal.SIGTERM, self._old_term)
-            self._old_term = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, old in self._old_handlers.items():
+            if signal.getsignal(sig) == self._on_term:
+                signal.signal(sig, old)
+        self._old_handlers.clear()
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self.pid:  # a forked worker inherited the handler
