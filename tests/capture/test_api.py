@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, SCRIPTS, meta_of, run_aiprof, step_names, trace_events
+from capture_helpers import FAST, SCRIPTS, meta_of, run_aiprof, step_names, trace_events
 
 import aiprof
 from aiprof.errors import AiprofError

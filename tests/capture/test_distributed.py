@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, FAST, meta_of, run_aiprof, step_names
+from capture_helpers import EXAMPLE, FAST, meta_of, run_aiprof, step_names
 
 pytestmark = pytest.mark.usefixtures("torch_available")
 

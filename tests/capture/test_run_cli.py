@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EXAMPLE, FAST, ROOT, SCRIPTS, SECRET, aiprof_cmd, child_env, meta_of, run_aiprof, step_names, trace_events
+from capture_helpers import EXAMPLE, FAST, ROOT, SCRIPTS, SECRET, aiprof_cmd, child_env, meta_of, run_aiprof, step_names, trace_events
 
 pytestmark = pytest.mark.usefixtures("torch_available")
 
