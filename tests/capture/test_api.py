@@ -107,3 +107,17 @@ def test_several_cycles_make_one_trace_per_rank(tmp_path: Path) -> None:
     assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2", "ProfilerStep#5"]
     loaded = aiprof.load(out)
     assert len(loaded) == 1  # type: ignore[arg-type]
+
+
+def test_ranks_of_one_job_share_an_explicit_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torchrun every rank enters profile(out=same): the first creates it, the others join it;
+    a folder left by another job is still refused."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")
+    out = tmp_path / "run"
+    first = aiprof.Profile(out)._claim_run_dir()
+    (out / "rank0.pt.trace.json.gz").write_bytes(b"")  # rank 0 got there first
+    assert aiprof.Profile(out)._claim_run_dir() == first
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-b")
+    with pytest.raises(AiprofError, match="never overwrites"):
+        aiprof.Profile(out)._claim_run_dir()
