@@ -187,7 +187,22 @@ def roofline(
     measured: dict[str, DevicePeaks] | None = None,
 ) -> RooflineResult:
     """Roofline of every op in ``trace``. ``peaks`` overrides the choice made from the trace's device
-    name, the spec table and measured peaks (``measured``; default: the user's peaks file)."""
+    name, the spec table and measured peaks (``measured``; default: the user's peaks file).
+
+    With the defaults, the result is computed once per trace and cached on it (the report section and
+    the diagnosis rules share it)."""
+    if peaks is None and measured is None:
+        cached = trace.cache.get("roofline.default")
+        if cached is None:
+            cached = _roofline(trace, None, None)
+            trace.cache["roofline.default"] = cached
+        return cached
+    return _roofline(trace, peaks, measured)
+
+
+def _roofline(
+    trace: Trace, peaks: DevicePeaks | PeaksChoice | None, measured: dict[str, DevicePeaks] | None
+) -> RooflineResult:
     mode = "gpu" if trace.has_device_activity else "cpu"
     device_name = _device_name(trace) if mode == "gpu" else "cpu"
     if isinstance(peaks, PeaksChoice):
@@ -458,8 +473,32 @@ def _union_per_group_slow(g: I64, s: I64, e: I64) -> dict[int, int]:
     return out
 
 
+def cached_op_cost(trace: Trace, row: int) -> OpCost | None:
+    """``op_cost`` of a CPU op row from its recorded inputs, computed once per (name, signature) and
+    trace (the diagnosis rules ask for the same ops many times)."""
+    raw = trace.op_args.get(row) or b""
+    memo: dict[tuple[int, bytes], OpCost | None] = trace.cache.setdefault("roofline.op_cost", {})
+    key = (int(trace.columns.name[row]), raw)
+    if key not in memo:
+        inputs = trace.op_inputs(row)
+        memo[key] = op_cost(trace.name_of(row), inputs.dims, inputs.types, inputs.concrete)
+    return memo[key]
+
+
 def _dims_text(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+def _input_texts(trace: Trace, row: int) -> tuple[str, str, str]:
+    """Compact JSON of an op's input dims, types and concrete values, once per distinct signature."""
+    raw = trace.op_args.get(row) or b""
+    memo: dict[bytes, tuple[str, str, str]] = trace.cache.setdefault("roofline.input_texts", {})
+    texts = memo.get(raw)
+    if texts is None:
+        inputs = trace.op_inputs(row)
+        texts = (_dims_text(inputs.dims), _dims_text(inputs.types), _dims_text(inputs.concrete))
+        memo[raw] = texts
+    return texts
 
 
 def _forward_labels(trace: Trace, ops: list[int], costs: _Costs) -> dict[int, str]:
@@ -476,7 +515,7 @@ def _forward_labels(trace: Trace, ops: list[int], costs: _Costs) -> dict[int, st
     for op, n in zip(rows.tolist(), node.tolist(), strict=True):
         if n >= 0:
             f = int(fwd[n])
-            out[op] = f"{trace.name_of(f)} {_dims_text(trace.op_inputs(f).dims)}"
+            out[op] = f"{trace.name_of(f)} {_input_texts(trace, f)[0]}"
     return out
 
 
@@ -485,13 +524,13 @@ def _instance_row(
 ) -> RooflineRow:
     if row < 0:
         return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
-    inputs = trace.op_inputs(row)
+    dims_text, types_text, concrete_text = _input_texts(trace, row)
     cost = costs.cost(row) if costs is not None else None
     common = dict(
         name=trace.name_of(row),
-        input_dims=_dims_text(inputs.dims),
-        input_types=_dims_text(inputs.types),
-        concrete_inputs=_dims_text(inputs.concrete),
+        input_dims=dims_text,
+        input_types=types_text,
+        concrete_inputs=concrete_text,
         count=1,
         time_ns=time_ns,
         forward_op=forward.get(row),

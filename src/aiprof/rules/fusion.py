@@ -269,14 +269,12 @@ def _numel(shape: list[int]) -> int:
 # ---------------------------------------------------------------------------------------------------
 def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     """Chains of memory-bound elementwise ops that one fused kernel would do in one pass."""
-    from aiprof.roofline.cost import op_cost
-
     view = _view(ctx)
     names = ctx.names(view.rows)
     chains: list[list[tuple[int, Any]]] = []
     current: list[tuple[int, Any]] = []
     for i, name in enumerate(names):
-        cost = _elementwise_cost(ctx, view, i, name, op_cost)
+        cost = _elementwise_cost(ctx, view, i, name)
         if cost is None and current and _negligible(view, i, current[-1][1]):
             continue  # a scalar conversion (aten::to of a Python number) does not break a chain
         linked = cost is not None and current and view.thread(current[-1][0]) == view.thread(i) and _consumes(
@@ -293,14 +291,15 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     return _fusion_finding(ctx, view, names, chains)
 
 
-def _elementwise_cost(ctx: RankContext, view: _OpView, i: int, name: str, op_cost: Any) -> Any:
+def _elementwise_cost(ctx: RankContext, view: _OpView, i: int, name: str) -> Any:
     from aiprof.roofline.cost import BINARY, UNARY, split_name
 
     base, _ = split_name(name)
     if base not in UNARY and base not in BINARY:
         return None
-    inputs = ctx.trace.op_inputs(int(view.rows[i]))
-    cost = op_cost(name, inputs.dims, inputs.types, inputs.concrete)
+    from aiprof.roofline.analysis import cached_op_cost
+
+    cost = cached_op_cost(ctx.trace, int(view.rows[i]))
     return cost if cost is not None and cost.family == "elementwise" and cost.bytes > 0 else None
 
 

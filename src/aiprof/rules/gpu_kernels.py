@@ -34,7 +34,7 @@ def _roofline(ctx: RankContext) -> Any:
     if result is None:
         from aiprof.roofline.analysis import roofline
 
-        result = roofline(ctx.trace, measured={})
+        result = roofline(ctx.trace)  # the same (cached) result as the report's roofline section
         ctx.extras["_roofline"] = result
     return result
 

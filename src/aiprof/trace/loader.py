@@ -347,30 +347,16 @@ def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
 
 _OP_DECODER = msgspec.json.Decoder(list[OpArgs])
 _SHAPE_DECODER = msgspec.json.Decoder(list[ShapeArgs])
-_SHAPE_KEYS = (
-    (b'"Input Dims":', "dims"),
-    (b',"Input type":', "types"),
-    (b',"Concrete Inputs":', "concrete"),
-    (b',"Input Strides":', "strides"),
-)
+_SHAPE_ENCODER = msgspec.json.Encoder()
 
 
 def _canonical_shapes(raws: list[msgspec.Raw]) -> list[bytes]:
     """Only the record_shapes keys of each op's args, in one fixed order and without per-call ids
     (External id, Ev Idx…): two calls with the same inputs get the same bytes, so analyses can cache
-    per distinct signature, and the store is smaller."""
-    out: list[bytes] = []
-    for args in _decode_args(raws, ShapeArgs, _SHAPE_DECODER):
-        if not len(args.dims):
-            args.dims = args.dims_legacy
-        parts = [b"{"]
-        for key, attr in _SHAPE_KEYS:
-            value = getattr(args, attr)
-            if len(value):
-                parts += [key if len(parts) > 1 else key.lstrip(b","), value]
-        parts.append(b"}")
-        out.append(b"".join(parts))
-    return out
+    per distinct signature, and the store is smaller. Re-encoding the zero-copy struct is one C call
+    per op (absent keys are omitted)."""
+    encode = _SHAPE_ENCODER.encode
+    return [encode(args) for args in _decode_args(raws, ShapeArgs, _SHAPE_DECODER)]
 _GPU_DECODER = msgspec.json.Decoder(list[GpuArgs])
 _MEM_DECODER = msgspec.json.Decoder(list[MemoryArgs])
 

@@ -301,14 +301,21 @@ class Trace:
 
     # ----- typed args, decoded on demand ------------------------------------------------------
     def op_inputs(self, row: int) -> OpInputs:
-        """Shapes, dtypes and concrete values recorded for an op with ``record_shapes``."""
+        """Shapes, dtypes and concrete values recorded for an op with ``record_shapes``. Decoded once per
+        distinct signature (ops with the same inputs share one, read-only, object)."""
         raw = self.op_args.get(row)
         if raw is None:
             return OpInputs()
+        memo: dict[bytes, OpInputs] = self.cache.setdefault("op_inputs", {})
+        found = memo.get(raw)
+        if found is not None:
+            return found
         try:
-            return msgspec.json.decode(raw, type=OpInputs)
+            found = msgspec.json.decode(raw, type=OpInputs)
         except msgspec.MsgspecError:
-            return OpInputs()
+            found = OpInputs()
+        memo[raw] = found
+        return found
 
     def comm_args(self, row: int) -> dict[str, Any]:
         """Collective metadata of a ``record_param_comms`` op or an NCCL/RCCL kernel ({} if none)."""
@@ -426,10 +433,27 @@ class ArgsStore:
         return [None if p < 0 else data[starts[p] : ends[p]] for p in self.positions(rows).tolist()]
 
     def get(self, row: int) -> bytes | None:
-        i = int(np.searchsorted(self.rows, row))
-        if i >= len(self.rows) or int(self.rows[i]) != row:
+        index = self._index
+        if row < 0 or row >= len(index):
             return None
-        return self.data[int(self.starts[i]) : int(self.ends[i])]
+        i = index[row]
+        return None if i < 0 else self.data[self._starts[i] : self._ends[i]]
+
+    @cached_property
+    def _index(self) -> list[int]:
+        """row → position, dense (one list lookup per ``get`` instead of a binary search)."""
+        size = int(self.rows.max()) + 1 if len(self.rows) else 0
+        dense = np.full(size, -1, dtype=np.int64)
+        dense[self.rows] = np.arange(len(self.rows))
+        return dense.tolist()
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        return self.starts.tolist()  # type: ignore[no-any-return]
+
+    @cached_property
+    def _ends(self) -> list[int]:
+        return self.ends.tolist()  # type: ignore[no-any-return]
 
 
 class OpInputs(msgspec.Struct):

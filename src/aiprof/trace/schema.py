@@ -74,7 +74,7 @@ class TraceFile(msgspec.Struct):
 
 # Args structs: ints default to -1 and floats to NaN (the column fill values), so columns are built
 # straight from attribute lists. A wrong-typed value fails the batch; that row is then decoded key by key.
-class ShapeArgs(msgspec.Struct, gc=False):
+class ShapeArgs(msgspec.Struct, gc=False, omit_defaults=True):
     """The record_shapes part of a cpu_op's args, kept undecoded (zero-copy) to re-pack canonically."""
 
     dims: msgspec.Raw = field(name="Input Dims", default=ABSENT)
