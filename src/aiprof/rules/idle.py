@@ -321,10 +321,12 @@ def _sync_episodes(ctx: RankContext) -> tuple[iv.IntervalSet, I64]:
 
 
 def _ops_in(ctx: RankContext, cover: iv.IntervalSet, every: bool = False) -> int:
-    """Ops (top-level, or ``every`` recorded op) that start inside the interval set: what the profiler's
-    own per-op cost applies to."""
+    """Ops (top-level, or ``every`` recorded op and memory event) that start inside the interval set: what
+    the profiler's own per-event cost applies to."""
     c = ctx.trace.columns
-    ops = ctx.cpu_ops if every else _top_level(ctx)
+    # Every event the profiler recorded on the host costs it time: ops and [memory] instants alike.
+    ops = np.sort(np.concatenate((ctx.cpu_ops, ctx.in_window(ctx.trace.rows_of(Kind.MEMORY))))) if every else _top_level(ctx)
+    ops = ops[np.argsort(c.ts[ops], kind="stable")]
     if ops.size == 0 or cover[0].size == 0:
         return 0
     ts = c.ts[ops]

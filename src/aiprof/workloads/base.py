@@ -115,7 +115,7 @@ def measure_saving_ns(
 
 def profiler_ns_per_op(rounds: int = 5, iterations: int = 400) -> int:
     """What torch.profiler (record_shapes + profile_memory, as :func:`profile_workload` runs it) adds to
-    each recorded op on this machine: tiny-op loops timed with and without it, interleaved, median of the
+    each recorded event (op or [memory] instant) on this machine: tiny-op loops timed with and without it, interleaved, median of the
     rounds. Host-overhead savings are measured on profiled traces; this is the part that is not real."""
     import torch
     from torch.profiler import ProfilerActivity, profile

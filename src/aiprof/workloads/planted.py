@@ -16,7 +16,7 @@ LOAD_SLEEP_S = 0.00015  # per sample: 256 samples → ~50 ms of (I/O-like) waiti
 LOAD_BATCH = 256  # large enough that a batch's compute (~60 ms) dwarfs the ~1-2 ms of worker IPC per batch
 BATCH = 64
 CHAIN_SIZE = 2048
-SYNC_BATCH = 2048
+SYNC_BATCH = 4096
 ATTENTION_SHAPE = (1, 4, 2048, 32)  # B, H, S, D: 64 MB of scores per call
 
 
@@ -129,16 +129,16 @@ def _build_host_overhead(fixed: bool, device: str) -> Runner:
     import torch
 
     torch.manual_seed(0)
-    model, opt = _mlp(torch, device, width=512, depth=2)
-    x = torch.randn(BATCH, 512, device=device)
+    model, opt = _mlp(torch, device, width=1024, depth=2)
+    x = torch.randn(BATCH, 1024, device=device)
     y = torch.randint(0, 10, (BATCH,), device=device)
-    scale = torch.rand(512, device=device) + 0.5
-    shift = torch.randn(512, device=device)
+    scale = torch.rand(1024, device=device) + 0.5
+    shift = torch.randn(1024, device=device)
 
     def normalise_loop(t: Any) -> Any:
-        out = torch.empty_like(t)
-        for j in range(t.shape[1]):  # the planted problem: 3 tiny ops per column
-            out[:, j] = t[:, j] * scale[j] + shift[j]
+        out = t.clone()
+        for j in range(t.shape[1]):  # the planted problem: a handful of tiny ops per column
+            out[:, j].mul_(scale[j]).add_(shift[j])
         return out
 
     def normalise(t: Any) -> Any:
@@ -156,7 +156,7 @@ register(
     Workload(
         "host_overhead",
         "host_bound",
-        "MLP training whose input normalisation loops over 512 columns in Python (~2,000 tiny ops per step)",
+        "MLP training whose input normalisation loops over 1,024 columns in Python (~5,000 tiny ops per step)",
         "the same normalisation as one vectorised expression (t * scale + shift)",
         _build_host_overhead,
     )
@@ -290,7 +290,7 @@ register(
     Workload(
         "sync",
         "sync",
-        "MLP training that logs each sample's loss and confidence with .item() (4,096 host round trips per step)",
+        "MLP training that logs each sample's loss and confidence with .item() (8,192 host round trips per step)",
         "log the whole batch at once: log.extend(loss.tolist())",
         _build_sync,
     )
