@@ -117,3 +117,19 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
     busy = sum(1 for v in telemetry["cpu_pct"] if v >= 90) / len(telemetry["cpu_pct"])
     if busy < 0.5:  # other processes on a shared machine can saturate it; then the finding is right
         assert "cpu_saturation" not in [f["id"] for f in findings]
+
+
+def test_evidence_points_at_the_source_line_when_stacks_are_recorded(tmp_path: Path) -> None:
+    import inspect
+
+    from aiprof.workloads import planted
+
+    trace = profile_workload("sync", False, tmp_path, steps=3, warmup=1, with_stack=True)
+    _, findings = analyze_and_diagnose([trace], workers=1)
+    top = findings[0]
+    assert top["id"] == "sync"
+    # Kineto's python_function events carry the function's first line: the innermost user function
+    # around the .item() loop is the workload's step().
+    lines, start = inspect.getsourcelines(planted._build_sync)
+    step_line = start + next(i for i, text in enumerate(lines) if "def step" in text)
+    assert top["evidence"]["source_lines"][0].endswith(f"planted.py({step_line}): step")
