@@ -8,6 +8,7 @@ ranked by estimated saving.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Sequence
@@ -49,7 +50,10 @@ def diagnose_run(run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> li
     """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes."""
     from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
 
-    per_rank = [Finding.from_dict(d) for r in run.ranks for d in r.extras.get("findings", [])]
+    # The worker numbered its rank before the run's ranks were assigned: the final number is on ``r``.
+    per_rank = [
+        dataclasses.replace(Finding.from_dict(d), ranks=(r.rank,)) for r in run.ranks for d in r.extras.get("findings", [])
+    ]
     for r in run.ranks:
         r.notes.extend(r.extras.get("rule_notes", []))
     merged = merge_ranks(per_rank, len(run.ranks))
@@ -78,8 +82,6 @@ def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
 
 
 def _replace(f: Finding, **changes: Any) -> Finding:
-    import dataclasses
-
     return dataclasses.replace(f, **changes)
 
 

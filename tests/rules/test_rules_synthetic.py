@@ -267,3 +267,40 @@ def test_a_broken_rule_is_a_note_not_a_crash(tmp_path: Path) -> None:
     assert isinstance(trace, Trace)
     found, notes = diagnose_rank(trace, analyze_trace(trace), rules=[broken])
     assert found == [] and "rule broken failed" in notes[0] and "ZeroDivisionError" in notes[0]
+
+
+def test_options_reach_the_worker_processes(tmp_path: Path) -> None:
+    """Custom thresholds cross the process boundary (two ranks, two workers)."""
+    from aiprof.rules import RuleOptions
+
+    for r in range(2):
+        b = TraceBuilder()
+        b.distributed(rank=r, world_size=2)
+        _steps(b, body=lambda b, i, t0: b.dataloader(ts=t0 + 650, dur=300))
+        b.write(tmp_path / f"rank{r}.json")
+    _, default = analyze_and_diagnose([tmp_path], workers=2)
+    assert [f["id"] for f in default][:1] == ["data_loading"] and default[0]["ranks"] == [0, 1]
+    assert set(default[0]["evidence"]["per_rank_saving_ns"]) == {"0", "1"}
+    _, strict = analyze_and_diagnose([tmp_path], workers=2, options=RuleOptions(data_loading_share=0.99))
+    assert "data_loading" not in [f["id"] for f in strict]
+
+
+def test_finding_and_options_validation() -> None:
+    from aiprof import AiprofError
+    from aiprof.rules import RuleOptions
+    from aiprof.rules.registry import rank_findings
+
+    def make(id: str, saving: int, severity: str = "low") -> Finding:
+        return Finding(id=id, title=id, severity=severity, est_saving_ns_per_step=saving, share_of_step=0.1,
+                       saving_kind="estimate", saving_formula="f", confidence="low", evidence={"n": 1}, fix="x")
+
+    f = make("sync", 5)
+    assert Finding.from_dict(f.to_dict()).to_dict() == f.to_dict()
+    assert json.loads(json.dumps(f.to_dict()))["docs"] == "docs/findings.md#sync"
+    with pytest.raises(ValueError):
+        make("sync", 1, severity="urgent")
+    ranked = rank_findings([make("a", 1), make("b", 0, "info"), make("c", 9)])
+    assert [x.id for x in ranked] == ["c", "a", "b"]
+    with pytest.raises(AiprofError, match="unknown rule option"):
+        RuleOptions.from_dict({"data_loading_shre": 0.1})
+    assert RuleOptions().severity(0.2) == "high" and RuleOptions().severity(0.06) == "medium"
