@@ -18,17 +18,24 @@ from typing import Any
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
+from aiprof.rules.registry import RankRule, RunRule
 from aiprof.trace.model import Trace
 from aiprof.trace.runset import ProgressCallback
 
 
-def diagnose_hook(trace: Trace, analysis: RankAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> dict[str, Any]:
+def diagnose_hook(
+    trace: Trace,
+    analysis: RankAnalysis,
+    options: RuleOptions = DEFAULT_OPTIONS,
+    rules: list[RankRule] | None = None,
+) -> dict[str, Any]:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
-    a process boundary, with ``functools.partial`` for the options)."""
+    a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
+    functions too)."""
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
-    findings, notes = diagnose_rank(trace, analysis, options, extras=load_run_inputs(trace.path))
+    findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
     return {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
 
 
@@ -38,15 +45,23 @@ def analyze_and_diagnose(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     options: RuleOptions | None = None,
+    rank_rules: list[RankRule] | None = None,
+    run_rules: list[RunRule] | None = None,
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
-    """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts."""
+    """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
+    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``."""
     opts = options or DEFAULT_OPTIONS
-    hook = diagnose_hook if opts == DEFAULT_OPTIONS else functools.partial(diagnose_hook, options=opts)
+    if opts == DEFAULT_OPTIONS and rank_rules is None:
+        hook: Any = diagnose_hook
+    else:
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook)
-    return run, diagnose_run(run, opts)
+    return run, diagnose_run(run, opts, run_rules)
 
 
-def diagnose_run(run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> list[dict[str, Any]]:
+def diagnose_run(
+    run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS, run_rules: list[RunRule] | None = None
+) -> list[dict[str, Any]]:
     """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes."""
     from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
 
@@ -57,7 +72,7 @@ def diagnose_run(run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS) -> li
     for r in run.ranks:
         r.notes.extend(r.extras.get("rule_notes", []))
     merged = merge_ranks(per_rank, len(run.ranks))
-    for rule in DEFAULT_RUN_RULES:
+    for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
     return [f.to_dict() for f in rank_findings(merged)]
 

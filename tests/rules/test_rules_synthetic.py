@@ -304,3 +304,15 @@ def test_finding_and_options_validation() -> None:
     with pytest.raises(AiprofError, match="unknown rule option"):
         RuleOptions.from_dict({"data_loading_shre": 0.1})
     assert RuleOptions().severity(0.2) == "high" and RuleOptions().severity(0.06) == "medium"
+
+
+def test_rule_lists_can_be_replaced(tmp_path: Path) -> None:
+    from aiprof.rules import idle
+
+    b = TraceBuilder()
+    _steps(b, body=lambda b, i, t0: b.dataloader(ts=t0 + 650, dur=300))
+    path = b.write(tmp_path / "t.json")
+    _, only_sync = analyze_and_diagnose([path], workers=1, rank_rules=[idle.sync], run_rules=[])
+    assert only_sync == []
+    _, default = analyze_and_diagnose([path], workers=1)
+    assert default[0]["id"] == "data_loading"
