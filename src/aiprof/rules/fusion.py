@@ -131,6 +131,7 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
             lines[line] += 1
     if not scores:
         return []
+    ctx.extras["_attention_scores"] = {tuple(sc[-2:]) for sc in scores}  # tensor_core_alignment skips these
     shaped = [i for i, n in enumerate(names) if n not in _GEMM and _touches(view.shapes(i), scores)]
     gemms = [i for i, n in enumerate(names) if n in _GEMM and _attention_gemm(view, i, n, scores)]
     t_attn = float(view.time_ns[shaped + gemms].sum())

@@ -129,6 +129,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
 
     gpu_total = gpu_ns_per_op(ctx.trace)[1]
     ops = ctx.cpu_ops[np.isin(np.asarray(ctx.names(ctx.cpu_ops), dtype=object), list(_GEMM_NAMES))]
+    attention: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
     bad: Counter[str] = Counter()
     aligned_rate: list[float] = []
     misaligned: list[tuple[int, int, int, int, float]] = []  # row, M, N, K, FLOPs
@@ -143,6 +144,8 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
         if t <= 0:
             continue
         m, n, k, batch = dims
+        if (m, n) in attention or (m, k) in attention or (k, n) in attention:
+            continue  # an attention GEMM over S×S scores: the unfused_attention finding covers it
         flops = 2.0 * float(batch * m * n * k)
         if m % mult == 0 and n % mult == 0 and k % mult == 0:
             aligned_rate.append(flops / t)
@@ -151,7 +154,8 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
             bad[f"{ctx.trace.name_of(row)} M={m} N={n} K={k}"] += t
     if not misaligned:
         return []
-    # A misaligned GEMM padded to the multiple would run at the rate the aligned GEMMs of this trace reach.
+    # A misaligned GEMM padded to the multiple would run at the rate the aligned GEMMs of this trace reach
+    # (FLOP per ns).
     rate = float(np.median(aligned_rate)) if aligned_rate else None
     saving = 0.0
     for row, m, n, k, flops in misaligned:
@@ -167,7 +171,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
     evidence = {
         "misaligned_gemms_per_step": round(len(misaligned) / ctx.step_count, 1),
         "misaligned_ns_per_step": int(sum(bad.values()) / ctx.step_count),
-        "aligned_gemm_flops_per_s": int(rate) if rate else None,
+        "aligned_gemm_flops_per_s": int(rate * 1e9) if rate else None,
         "top_misaligned": [{"gemm": g, "ns_per_step": int(v / ctx.step_count)} for g, v in bad.most_common(4)],
     }
     return [
