@@ -165,8 +165,10 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
     share = saving / mean_step if mean_step else 0.0
     if share < options.straggler_share:
         return []
+    slow = sorted((x for x in rows if x[3] - median_work >= options.straggler_share * mean_step), key=lambda x: -x[3])
     evidence = {
         "straggler_rank": rank,
+        "slow_ranks": [x[0] for x in slow],
         "straggler_work_ns": int(own),
         "median_work_ns": int(median_work),
         "per_rank": [{"rank": r, "step_ns": int(s), "wait_ns": int(w), "work_ns": int(o)} for r, s, w, o in rows],
@@ -174,7 +176,9 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
     return [
         Finding(
             id="straggler",
-            title=f"Rank {rank} is a straggler: {saving / 1e6:.1f} ms more work per step than the median rank",
+            title=(f"Rank {rank} is a straggler" if len(slow) == 1 else
+                   f"Ranks {', '.join(str(x[0]) for x in slow[:4])}{' …' if len(slow) > 4 else ''} are stragglers")
+            + f": up to {saving / 1e6:.1f} ms more work per step than the median rank",
             severity=options.severity(share),
             est_saving_ns_per_step=int(saving),
             share_of_step=min(share, 1.0),
