@@ -46,7 +46,7 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
         "exposed_communication", {"graph_trace_incomplete"}, {"launch_bound"},
         "an A100 run replaying CUDA graphs: communication exposed; launch_bound is not reported on graph replays"),
     "hta/trace_diff/control/control.json.gz": (
-        "exposed_communication", {"precision", "launch_config"}, NONE,
+        "exposed_communication", {"precision", "launch_config"}, {"comm_bandwidth"},
         "A100 fp8-transformer rank: exposed collectives, some FP32 GEMMs, small-grid kernels"),
     "hta/trace_diff/test/test.json.gz": (
         "memcpy_exposed", {"graph_trace_incomplete"}, NONE, "the test side of the diff: copies not overlapped"),
@@ -167,3 +167,11 @@ def test_resnet_data_loading_saving_matches_the_measured_loader_time(traces_dir:
     assert top["est_saving_ns_per_step"] == pytest.approx(59_262_000, rel=0.10)
     assert top["evidence"]["workers"].startswith("single-process")
     assert "num_workers=" in top["fix"] and "pin_memory=True" in top["fix"]
+
+
+def test_megatron_stragglers_are_the_host_bound_ranks(traces_dir: Path) -> None:
+    """Ranks 0 and 6 spend 160-200 ms per step host-bound while the other six wait in all-reduce."""
+    _, findings = _diagnose(traces_dir, "astra-sim/megatron_tp8")
+    f = next(f for f in findings if f["id"] == "straggler")
+    assert f["evidence"]["straggler_rank"] == 6
+    assert {0, 6} <= set(f["evidence"]["slow_ranks"])

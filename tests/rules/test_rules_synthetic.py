@@ -281,6 +281,7 @@ def test_options_reach_the_worker_processes(tmp_path: Path) -> None:
     _, default = analyze_and_diagnose([tmp_path], workers=2)
     assert [f["id"] for f in default][:1] == ["data_loading"] and default[0]["ranks"] == [0, 1]
     assert set(default[0]["evidence"]["per_rank_saving_ns"]) == {"0", "1"}
+    assert "straggler" not in [f["id"] for f in default]  # identical ranks
     _, strict = analyze_and_diagnose([tmp_path], workers=2, options=RuleOptions(data_loading_share=0.99))
     assert "data_loading" not in [f["id"] for f in strict]
 
