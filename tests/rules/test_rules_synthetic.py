@@ -317,3 +317,31 @@ def test_rule_lists_can_be_replaced(tmp_path: Path) -> None:
     assert only_sync == []
     _, default = analyze_and_diagnose([path], workers=1)
     assert default[0]["id"] == "data_loading"
+
+
+@pytest.mark.parametrize("case", ["empty_step", "kernel_only", "cpu_only_ops", "one_step", "no_shapes_attention"])
+def test_degenerate_traces_never_break_a_rule(tmp_path: Path, case: str) -> None:
+    b = TraceBuilder()
+    if case == "empty_step":
+        b.step(0, ts=0, dur=100)
+    elif case == "kernel_only":
+        b.kernel("k", ts=10, dur=5)
+    elif case == "cpu_only_ops":
+        for i in range(3):
+            b.step(i, ts=i * 100, dur=100)
+            b.cpu_op("aten::item", ts=i * 100 + 10, dur=5)
+            b.cpu_op("aten::mul", ts=i * 100 + 20, dur=5, shapes=[[4], [4]])
+    elif case == "one_step":
+        _steps(b, n=1)
+    else:
+        for i in range(3):
+            b.step(i, ts=i * 100, dur=100)
+            b.cpu_op("aten::matmul", ts=i * 100 + 1, dur=5)
+            b.cpu_op("aten::softmax", ts=i * 100 + 10, dur=5, shapes=[[2, 4, 64, 64], [], []])
+            b.cpu_op("aten::matmul", ts=i * 100 + 20, dur=5, shapes=[[2, 4, 64, 64], [2, 4, 64, 8]])
+    trace = aiprof.load(b.write(tmp_path / "t.json"))
+    assert isinstance(trace, Trace)
+    findings, notes = diagnose_rank(trace, analyze_trace(trace))
+    assert notes == []
+    for f in findings:
+        json.dumps(f.to_dict())
