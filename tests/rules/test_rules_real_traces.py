@@ -175,3 +175,19 @@ def test_megatron_stragglers_are_the_host_bound_ranks(traces_dir: Path) -> None:
     f = next(f for f in findings if f["id"] == "straggler")
     assert f["evidence"]["straggler_rank"] == 6
     assert {0, 6} <= set(f["evidence"]["slow_ranks"])
+
+
+def test_analyze_cli_reports_the_ranked_findings(traces_dir: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from aiprof.cli import main
+
+    trace = traces_dir / "kineto-tbplugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(trace), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [f["id"] for f in doc["findings"]][:1] == ["data_loading"]
+    assert main(["analyze", str(trace), "--width", "100"]) == 0
+    text = capsys.readouterr().out
+    assert "waiting for the next batch" in text and "num_workers" in text
