@@ -166,10 +166,21 @@ def _split(path: Path, data: bytes, start: int) -> RawTrace:
     except msgspec.ValidationError:
         raise TraceError(f"{path}: 'traceEvents' is not a list; this is not a Kineto/Chrome trace") from None
     if header.traceEvents is None:
-        raise TraceError(f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace")
+        raise TraceError(_no_events_message(path, data))
     events, header.traceEvents = header.traceEvents, None
     typed, notes = _typed_header(header, path)
     return RawTrace(events, typed, notes)
+
+
+def _no_events_message(path: Path, data: bytes) -> str:
+    """Say what the JSON is when it is a well-known neighbour of a Kineto trace."""
+    head = bytes(data[:4096])
+    if b'"nodes"' in head and (b'"schema"' in head or b'"finish_ts"' in head):
+        return (
+            f"{path}: this is a PyTorch execution trace (Chakra ET), not a Kineto trace; pass the "
+            "torch.profiler trace recorded with it (the *.pt.trace.json file)"
+        )
+    return f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace"
 
 
 def _typed_header(header: Header, path: Path) -> tuple[TraceFile, list[str]]:
@@ -201,7 +212,7 @@ def _decode_generic(path: Path, data: bytes) -> RawTrace:
     elif isinstance(doc, dict):
         found = doc.get("traceEvents")
         if not isinstance(found, list):
-            raise TraceError(f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace")
+            raise TraceError(_no_events_message(path, data))
         items = found
         header_raw = Header()
         for key, value in doc.items():
