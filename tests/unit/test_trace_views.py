@@ -43,3 +43,26 @@ def test_rocm_device_numbering_still_finds_the_properties(tmp_path: Path) -> Non
     assert trace.device_ids == [2]
     assert trace.device_info(2).name == "AMD Instinct MI300X"
     assert trace.device_info(2).index == 2
+
+
+def test_launch_links_fall_back_to_flows_without_correlation(tmp_path: Path) -> None:
+    from aiprof.trace import links
+
+    b = TraceBuilder()
+    op = b.cpu_op("aten::mm", ts=1, dur=10)
+    rt, kernel = b.launch(op, kernel="sgemm", kernel_ts=5, kernel_dur=3)
+    del kernel["args"]["correlation"]  # e.g. a converter that kept only the flow arrows
+    trace = aiprof.load(b.write(tmp_path / "t.json"))
+    assert isinstance(trace, Trace)
+    k = int(trace.kernels().rows[0])
+    launch = int(links.launcher(trace)[k])
+    assert launch >= 0 and trace.name_of(launch) == "cudaLaunchKernel"
+    assert trace.name_of(int(links.gpu_op(trace)[k])) == "aten::mm"
+
+    no_flow = TraceBuilder()
+    op = no_flow.cpu_op("aten::mm", ts=1, dur=10)
+    _, kernel = no_flow.launch(op, kernel="sgemm", kernel_ts=5, kernel_dur=3, flow=False)
+    del kernel["args"]["correlation"]
+    unlinked = aiprof.load(no_flow.write(tmp_path / "u.json"))
+    assert isinstance(unlinked, Trace)
+    assert int(links.launcher(unlinked)[int(unlinked.kernels().rows[0])]) == -1

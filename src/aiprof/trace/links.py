@@ -36,16 +36,46 @@ def _build_launcher(trace: Trace) -> I64:
     out = np.full(len(c), -1, dtype=np.int64)
     launches = np.flatnonzero(np.isin(c.kind, [int(k) for k in LAUNCH_KINDS]) & (c.correlation >= 0))
     gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_LINKED_KINDS]) & (c.correlation >= 0))
-    if launches.size == 0 or gpu.size == 0:
-        return out
-    order = np.argsort(c.correlation[launches], kind="stable")
-    keys = c.correlation[launches][order]
-    pos = np.searchsorted(keys, c.correlation[gpu])
-    pos_ok = pos < keys.size
-    hit = np.zeros(gpu.size, dtype=bool)
-    hit[pos_ok] = keys[pos[pos_ok]] == c.correlation[gpu][pos_ok]
-    out[gpu[hit]] = launches[order][pos[hit]]
+    if launches.size and gpu.size:
+        order = np.argsort(c.correlation[launches], kind="stable")
+        keys = c.correlation[launches][order]
+        pos = np.searchsorted(keys, c.correlation[gpu])
+        pos_ok = pos < keys.size
+        hit = np.zeros(gpu.size, dtype=bool)
+        hit[pos_ok] = keys[pos[pos_ok]] == c.correlation[gpu][pos_ok]
+        out[gpu[hit]] = launches[order][pos[hit]]
+    _link_by_flows(trace, out)
     return out
+
+
+def _link_by_flows(trace: Trace, out: I64) -> None:
+    """GPU rows the correlation join missed (no ``correlation`` arg on one side): follow the launch flow
+    (``ac2g``; legacy ``async``/``launch``) from the runtime call that starts it to the GPU activity it
+    ends on. Flow ends bind to events by process, thread and timestamp, as Chrome's trace viewer does."""
+    c, f = trace.columns, trace.flows
+    missing = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_LINKED_KINDS]) & (out < 0))
+    launch_flow = ~f.is_fwdbwd
+    if missing.size == 0 or not launch_flow.any():
+        return
+    start_of: dict[int, tuple[int, int, int]] = {}
+    end_of: dict[tuple[int, int], int] = {}
+    for fid, is_start, pid, tid, ts in zip(
+        f.flow_id[launch_flow].tolist(), f.is_start[launch_flow].tolist(), f.pid[launch_flow].tolist(),
+        f.tid[launch_flow].tolist(), f.ts[launch_flow].tolist(),
+    ):
+        if is_start:
+            start_of[fid] = (pid, tid, ts)
+        else:
+            end_of[(pid, ts)] = fid
+    launches = np.flatnonzero(np.isin(c.kind, [int(k) for k in LAUNCH_KINDS]))
+    launch_at = dict(zip(zip(c.pid[launches].tolist(), c.tid[launches].tolist(), c.ts[launches].tolist()),
+                         launches.tolist()))
+    for row, pid, ts in zip(missing.tolist(), c.pid[missing].tolist(), c.ts[missing].tolist()):
+        fid = end_of.get((pid, ts))
+        start = start_of.get(fid) if fid is not None else None
+        launch = launch_at.get(start) if start is not None else None
+        if launch is not None:
+            out[row] = launch
 
 
 def parent(trace: Trace) -> I64:
