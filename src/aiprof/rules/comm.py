@@ -9,7 +9,7 @@ from typing import Any
 from aiprof.analysis.run import RunAnalysis
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
-from aiprof.rules.idle import _ms
+from aiprof.rules.evidence import ms_text
 from aiprof.rules.options import RuleOptions
 
 # Achievable NCCL bus bandwidth inside one node (GB/s), from NCCL-tests' published all_reduce results on
@@ -69,7 +69,7 @@ def exposed_communication(ctx: RankContext) -> list[Finding]:
     return [
         ctx.finding(
             "exposed_communication",
-            f"Communication not hidden by compute: {_ms(exposed)} per step",
+            f"Communication not hidden by compute: {ms_text(exposed)} per step",
             exposed,
             evidence=evidence,
             fix=(

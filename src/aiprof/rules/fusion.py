@@ -19,7 +19,6 @@ import numpy as np
 
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
-from aiprof.rules.idle import _ms
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
 

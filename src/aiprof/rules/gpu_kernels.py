@@ -14,7 +14,7 @@ import numpy as np
 
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
-from aiprof.rules.idle import _ms, _top_ops
+from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.trace.model import I64, Kind
 
 # AMP gain model (Daydream's, made conservative): a compute-bound GEMM/conv moved from FP32 CUDA cores
@@ -104,7 +104,7 @@ def precision(ctx: RankContext) -> list[Finding]:
     return [
         ctx.finding(
             "precision",
-            f"FP32 matrix math without tensor cores: {_ms(matrix_ns)} per step",
+            f"FP32 matrix math without tensor cores: {ms_text(matrix_ns)} per step",
             saving,
             evidence=evidence,
             fix=fix,
@@ -247,7 +247,7 @@ def launch_config(ctx: RankContext) -> list[Finding]:
         "median_grid_blocks": int(np.median(grid)) if grid.size else 0,
         "low_occupancy_kernels_per_step": round(low_occ.size / ctx.step_count, 1),
         "low_occupancy_threshold_pct": ctx.options.occupancy_lt_pct,
-        "top_small_grid_kernels": _top_ops(ctx, small, 4),
+        "top_small_grid_kernels": top_ops(ctx, small, 4),
         "block_not_multiple_of_32": int((c.block[k] % 32 != 0).sum()),
     }
     return [
@@ -296,7 +296,7 @@ def optimizer_unfused(ctx: RankContext) -> list[Finding]:
         "optimizer_ops_per_step": round(per_step, 1),
         "optimizer_span_ns_per_step": int(span / ctx.step_count),
         "optimizer_busy_ns_per_step": int(busy / ctx.step_count),
-        "top_ops": _top_ops(ctx, _outermost(ctx, ops), 4),
+        "top_ops": top_ops(ctx, _outermost(ctx, ops), 4),
     }
     return [
         ctx.finding(

@@ -14,6 +14,7 @@ import numpy as np
 
 from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext
+from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.rules.finding import Finding
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
@@ -61,7 +62,7 @@ def data_loading(ctx: RankContext) -> list[Finding]:
     return [
         ctx.finding(
             "data_loading",
-            f"Device idle {_ms(exposed)} per step waiting for the next batch",
+            f"Device idle {ms_text(exposed)} per step waiting for the next batch",
             exposed,
             evidence=evidence,
             fix=fix,
@@ -96,7 +97,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
         )
         if ctx.share(saving) < ctx.options.tiny_op_share:
             return []
-    evidence["top_ops"] = _top_ops(ctx, ctx.cpu_ops)
+    evidence["top_ops"] = top_ops(ctx, ctx.cpu_ops)
     line = _hot_line(ctx)
     if line:
         evidence["source_line"] = line
@@ -109,7 +110,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
     return [
         ctx.finding(
             "host_bound",
-            f"Host overhead: {_ms(saving)} per step spent in Python / tiny framework ops",
+            f"Host overhead: {ms_text(saving)} per step spent in Python / tiny framework ops",
             saving,
             evidence=evidence,
             fix=fix,
@@ -165,25 +166,6 @@ def _span_set(ctx: RankContext, rows: I64) -> iv.IntervalSet:
     return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
 
 
-def _top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[dict[str, Any]]:
-    """The ops with the most total time among ``rows``, per step."""
-    c = ctx.trace.columns
-    if rows.size == 0:
-        return []
-    names, inverse = np.unique(c.name[rows], return_inverse=True)
-    totals = np.bincount(inverse, weights=c.dur[rows])
-    counts = np.bincount(inverse)
-    order = np.argsort(-totals)[:limit]
-    return [
-        {
-            "name": ctx.trace.strings[int(names[i])],
-            "calls_per_step": round(float(counts[i]) / ctx.step_count, 1),
-            "ns_per_step": int(totals[i] / ctx.step_count),
-        }
-        for i in order.tolist()
-    ]
-
-
 def _hot_line(ctx: RankContext) -> str | None:
     """The user source line seen most often above the steady-state ops (when stacks were recorded)."""
     lines = Counter(
@@ -216,12 +198,12 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
         "tiny_kernel_threshold_ns": ctx.options.tiny_kernel_ns,
         "median_kernel_ns": int(np.median(c.dur[k])) if k.size else 0,
         "median_launch_call_ns": int(np.median(c.dur[launches])) if launches.size else 0,
-        "top_tiny_kernels": _top_ops(ctx, tiny, 3),
+        "top_tiny_kernels": top_ops(ctx, tiny, 3),
     }
     return [
         ctx.finding(
             "launch_bound",
-            f"Launch-bound: {evidence['kernels_per_step']} kernels per step, GPU waits {_ms(wait)} on launches",
+            f"Launch-bound: {evidence['kernels_per_step']} kernels per step, GPU waits {ms_text(wait)} on launches",
             wait,
             evidence=evidence,
             fix=(
@@ -246,7 +228,7 @@ def sync(ctx: RankContext) -> list[Finding]:
         formula = "mean over steady steps of the idle time from a synchronising call to the next launch"
         evidence: dict[str, Any] = {"sync_idle_ns_per_step": int(saving)}
         evidence["sync_calls_per_step"] = round(rows.size / ctx.step_count, 1)
-        evidence["top_calls"] = _top_ops(ctx, rows, 3)
+        evidence["top_calls"] = top_ops(ctx, rows, 3)
         callers = _callers(ctx, rows)
     else:
         cover, rows = _sync_episodes(ctx)
@@ -264,14 +246,14 @@ def sync(ctx: RankContext) -> list[Finding]:
         callers = rows
     if ctx.share(saving) < ctx.options.sync_share or saving <= 0:
         return []
-    evidence["top_ops"] = _top_ops(ctx, callers, 3)
+    evidence["top_ops"] = top_ops(ctx, callers, 3)
     lines = Counter(line for r in callers[:200].tolist() if (line := ctx.source_line(r)))
     if lines:
         evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
     return [
         ctx.finding(
             "sync",
-            f"Host round trips (.item()/.cpu()/synchronize) cost {_ms(saving)} per step",
+            f"Host round trips (.item()/.cpu()/synchronize) cost {ms_text(saving)} per step",
             saving,
             evidence=evidence,
             fix=(
@@ -335,8 +317,6 @@ def _ops_in(ctx: RankContext, cover: iv.IntervalSet, every: bool = False) -> int
     return int((ts[ok] < cover[1][idx[ok]]).sum())
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} µs"
 
 
 __all__ = ["data_loading", "host_bound", "launch_bound", "sync"]

@@ -9,7 +9,7 @@ import numpy as np
 
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
-from aiprof.rules.idle import _ms, _top_ops
+from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.trace.model import I64, Kind
 
 _PAGEABLE = r"(?i)pageable"
@@ -62,12 +62,12 @@ def pageable_memcpy(ctx: RankContext) -> list[Finding]:
         "pageable_gb_per_s": round(float(nbytes.sum() / dur.sum()), 2) if dur.sum() > 0 else None,
         "pinned_basis": basis,
         "directions": sorted({_direction(n) for n in ctx.names(pageable)}),
-        "issuing_ops": _top_ops(ctx, _issuers(ctx, pageable), 3),
+        "issuing_ops": top_ops(ctx, _issuers(ctx, pageable), 3),
     }
     return [
         ctx.finding(
             "pageable_memcpy",
-            f"{evidence['pageable_copies_per_step']} pageable copies per step ({_ms(saving)} to gain from pinning)",
+            f"{evidence['pageable_copies_per_step']} pageable copies per step ({ms_text(saving)} to gain from pinning)",
             saving,
             evidence=evidence,
             fix=(
@@ -117,12 +117,12 @@ def memcpy_exposed(ctx: RankContext) -> list[Finding]:
         "by_direction_per_step": {
             k: {key: round(v / ctx.step_count) for key, v in e.items()} for k, e in sorted(by_dir.items())
         },
-        "issuing_ops": _top_ops(ctx, _issuers(ctx, rows), 3),
+        "issuing_ops": top_ops(ctx, _issuers(ctx, rows), 3),
     }
     return [
         ctx.finding(
             "memcpy_exposed",
-            f"Copies not overlapped with compute: {_ms(exposed)} per step",
+            f"Copies not overlapped with compute: {ms_text(exposed)} per step",
             exposed,
             evidence=evidence,
             fix=(
@@ -157,13 +157,13 @@ def allocator_churn(ctx: RankContext) -> list[Finding]:
     evidence = {
         "calls_per_step": round(per_step, 1),
         "api_ns_per_step": int(saving),
-        "calls": _top_ops(ctx, calls, 4),
-        "issuing_ops": _top_ops(ctx, _host_callers(ctx, calls), 3),
+        "calls": top_ops(ctx, calls, 4),
+        "issuing_ops": top_ops(ctx, _host_callers(ctx, calls), 3),
     }
     return [
         ctx.finding(
             "allocator_churn",
-            f"{per_step:.1f} cudaMalloc/cudaFree calls per step in steady state ({_ms(saving)})",
+            f"{per_step:.1f} cudaMalloc/cudaFree calls per step in steady state ({ms_text(saving)})",
             saving,
             evidence=evidence,
             fix=(

@@ -7,7 +7,7 @@ import numpy as np
 
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
-from aiprof.rules.idle import _ms
+from aiprof.rules.evidence import ms_text
 from aiprof.trace.model import Kind
 
 _GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
@@ -42,7 +42,7 @@ def step_variance(ctx: RankContext) -> list[Finding]:
     return [
         ctx.finding(
             "step_variance",
-            f"{outliers.size} of {durations.size} steps are outliers (worst {_ms(durations[worst])} vs median {_ms(median)})",
+            f"{outliers.size} of {durations.size} steps are outliers (worst {ms_text(durations[worst])} vs median {ms_text(median)})",
             saving,
             evidence=evidence,
             fix=(
