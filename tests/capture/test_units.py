@@ -115,3 +115,27 @@ def test_import_aiprof_imports_no_torch() -> None:
     code = "import sys, aiprof; aiprof.step; print(sorted(m for m in ('torch','numpy','msgspec') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
     assert out.stdout.strip() == "[]"
+
+
+def test_profiler_start_skips_inductor_import_but_real_imports_still_work() -> None:
+    """The saving (no torch._inductor import inside the profiler) and its guard (an import of
+    inductor inside the guarded call still sees torch as usual). Fresh process: inductor not loaded."""
+    import subprocess
+
+    pytest.importorskip("torch")
+    code = (
+        "import sys, torch\n"
+        "from aiprof.capture.recorder import _no_idle_inductor_import\n"
+        "from torch.profiler import profile\n"
+        "p = profile()\n"
+        "with _no_idle_inductor_import():\n"
+        "    p.start()\n"
+        "assert 'torch._inductor' not in sys.modules, 'profiler start imported inductor'\n"
+        "p.stop()\n"
+        "with _no_idle_inductor_import():\n"
+        "    import torch._dynamo\n"
+        "assert '_inductor' in torch._lazy_modules and 'torch._inductor' in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -20,22 +20,42 @@ from aiprof.capture.rundir import part_path
 
 @contextlib.contextmanager
 def _no_idle_inductor_import() -> Iterator[None]:
-    """Keep torch.profiler from importing torch._inductor (2-3 s) when the script does not use it.
+    """Keep torch.profiler from importing torch._inductor (2-3 s cold) when the script has not.
 
     ``profile.prepare_trace`` runs ``hasattr(torch, "_inductor")`` only to read inductor's cudagraphs
     setting, which matters only when inductor is in use, i.e. already imported. Hiding the lazy
-    module for the duration of the call keeps the answer the same and saves the import.
+    module for the duration of the call keeps the answer the same and saves the import. (Creating a
+    torch.optim optimizer imports torch._dynamo and with it inductor, so this helps inference
+    scripts.) Should anything inside the call import inductor for real, the guard puts the lazy
+    module back first, so that import sees torch exactly as usual.
     """
     torch = sys.modules.get("torch")
     lazy = getattr(torch, "_lazy_modules", None)
     if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
         yield
         return
+    guard = _RestoreOnImport(lazy)
     lazy.discard("_inductor")
+    sys.meta_path.insert(0, guard)
     try:
         yield
     finally:
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(guard)
         lazy.add("_inductor")
+
+
+class _RestoreOnImport:
+    """A meta-path finder that finds nothing: it only restores torch's lazy ``_inductor`` entry when
+    an import of torch._inductor or torch._dynamo starts."""
+
+    def __init__(self, lazy: set[str]) -> None:
+        self.lazy = lazy
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname.startswith(("torch._inductor", "torch._dynamo")):
+            self.lazy.add("_inductor")
+        return None
 
 
 class Recorder:
