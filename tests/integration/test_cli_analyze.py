@@ -151,3 +151,16 @@ def test_truncated_trace_is_salvaged_with_a_warning(tmp_path: Path) -> None:
     run = aiprof("analyze", cut, "-o", tmp_path / "r.json")
     assert run.returncode == 0, run.stderr
     assert "cut off" in run.stderr and "salvaged" in run.stderr
+
+
+@needs_shared
+def test_rule_thresholds_are_options(tmp_path: Path) -> None:
+    out_file = tmp_path / "r.json"
+    assert aiprof("analyze", RESNET0, "-o", out_file).returncode == 0
+    assert "data_loading" in [f["id"] for f in json.loads(out_file.read_text())["findings"]]
+    raised = aiprof("analyze", RESNET0, "--rule-option", "data_loading_share=0.5", "-o", out_file)
+    assert raised.returncode == 0
+    assert "data_loading" not in [f["id"] for f in json.loads(out_file.read_text())["findings"]]
+    for bad in ("nope=1", "min_saving_ns=abc", "data_loading_share"):
+        run = aiprof("analyze", RESNET0, "--rule-option", bad)
+        assert run.returncode == 2 and "Traceback" not in run.stderr and "--rule-option" in run.stderr

@@ -76,6 +76,13 @@ class AnalyzeCommand:
         parser.add_argument("--rank", type=int, action="append", help="only these rank(s) (repeatable)")
         parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
         parser.add_argument("--jobs", type=int, default=None, help="worker processes for multi-rank runs")
+        parser.add_argument(
+            "--rule-option",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof.pipeline import analyze_and_diagnose
@@ -85,8 +92,13 @@ class AnalyzeCommand:
         fmt = format_for(args.output, args.format)
         if args.output is not None:
             _check_writable(args.output)
+        from aiprof.rules.options import RuleOptions
+
+        options = RuleOptions.from_assignments(args.rule_option) if args.rule_option else None
         with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
-            run, findings = analyze_and_diagnose(args.paths, workers=args.jobs, progress=progress.update)
+            run, findings = analyze_and_diagnose(
+                args.paths, workers=args.jobs, progress=progress.update, options=options
+            )
         for warning in run.warnings:
             print(f"aiprof: warning: {warning}", file=sys.stderr)
         if args.rank:

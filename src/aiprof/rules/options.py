@@ -77,5 +77,26 @@ class RuleOptions:
             raise AiprofError(f"unknown rule option(s) {unknown}; known: {sorted(known)}")
         return RuleOptions(**values)
 
+    @staticmethod
+    def from_assignments(assignments: list[str]) -> RuleOptions:
+        """Options from ``NAME=VALUE`` strings (the CLI's ``--rule-option``), each value parsed as the
+        field's type; a bad name or value is a one-line error."""
+        from aiprof.errors import AiprofError
+
+        types = {f.name: type(getattr(DEFAULT_OPTIONS, f.name)) for f in fields(RuleOptions)}
+        values: dict[str, Any] = {}
+        for item in assignments:
+            name, sep, text = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if not sep or name not in types:
+                raise AiprofError(
+                    f"--rule-option {item!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(types))}"
+                )
+            try:
+                values[name] = types[name](float(text)) if types[name] is int else types[name](text)
+            except ValueError:
+                raise AiprofError(f"--rule-option {item!r}: {text!r} is not a {types[name].__name__}") from None
+        return RuleOptions.from_dict(values)
+
 
 DEFAULT_OPTIONS = RuleOptions()
