@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,14 +103,14 @@ def _recorded(meta: dict[str, Any]) -> str:
 
 
 def _print_summary(run_dir: Path) -> None:
-    """The analysis summary, when the analysis side is installed; never fails the run."""
-    if importlib.util.find_spec("aiprof.analysis") is None or importlib.util.find_spec("aiprof.report.terminal") is None:
-        return
+    """The analysis summary with the diagnosis (as ``aiprof analyze`` prints it); never fails the run."""
     try:
-        from aiprof.analysis import analyze_run  # type: ignore[attr-defined,unused-ignore]
-        from aiprof.report.terminal import render_summary  # type: ignore[import-not-found,unused-ignore]
+        from aiprof.pipeline import analyze_and_diagnose
+        from aiprof.report.document import build_document
+        from aiprof.report.terminal import render_summary
 
-        text = render_summary(analyze_run([run_dir]))
+        run, findings = analyze_and_diagnose([run_dir])
+        text = render_summary(build_document(run, findings))
     except AiprofError as err:
         print(f"aiprof: summary unavailable: {err}", file=sys.stderr)
         return
