@@ -226,9 +226,10 @@ def _roofline(
     notes = list(choice.notes)
     if any(r.pct_of_roof is not None and r.pct_of_roof > 100 for r in rows):
         notes.append(
-            "some ops run above 100% of their roof: the library used an algorithm that needs fewer than the "
-            "nominal FLOPs (e.g. Winograd or FFT for 3x3 convolutions); nominal FLOPs are reported, as "
-            "FlopCounterMode and TraceLens count them"
+            "some ops run above 100% of their roof: either the library used an algorithm that needs fewer "
+            "than the nominal FLOPs (e.g. Winograd or FFT for 3x3 convolutions; nominal FLOPs are reported, as "
+            "FlopCounterMode and TraceLens count them), or the peaks are too low (measured peaks taken on a "
+            "busy machine: re-run `aiprof peaks` when it is idle)"
         )
     if costs.fallback_used:
         notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
