@@ -36,7 +36,7 @@ def test_depth_method_with_fallback_equals_the_stack(raw: list[tuple[int, int, i
     bad = (got == links._ORPHAN) | ((got >= 0) & ((parent_end < end) | (parent_end <= start)))
     for t in np.unique(thread[bad]).tolist():
         sel = np.flatnonzero(thread == t)
-        got[sel] = links._parents_by_stack(start[sel], end[sel], offset=int(sel[0]))
+        links._restack_bad_segments(got, sel, start[sel], end[sel], bad[sel])
     assert got.tolist() == expected.tolist()
 
 

@@ -103,7 +103,7 @@ def _build_parent(trace: Trace) -> I64:
     if bad.any():
         for t in np.unique(thread[bad]).tolist():
             sel = np.flatnonzero(thread == t)
-            parent_pos[sel] = _parents_by_stack(start[sel], end[sel], offset=int(sel[0]))
+            _restack_bad_segments(parent_pos, sel, start[sel], end[sel], bad[sel])
     has = parent_pos >= 0
     out[rows[has]] = rows[parent_pos[has]]
     return out
@@ -148,6 +148,20 @@ def _parents_by_depth(thread: I64, start: I64, end: I64) -> I64:
         ok = (idx >= 0) & (thread[cand] == thread[below])
         parent[below[ok]] = cand[ok]
     return parent
+
+
+def _restack_bad_segments(parent_pos: I64, sel: I64, start: I64, end: I64, bad: np.ndarray) -> None:
+    """Redo, with the exact stack walk, only the stretches of one thread that hold a misnested span. A
+    stretch starts wherever every earlier span of the thread has ended (the stack is empty there), so
+    the walk can start afresh at any stretch."""
+    prev_max = np.maximum.accumulate(end)
+    boundary = np.ones(start.shape, dtype=bool)
+    boundary[1:] = prev_max[:-1] <= start[1:]
+    segment = np.cumsum(boundary) - 1
+    bounds = np.flatnonzero(boundary).tolist() + [int(start.shape[0])]
+    for seg in np.unique(segment[bad]).tolist():
+        lo, hi = bounds[seg], bounds[seg + 1]
+        parent_pos[sel[lo:hi]] = _parents_by_stack(start[lo:hi], end[lo:hi], offset=int(sel[lo]))
 
 
 def _parents_by_stack(start: I64, end: I64, offset: int) -> I64:
