@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.trace.loader import load_file
 from aiprof.trace.model import RunSet, Trace
-from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files
+from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files, map_files
 
 Section = Callable[[Trace], Any]
 
@@ -222,7 +221,7 @@ def analyze_paths(
         path = Path(raw)
         for found in find_trace_files(path):
             jobs.append((found, path.is_dir(), rank_hook))
-    results = _run_jobs(jobs, workers, progress)
+    results = map_files(_load_and_analyze, jobs, workers, progress)
     loaded = [r for r in results if r.analysis is not None]
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
@@ -235,26 +234,3 @@ def analyze_paths(
         ranks.append(item.analysis)
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
-
-
-def _run_jobs(
-    jobs: list[tuple[Path, bool, RankHook | None]], workers: int | None, progress: ProgressCallback | None
-) -> list[_Loaded]:
-    count = len(jobs)
-    workers = min(workers or (os.cpu_count() or 1), count)
-    out: list[_Loaded] = []
-    if workers <= 1:
-        for i, job in enumerate(jobs):
-            out.append(_load_and_analyze(job))
-            if progress:
-                progress(job[0], i + 1, count)
-        return out
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        for i, (job, result) in enumerate(zip(jobs, pool.map(_load_and_analyze, jobs))):
-            out.append(result)
-            if progress:
-                progress(job[0], i + 1, count)
-    return out

@@ -34,10 +34,11 @@ from aiprof.trace.model import I64, Kind, Trace
 BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
 IDLE_CAUSES = ("data_loading", "host", "sync", "launch", "collective_wait", "unknown")
 
+# Calls that block the host until device work finishes: every *Synchronize (runtime, driver, HIP), and
+# the implicitly synchronising blocking copies and frees.
 _SYNC_CALL = re.compile(
     r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cudaMemcpyFromSymbol$|^cudaMemcpyToSymbol$|^cudaFree$"
-    r"|^cudaFreeHost$|^hipMemcpy$|^hipFree$|^hipFreeHost$|^cuMemFree|^cuCtxSynchronize|^cuStreamSynchronize"
-    r"|^cuEventSynchronize|^cudaStreamWaitEvent_blocking$)"
+    r"|^cudaFreeHost$|^hipMemcpy$|^hipFree$|^hipFreeHost$|^cuMemFree)"
 )
 _COLLECTIVE_OP = re.compile(
     r"^(c10d::|c10d_functional::wait|_c10d_functional::wait|aten::wait|gloo:|nccl:|rccl:|hccl:"

@@ -112,20 +112,32 @@ def load_paths(
 def _load_all(
     files: list[tuple[Path, bool]], workers: int | None, progress: ProgressCallback | None
 ) -> list[Trace | str]:
-    count = len(files)
+    return map_files(_load_one, files, workers, progress)
+
+
+J = TypeVar("J", bound=tuple[Any, ...])
+O = TypeVar("O")
+
+
+def map_files(
+    fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: ProgressCallback | None
+) -> list[O]:
+    """``fn`` over jobs whose first item is a file path, in worker processes when there are several
+    (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
+    count = len(jobs)
     workers = min(workers or (os.cpu_count() or 1), count)
-    results: list[Trace | str] = []
+    results: list[O] = []
     if workers <= 1:
-        for i, item in enumerate(files):
-            results.append(_load_one(item))
+        for i, job in enumerate(jobs):
+            results.append(fn(job))
             if progress:
-                progress(item[0], i + 1, count)
+                progress(job[0], i + 1, count)
         return results
     with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
-        for i, (item, result) in enumerate(zip(files, pool.map(_load_one, files))):
+        for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
             results.append(result)
             if progress:
-                progress(item[0], i + 1, count)
+                progress(job[0], i + 1, count)
     return results
 
 
