@@ -196,19 +196,18 @@ _DIMS_DECODER = msgspec.json.Decoder(_Dims)
 
 def _shape_ids(trace: Trace, rows: I64) -> tuple[I64, list[str]]:
     """An id per row for its input-shape signature (the raw ``Input Dims`` JSON, all whitespace removed);
-    id 0 is "" (no shapes recorded). Decodes only the dims key of each op's stored args."""
+    id 0 is "" (no shapes recorded). Decodes only the dims key, once per distinct stored args text."""
     store = trace.op_args
-    pos = np.searchsorted(store.rows, rows)
-    pos_c = np.minimum(pos, max(len(store) - 1, 0))
-    has = (pos < len(store)) & (store.rows[pos_c] == rows) if len(store) else np.zeros(rows.size, dtype=bool)
+    sig = store.signatures(rows)
+    used = np.unique(sig[sig >= 0])
     table: dict[bytes, int] = {b"": 0}
-    ids = np.zeros(rows.size, dtype=np.int64)
-    data, starts, ends = store.data, store.starts, store.ends
-    for i, p in zip(np.flatnonzero(has).tolist(), pos_c[has].tolist()):
-        dims = _DIMS_DECODER.decode(data[int(starts[p]) : int(ends[p])])
+    id_of_sig = np.zeros(store.distinct + 1, dtype=np.int64)  # the last slot: rows without args (-1)
+    for k in used.tolist():
+        dims = _DIMS_DECODER.decode(store.text(k))
         raw = bytes(dims.new) if bytes(dims.new) != b"null" else bytes(dims.legacy)
         text = b"" if raw == b"null" else b"".join(raw.split())
-        ids[i] = table.setdefault(text, len(table))
+        id_of_sig[k] = table.setdefault(text, len(table))
+    ids = id_of_sig[sig]
     texts = [""] * len(table)
     for text, index in table.items():
         texts[index] = text.decode()

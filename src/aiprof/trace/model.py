@@ -303,18 +303,26 @@ class Trace:
     def op_inputs(self, row: int) -> OpInputs:
         """Shapes, dtypes and concrete values recorded for an op with ``record_shapes``. Decoded once per
         distinct signature (ops with the same inputs share one, read-only, object)."""
-        raw = self.op_args.get(row)
-        if raw is None:
+        index = self.op_args._index
+        if row < 0 or row >= len(index) or index[row] < 0:
             return OpInputs()
-        memo: dict[bytes, OpInputs] = self.cache.setdefault("op_inputs", {})
-        found = memo.get(raw)
-        if found is not None:
-            return found
-        try:
-            found = msgspec.json.decode(raw, type=OpInputs)
-        except msgspec.MsgspecError:
-            found = OpInputs()
-        memo[raw] = found
+        return self.signature_inputs(index[row])
+
+    def op_signatures(self, rows: I64) -> I64:
+        """For each row, the id of its recorded inputs, or -1 (vectorised). Calls with identical recorded
+        inputs share one id, so per-op work can be done once per id: ``signature_inputs(id)``."""
+        return self.op_args.signatures(rows)
+
+    def signature_inputs(self, signature: int) -> OpInputs:
+        """The decoded inputs of one signature id (see :meth:`op_signatures`), decoded once."""
+        memo: dict[int, OpInputs] = self.cache.setdefault("op_inputs", {})
+        found = memo.get(signature)
+        if found is None:
+            try:
+                found = msgspec.json.decode(self.op_args.text(signature), type=OpInputs)
+            except msgspec.MsgspecError:
+                found = OpInputs()
+            memo[signature] = found
         return found
 
     def comm_args(self, row: int) -> dict[str, Any]:
@@ -393,26 +401,34 @@ class EventView:
 
 @dataclass
 class ArgsStore:
-    """The raw JSON ``args`` of selected rows, packed in one buffer (no object per row kept around)."""
+    """The raw JSON ``args`` of selected rows, packed in one buffer (no object per row kept around).
 
-    rows: I64
-    starts: I64
+    Rows with byte-identical args share one stored text: ``keys[i]`` is the index of row ``rows[i]``'s
+    text, and that index is the row's *signature* (the loader stores op inputs canonically, so two calls
+    with the same recorded inputs have the same signature). Analyses work per signature, not per row."""
+
+    rows: I64  # sorted rows that have args
+    keys: I64  # per stored row: index of its distinct text
+    starts: I64  # per distinct text: its slice of ``data``
     ends: I64
     data: bytes
 
     @staticmethod
     def empty() -> ArgsStore:
         none = np.zeros(0, dtype=np.int64)
-        return ArgsStore(none, none, none, b"")
+        return ArgsStore(none, none, none, none, b"")
 
     @staticmethod
     def build(rows: list[int], chunks: list[bytes]) -> ArgsStore:
         order = np.argsort(np.asarray(rows, dtype=np.int64), kind="stable")
         sorted_rows = np.asarray(rows, dtype=np.int64)[order]
-        ordered = [chunks[i] for i in order]
-        lengths = np.fromiter((len(c) for c in ordered), dtype=np.int64, count=len(ordered))
+        table: dict[bytes, int] = {}
+        add = table.setdefault
+        keys = np.fromiter((add(chunks[i], len(table)) for i in order.tolist()), dtype=np.int64, count=len(chunks))
+        unique = list(table)
+        lengths = np.fromiter(map(len, unique), dtype=np.int64, count=len(unique))
         ends = np.cumsum(lengths)
-        return ArgsStore(sorted_rows, ends - lengths, ends, b"".join(ordered))
+        return ArgsStore(sorted_rows, keys, ends - lengths, ends, b"".join(unique))
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -420,32 +436,48 @@ class ArgsStore:
     def __contains__(self, row: int) -> bool:
         return self.get(row) is not None
 
+    @property
+    def distinct(self) -> int:
+        """How many distinct texts (signatures) the store holds."""
+        return int(self.starts.shape[0])
+
     def positions(self, rows: I64) -> I64:
         """For each row, its index in the store, or -1 (vectorised)."""
         if not len(self.rows):
-            return np.full(rows.shape, -1, dtype=np.int64)
+            return np.full(np.shape(rows), -1, dtype=np.int64)
         pos = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
         return np.where(self.rows[pos] == rows, pos, -1).astype(np.int64)
 
+    def signatures(self, rows: I64) -> I64:
+        """For each row, the index of its distinct args text (its signature), or -1 (vectorised)."""
+        pos = self.positions(rows)
+        if not len(self.rows):
+            return pos
+        return np.where(pos >= 0, self.keys[np.maximum(pos, 0)], -1)
+
+    def text(self, signature: int) -> bytes:
+        """The stored args text of one signature."""
+        return self.data[self._starts[signature] : self._ends[signature]]
+
     def get_many(self, rows: I64) -> list[bytes | None]:
         """``get`` for many rows at once."""
-        data, starts, ends = self.data, self.starts.tolist(), self.ends.tolist()
-        return [None if p < 0 else data[starts[p] : ends[p]] for p in self.positions(rows).tolist()]
+        data, starts, ends = self.data, self._starts, self._ends
+        return [None if k < 0 else data[starts[k] : ends[k]] for k in self.signatures(rows).tolist()]
 
     def get(self, row: int) -> bytes | None:
         index = self._index
         if row < 0 or row >= len(index):
             return None
-        i = index[row]
-        return None if i < 0 else self.data[self._starts[i] : self._ends[i]]
+        k = index[row]
+        return None if k < 0 else self.data[self._starts[k] : self._ends[k]]
 
     @cached_property
     def _index(self) -> list[int]:
-        """row → position, dense (one list lookup per ``get`` instead of a binary search)."""
+        """row → signature, dense (one list lookup per ``get`` instead of a binary search)."""
         size = int(self.rows.max()) + 1 if len(self.rows) else 0
         dense = np.full(size, -1, dtype=np.int64)
-        dense[self.rows] = np.arange(len(self.rows))
-        return dense.tolist()
+        dense[self.rows] = self.keys
+        return dense.tolist()  # type: ignore[no-any-return]
 
     @cached_property
     def _starts(self) -> list[int]:
