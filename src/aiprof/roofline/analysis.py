@@ -28,7 +28,7 @@ import numpy as np
 from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, op_cost
 from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
 from aiprof.trace import links
-from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
+from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, OpInputs, Trace
 
 LATENCY_PCT = 10.0  # below this % of the applicable roof an op is latency-bound
 NO_OP = "(no issuing op)"
@@ -107,6 +107,44 @@ class RooflineRow:
 
 
 @dataclass
+class _Calls:
+    """Per-call rows, columnar (one entry per op call, in ascending op row; op -1: no issuing op). A
+    :class:`RooflineRow` is built only for the calls someone asks for."""
+
+    op: I64
+    time_ns: I64
+    ts_ns: I64
+    name: I64  # string id of the op's name (-1 for no op)
+    cost_id: I64  # index into ``costs`` (-1: unmodelled)
+    text_id: I64  # index into ``texts``
+    costs: list[OpCost]
+    texts: list[tuple[str, str, str]]
+    strings: list[str]
+    forward: dict[int, str]
+
+    def __len__(self) -> int:
+        return int(self.op.shape[0])
+
+    def row(self, i: int, peaks: DevicePeaks | None) -> RooflineRow:
+        op, time_ns = int(self.op[i]), int(self.time_ns[i])
+        if op < 0:
+            return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
+        dims, types, concrete = self.texts[int(self.text_id[i])]
+        name, ts, forward = self.strings[int(self.name[i])], int(self.ts_ns[i]), self.forward.get(op)
+        k = int(self.cost_id[i])
+        if k < 0:
+            out = RooflineRow(name, dims, types, concrete, 1, time_ns, 0, 0, 0, None, None, None, "unmodelled",
+                              forward_op=forward, ts_ns=ts)
+        else:
+            cost = self.costs[k]
+            out = RooflineRow(name, dims, types, concrete, 1, time_ns, cost.flops, cost.bytes_read,
+                              cost.bytes_written, cost.family, cost.unit, cost.dtype, "", forward_op=forward,
+                              assumed_dtype=cost.assumed_dtype, ts_ns=ts)
+        _classify(out, peaks)
+        return out
+
+
+@dataclass
 class RooflineResult:
     """Roofline of one trace: the peaks used, aggregated rows (by time, descending) and per-call rows."""
 
@@ -114,10 +152,34 @@ class RooflineResult:
     peaks: DevicePeaks | None
     peaks_note: str
     rows: list[RooflineRow]
-    instances: list[RooflineRow]
+    calls: _Calls
     total_time_ns: int
     device_name: str = ""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def instance_count(self) -> int:
+        """How many op calls the roofline covers (``count == 1`` rows)."""
+        return len(self.calls)
+
+    @cached_property
+    def instances(self) -> list[RooflineRow]:
+        """Every op call as a row (built on first use; prefer :meth:`top_instances` / :meth:`instances_in`)."""
+        return [self.calls.row(i, self.peaks) for i in range(len(self.calls))]
+
+    def top_instances(self, n: int) -> list[RooflineRow]:
+        """The ``n`` longest calls, longest first (ties: in op order)."""
+        order = np.argsort(-self.calls.time_ns, kind="stable")[:n]
+        return [self.calls.row(i, self.peaks) for i in order.tolist()]
+
+    def instances_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None) -> list[RooflineRow]:
+        """Calls that start in ``[lo, hi)`` ns, optionally only those of the given op families."""
+        calls = self.calls
+        mask = (calls.ts_ns >= lo) & (calls.ts_ns < hi) & (calls.op >= 0)
+        if families is not None:
+            wanted = np.array([c.family in families for c in calls.costs] + [False], dtype=bool)
+            mask &= wanted[calls.cost_id]  # cost id -1 picks the trailing False
+        return [calls.row(i, self.peaks) for i in np.flatnonzero(mask).tolist()]
 
     @property
     def modelled_time_ns(self) -> int:
@@ -142,7 +204,7 @@ class RooflineResult:
         by_class: Counter[str] = Counter()
         for row in self.rows:
             by_class[row.bound] += row.time_ns
-        top_instances = sorted(self.instances, key=lambda r: -r.time_ns)[:max_instances]
+        top_instances = self.top_instances(max_instances)
         return {
             "mode": self.mode,
             "time_basis": "union of GPU activity per op" if self.mode == "gpu" else "CPU self time per op",
@@ -159,7 +221,7 @@ class RooflineResult:
                 {"name": r.name, "time_ns": r.time_ns, "share_of_time": round(self.share(r), 6), "count": r.count}
                 for r in _merge_by_name(self.unmodelled)
             ],
-            "instances_total": len(self.instances),
+            "instances_total": self.instance_count,
             "instances": [{**r.to_dict(), "ts_ns": r.ts_ns} for r in top_instances],
         }
 
@@ -214,15 +276,13 @@ def _roofline(
     _, issuer, weights, starts, ends = _work_items(trace, mode)
     costs = _Costs(trace)
     target, leaf = _attribute(trace, issuer, costs)
-    instances = _instances(trace, mode, target, weights, starts, ends, costs)
-    forward = _forward_labels(trace, [r for r in instances if r >= 0], costs)
-    inst_rows = [_instance_row(trace, row, t, costs if row >= 0 and leaf[row] else None, forward)
-                 for row, t in instances.items()]
-    rows = _aggregate(inst_rows)
-    for row in rows + inst_rows:
+    ops, times = _instances(mode, target, weights, starts, ends)
+    calls = _calls(trace, ops, times, leaf, costs)
+    rows = _aggregate(calls)
+    for row in rows:
         _classify(row, choice.peaks)
     rows.sort(key=lambda r: -r.time_ns)
-    total = int(sum(instances.values()))
+    total = int(times.sum())
     notes = list(choice.notes)
     if any(r.pct_of_roof is not None and r.pct_of_roof > 100 for r in rows):
         notes.append(
@@ -233,7 +293,7 @@ def _roofline(
         )
     if costs.fallback_used:
         notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
-    return RooflineResult(mode, choice.peaks, choice.note, rows, inst_rows, total, device_name, notes)
+    return RooflineResult(mode, choice.peaks, choice.note, rows, calls, total, device_name, notes)
 
 
 def _device_name(trace: Trace) -> str:
@@ -261,28 +321,19 @@ def _work_items(trace: Trace, mode: str) -> tuple[I64, I64, I64, I64, I64]:
 
 
 class _Costs:
-    """Op costs for CPU op rows, computed once per distinct (name, recorded inputs)."""
+    """Op costs of CPU op rows, computed once per distinct (name, recorded inputs, output hint).
+
+    :meth:`has_cost` computes every candidate row's cost at once (per signature, not per row) and keeps
+    a cost id per row; :meth:`cost` then is one lookup."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
-        self.by_key: dict[tuple[int, bytes, tuple[int, ...]], OpCost | None] = {}
+        self.by_key: dict[tuple[int, int, tuple[int, ...]], int] = {}  # → index into ``table`` (-1: none)
+        self.table: list[OpCost] = []
         self.fallback: str | None = None
         self.fallback_used = False
         self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
-        self._blobs: dict[int, bytes | None] = {}
-
-    def _blob(self, row: int) -> bytes | None:
-        """The op's recorded inputs (canonical JSON: the same bytes for the same signature)."""
-        if row not in self._blobs:
-            self._blobs[row] = self.trace.op_args.get(row)
-        return self._blobs[row]
-
-    def prefetch(self, rows: np.ndarray) -> None:
-        """Fetch many rows' inputs in one vectorised lookup."""
-        self._blobs.update(zip(rows.tolist(), self.trace.op_args.get_many(rows)))
-
-    def key(self, row: int) -> tuple[int, bytes, tuple[int, ...]]:
-        return int(self.trace.columns.name[row]), self._blob(row) or b"", tuple(self.hints.get(row, ()))
+        self.cid = np.full(len(trace.columns), -1, dtype=np.int64)  # per row: index into ``table``
 
     @cached_property
     def hints(self) -> dict[int, list[int]]:
@@ -290,46 +341,66 @@ class _Costs:
         return conv_output_hints(self.trace)
 
     def cost(self, row: int) -> OpCost | None:
-        key = self.key(row)
-        if key not in self.by_key:
-            self.by_key[key] = self._compute(row)
-        return self.by_key[key]
+        """The cost of a row (after :meth:`has_cost`)."""
+        k = int(self.cid[row])
+        return self.table[k] if k >= 0 else None
 
-    def _compute(self, row: int) -> OpCost | None:
-        if key_name(self.trace, row) not in self._known_names:
+    def _cost_id(self, name: int, sig: int, hint: list[int] | None) -> int:
+        key = (name, sig, tuple(hint or ()))
+        found = self.by_key.get(key)
+        if found is None:
+            cost = self._compute(name, sig, hint)
+            found = -1
+            if cost is not None:
+                found = len(self.table)
+                self.table.append(cost)
+                self.fallback_used |= cost.assumed_dtype
+            self.by_key[key] = found
+        return found
+
+    def _compute(self, name: int, sig: int, hint: list[int] | None) -> OpCost | None:
+        if name not in self._known_names or sig < 0:
             return None
-        inputs = self.trace.op_inputs(row)
+        inputs = self.trace.signature_inputs(sig)
         if not inputs.dims:
             return None
-        cost = op_cost(self.trace.name_of(row), inputs.dims, inputs.types, inputs.concrete,
-                       fallback_dtype=self.fallback, output_hint=self.hints.get(row))
-        if cost is not None and cost.assumed_dtype:
-            self.fallback_used = True
-        return cost
+        return op_cost(self.trace.strings[name], inputs.dims, inputs.types, inputs.concrete,
+                       fallback_dtype=self.fallback, output_hint=hint)
 
     def has_cost(self) -> np.ndarray:
-        """For every row, whether it is a CPU op with a cost model that its inputs satisfy."""
+        """For every row, whether it is a CPU op with a cost model that its inputs satisfy. Ops without a
+        dtype (TensorList inputs) are costed last, with the trace's dominant dtype as their fallback."""
         c = self.trace.columns
-        out = np.zeros(len(c), dtype=bool)
         known = np.array(sorted(self._known_names), dtype=np.int64)
-        candidates = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & np.isin(c.name, known))
-        self.prefetch(candidates)
-        plain = [r for r in candidates.tolist() if not self._is_list_op(r)]
-        for r in plain:
-            out[r] = self.cost(r) is not None
-        self.fallback = self._dominant_dtype()
-        for r in candidates.tolist():
-            if self._is_list_op(r):
-                out[r] = self.cost(r) is not None
-        return out
-
-    def _is_list_op(self, row: int) -> bool:
-        raw = self._blob(row)
-        return raw is not None and b"TensorList" in raw
+        rows = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & np.isin(c.name, known))
+        sig = self.trace.op_signatures(rows)
+        rows, sig = rows[sig >= 0], sig[sig >= 0]
+        names = c.name[rows].astype(np.int64)
+        store = self.trace.op_args
+        used = np.unique(sig)
+        is_list_sig = np.zeros(store.distinct, dtype=bool)
+        is_list_sig[used] = [b"TensorList" in store.text(k) for k in used.tolist()]
+        hints = self.hints
+        hinted = np.isin(rows, np.fromiter(hints, dtype=np.int64, count=len(hints))) if hints else np.zeros(len(rows), bool)
+        pair = names * (store.distinct + 1) + sig
+        for list_pass in (False, True):
+            if list_pass:
+                self.fallback = self._dominant_dtype()
+            take = (is_list_sig[sig] == list_pass)
+            plain = take & ~hinted
+            uniq, first, inverse = np.unique(pair[plain], return_index=True, return_inverse=True)
+            plain_names, plain_sigs = names[plain][first].tolist(), sig[plain][first].tolist()
+            ids = np.array([self._cost_id(n, k, None) for n, k in zip(plain_names, plain_sigs)], dtype=np.int64)
+            self.cid[rows[plain]] = ids[inverse.reshape(-1)] if len(ids) else -1
+            for i in np.flatnonzero(take & hinted).tolist():
+                r = int(rows[i])
+                self.cid[r] = self._cost_id(int(names[i]), int(sig[i]), hints.get(r))
+        return self.cid >= 0
 
     def _dominant_dtype(self) -> str | None:
         seen: Counter[str] = Counter()
-        for cost in self.by_key.values():
+        for k in self.by_key.values():
+            cost = self.table[k] if k >= 0 else None
             if cost is not None and cost.family in ("gemm", "conv", "attention", "norm", "elementwise"):
                 seen[cost.dtype] += 1
         floats = [(n, d) for d, n in seen.items() if d in ("fp32", "fp16", "bf16", "fp64", "fp8")]
@@ -412,9 +483,8 @@ def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> tuple[I64, np.ndarra
     has = costs.has_cost()
     rank = np.full(len(has), -1, dtype=np.int8)
     modelled = np.flatnonzero(has)
-    for r in modelled.tolist():
-        cost = costs.cost(r)
-        rank[r] = FAMILY_RANK.get(cost.family, 1) if cost is not None else -1
+    family_rank = np.array([FAMILY_RANK.get(cost.family, 1) for cost in costs.table] + [-1], dtype=np.int8)
+    rank[modelled] = family_rank[costs.cid[modelled]]
     covers = np.zeros(len(has), dtype=bool)
     cur, inner_rank = par[modelled], rank[modelled]
     for _ in range(128):
@@ -430,20 +500,20 @@ def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> tuple[I64, np.ndarra
     return np.where(target >= 0, target, issuer), leaf
 
 
-def _instances(
-    trace: Trace, mode: str, target: I64, weights: I64, starts: I64, ends: I64, costs: _Costs
-) -> dict[int, int]:
-    """Time per attributed op row (-1: items with no issuing op)."""
+def _instances(mode: str, target: I64, weights: I64, starts: I64, ends: I64) -> tuple[I64, I64]:
+    """Attributed op rows (ascending; -1: items with no issuing op) and the time of each."""
     if target.size == 0:
-        return {}
+        none = np.zeros(0, dtype=np.int64)
+        return none, none
     if mode == "cpu":
-        sums = Counter[int]()
         uniq, inv = np.unique(target, return_inverse=True)
-        totals = np.bincount(inv, weights=weights.astype(np.float64))
-        for op, t in zip(uniq.tolist(), totals.tolist(), strict=True):
-            sums[op] = int(t)
-        return dict(sums)
-    return _union_per_group(target, starts, ends)
+        totals = np.bincount(inv.reshape(-1), weights=weights.astype(np.float64))
+        return uniq.astype(np.int64), totals.astype(np.int64)
+    per_op = _union_per_group(target, starts, ends)
+    ops = np.fromiter(per_op, dtype=np.int64, count=len(per_op))
+    times = np.fromiter(per_op.values(), dtype=np.int64, count=len(per_op))
+    order = np.argsort(ops, kind="stable")
+    return ops[order], times[order]
 
 
 def _union_per_group(group: I64, starts: I64, ends: I64) -> dict[int, int]:
@@ -477,11 +547,12 @@ def _union_per_group_slow(g: I64, s: I64, e: I64) -> dict[int, int]:
 def cached_op_cost(trace: Trace, row: int) -> OpCost | None:
     """``op_cost`` of a CPU op row from its recorded inputs, computed once per (name, signature) and
     trace (the diagnosis rules ask for the same ops many times)."""
-    raw = trace.op_args.get(row) or b""
-    memo: dict[tuple[int, bytes], OpCost | None] = trace.cache.setdefault("roofline.op_cost", {})
-    key = (int(trace.columns.name[row]), raw)
+    index = trace.op_args._index
+    sig = index[row] if 0 <= row < len(index) else -1
+    memo: dict[tuple[int, int], OpCost | None] = trace.cache.setdefault("roofline.op_cost", {})
+    key = (int(trace.columns.name[row]), sig)
     if key not in memo:
-        inputs = trace.op_inputs(row)
+        inputs = trace.signature_inputs(sig) if sig >= 0 else OpInputs()
         memo[key] = op_cost(trace.name_of(row), inputs.dims, inputs.types, inputs.concrete)
     return memo[key]
 
@@ -502,63 +573,80 @@ def _input_texts(trace: Trace, row: int) -> tuple[str, str, str]:
     return texts
 
 
-def _forward_labels(trace: Trace, ops: list[int], costs: _Costs) -> dict[int, str]:
+def _forward_labels(trace: Trace, ops: I64) -> dict[int, str]:
     """For ops inside a backward autograd node: ``name [input dims]`` of the forward op."""
-    if not ops:
+    if not ops.size:
         return {}
-    fwd = links.forward_of(trace) if hasattr(links, "forward_of") else None
-    if fwd is None:
-        return {}
+    fwd = links.forward_of(trace)
     par = links.parent(trace)
-    rows = np.asarray(ops, dtype=np.int64)
-    node = _climb(par, rows, fwd >= 0)
+    node = _climb(par, ops, fwd >= 0)
+    found = node >= 0
     out: dict[int, str] = {}
-    for op, n in zip(rows.tolist(), node.tolist(), strict=True):
-        if n >= 0:
-            f = int(fwd[n])
-            out[op] = f"{trace.name_of(f)} {_input_texts(trace, f)[0]}"
+    for op, f in zip(ops[found].tolist(), fwd[node[found]].tolist(), strict=True):
+        out[op] = f"{trace.name_of(f)} {_input_texts(trace, f)[0]}"
     return out
 
 
-def _instance_row(
-    trace: Trace, row: int, time_ns: int, costs: _Costs | None, forward: dict[int, str]
-) -> RooflineRow:
-    if row < 0:
-        return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
-    dims_text, types_text, concrete_text = _input_texts(trace, row)
-    cost = costs.cost(row) if costs is not None else None
-    common = dict(
-        name=trace.name_of(row),
-        input_dims=dims_text,
-        input_types=types_text,
-        concrete_inputs=concrete_text,
-        count=1,
-        time_ns=time_ns,
-        forward_op=forward.get(row),
-        ts_ns=int(trace.columns.ts[row]),
+def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) -> _Calls:
+    """The per-call table: each call's name, cost (leaf ops only) and input texts (one per signature)."""
+    c = trace.columns
+    real = ops >= 0
+    safe = np.maximum(ops, 0)
+    sig = np.where(real, trace.op_signatures(ops), -1)
+    used = np.unique(sig)
+    texts: list[tuple[str, str, str]] = []
+    text_index: dict[tuple[str, str, str], int] = {}
+    slot = np.zeros(trace.op_args.distinct + 1, dtype=np.int64)  # the last slot: no recorded inputs (-1)
+    for k in used.tolist():
+        inputs = trace.signature_inputs(k) if k >= 0 else OpInputs()
+        found = (_dims_text(inputs.dims), _dims_text(inputs.types), _dims_text(inputs.concrete))
+        slot[k] = text_index.setdefault(found, len(texts))
+        if slot[k] == len(texts):
+            texts.append(found)
+    cost_id = np.where(real & leaf[safe], costs.cid[safe], -1)
+    return _Calls(
+        op=ops,
+        time_ns=times,
+        ts_ns=np.where(real, c.ts[safe], -1),
+        name=np.where(real, c.name[safe].astype(np.int64), -1),
+        cost_id=cost_id,
+        text_id=slot[sig],
+        costs=costs.table,
+        texts=texts,
+        strings=trace.strings,
+        forward=_forward_labels(trace, ops[real]),
     )
-    if cost is None:
-        return RooflineRow(flops=0, bytes_read=0, bytes_written=0, family=None, unit=None, dtype=None,
-                           bound="unmodelled", **common)  # type: ignore[arg-type]
-    return RooflineRow(flops=cost.flops, bytes_read=cost.bytes_read, bytes_written=cost.bytes_written,
-                       family=cost.family, unit=cost.unit, dtype=cost.dtype, bound="",
-                       assumed_dtype=cost.assumed_dtype, **common)  # type: ignore[arg-type]
 
 
-def _aggregate(instances: list[RooflineRow]) -> list[RooflineRow]:
-    groups: dict[tuple[str, str, str, str], RooflineRow] = {}
-    for inst in instances:
-        key = (inst.name, inst.input_dims, inst.input_types, inst.concrete_inputs)
-        have = groups.get(key)
-        if have is None:
-            groups[key] = RooflineRow(**{**inst.__dict__, "ts_ns": -1})
-            continue
-        have.count += 1
-        have.time_ns += inst.time_ns
-        have.flops += inst.flops
-        have.bytes_read += inst.bytes_read
-        have.bytes_written += inst.bytes_written
-    return list(groups.values())
+def _aggregate(calls: _Calls) -> list[RooflineRow]:
+    """One row per (name, input dims, types, concrete inputs), in order of each group's first call; its
+    cost fields are those of that call, its counts, times, FLOPs and bytes the sums over the group."""
+    if not len(calls):
+        return []
+    key = calls.name * (len(calls.texts) + 1) + calls.text_id
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    order = np.argsort(first, kind="stable")  # groups in order of their first call
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    group = rank[group]
+    first = first[order]
+    counts = np.bincount(group, minlength=len(first))
+    times = np.zeros(len(first), dtype=np.int64)
+    np.add.at(times, group, calls.time_ns)
+    rows = [calls.row(int(i), None) for i in first.tolist()]
+    for row, n, t in zip(rows, counts.tolist(), times.tolist(), strict=True):
+        row.count, row.time_ns, row.ts_ns = n, t, -1
+        row.flops = row.bytes_read = row.bytes_written = 0
+    # FLOPs and bytes: Python ints per (group, cost) pair (sums can pass int64)
+    has_cost = calls.cost_id >= 0
+    pairs, n_pairs = np.unique(np.stack((group[has_cost], calls.cost_id[has_cost])), axis=1, return_counts=True)
+    for g, k, n in zip(pairs[0].tolist(), pairs[1].tolist(), n_pairs.tolist(), strict=True):
+        cost = calls.costs[k]
+        rows[g].flops += n * cost.flops
+        rows[g].bytes_read += n * cost.bytes_read
+        rows[g].bytes_written += n * cost.bytes_written
+    return rows
 
 
 def roof_for(row: RooflineRow, peaks: DevicePeaks) -> tuple[float, str] | None:

@@ -44,7 +44,7 @@ def _fmt_rate(value: float | None, unit: str) -> str:
 
 def header_lines(result: RooflineResult) -> list[str]:
     lines = [f"Roofline ({'GPU kernel time' if result.mode == 'gpu' else 'CPU self time'}), "
-             f"{result.total_time_ns / 1e6:.2f} ms over {len(result.instances)} op calls"]
+             f"{result.total_time_ns / 1e6:.2f} ms over {result.instance_count} op calls"]
     lines.append(f"Peaks: {result.peaks_note}")
     key = main_roof_key(result)
     if result.peaks is not None and key is not None and result.peaks.memory_bw_bytes_per_s:

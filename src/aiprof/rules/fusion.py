@@ -10,6 +10,7 @@ CPU time on CPU-only traces.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
@@ -261,7 +262,7 @@ def _is_flat(value: Any) -> bool:
 
 
 def _numel(shape: list[int]) -> int:
-    return int(np.prod(shape)) if shape else 1
+    return math.prod(shape)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -271,13 +272,17 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     """Chains of memory-bound elementwise ops that one fused kernel would do in one pass."""
     view = _view(ctx)
     names = ctx.names(view.rows)
+    costs = _elementwise_costs(ctx, view)
+    c = ctx.trace.columns
+    threads = list(zip(c.pid[view.rows].tolist(), c.tid[view.rows].tolist()))
     chains: list[list[tuple[int, Any]]] = []
     current: list[tuple[int, Any]] = []
-    for i, name in enumerate(names):
-        cost = _elementwise_cost(ctx, view, i, name)
-        if cost is None and current and _negligible(view, i, current[-1][1]):
+    for i, cost in enumerate(costs):
+        if cost is None and not current:
+            continue
+        if cost is None and _negligible(view, i, current[-1][1]):
             continue  # a scalar conversion (aten::to of a Python number) does not break a chain
-        linked = cost is not None and current and view.thread(current[-1][0]) == view.thread(i) and _consumes(
+        linked = cost is not None and current and threads[current[-1][0]] == threads[i] and _consumes(
             view.shapes(i), current[-1][1], view.shapes(current[-1][0])
         )
         if cost is not None and linked:
@@ -291,16 +296,29 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     return _fusion_finding(ctx, view, names, chains)
 
 
-def _elementwise_cost(ctx: RankContext, view: _OpView, i: int, name: str) -> Any:
+def _elementwise_costs(ctx: RankContext, view: _OpView) -> list[Any]:
+    """Per op of the view: its cost if it is an elementwise op that moves bytes, else None (computed once
+    per distinct name and recorded inputs)."""
+    from aiprof.roofline.analysis import cached_op_cost
     from aiprof.roofline.cost import BINARY, UNARY, split_name
 
-    base, _ = split_name(name)
-    if base not in UNARY and base not in BINARY:
-        return None
-    from aiprof.roofline.analysis import cached_op_cost
-
-    cost = cached_op_cost(ctx.trace, int(view.rows[i]))
-    return cost if cost is not None and cost.family == "elementwise" and cost.bytes > 0 else None
+    trace, rows = ctx.trace, view.rows
+    out: list[Any] = [None] * len(rows)
+    names = trace.columns.name[rows].astype(np.int64)
+    wanted = [n for n in np.unique(names).tolist() if split_name(trace.strings[n])[0] in UNARY | BINARY]
+    cand = np.flatnonzero(np.isin(names, wanted))
+    if not cand.size:
+        return out
+    sig = trace.op_signatures(rows[cand])
+    _, first, inverse = np.unique(names[cand] * (trace.op_args.distinct + 1) + sig, return_index=True,
+                                  return_inverse=True)
+    found = []
+    for i in cand[first].tolist():
+        cost = cached_op_cost(trace, int(rows[i]))
+        found.append(cost if cost is not None and cost.family == "elementwise" and cost.bytes > 0 else None)
+    for i, k in zip(cand.tolist(), inverse.reshape(-1).tolist(), strict=True):
+        out[i] = found[k]
+    return out
 
 
 def _negligible(view: _OpView, i: int, prev_cost: Any) -> bool:

@@ -39,9 +39,10 @@ def _roofline(ctx: RankContext) -> Any:
     return result
 
 
-def _steady_instances(ctx: RankContext) -> list[Any]:
+def _steady_instances(ctx: RankContext, families: tuple[str, ...]) -> list[Any]:
+    """Op calls of these families that start in the steady window."""
     lo, hi = ctx.window
-    return [r for r in _roofline(ctx).instances if lo <= r.ts_ns < hi]
+    return list(_roofline(ctx).instances_in(lo, hi, families))
 
 
 def _compute_capability(ctx: RankContext) -> float:
@@ -71,7 +72,7 @@ def precision(ctx: RankContext) -> list[Finding]:
     cc = _compute_capability(ctx)
     if cc < 7.0:
         return []
-    rows = [r for r in _steady_instances(ctx) if r.family in ("gemm", "conv", "attention") and r.dtype in ("fp32", "fp64")]
+    rows = [r for r in _steady_instances(ctx, ("gemm", "conv", "attention")) if r.dtype in ("fp32", "fp64")]
     if cc >= 8.0:  # cuDNN runs FP32 convolutions as TF32 by default on Ampere+
         rows = [r for r in rows if not (r.family == "conv" and r.dtype == "fp32")]
     if not rows:
