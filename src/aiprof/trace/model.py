@@ -477,7 +477,7 @@ class ArgsStore:
         size = int(self.rows.max()) + 1 if len(self.rows) else 0
         dense = np.full(size, -1, dtype=np.int64)
         dense[self.rows] = self.keys
-        return dense.tolist()  # type: ignore[no-any-return]
+        return dense.tolist()
 
     @cached_property
     def _starts(self) -> list[int]:
