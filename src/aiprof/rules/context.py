@@ -139,13 +139,26 @@ class RankContext:
     def _python_frame(self, row: int) -> str | None:
         """From python_function events: the innermost Python span enclosing the op on its thread."""
         c = self.trace.columns
-        py = self.python_rows
-        if py.size == 0:
+        spans = self._python_by_thread.get(int(c.tid[row]))
+        if spans is None:
             return None
-        ts, tid = int(c.ts[row]), int(c.tid[row])
-        cand = py[(c.tid[py] == tid) & (c.ts[py] <= ts) & (c.ts[py] + c.dur[py] >= ts)]
+        starts, ends, rows = spans
+        ts = int(c.ts[row])
+        k = int(np.searchsorted(starts, ts, side="right"))  # spans starting after the op cannot enclose it
+        cand = rows[:k][ends[:k] >= ts]
         names = [self.trace.strings[int(c.name[r])] for r in cand[np.argsort(-c.ts[cand], kind="stable")]]
         return _first_user_frame(names)
+
+    @cached_property
+    def _python_by_thread(self) -> dict[int, tuple[I64, I64, I64]]:
+        """python_function spans per thread id: starts (ascending), ends, rows."""
+        c = self.trace.columns
+        py = self.python_rows
+        out: dict[int, tuple[I64, I64, I64]] = {}
+        for tid in np.unique(c.tid[py]).tolist():
+            rows = py[c.tid[py] == tid]  # rows are in time order
+            out[tid] = (c.ts[rows], c.ts[rows] + c.dur[rows], rows)
+        return out
 
     @cached_property
     def python_rows(self) -> I64:

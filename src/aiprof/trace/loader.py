@@ -370,10 +370,13 @@ def _canonical_shapes(raws: list[msgspec.Raw]) -> list[bytes]:
     encode = _SHAPE_ENCODER.encode
     out = [encode(args) for args in _decode_args(raws, ShapeArgs, _SHAPE_DECODER)]
     # Pretty-printed traces indent every shape over many lines. A JSON string cannot hold a raw newline,
-    # so every newline and the indentation after it lie outside strings and can go (3-4× smaller).
+    # so every newline and the indentation after it lie outside strings and can go (3-4× smaller). One
+    # regex pass over all of them: a JSON text cannot hold a raw NUL either, so it separates them.
     if out and any(b"\n" in blob for blob in out[:16]):
-        out = [_PRETTY_BREAK.sub(b"", blob) for blob in out]
+        out = _PRETTY_BREAK.sub(b"", b"\0".join(out)).split(b"\0")
     return out
+
+
 _GPU_DECODER = msgspec.json.Decoder(list[GpuArgs])
 _MEM_DECODER = msgspec.json.Decoder(list[MemoryArgs])
 
