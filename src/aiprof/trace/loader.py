@@ -12,12 +12,14 @@ are decoded one by one and the bad ones skipped. Each of these leaves a warning 
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import re
 import zlib
 from operator import attrgetter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -359,7 +361,6 @@ def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
 _OP_DECODER = msgspec.json.Decoder(list[OpArgs])
 _SHAPE_DECODER = msgspec.json.Decoder(list[ShapeArgs])
 _SHAPE_ENCODER = msgspec.json.Encoder()
-_PRETTY_BREAK = re.compile(rb"\r?\n[ \t]*")
 
 
 def _canonical_shapes(raws: list[msgspec.Raw]) -> list[bytes]:
@@ -369,12 +370,15 @@ def _canonical_shapes(raws: list[msgspec.Raw]) -> list[bytes]:
     per op (absent keys are omitted)."""
     encode = _SHAPE_ENCODER.encode
     out = [encode(args) for args in _decode_args(raws, ShapeArgs, _SHAPE_DECODER)]
-    # Pretty-printed traces indent every shape over many lines. A JSON string cannot hold a raw newline,
-    # so every newline and the indentation after it lie outside strings and can go (3-4× smaller). One
-    # regex pass over all of them: a JSON text cannot hold a raw NUL either, so it separates them.
+    # Pretty-printed traces indent every shape over many lines: minify them (whitespace outside strings
+    # goes; 3-4× smaller) in one C pass over all of them, then split them again (zero-copy slices).
     if out and any(b"\n" in blob for blob in out[:16]):
-        out = _PRETTY_BREAK.sub(b"", b"\0".join(out)).split(b"\0")
+        compact = msgspec.json.format(b"[" + b",".join(out) + b"]", indent=-1)
+        out = [bytes(raw) for raw in _RAW_LIST_DECODER.decode(compact)]
     return out
+
+
+_RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 _GPU_DECODER = msgspec.json.Decoder(list[GpuArgs])
@@ -805,6 +809,7 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
 
     streamed = stream_load(path, rank, rank_source)
     if streamed is not None:
+        release_free_memory()
         return streamed
     data, notes = read_bytes(path)
     raw = decode(path, data)
@@ -814,7 +819,28 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
         raise TraceError(f"{path}: the trace holds no events; re-record it (is the profiler schedule active?)")
     builder = _Builder(raw, path)
     events, raw.events = raw.events, []
-    return builder.run(events, rank, rank_source)
+    trace = builder.run(events, rank, rank_source)
+    release_free_memory()
+    return trace
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
+        return None
+    return trim
+
+
+def release_free_memory() -> None:
+    """Give the heap memory freed after loading (decode buffers, decoded events: ~30 MB for a 50 MB
+    trace) back to the OS. glibc keeps freed blocks for reuse, so without this the process's resident
+    size stays at the loading peak for the rest of the analysis."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def file_size(path: Path) -> int:
