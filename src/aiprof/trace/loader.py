@@ -393,6 +393,7 @@ _INT_COLUMNS = [
     "registers", "shared_memory", "total_allocated", "total_reserved",
 ]  # fmt: skip
 _FLOAT_COLUMNS = ["blocks_per_sm", "warps_per_sm", "occupancy_pct"]
+FlowPart = tuple[list[Any], list[bool], list[bool], list[Any], list[Any], list[float]]  # ids, starts, fwdbwd, pids, tids, ts
 
 
 @dataclass
@@ -400,7 +401,8 @@ class _Piece:
     """Columns of one chunk's timed events, before concatenation."""
 
     cols: dict[str, npt.NDArray[Any]]
-    op_rows: list[int] = field(default_factory=list)
+    run: int = 0  # which run of events (in file order) it came from
+    op_rows: list[int] = field(default_factory=list)  # rows within the piece
     op_chunks: list[bytes] = field(default_factory=list)
     comm_rows: list[int] = field(default_factory=list)
     comm_chunks: list[bytes] = field(default_factory=list)
@@ -415,10 +417,13 @@ class _Builder:
         self.header = raw.header
         self.warnings = list(raw.warnings)
         self.strings: dict[str, int] = {}
+        self.string_runs: list[int] = []  # per string id: the run it was first seen in
         self.kind_of_cat: dict[str, int] = {}
-        self.meta: dict[tuple[str, int, int], bytes] = {}
-        self.flow_parts: list[tuple[list[Any], list[bool], list[bool], list[Any], list[Any], list[float]]] = []
+        self.meta: dict[tuple[str, int, int], tuple[int, bytes]] = {}  # → (run, raw args)
+        self.flow_parts: list[tuple[int, FlowPart]] = []  # (run, part)
+        self.run_index = 0  # the run of events being fed (set by a reader that decodes runs out of order)
         self.pieces: list[_Piece] = []
+        self.piece_sizes: list[int] = []
         self.rows = 0
         self.skipped = 0
         self.skip_reason = ""
@@ -513,7 +518,7 @@ class _Builder:
         for (name, pid, tid), args in unique.items():
             key = (name, self._id(pid), self._id(tid))
             if key not in self.meta:
-                self.meta[key] = bytes(args)
+                self.meta[key] = (self.run_index, bytes(args))
 
     def _id(self, value: int | str) -> int:
         """A pid/tid as an int: ints as they are, ``"stream 7"``/``"1234"`` as their number, other strings
@@ -524,7 +529,14 @@ class _Builder:
         digits = text[7:] if text.startswith("stream ") else text
         if digits.lstrip("-").isdigit() and len(digits) < 18:
             return int(digits)
-        return -1000 - self.strings.setdefault("\0pid:" + text, len(self.strings))
+        return -1000 - self._string_id("\0pid:" + text)
+
+    def _string_id(self, text: str) -> int:
+        found = self.strings.get(text)
+        if found is None:
+            found = self.strings[text] = len(self.strings)
+            self.string_runs.append(self.run_index)
+        return found
 
     def _ids(self, values: list[int | str]) -> I64:
         try:
@@ -536,12 +548,15 @@ class _Builder:
         kept = [e for e in flows if e.id is not None and e.cat.lower() in _FLOW_CATEGORIES]
         self.flow_parts.append(
             (
-                [e.id for e in kept],
-                [e.ph == "s" for e in kept],
-                [e.cat == "fwdbwd" for e in kept],
-                [e.pid for e in kept],
-                [e.tid for e in kept],
-                [e.ts for e in kept],
+                self.run_index,
+                (
+                    [e.id for e in kept],
+                    [e.ph == "s" for e in kept],
+                    [e.cat == "fwdbwd" for e in kept],
+                    [e.pid for e in kept],
+                    [e.tid for e in kept],
+                    [e.ts for e in kept],
+                ),
             )
         )
 
@@ -550,6 +565,7 @@ class _Builder:
         for text in dict.fromkeys(values):
             if text not in table:
                 table[text] = len(table)
+                self.string_runs.append(self.run_index)
         return np.fromiter(map(table.__getitem__, values), dtype=np.int32, count=len(values))
 
     def _kinds(self, cats: list[str], names: list[str], instant: npt.NDArray[np.bool_]) -> npt.NDArray[np.int8]:
@@ -601,7 +617,7 @@ class _Builder:
             cols[name] = np.full(n, -1, dtype=np.int64)
         for name in _FLOAT_COLUMNS:
             cols[name] = np.full(n, np.nan, dtype=np.float32)
-        piece = _Piece(cols)
+        piece = _Piece(cols, self.run_index)
         self._cpu_args(events, names, piece)
         self._device_args(events, piece)
         self._memory_args(events, piece)
@@ -623,14 +639,13 @@ class _Builder:
         cols["fwd_tid"][rows] = _column(args, "fwd_tid")
         cols["python_id"][rows] = _column(args, "python_id")
         cols["python_parent_id"][rows] = _column(args, "python_parent_id")
-        offset = self.rows
         with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
-        piece.op_rows = [offset + i for i in with_dims]
+        piece.op_rows = with_dims
         piece.op_chunks = _canonical_shapes([events[i].args for i in with_dims])
         comm = [i for i, a in zip(index, args) if a.collective_name is not None or names[i] == "record_param_comms"]
-        piece.comm_rows += [offset + i for i in comm]
+        piece.comm_rows += comm
         piece.comm_chunks += [bytes(events[i].args) for i in comm]
-        piece.stacks.update((offset + i, a.call_stack) for i, a in zip(index, args) if a.call_stack)
+        piece.stacks.update((i, a.call_stack) for i, a in zip(index, args) if a.call_stack)
 
     def _device_args(self, events: list[Event], piece: _Piece) -> None:
         cols = piece.cols
@@ -659,10 +674,9 @@ class _Builder:
         # The stream is args.stream where present: MTIA writes a row id as tid (tid 4 for stream 1).
         stream = _column(args, "stream")
         cols["tid"][rows] = np.where(stream >= 0, stream, cols["tid"][rows])
-        offset = self.rows
         for i, a in zip(index, args):
             if a.collective_name is not None:
-                piece.comm_rows.append(offset + i)
+                piece.comm_rows.append(i)
                 piece.comm_chunks.append(bytes(events[i].args))
 
     def _memory_args(self, events: list[Event], piece: _Piece) -> None:
@@ -682,6 +696,7 @@ class _Builder:
     def _trace(self, rank: int, rank_source: str, count: int) -> Trace:
         # One column at a time: concatenate the chunks' pieces (freeing them as we go), then put the rows
         # in time order, so at most one extra column is alive — not three copies of all of them.
+        self.piece_sizes = [len(p.cols["ts"]) for p in self.pieces]
         order = np.argsort(np.concatenate([p.cols["ts"] for p in self.pieces]), kind="stable")
         sorted_columns: dict[str, npt.NDArray[Any]] = {}
         for name in Columns.__dataclass_fields__:
@@ -725,12 +740,14 @@ class _Builder:
         comm_rows: list[int] = []
         comm_chunks: list[bytes] = []
         stacks: dict[int, str] = {}
-        for piece in self.pieces:
-            op_rows += piece.op_rows
+        start = 0
+        for piece, size in zip(self.pieces, self.piece_sizes, strict=True):
+            op_rows += [start + r for r in piece.op_rows]
             op_chunks += piece.op_chunks
-            comm_rows += piece.comm_rows
+            comm_rows += [start + r for r in piece.comm_rows]
             comm_chunks += piece.comm_chunks
-            stacks.update(piece.stacks)
+            stacks.update((start + r, text) for r, text in piece.stacks.items())
+            start += size
         self.pieces = []
         remap = inverse.tolist()
         op = ArgsStore.build([remap[r] for r in op_rows], op_chunks)
@@ -739,7 +756,7 @@ class _Builder:
 
     def _names(self) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
         keys = list(self.meta)
-        args = _decode_args([msgspec.Raw(v) for v in self.meta.values()], MetaArgs, msgspec.json.Decoder(list[MetaArgs]))
+        args = _decode_args([msgspec.Raw(v) for _, v in self.meta.values()], MetaArgs, msgspec.json.Decoder(list[MetaArgs]))
         processes: dict[int, str] = {}
         threads: dict[tuple[int, int], str] = {}
         for (kind, pid, tid), arg in zip(keys, args):
@@ -758,7 +775,7 @@ class _Builder:
         pids: list[Any] = []
         tids: list[Any] = []
         ts: list[float] = []
-        for part in self.flow_parts:
+        for _, part in self.flow_parts:
             ids += part[0]
             starts += part[1]
             fwdbwd += part[2]

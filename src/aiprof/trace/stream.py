@@ -22,6 +22,7 @@ import msgspec
 
 from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header
 from aiprof.trace.model import Trace
+from aiprof.trace.parallel import Helpers, _Helper, absorb
 from aiprof.trace.schema import TraceFile
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
@@ -34,18 +35,25 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*(?=\{)")
 _ARRAY_END = re.compile(rb"\}\s*\]")
 _WS = b" \t\r\n"
+_RUN_CHECK = msgspec.json.Decoder(list[msgspec.Raw])  # a run handed to a helper must be whole events
 
 
 class _Fallback(Exception):
     """The file is not a plain, complete Kineto object: use the whole-file path."""
 
 
-def stream_load(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace | None:
-    """Load ``path`` by streaming, or return None when the whole-file path must handle it."""
+def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
+    """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
+    helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
+    from aiprof.trace.parallel import WorkerError, worker_count
+
+    stream = _Stream(path, worker_count() if workers is None else workers)
     try:
-        return _Stream(path).load(rank, rank_source)
-    except (_Fallback, OSError, zlib.error, msgspec.MsgspecError, BufferError):
+        return stream.load(rank, rank_source)
+    except (_Fallback, OSError, zlib.error, msgspec.MsgspecError, BufferError, WorkerError):
         return None
+    finally:
+        stream.close()
 
 
 def _pieces(path: Path) -> Iterator[bytes]:
@@ -76,11 +84,14 @@ def _pieces(path: Path) -> Iterator[bytes]:
 
 
 class _Stream:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, workers: int = 0) -> None:
         self.path = path
         self.buf = bytearray()
         self.builder = _Builder(RawTrace([], TraceFile(), []), path)
         self.count = 0
+        self.run = 0  # runs of events handed out so far
+        self.workers = workers
+        self.helpers: Helpers | None = None
 
     def load(self, rank: int, rank_source: str) -> Trace:
         pieces = _pieces(self.path)
@@ -90,7 +101,23 @@ class _Stream:
             if len(self.buf) >= CHUNK_BYTES:
                 self._decode_complete_events()
         self._finish_array(prefix)
+        if self.helpers is not None:
+            absorb(self.builder, self.helpers.results())
         return self.builder.finish(rank, rank_source, self.count)
+
+    def close(self) -> None:
+        if self.helpers is not None:
+            self.helpers.close()
+            self.helpers = None
+
+    def _owner(self) -> _Helper | None:
+        """Who decodes the next run: a helper process, or None for this one. Helpers start with the
+        second run (a file of one run is not worth a process)."""
+        if self.run == 0 or self.workers <= 0:
+            return None
+        if self.helpers is None:
+            self.helpers = Helpers(self.path, self.workers)
+        return self.helpers.owner(self.run)
 
     def _find_events(self, pieces: Iterator[bytes]) -> bytes:
         """Read until ``"traceEvents": [``; return the header text before it (ending in ``:``)."""
@@ -131,7 +158,14 @@ class _Stream:
         view = memoryview(self.buf)
         part = view[: close_at + 1]
         try:
-            self.count += self.builder.feed_array(part)
+            owner = self._owner()
+            if owner is None:
+                self.builder.run_index = self.run
+                self.count += self.builder.feed_array(part)
+            else:  # check the cut here (syntax only, fast); the helper does the real work
+                self.count += len(_RUN_CHECK.decode(part))
+                owner.submit(self.run, part)
+            self.run += 1
             return True
         except msgspec.DecodeError:
             return False
@@ -156,6 +190,7 @@ class _Stream:
                 header = _HEADER_DECODER.decode(prefix + b"[]" + tail[end + 1 :])
                 events = tail[:end].strip(_WS)
                 if events:
+                    self.builder.run_index = self.run
                     self.count += self.builder.feed_text(events)
             except msgspec.MsgspecError:
                 continue

@@ -1,0 +1,269 @@
+"""Decoding one large trace file on several cores.
+
+The streaming reader (:mod:`aiprof.trace.stream`) cuts the decompressed text into runs of whole events
+(~4 MB each). With helpers, it keeps every few runs itself and hands the others to forked helper
+processes, each of which turns its runs into columns with its own :class:`~aiprof.trace.loader._Builder`.
+At the end the helpers send back what they built and :func:`absorb` merges it into the reader's builder
+so that the trace is *identical* to the one a single process builds: pieces, flows and process names
+are put back in file order (every piece carries the number of its run), and strings are renumbered in
+the order a single reader would have met them (every string remembers the run it was first seen in).
+
+The reader checks every run it hands out with a cheap syntax-only decode, so a cut that falls inside an
+event is caught before it leaves the reader. A helper that fails or dies makes the whole load fall back
+to the single-process whole-file path.
+
+Helpers are forked (Linux, macOS): nothing is re-imported, and start-up costs a few milliseconds. They
+are not used inside daemonic processes (the pool that loads several files at once is one: it already
+keeps every core busy), or where ``fork`` does not exist. ``AIPROF_DECODE_WORKERS`` sets their number
+(0 turns them off); by default, one fewer than the usable cores, at most 3.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
+from aiprof.trace.schema import TraceFile
+
+MAX_WORKERS = 3
+QUEUED_RUNS = 2  # runs waiting for each helper before the reader blocks (bounds the reader's memory)
+_PID_BASE = -1000  # _Builder._id: a string pid/tid ``"Spans"`` is ``-1000 - its string id``
+
+
+class WorkerError(Exception):
+    """A helper failed or died; the caller falls back to loading in one process."""
+
+
+def worker_count() -> int:
+    """How many helper processes to use for one file (0: decode in this process only)."""
+    setting = os.environ.get("AIPROF_DECODE_WORKERS", "").strip()
+    if setting:
+        try:
+            wanted = max(0, int(setting))
+        except ValueError:
+            wanted = 0
+    else:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # macOS
+            cores = os.cpu_count() or 1
+        wanted = min(cores - 1, MAX_WORKERS)
+    if wanted <= 0 or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    if multiprocessing.current_process().daemon:
+        return 0
+    return wanted
+
+
+@dataclass
+class BuilderState:
+    """What a helper's builder made, sent back to the reader (pickled)."""
+
+    strings: list[str]
+    string_runs: list[int]
+    meta: list[tuple[tuple[str, int, int], int, bytes]]  # (key, run, raw args), in insertion order
+    flow_parts: list[tuple[int, FlowPart]]
+    pieces: list[_Piece]
+    rows: int
+    skipped: int
+    skip_reason: str
+    negative: int
+    bad_time: int
+
+
+def export_state(builder: _Builder) -> BuilderState:
+    strings = [""] * len(builder.strings)
+    for text, index in builder.strings.items():
+        strings[index] = text
+    return BuilderState(
+        strings=strings,
+        string_runs=list(builder.string_runs),
+        meta=[(key, run, raw) for key, (run, raw) in builder.meta.items()],
+        flow_parts=list(builder.flow_parts),
+        pieces=list(builder.pieces),
+        rows=builder.rows,
+        skipped=builder.skipped,
+        skip_reason=builder.skip_reason,
+        negative=builder.negative,
+        bad_time=builder.bad_time,
+    )
+
+
+def absorb(builder: _Builder, others: list[BuilderState]) -> None:
+    """Merge the helpers' states into ``builder`` as if it had read every run itself, in file order."""
+    states = [export_state(builder), *others]
+    # Strings in the order one reader meets them: by the run each builder first saw them in.
+    seen = sorted((run, i, local) for i, st in enumerate(states) for local, run in enumerate(st.string_runs))
+    table: dict[str, int] = {}
+    runs: list[int] = []
+    for run, i, local in seen:
+        text = states[i].strings[local]
+        if text not in table:
+            table[text] = len(table)
+            runs.append(run)
+    remaps = [np.array([table[t] for t in st.strings], dtype=np.int64) for st in states]
+    meta: list[tuple[int, int, int, tuple[str, int, int], bytes]] = []
+    pieces: list[_Piece] = []
+    flow_parts: list[tuple[int, FlowPart]] = []
+    for i, (st, remap) in enumerate(zip(states, remaps, strict=True)):
+        for piece in st.pieces:
+            cols = piece.cols
+            if len(remap):
+                cols["name"] = remap[cols["name"]].astype(np.int32)
+                cols["cat"] = remap[cols["cat"]].astype(np.int32)
+            for column in ("pid", "tid"):
+                cols[column] = _remap_ids(cols[column], remap)
+            pieces.append(piece)
+        for seq, ((kind, pid, tid), run, raw) in enumerate(st.meta):
+            key = (kind, _remap_id(pid, remap), _remap_id(tid, remap))
+            meta.append((run, i, seq, key, raw))
+        flow_parts += st.flow_parts
+    meta.sort(key=lambda m: (m[0], m[1], m[2]))
+    merged_meta: dict[tuple[str, int, int], tuple[int, bytes]] = {}
+    for run, _, _, key, raw in meta:
+        merged_meta.setdefault(key, (run, raw))
+    pieces.sort(key=lambda p: p.run)  # stable: a run's pieces keep their order
+    flow_parts.sort(key=lambda part: part[0])
+    builder.strings, builder.string_runs = table, runs
+    builder.meta, builder.pieces, builder.flow_parts = merged_meta, pieces, flow_parts
+    builder.rows = sum(st.rows for st in states)
+    builder.skipped = sum(st.skipped for st in states)
+    builder.negative = sum(st.negative for st in states)
+    builder.bad_time = sum(st.bad_time for st in states)
+    builder.skip_reason = next((st.skip_reason for st in states if st.skip_reason), "")
+
+
+def _remap_id(value: int, remap: np.ndarray) -> int:
+    local = _PID_BASE - value
+    return _PID_BASE - int(remap[local]) if 0 <= local < len(remap) else value
+
+
+def _remap_ids(values: np.ndarray, remap: np.ndarray) -> np.ndarray:
+    local = _PID_BASE - values
+    named = (local >= 0) & (local < len(remap))
+    if not named.any():
+        return values
+    out = values.copy()
+    out[named] = _PID_BASE - remap[local[named]]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# The helper processes
+# ---------------------------------------------------------------------------------------------------
+def _helper_main(conn: Connection, path: Path) -> None:
+    """In the helper: build columns from each run received; at the empty message, send the state back."""
+    builder = _Builder(RawTrace([], TraceFile(), []), path)
+    failure = ""
+    while True:
+        message = conn.recv_bytes()
+        if not message:
+            break
+        if failure:
+            continue  # keep draining so the reader never blocks on a full pipe
+        try:
+            builder.run_index = int.from_bytes(message[:8], "little", signed=True)
+            builder.feed_array(memoryview(message)[8:])
+        except Exception as err:  # reported to the reader, which falls back to one process
+            failure = f"{type(err).__name__}: {err}"
+    try:
+        conn.send(("error", failure) if failure else ("ok", export_state(builder)))
+    finally:
+        conn.close()
+
+
+class _Helper:
+    """One helper process, fed by a sender thread so that the reader never waits on a busy helper."""
+
+    def __init__(self, context: Any, path: Path) -> None:
+        self.conn, child = context.Pipe(duplex=True)
+        self.process = context.Process(target=_helper_main, args=(child, path), daemon=True)
+        self.process.start()
+        child.close()
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=QUEUED_RUNS)
+        self.failed = ""
+        self.thread = threading.Thread(target=self._send, daemon=True)
+        self.thread.start()
+
+    def _send(self) -> None:
+        while True:
+            item = self.queue.get()
+            if self.failed:
+                if item is None:
+                    return
+                continue
+            try:
+                self.conn.send_bytes(item if item is not None else b"")
+            except OSError as err:  # the helper died
+                self.failed = f"helper process exited ({err})"
+            if item is None:
+                return
+
+    def submit(self, run: int, part: memoryview) -> None:
+        self.queue.put(b"".join((run.to_bytes(8, "little", signed=True), part)))
+
+    def result(self) -> BuilderState:
+        self.queue.put(None)
+        self.thread.join()
+        if self.failed:
+            raise WorkerError(self.failed)
+        try:
+            status, payload = self.conn.recv()
+        except (EOFError, OSError) as err:
+            raise WorkerError(f"helper process exited ({err or 'no result'})") from err
+        if status != "ok":
+            raise WorkerError(str(payload))
+        state: BuilderState = payload
+        return state
+
+    def close(self) -> None:
+        if self.thread.is_alive() and self.process.is_alive():
+            self.process.terminate()  # not finished normally: the load is being abandoned
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        if self.thread.is_alive():
+            self.failed = self.failed or "closed"
+            try:
+                self.queue.put(None, timeout=1)
+            except queue.Full:
+                pass
+        self.conn.close()
+
+
+class Helpers:
+    """The helper processes of one load: runs are dealt round-robin to the reader and the ``n`` helpers
+    (the reader's extra work, decompressing and checking every run, about matches what a helper spends
+    on sending its state back)."""
+
+    def __init__(self, path: Path, count: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self.helpers: list[_Helper] = []
+        try:
+            for _ in range(count):
+                self.helpers.append(_Helper(context, path))
+        except BaseException:
+            self.close()
+            raise
+
+    def owner(self, run: int) -> _Helper | None:
+        """Who decodes run ``run``: a helper, or None for the reader itself."""
+        slot = run % (len(self.helpers) + 1)
+        return None if slot == 0 else self.helpers[slot - 1]
+
+    def results(self) -> list[BuilderState]:
+        return [helper.result() for helper in self.helpers]
+
+    def close(self) -> None:
+        for helper in self.helpers:
+            helper.close()

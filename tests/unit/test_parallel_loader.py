@@ -1,0 +1,85 @@
+"""Decoding one file with helper processes gives exactly the trace one process builds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kineto_builder import TraceBuilder
+from trace_compare import identical
+
+from aiprof.trace import loader, parallel, stream
+
+
+def busy_trace(tmp_path: Path) -> Path:
+    """Many steps, shapes, kernels, memory events, flows, and string pids/tids (legacy "Spans")."""
+    b = TraceBuilder()
+    b.device_properties(0, "NVIDIA H100 80GB HBM3")
+    for step in range(60):
+        t = step * 1000
+        b.step(step, ts=t, dur=1000)
+        for k in range(4):
+            op = b.cpu_op(f"aten::op{(step * 7 + k) % 23}", ts=t + 10 + k * 200, dur=150,
+                          shapes=[[step % 5 + 1, 8], [8, 16 + k]])
+            b.launch(op, kernel_ts=t + 50 + k * 200, kernel_dur=90)
+        b.memory(ts=t + 5, nbytes=1024 * step, total_allocated=4096 + step, device=0)
+    data: dict[str, Any] = json.loads(b.dumps())
+    events = data["traceEvents"]
+    for step in range(60):
+        t = step * 1000
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"span{step % 3}", "pid": "Spans",
+                       "tid": f"Thread {step % 4}", "ts": t + 1, "dur": 3})
+        events.append({"ph": "M", "name": "thread_name", "pid": "Spans", "tid": f"Thread {step % 4}",
+                       "args": {"name": f"worker {step % 4}"}})
+    events.append({"ph": "M", "name": "process_name", "pid": "Spans", "tid": 0, "args": {"name": "Traces"}})
+    path = tmp_path / "busy.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(data, indent=1).encode()))
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("chunk", [2048, 20000])
+def test_helpers_build_the_same_trace_as_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int, chunk: int
+) -> None:
+    path = busy_trace(tmp_path)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(stream, "PIECE_BYTES", max(chunk // 3, 64))
+    serial = stream.stream_load(path, workers=0)
+    shared = stream.stream_load(path, workers=workers)
+    assert serial is not None and shared is not None
+    assert "Spans" in "".join(serial.strings) and serial.thread_names  # the string pids were exercised
+    identical(shared, serial)
+
+
+def test_a_failing_helper_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = busy_trace(tmp_path)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(stream, "PIECE_BYTES", 1024)
+
+    def broken(conn: Any, path: Path) -> None:
+        raise SystemExit(3)  # the helper dies without a word
+
+    monkeypatch.setattr(parallel, "_helper_main", broken)
+    assert stream.stream_load(path, workers=2) is None  # the caller then takes the whole-file path
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "2")
+    loaded = loader.load_file(path)
+    monkeypatch.undo()
+    identical(loaded, stream.stream_load(path, workers=0) or loaded)
+
+
+def test_helper_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "0")
+    assert parallel.worker_count() == 0
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "2")
+    assert parallel.worker_count() == (2 if "fork" in multiprocessing.get_all_start_methods() else 0)
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "many")
+    assert parallel.worker_count() == 0
+    monkeypatch.delenv("AIPROF_DECODE_WORKERS")
+    assert 0 <= parallel.worker_count() <= parallel.MAX_WORKERS
+    monkeypatch.setattr(multiprocessing.current_process(), "_config", {"daemon": True})
+    assert parallel.worker_count() == 0  # inside a pool worker: the pool already uses the cores
