@@ -133,7 +133,7 @@ def _add_to_ancestors(values: I64, par: I64) -> I64:
         if not alive.any():
             break
         cur, vals = cur[alive], vals[alive]
-        np.add.at(total, cur, vals)
+        total += np.bincount(cur, weights=vals, minlength=len(total)).astype(np.int64)
         cur = par[cur]
     return total
 

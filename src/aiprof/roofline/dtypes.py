@@ -97,6 +97,16 @@ def normalise(type_name: object) -> str | None:
     """The short dtype name of a trace's ``Input type`` entry, or None when it is not a tensor dtype."""
     if not isinstance(type_name, str):
         return None
+    found = _NORMALISED.get(type_name, "?")
+    if found == "?":
+        found = _NORMALISED[type_name] = _normalise(type_name)
+    return found
+
+
+_NORMALISED: dict[str, str | None] = {}  # a trace holds a few dozen distinct type names
+
+
+def _normalise(type_name: str) -> str | None:
     text = type_name.strip().lower()
     if text.startswith("torch."):
         text = text[6:]

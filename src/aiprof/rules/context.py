@@ -94,7 +94,7 @@ class RankContext:
         return links.gpu_op(self.trace)
 
     def names(self, rows: I64) -> list[str]:
-        return [self.trace.strings[int(i)] for i in self.trace.columns.name[rows]]
+        return list(map(self.trace.strings.__getitem__, self.trace.columns.name[rows].tolist()))
 
     def finding(
         self,
