@@ -1,9 +1,11 @@
 """Trace analysis speed and memory: aiprof against HTA (and TraceLens when installed) and the decode floor.
 
-Every measurement is a fresh subprocess, run ``--repeat`` times; we report the median wall time and the
-median peak RSS. Peak RSS is the larger of (a) ``ru_maxrss`` from ``os.wait4`` (exact, but the largest
-single process of the tree) and (b) the sum of RSS over the process tree sampled every 20 ms (catches
-tools that fan out to worker processes; shared pages count once per process, so it errs high).
+Every measurement is a fresh subprocess, run ``--repeat`` times; we report the median wall time, CPU
+time (the process and the helpers it waited for) and peak memory. Peak memory is the larger of (a)
+``ru_maxrss`` from ``os.wait4`` (exact, but the largest single process of the tree) and (b) the sum of
+PSS over the process tree, sampled every 20 ms (counts forked helper processes, without counting the
+pages they share with their parent twice; for a single process (a) decides). The sources measured are
+byte-compiled first, as an installed package is.
 
 Targets from issue 2: aiprof >= 10x faster than HTA / TraceLens on the same trace, peak RSS <= 1/3 of
 theirs, and within 2x of the floor (read + gunzip + fastest typed decode, timed as a whole process the
@@ -65,10 +67,15 @@ class Run:
     maxrss_mb: float
     tree_rss_mb: float
     rc: int
+    tree_pss_mb: float = 0.0
 
     @property
     def peak_mb(self) -> float:
-        return max(self.maxrss_mb, self.tree_rss_mb)
+        """Peak memory of the run: the larger of the biggest process's peak RSS and the sampled peak of
+        the whole tree's PSS. PSS (proportional set size) splits pages shared between processes among
+        them, so forked helpers are counted without counting the pages they share with their parent
+        twice; for a single process it is at most its RSS, so the first term decides."""
+        return max(self.maxrss_mb, self.tree_pss_mb)
 
 
 @dataclass
@@ -101,8 +108,8 @@ class Result:
 # ---------------------------------------------------------------------------------------------------
 # Measuring one child process
 # ---------------------------------------------------------------------------------------------------
-def _tree_rss_mb(pid: int) -> float:
-    """Sum of RSS (MB) of ``pid`` and its descendants, from /proc (no psutil needed)."""
+def _tree_rss_mb(pid: int) -> tuple[float, float]:
+    """Sum of RSS and of PSS (MB) of ``pid`` and its descendants, from /proc (no psutil needed)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     page = os.sysconf("SC_PAGE_SIZE")
@@ -118,12 +125,25 @@ def _tree_rss_mb(pid: int) -> float:
         p = int(entry)
         children.setdefault(int(fields[1]), []).append(p)
         rss[p] = int(fields[21]) * page
-    total, todo = 0, [pid]
+    total, pss, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
         total += rss.get(p, 0)
+        pss += _pss(p, rss.get(p, 0))
         todo.extend(children.get(p, ()))
-    return total / 2**20
+    return total / 2**20, pss / 2**20
+
+
+def _pss(pid: int, fallback: int) -> int:
+    """Proportional set size of one process in bytes (its RSS where smaps_rollup is unreadable)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return fallback
 
 
 def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[Run, str]:
@@ -131,12 +151,13 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tup
     with tempfile.TemporaryFile() as out, open(log, "ab") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
-        peak = [0.0]
+        peak = [0.0, 0.0]
         done = threading.Event()
 
         def sample() -> None:
             while not done.wait(SAMPLE_S):
-                peak[0] = max(peak[0], _tree_rss_mb(proc.pid))
+                rss, pss = _tree_rss_mb(proc.pid)
+                peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -153,6 +174,7 @@ def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tup
         maxrss_mb=usage.ru_maxrss / 1024,
         tree_rss_mb=peak[0],
         rc=proc.returncode,
+        tree_pss_mb=peak[1],
     )
     return run, stdout
 
@@ -187,6 +209,7 @@ def snapshot(rev: str) -> tuple[str, dict[str, str] | None]:
     commit, and says which. ``worktree`` measures the working tree as it is.
     """
     if rev == "worktree":
+        _compile(ROOT / "src")
         return "working tree", None
     commit = subprocess.run(
         ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True, cwd=ROOT
@@ -194,8 +217,15 @@ def snapshot(rev: str) -> tuple[str, dict[str, str] | None]:
     dest = Path(tempfile.mkdtemp(prefix=f"aiprof-src-{commit}-"))
     archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, check=True, cwd=ROOT)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    _compile(dest / "src")
     env = dict(os.environ, PYTHONPATH=str(dest / "src"))
     return f"commit {commit}", env
+
+
+def _compile(src: Path) -> None:
+    """Byte-compile the measured sources, as ``pip install`` does for an installed package (and for the
+    peers in their venvs): otherwise, with PYTHONDONTWRITEBYTECODE set, every run recompiles them."""
+    subprocess.run([str(VENV_BIN / "python"), "-m", "compileall", "-q", str(src)], check=True, capture_output=True)
 
 
 def aiprof_mode(requested: str, env: dict[str, str] | None) -> str:
@@ -290,7 +320,7 @@ def report(
     lines = [f"aiprof measured as: {label}, {source}", ""]
     if rows:
         lines += [
-            "| trace | events | JSON MB | tool | wall s | CPU s | peak RSS MB |",
+            "| trace | events | JSON MB | tool | wall s | CPU s | peak MB |",
             "|---|---:|---:|---|---:|---:|---:|",
         ]
         for row in rows:

@@ -1,7 +1,7 @@
 """Decoding one large trace file on several cores.
 
 The streaming reader (:mod:`aiprof.trace.stream`) cuts the decompressed text into runs of whole events
-(~4 MB each). With helpers, it keeps every few runs itself and hands the others to forked helper
+(~1 MB each). With helpers, it keeps every few runs itself and hands the others to forked helper
 processes, each of which turns its runs into columns with its own :class:`~aiprof.trace.loader._Builder`.
 At the end the helpers send back what they built and :func:`absorb` merges it into the reader's builder
 so that the trace is *identical* to the one a single process builds: pieces, flows and process names
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
+from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece, release_free_memory
 from aiprof.trace.schema import TraceFile
 
 MAX_WORKERS = 3
@@ -176,7 +176,19 @@ def _helper_main(conn: Connection, path: Path) -> None:
         except Exception as err:  # reported to the reader, which falls back to one process
             failure = f"{type(err).__name__}: {err}"
     try:
-        conn.send(("error", failure) if failure else ("ok", export_state(builder)))
+        if failure:
+            conn.send(("error", failure))
+            return
+        # The state goes back a piece at a time, each freed once sent: the helper never holds its
+        # columns twice (built and pickled), and the heap it no longer needs goes back to the OS first.
+        state = export_state(builder)
+        pieces, state.pieces = state.pieces, []
+        builder.pieces = []
+        release_free_memory()
+        conn.send(("ok", state, len(pieces)))
+        pieces.reverse()
+        while pieces:
+            conn.send(pieces.pop())
     finally:
         conn.close()
 
@@ -217,12 +229,13 @@ class _Helper:
         if self.failed:
             raise WorkerError(self.failed)
         try:
-            status, payload = self.conn.recv()
+            status, payload, *count = self.conn.recv()
+            if status != "ok":
+                raise WorkerError(str(payload))
+            state: BuilderState = payload
+            state.pieces = [self.conn.recv() for _ in range(count[0])]
         except (EOFError, OSError) as err:
             raise WorkerError(f"helper process exited ({err or 'no result'})") from err
-        if status != "ok":
-            raise WorkerError(str(payload))
-        state: BuilderState = payload
         return state
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Streaming reader for well-formed Kineto files: decompress and decode in ~4 MB runs of events, so the
+"""Streaming reader for well-formed Kineto files: decompress and decode in ~1 MB runs of events, so the
 whole decompressed text (87 MB for a 455k-event trace) never sits in memory at once.
 
 How a run of events is cut: Kineto's ``traceEvents`` is one JSON array of objects. A candidate cut is a
@@ -27,7 +27,7 @@ from aiprof.trace.schema import TraceFile
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
 PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
-CHUNK_BYTES = 4 << 20  # decompressed text decoded at a time
+CHUNK_BYTES = 1 << 20  # decompressed text decoded at a time (small: less memory per process, finer sharing)
 MAX_PREFIX_BYTES = 64 << 20  # give up streaming if "traceEvents" is not found within this
 MAX_CANDIDATES = 32
 
