@@ -157,9 +157,11 @@ def op_stats(trace: Trace, top_level_only: bool = False, by_shapes: bool = False
     self_cpu = cpu_self_ns(trace)
     g_self, g_total, k_self, k_total = gpu_ns_per_op(trace)
     shape_id, shape_text = _shape_ids(trace, rows) if by_shapes else (np.zeros(rows.size, np.int64), [""])
-    key = np.stack((c.name[rows].astype(np.int64), shape_id), axis=1)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
+    # One int64 key per (name, shapes) pair: a 1-D unique is ~10x faster than np.unique(axis=0).
+    width = int(shape_id.max()) + 1 if shape_id.size else 1
+    flat, inverse = np.unique(c.name[rows].astype(np.int64) * width + shape_id, return_inverse=True)
     inverse = inverse.reshape(-1)
+    uniq = np.stack((flat // width, flat % width), axis=1)
 
     def per_group(values: I64) -> I64:
         return np.bincount(inverse, weights=values[rows], minlength=len(uniq)).astype(np.int64)
