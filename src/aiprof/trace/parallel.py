@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import struct
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -35,7 +36,9 @@ from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece, release_fr
 from aiprof.trace.schema import TraceFile
 
 MAX_WORKERS = 3
-QUEUED_RUNS = 2  # runs waiting for each helper before the reader blocks (bounds the reader's memory)
+PIPE_BYTES = 1 << 20  # pipe buffer asked for (Linux allows 1 MB without privileges)
+QUEUED_RUNS = 8  # runs waiting for each helper before the reader waits (bounds the reader's memory)
+_FRAME = struct.Struct("<qq")  # run number, text length (0: no more runs)
 _PID_BASE = -1000  # _Builder._id: a string pid/tid ``"Spans"`` is ``-1000 - its string id``
 
 
@@ -160,21 +163,40 @@ def _remap_ids(values: np.ndarray, remap: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 # The helper processes
 # ---------------------------------------------------------------------------------------------------
-def _helper_main(conn: Connection, path: Path) -> None:
-    """In the helper: build columns from each run received; at the empty message, send the state back."""
+def _read_exact(fd: int, size: int) -> bytearray:
+    out = bytearray(size)
+    view = memoryview(out)
+    got = 0
+    while got < size:
+        n = os.readv(fd, [view[got:]])
+        if n == 0:
+            raise EOFError("the reader closed the pipe")
+        got += n
+    return out
+
+
+def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[int]) -> None:
+    """In the helper: build columns from each run read from ``runs_fd`` (framed: run number, length,
+    text); at length 0, send the state back over ``conn``. ``inherited``: the reader's ends of the
+    helpers' pipes, closed here so that a helper sees the end of its pipe if the reader dies."""
+    for fd in inherited:
+        os.close(fd)
     builder = _Builder(RawTrace([], TraceFile(), []), path)
     failure = ""
     while True:
-        message = conn.recv_bytes()
-        if not message:
+        run, size = _FRAME.unpack(_read_exact(runs_fd, _FRAME.size))
+        if size == 0:
             break
+        text = _read_exact(runs_fd, size)
         if failure:
             continue  # keep draining so the reader never blocks on a full pipe
         try:
-            builder.run_index = int.from_bytes(message[:8], "little", signed=True)
-            builder.feed_array(memoryview(message)[8:])
+            builder.run_index = run
+            builder.feed_array(memoryview(text))
         except Exception as err:  # reported to the reader, which falls back to one process
             failure = f"{type(err).__name__}: {err}"
+        del text
+    os.close(runs_fd)
     try:
         if failure:
             conn.send(("error", failure))
@@ -193,13 +215,29 @@ def _helper_main(conn: Connection, path: Path) -> None:
         conn.close()
 
 
-class _Helper:
-    """One helper process, fed by a sender thread so that the reader never waits on a busy helper."""
+def _widen_pipe(fd: int) -> None:
+    """Linux: room for a whole run in the pipe, so one write hands it over."""
+    try:
+        import fcntl
 
-    def __init__(self, context: Any, path: Path) -> None:
-        self.conn, child = context.Pipe(duplex=True)
-        self.process = context.Process(target=_helper_main, args=(child, path), daemon=True)
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass
+
+
+class _Helper:
+    """One helper process. Runs go to it through a pipe written by a small sender thread, so the reader
+    never waits for a busy helper; each run is one ``write`` call (the pipe holds a whole run), during
+    which the thread does not hold the GIL. Results come back over a separate connection."""
+
+    def __init__(self, context: Any, path: Path, inherited: list[int]) -> None:
+        read_fd, self.fd = os.pipe()
+        _widen_pipe(self.fd)
+        self.conn, child = context.Pipe(duplex=False)
+        target_args = (read_fd, child, path, [*inherited, self.fd])
+        self.process = context.Process(target=_helper_main, args=target_args, daemon=True)
         self.process.start()
+        os.close(read_fd)
         child.close()
         self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=QUEUED_RUNS)
         self.failed = ""
@@ -209,19 +247,21 @@ class _Helper:
     def _send(self) -> None:
         while True:
             item = self.queue.get()
-            if self.failed:
-                if item is None:
-                    return
-                continue
-            try:
-                self.conn.send_bytes(item if item is not None else b"")
-            except OSError as err:  # the helper died
-                self.failed = f"helper process exited ({err})"
             if item is None:
+                item = _FRAME.pack(0, 0)
+            if not self.failed:
+                try:
+                    view = memoryview(item)
+                    while view:
+                        view = view[os.write(self.fd, view) :]
+                except OSError as err:  # the helper died
+                    self.failed = f"helper process exited ({err})"
+            if len(item) == _FRAME.size:
                 return
 
     def submit(self, run: int, part: memoryview) -> None:
-        self.queue.put(b"".join((run.to_bytes(8, "little", signed=True), part)))
+        """Queue a run (one copy, framed) for the helper."""
+        self.queue.put(b"".join((_FRAME.pack(run, len(part)), part)))
 
     def result(self) -> BuilderState:
         self.queue.put(None)
@@ -239,18 +279,20 @@ class _Helper:
         return state
 
     def close(self) -> None:
-        if self.thread.is_alive() and self.process.is_alive():
-            self.process.terminate()  # not finished normally: the load is being abandoned
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        if self.thread.is_alive():
+        if self.thread.is_alive():  # not finished normally: the load is being abandoned
             self.failed = self.failed or "closed"
+            if self.process.is_alive():
+                self.process.terminate()  # the sender's write then fails, and it stops
             try:
                 self.queue.put(None, timeout=1)
             except queue.Full:
                 pass
+            self.thread.join(timeout=5)
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        os.close(self.fd)
         self.conn.close()
 
 
@@ -264,7 +306,7 @@ class Helpers:
         self.helpers: list[_Helper] = []
         try:
             for _ in range(count):
-                self.helpers.append(_Helper(context, path))
+                self.helpers.append(_Helper(context, path, [h.fd for h in self.helpers]))
         except BaseException:
             self.close()
             raise
