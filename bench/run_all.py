@@ -109,29 +109,37 @@ class Result:
 # Measuring one child process
 # ---------------------------------------------------------------------------------------------------
 def _tree_rss_mb(pid: int) -> tuple[float, float]:
-    """Sum of RSS and of PSS (MB) of ``pid`` and its descendants, from /proc (no psutil needed)."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    """Sum of RSS and of PSS (MB) of ``pid`` and its descendants, from /proc (no psutil needed). Walks
+    only the tree (``/proc/PID/task/TID/children``), so a sample costs ~0.1 ms plus the PSS reads: the
+    sampler must not steal much of a core from a tool that uses all of them."""
     page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        p = int(entry)
-        children.setdefault(int(fields[1]), []).append(p)
-        rss[p] = int(fields[21]) * page
     total, pss, todo = 0, 0, [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
-        pss += _pss(p, rss.get(p, 0))
-        todo.extend(children.get(p, ()))
+        try:
+            with open(f"/proc/{p}/statm", "rb") as fh:
+                rss = int(fh.read().split()[1]) * page
+        except OSError:
+            continue
+        total += rss
+        pss += _pss(p, rss)
+        todo.extend(_children(p))
     return total / 2**20, pss / 2**20
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except OSError:
+            continue
+    return out
 
 
 def _pss(pid: int, fallback: int) -> int:
