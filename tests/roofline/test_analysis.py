@@ -63,6 +63,28 @@ def test_backward_ops_linked_to_forward(traces_dir: Path) -> None:
     assert conv_bwd and all(r.forward_op and "conv" in r.forward_op for r in conv_bwd)
 
 
+def test_per_call_rows_agree_with_the_aggregated_rows(traces_dir: Path) -> None:
+    """Calls are kept columnar and built on demand: every way of asking for them gives the same rows,
+    and they add up to the aggregated rows (counts, times, FLOPs, bytes)."""
+    result = _result(traces_dir, QWEN)
+    calls = result.instances
+    assert len(calls) == result.instance_count > 1000
+    assert sum(r.time_ns for r in calls) == result.total_time_ns == sum(r.time_ns for r in result.rows)
+    top = result.top_instances(25)
+    assert [r.time_ns for r in top] == sorted((r.time_ns for r in calls), reverse=True)[:25]
+    by_key: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in calls:
+        have = by_key.setdefault((r.name, r.input_dims, r.input_types, r.concrete_inputs), [0, 0, 0])
+        have[0], have[1], have[2] = have[0] + 1, have[1] + r.time_ns, have[2] + r.flops
+    for row in result.rows:
+        assert by_key[(row.name, row.input_dims, row.input_types, row.concrete_inputs)] == [
+            row.count, row.time_ns, row.flops]
+    lo, hi = sorted(r.ts_ns for r in calls if r.ts_ns >= 0)[len(calls) // 3], max(r.ts_ns for r in calls)
+    window = [r for r in calls if lo <= r.ts_ns < hi and r.family in ("gemm", "attention")]
+    assert window and result.instances_in(lo, hi, ("gemm", "attention")) == window
+    assert result.instances_in(lo, hi) == [r for r in calls if lo <= r.ts_ns < hi]
+
+
 def test_chart_is_valid_svg(traces_dir: Path) -> None:
     svg = render_svg(_result(traces_dir, QWEN))
     root = ET.fromstring(svg)

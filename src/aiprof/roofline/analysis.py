@@ -174,12 +174,31 @@ class RooflineResult:
 
     def instances_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None) -> list[RooflineRow]:
         """Calls that start in ``[lo, hi)`` ns, optionally only those of the given op families."""
+        return [self.calls.row(i, self.peaks) for i in self.calls_in(lo, hi, families).tolist()]
+
+    def calls_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None) -> I64:
+        """Indices into ``calls`` of the calls that start in ``[lo, hi)`` ns (of these op families)."""
         calls = self.calls
         mask = (calls.ts_ns >= lo) & (calls.ts_ns < hi) & (calls.op >= 0)
         if families is not None:
             wanted = np.array([c.family in families for c in calls.costs] + [False], dtype=bool)
             mask &= wanted[calls.cost_id]  # cost id -1 picks the trailing False
-        return [calls.row(i, self.peaks) for i in np.flatnonzero(mask).tolist()]
+        return np.flatnonzero(mask)
+
+    @cached_property
+    def call_bounds(self) -> list[str]:
+        """The class of every call (what :func:`_classify` gives its row), without building the rows."""
+        calls = self.calls
+        per_cost = [_roof_of(cost, self.peaks) for cost in calls.costs]
+        roof_ns = np.array([r[1] for r in per_cost] + [0], dtype=np.int64)
+        compute = np.array([r[2] for r in per_cost] + [False], dtype=bool)
+        fixed = [r[0] for r in per_cost] + ["unmodelled"]  # a class that does not depend on the call's time
+        time = calls.time_ns
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pct = (100.0 * roof_ns[calls.cost_id]) / time
+        latency = (time > 0) & (pct < LATENCY_PCT)
+        timed = np.where(latency, "latency-bound", np.where(compute[calls.cost_id], "compute-bound", "memory-bound"))
+        return [f or t for f, t in zip((fixed[k] for k in calls.cost_id.tolist()), timed.tolist(), strict=True)]
 
     @property
     def modelled_time_ns(self) -> int:
@@ -658,6 +677,17 @@ def roof_for(row: RooflineRow, peaks: DevicePeaks) -> tuple[float, str] | None:
         if tf32 is not None and tf32[1] == "matrix_tf32":
             return tf32
     return peaks.compute_peak(row.unit, row.dtype)
+
+
+def _roof_of(cost: OpCost, peaks: DevicePeaks | None) -> tuple[str, int, bool]:
+    """For a call of this cost: its class when that does not depend on the call's time ("" when it
+    does), its roof time in ns, and whether the compute roof is the higher one (as :func:`_classify`)."""
+    row = RooflineRow("", "", "", "", 1, 0, cost.flops, cost.bytes_read, cost.bytes_written, cost.family,
+                      cost.unit, cost.dtype, "")
+    _classify(row, peaks)
+    if row.bound not in ("compute-bound", "memory-bound"):
+        return row.bound, 0, False
+    return "", row.roof_time_ns, row.bound == "compute-bound"
 
 
 def _classify(row: RooflineRow, peaks: DevicePeaks | None) -> None:

@@ -275,16 +275,26 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     costs = _elementwise_costs(ctx, view)
     c = ctx.trace.columns
     threads = list(zip(c.pid[view.rows].tolist(), c.tid[view.rows].tolist()))
+    sigs = ctx.trace.op_signatures(view.rows).tolist()
+    largest: dict[int, int] = {}  # signature → largest flat input (elements), -1 for none
+    consumes: dict[tuple[int, int], bool] = {}  # (signature, previous op's signature) → _consumes
     chains: list[list[tuple[int, Any]]] = []
     current: list[tuple[int, Any]] = []
     for i, cost in enumerate(costs):
         if cost is None and not current:
             continue
-        if cost is None and _negligible(view, i, current[-1][1]):
-            continue  # a scalar conversion (aten::to of a Python number) does not break a chain
-        linked = cost is not None and current and threads[current[-1][0]] == threads[i] and _consumes(
-            view.shapes(i), current[-1][1], view.shapes(current[-1][0])
-        )
+        if cost is None:
+            k = sigs[i]
+            if k not in largest:
+                largest[k] = max((_numel(s) for s in view.shapes(i) if _is_flat(s)), default=-1)
+            if largest[k] * 4 * 64 < max(current[-1][1].bytes_written, 1):
+                continue  # a scalar conversion (aten::to of a Python number) does not break a chain
+        linked = False
+        if cost is not None and current and threads[current[-1][0]] == threads[i]:
+            pair = (sigs[i], sigs[current[-1][0]])
+            if pair not in consumes:
+                consumes[pair] = _consumes(view.shapes(i), view.shapes(current[-1][0]))
+            linked = consumes[pair]
         if cost is not None and linked:
             current.append((i, cost))
             continue
@@ -321,14 +331,7 @@ def _elementwise_costs(ctx: RankContext, view: _OpView) -> list[Any]:
     return out
 
 
-def _negligible(view: _OpView, i: int, prev_cost: Any) -> bool:
-    """An op that touches no tensor bigger than 1/64 of the chain's last output, on the same thread."""
-    shapes = [s for s in view.shapes(i) if _is_flat(s)]
-    out_bytes = max(prev_cost.bytes_written, 1)
-    return all(_numel(s) * 4 * 64 < out_bytes for s in shapes)
-
-
-def _consumes(shapes: list[Any], prev_cost: Any, prev_shapes: list[Any]) -> bool:
+def _consumes(shapes: list[Any], prev_shapes: list[Any]) -> bool:
     """The op reads a tensor the size of the previous op's output (shapes only: tensor ids are not traced)."""
     prev = _first_shape(prev_shapes)
     return prev is not None and any(isinstance(s, list) and _numel(s) == _numel(prev) for s in shapes)

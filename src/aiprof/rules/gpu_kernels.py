@@ -39,12 +39,6 @@ def _roofline(ctx: RankContext) -> Any:
     return result
 
 
-def _steady_instances(ctx: RankContext, families: tuple[str, ...]) -> list[Any]:
-    """Op calls of these families that start in the steady window."""
-    lo, hi = ctx.window
-    return list(_roofline(ctx).instances_in(lo, hi, families))
-
-
 def _compute_capability(ctx: RankContext) -> float:
     info = ctx.trace.device_info(ctx.device.device_index)
     try:
@@ -72,27 +66,45 @@ def precision(ctx: RankContext) -> list[Finding]:
     cc = _compute_capability(ctx)
     if cc < 7.0:
         return []
-    rows = [r for r in _steady_instances(ctx, ("gemm", "conv", "attention")) if r.dtype in ("fp32", "fp64")]
-    if cc >= 8.0:  # cuDNN runs FP32 convolutions as TF32 by default on Ampere+
-        rows = [r for r in rows if not (r.family == "conv" and r.dtype == "fp32")]
-    if not rows:
+    # Columnar over the roofline's calls (a big trace has 100k+ GEMM calls): which costs qualify,
+    # then each call's time and class.
+    result = _roofline(ctx)
+    calls = result.calls
+    qualifies = np.array(
+        [c.dtype in ("fp32", "fp64") and not (cc >= 8.0 and c.family == "conv" and c.dtype == "fp32")
+         for c in calls.costs] + [False],
+        dtype=bool,
+    )  # cuDNN runs FP32 convolutions as TF32 by default on Ampere+
+    lo, hi = ctx.window
+    idx = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
+    idx = idx[qualifies[calls.cost_id[idx]]]
+    if not idx.size:
         return []
-    saving = sum(r.time_ns * AMP_GAIN.get(r.bound, 0.5) for r in rows) / ctx.step_count
+    bounds = result.call_bounds
+    times = calls.time_ns[idx].tolist()
+    rows_bound = [bounds[i] for i in idx.tolist()]
+    saving = sum(t * AMP_GAIN.get(b, 0.5) for t, b in zip(times, rows_bound, strict=True)) / ctx.step_count
     if ctx.share(saving) < ctx.options.precision_share:
         return []
     time_by = Counter[str]()
-    for r in rows:
-        time_by[f"{r.name} {r.dtype} {r.input_dims}"[:120]] += r.time_ns
+    key = (calls.name[idx] * (len(calls.costs) + 1) + calls.cost_id[idx]) * (len(calls.texts) + 1) + calls.text_id[idx]
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    per_group = np.bincount(group.reshape(-1), weights=calls.time_ns[idx], minlength=len(first))
+    for g in np.argsort(first, kind="stable").tolist():  # labels in order of their first call
+        i = int(idx[first[g]])
+        label = f"{calls.strings[int(calls.name[i])]} {calls.costs[int(calls.cost_id[i])].dtype} "
+        time_by[(label + calls.texts[int(calls.text_id[i])][0])[:120]] += int(per_group[g])
     tc_kernels = ctx.kernels[ctx.trace.name_matches(ctx.kernels, _TC_KERNEL)]
-    matrix_ns = sum(r.time_ns for r in rows) / ctx.step_count
+    matrix_ns = sum(times) / ctx.step_count
+    by_bound = Counter[str]()
+    for t, b in zip(times, rows_bound, strict=True):
+        by_bound[b] += t
     evidence = {
         "fp32_matrix_ns_per_step": int(matrix_ns),
-        "fp32_matrix_ops_per_step": round(len(rows) / ctx.step_count, 1),
+        "fp32_matrix_ops_per_step": round(idx.size / ctx.step_count, 1),
         "compute_capability": cc,
         "tensor_core_kernels_per_step": round(tc_kernels.size / ctx.step_count, 1),
-        "time_by_bound_ns_per_step": {
-            b: int(sum(r.time_ns for r in rows if r.bound == b) / ctx.step_count) for b in sorted({r.bound for r in rows})
-        },
+        "time_by_bound_ns_per_step": {b: int(by_bound[b] / ctx.step_count) for b in sorted(by_bound)},
         "top_ops": [{"op": k, "ns_per_step": int(v / ctx.step_count)} for k, v in time_by.most_common(5)],
     }
     tf32 = "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high'))"
@@ -129,30 +141,30 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
     from aiprof.analysis.ops import gpu_ns_per_op
 
     gpu_total = gpu_ns_per_op(ctx.trace)[1]
-    ops = ctx.cpu_ops[np.isin(np.asarray(ctx.names(ctx.cpu_ops), dtype=object), list(_GEMM_NAMES))]
+    gemm_names = [i for i, name in enumerate(ctx.trace.strings) if name in _GEMM_NAMES]
+    ops = ctx.cpu_ops[np.isin(c.name[ctx.cpu_ops], gemm_names)]
+    ops = ops[gpu_total[ops] > 0]
     attention: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
+    # What an op's name and recorded inputs say (M, N, K, multiple, label) is worked out once per
+    # distinct (name, inputs); the calls then only add up their GPU times.
+    sig = ctx.trace.op_signatures(ops)
+    key = c.name[ops].astype(np.int64) * (ctx.trace.op_args.distinct + 1) + sig
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    shapes = [_gemm_shape(ctx, int(ops[i]), attention) for i in first.tolist()]
+    keep = np.array([s is not None for s in shapes] + [False], dtype=bool)[group]
+    ops, group = ops[keep], group[keep]
     bad: Counter[str] = Counter()
     aligned_rate: list[float] = []
     misaligned: list[tuple[int, int, int, int, float]] = []  # row, M, N, K, FLOPs
-    for row in ops.tolist():
-        inputs = ctx.trace.op_inputs(row)
-        dims = _mnk(ctx.trace.name_of(row), inputs.dims)
-        types = [str(t) for t in inputs.types]
-        if dims is None or not types or not any(t in _HALF or "Float8" in t or t == "signed char" for t in types[:3]):
-            continue
-        mult = 16 if any("Float8" in t or t == "signed char" for t in types[:3]) else 8
+    for row, g in zip(ops.tolist(), group.tolist(), strict=True):
+        m, n, k, flops, aligned, label = shapes[g]
         t = int(gpu_total[row])
-        if t <= 0:
-            continue
-        m, n, k, batch = dims
-        if (m, n) in attention or (m, k) in attention or (k, n) in attention:
-            continue  # an attention GEMM over S×S scores: the unfused_attention finding covers it
-        flops = 2.0 * float(batch * m * n * k)
-        if m % mult == 0 and n % mult == 0 and k % mult == 0:
+        if aligned:
             aligned_rate.append(flops / t)
         else:
             misaligned.append((row, m, n, k, flops))
-            bad[f"{ctx.trace.name_of(row)} M={m} N={n} K={k}"] += t
+            bad[label] += t
     if not misaligned:
         return []
     # A misaligned GEMM padded to the multiple would run at the rate the aligned GEMMs of this trace reach
@@ -193,6 +205,26 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
             severity=None if rate is not None else "info",
         )
     ]
+
+
+def _gemm_shape(
+    ctx: RankContext, row: int, attention: set[tuple[int, ...]]
+) -> tuple[int, int, int, float, bool, str] | None:
+    """(M, N, K, FLOPs, aligned, label) of a 16/8-bit GEMM call; None for other dtypes, unknown shapes
+    and attention GEMMs over S×S scores (the unfused_attention finding covers those)."""
+    name = ctx.trace.name_of(row)
+    inputs = ctx.trace.op_inputs(row)
+    dims = _mnk(name, inputs.dims)
+    types = [str(t) for t in inputs.types]
+    if dims is None or not types or not any(t in _HALF or "Float8" in t or t == "signed char" for t in types[:3]):
+        return None
+    mult = 16 if any("Float8" in t or t == "signed char" for t in types[:3]) else 8
+    m, n, k, batch = dims
+    if (m, n) in attention or (m, k) in attention or (k, n) in attention:
+        return None
+    flops = 2.0 * float(batch * m * n * k)
+    aligned = m % mult == 0 and n % mult == 0 and k % mult == 0
+    return m, n, k, flops, aligned, f"{name} M={m} N={n} K={k}"
 
 
 def _up(v: int, m: int) -> int:

@@ -1,8 +1,8 @@
 """Decoding one large trace file on several cores.
 
 The streaming reader (:mod:`aiprof.trace.stream`) cuts the decompressed text into runs of whole events
-(~1 MB each). With helpers, it keeps every few runs itself and hands the others to forked helper
-processes, each of which turns its runs into columns with its own :class:`~aiprof.trace.loader._Builder`.
+(~1 MB each). With helpers, it deals the runs round-robin to itself and to forked helper processes,
+each of which turns its runs into columns with its own :class:`~aiprof.trace.loader._Builder`.
 At the end the helpers send back what they built and :func:`absorb` merges it into the reader's builder
 so that the trace is *identical* to the one a single process builds: pieces, flows and process names
 are put back in file order (every piece carries the number of its run), and strings are renumbered in
@@ -175,12 +175,13 @@ def _read_exact(fd: int, size: int) -> bytearray:
     return out
 
 
-def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[int]) -> None:
+def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_Helper]) -> None:
     """In the helper: build columns from each run read from ``runs_fd`` (framed: run number, length,
-    text); at length 0, send the state back over ``conn``. ``inherited``: the reader's ends of the
-    helpers' pipes, closed here so that a helper sees the end of its pipe if the reader dies."""
-    for fd in inherited:
-        os.close(fd)
+    text); at length 0, send the state back over ``conn``. ``inherited``: the reader's side of the
+    helpers started before (and its own pipe's write end), closed here: if the reader dies, the helper
+    then sees the end of its pipe instead of waiting forever."""
+    for other in inherited:
+        other.forget()
     builder = _Builder(RawTrace([], TraceFile(), []), path)
     failure = ""
     while True:
@@ -230,11 +231,11 @@ class _Helper:
     never waits for a busy helper; each run is one ``write`` call (the pipe holds a whole run), during
     which the thread does not hold the GIL. Results come back over a separate connection."""
 
-    def __init__(self, context: Any, path: Path, inherited: list[int]) -> None:
+    def __init__(self, context: Any, path: Path, inherited: list[_Helper]) -> None:
         read_fd, self.fd = os.pipe()
         _widen_pipe(self.fd)
         self.conn, child = context.Pipe(duplex=False)
-        target_args = (read_fd, child, path, [*inherited, self.fd])
+        target_args = (read_fd, child, path, [*inherited, self])
         self.process = context.Process(target=_helper_main, args=target_args, daemon=True)
         self.process.start()
         os.close(read_fd)
@@ -278,6 +279,11 @@ class _Helper:
             raise WorkerError(f"helper process exited ({err or 'no result'})") from err
         return state
 
+    def forget(self) -> None:
+        """In a helper forked later: close the reader's ends of this helper's pipes (copies)."""
+        os.close(self.fd)
+        self.conn.close()
+
     def close(self) -> None:
         if self.thread.is_alive():  # not finished normally: the load is being abandoned
             self.failed = self.failed or "closed"
@@ -306,7 +312,7 @@ class Helpers:
         self.helpers: list[_Helper] = []
         try:
             for _ in range(count):
-                self.helpers.append(_Helper(context, path, [h.fd for h in self.helpers]))
+                self.helpers.append(_Helper(context, path, list(self.helpers)))
         except BaseException:
             self.close()
             raise
