@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace import links
 from aiprof.trace.model import Bool, Kind, Trace
@@ -221,7 +222,7 @@ def comm_overlap(trace: Trace) -> tuple[CommOverlap, ...]:
     comm = is_comm_kernel(trace)
     kernels = c.kind == int(Kind.KERNEL)
     out = []
-    for dev in np.unique(c.device[comm]).tolist():
+    for dev in unique(c.device[comm]).tolist():
         on_dev = kernels & (c.device == dev)
         cm, cp = on_dev & comm, on_dev & ~comm
         comm_set = iv.merge(c.ts[cm], c.ts[cm] + c.dur[cm])

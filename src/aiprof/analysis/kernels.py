@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique, setdiff
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.trace import links
@@ -174,7 +175,7 @@ def kernel_stats(
         window = tb_plugin_window(trace)
         source = "ProfilerStep (TensorBoard plugin rule)" if window else "device activity"
     devices = []
-    for dev in np.unique(c.device[rows]).tolist():
+    for dev in unique(c.device[rows]).tolist():
         dev_rows = rows[c.device[rows] == dev]
         devices.append(_device_stats(trace, int(dev), dev_rows, comm, tiny_threshold_ns, window, source))
     return KernelStats(devices=tuple(devices), tiny_threshold_ns=tiny_threshold_ns)
@@ -429,7 +430,7 @@ def _first_step_start(trace: Trace, gpu: I64, matched: Bool, step_of: I64, host_
         return host_start
     first_dev = int(c.ts[in0].min())
     all_gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_WORK_KINDS]))
-    outside = np.setdiff1d(all_gpu, gpu[matched])
+    outside = setdiff(all_gpu, gpu[matched])
     ends = c.ts[outside] + c.dur[outside]
     before = ends[ends < first_dev]
     return max(host_start, int(before.max())) if before.size else host_start

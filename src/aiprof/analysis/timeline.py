@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import StepWindow, step_windows
@@ -190,7 +191,7 @@ def _feeding_threads(trace: Trace, device: int) -> I64:
     launch = links.launcher(trace)
     gpu = np.flatnonzero((c.device == device) & (launch >= 0))
     rows = launch[gpu]
-    return np.unique(_thread_key(c.pid[rows], c.tid[rows]))
+    return unique(_thread_key(c.pid[rows], c.tid[rows]))
 
 
 def _thread_key(pid: I64, tid: I64) -> I64:
@@ -217,7 +218,7 @@ def _idle_cause_sets(
     threads = _feeding_threads(trace, device)
     host_rows = _rows_on_threads(trace, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER), threads)
     # The process(es) that feed the device: DataLoader annotations may sit on any of their threads.
-    procs = np.unique(c.pid[launch[gpu]]) if gpu.size else np.zeros(0, dtype=np.int64)
+    procs = unique(c.pid[launch[gpu]]) if gpu.size else np.zeros(0, dtype=np.int64)
     ann = np.flatnonzero((c.kind == int(Kind.USER_ANNOTATION)) & np.isin(c.pid, procs))
     data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
     sync = _sync_set(trace, host_rows, launch)
@@ -246,7 +247,7 @@ def _sync_set(trace: Trace, host_rows: I64, launch: I64) -> iv.IntervalSet:
     if syncs.size == 0:
         return iv.EMPTY
     sync_end = c.ts[syncs] + c.dur[syncs]
-    launchers = np.unique(launch[launch >= 0])
+    launchers = unique(launch[launch >= 0])
     launch_key = _thread_key(c.pid[launchers], c.tid[launchers])
     order = np.lexsort((c.ts[launchers], launch_key))
     keys, times = launch_key[order], c.ts[launchers][order]

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, op_cost
 from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
 from aiprof.trace import links
@@ -396,7 +397,7 @@ class _Costs:
         rows, sig = rows[sig >= 0], sig[sig >= 0]
         names = c.name[rows].astype(np.int64)
         store = self.trace.op_args
-        used = np.unique(sig)
+        used = unique(sig)
         is_list_sig = np.zeros(store.distinct, dtype=bool)
         is_list_sig[used] = [b"TensorList" in store.text(k) for k in used.tolist()]
         hints = self.hints
@@ -612,7 +613,7 @@ def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) 
     real = ops >= 0
     safe = np.maximum(ops, 0)
     sig = np.where(real, trace.op_signatures(ops), -1)
-    used = np.unique(sig)
+    used = unique(sig)
     texts: list[tuple[str, str, str]] = []
     text_index: dict[tuple[str, str, str], int] = {}
     slot = np.zeros(trace.op_args.distinct + 1, dtype=np.int64)  # the last slot: no recorded inputs (-1)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.analysis.run import RankAnalysis
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
 from aiprof.rules.finding import Finding
@@ -155,7 +156,7 @@ class RankContext:
         c = self.trace.columns
         py = self.python_rows
         out: dict[int, tuple[I64, I64, I64]] = {}
-        for tid in np.unique(c.tid[py]).tolist():
+        for tid in unique(c.tid[py]).tolist():
             rows = py[c.tid[py] == tid]  # rows are in time order
             out[tid] = (c.ts[rows], c.ts[rows] + c.dur[rows], rows)
         return out

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.trace import links
@@ -315,7 +316,7 @@ def _elementwise_costs(ctx: RankContext, view: _OpView) -> list[Any]:
     trace, rows = ctx.trace, view.rows
     out: list[Any] = [None] * len(rows)
     names = trace.columns.name[rows].astype(np.int64)
-    wanted = [n for n in np.unique(names).tolist() if split_name(trace.strings[n])[0] in UNARY | BINARY]
+    wanted = [n for n in unique(names).tolist() if split_name(trace.strings[n])[0] in UNARY | BINARY]
     cand = np.flatnonzero(np.isin(names, wanted))
     if not cand.size:
         return out

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
@@ -385,7 +386,7 @@ def _span_and_busy(ctx: RankContext, spans: I64) -> tuple[float, float]:
             return 0.0, 0.0
         owner = np.searchsorted(np.sort(c.ts[spans]), c.ts[ctx.issuing_op[mine]], side="right") - 1
         extent = 0.0
-        for o in np.unique(owner).tolist():
+        for o in unique(owner).tolist():
             sel = mine[owner == o]
             extent += float((c.ts[sel] + c.dur[sel]).max() - c.ts[sel].min())
         return extent, float(iv.total(iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])))

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text, top_ops
@@ -277,7 +278,7 @@ def _sync_calls(ctx: RankContext) -> I64:
 def _callers(ctx: RankContext, calls: I64) -> I64:
     """The CPU ops that issued runtime calls (aten::item → cudaMemcpyAsync + cudaStreamSynchronize)."""
     ops = links.issuing_op(ctx.trace)[calls]
-    found: I64 = np.unique(ops[ops >= 0])
+    found: I64 = unique(ops[ops >= 0])
     return found
 
 

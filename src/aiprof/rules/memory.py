@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
@@ -92,7 +93,7 @@ def _bandwidth(ctx: RankContext, rows: I64) -> float | None:
 
 def _issuers(ctx: RankContext, rows: I64) -> I64:
     ops = ctx.issuing_op[rows]
-    found: I64 = np.unique(ops[ops >= 0])
+    found: I64 = unique(ops[ops >= 0])
     return found
 
 
@@ -182,7 +183,7 @@ def _host_callers(ctx: RankContext, calls: I64) -> I64:
     from aiprof.trace import links
 
     ops = links.issuing_op(ctx.trace)[calls]
-    found: I64 = np.unique(ops[ops >= 0])
+    found: I64 = unique(ops[ops >= 0])
     return found
 
 

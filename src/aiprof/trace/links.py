@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiprof.arrays import unique, unique_pairs
 from aiprof.trace.model import I64, Kind, Trace
 
 LAUNCH_KINDS = (Kind.RUNTIME, Kind.DRIVER)
@@ -101,7 +102,7 @@ def _build_parent(trace: Trace) -> I64:
     parent_end = end[np.maximum(parent_pos, 0)]
     bad = (parent_pos == _ORPHAN) | ((parent_pos >= 0) & ((parent_end < end) | (parent_end <= start)))
     if bad.any():
-        for t in np.unique(thread[bad]).tolist():
+        for t in unique(thread[bad]).tolist():
             sel = np.flatnonzero(thread == t)
             _restack_bad_segments(parent_pos, sel, start[sel], end[sel], bad[sel])
     has = parent_pos >= 0
@@ -159,7 +160,7 @@ def _restack_bad_segments(parent_pos: I64, sel: I64, start: I64, end: I64, bad: 
     boundary[1:] = prev_max[:-1] <= start[1:]
     segment = np.cumsum(boundary) - 1
     bounds = np.flatnonzero(boundary).tolist() + [int(start.shape[0])]
-    for seg in np.unique(segment[bad]).tolist():
+    for seg in unique(segment[bad]).tolist():
         lo, hi = bounds[seg], bounds[seg + 1]
         parent_pos[sel[lo:hi]] = _parents_by_stack(start[lo:hi], end[lo:hi], offset=int(sel[lo]))
 
@@ -278,7 +279,7 @@ def _forward_by_sequence(trace: Trace, fwd: I64, bwd: I64) -> I64:
     last = np.append(key[1:] != key[:-1], True)
     creators, ckey = fwd[last], key[last]
     result = np.full(bwd.size, -1, dtype=np.int64)
-    for fwd_tid in np.unique(c.fwd_tid[bwd]).tolist():
+    for fwd_tid in unique(c.fwd_tid[bwd]).tolist():
         sel = np.flatnonzero(c.fwd_tid[bwd] == fwd_tid)
         best = np.full(sel.size, -1, dtype=np.int64)
         best_hits = 0
@@ -295,8 +296,7 @@ def _forward_by_sequence(trace: Trace, fwd: I64, bwd: I64) -> I64:
 
 def _forward_threads(trace: Trace, rows: I64) -> list[tuple[int, int]]:
     c = trace.columns
-    pairs = np.unique(np.stack((c.pid[rows], c.tid[rows]), axis=1), axis=0)
-    return [(int(p), int(t)) for p, t in pairs.tolist()]
+    return unique_pairs(c.pid[rows], c.tid[rows])
 
 
 def _lookup(

@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 import numpy as np
+
+from aiprof.arrays import unique
 import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
@@ -240,7 +242,7 @@ class Trace:
         cached: list[int] | None = self.cache.get("device_ids")
         if cached is None:
             rows = self.rows_of(*GPU_WORK_KINDS)
-            cached = sorted({int(d) for d in np.unique(self.columns.device[rows])})
+            cached = sorted({int(d) for d in unique(self.columns.device[rows])})
             self.cache["device_ids"] = cached
         return list(cached)
 

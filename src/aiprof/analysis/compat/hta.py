@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof.arrays import unique
 from aiprof.trace.model import Kind, Trace
 
 I64 = npt.NDArray[np.int64]
@@ -128,7 +129,7 @@ def hta_temporal_breakdown(trace: Trace) -> HtaBreakdown:
     is_gpu = ((stream >= 0) & (corr >= 0)) | np.isin(names, np.array([i for i in sync_ids if i >= 0], dtype=np.int32))
 
     step_name = _name_mask(trace, lambda s: "ProfilerStep" in s)
-    distinct_steps = int(step_name[np.unique(names)].sum()) if len(step_name) else 0
+    distinct_steps = int(step_name[unique(names)].sum()) if len(step_name) else 0
     filtered = distinct_steps > 1
     if filtered:
         host_steps = ~is_gpu & step_name[names]
@@ -136,7 +137,7 @@ def hta_temporal_breakdown(trace: Trace) -> HtaBreakdown:
             return _empty(True)
         last_start = int(start[host_steps].max())
         keep_host = ~is_gpu & (start < last_start)
-        kept_corr = np.unique(corr[keep_host])
+        kept_corr = unique(corr[keep_host])
         keep = keep_host | (is_gpu & np.isin(corr, kept_corr))
     else:
         keep = np.ones(rows.size, dtype=bool)

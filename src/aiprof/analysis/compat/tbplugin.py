@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
 
@@ -225,7 +226,7 @@ def tbplugin_overview(trace: Trace, *, strict: bool = True) -> TbOverview:
     comm_ops = (hostish | (types == _PYTHON)) & collective & ~is_step
     dataloader = hostish & ~is_step & _string_mask(trace, lambda s: _DATALOADER.search(s) is not None)[names]
     cpu_op = (hostish | (types == _PYTHON)) & ~is_step & ~dataloader & ~comm_ops
-    comm_ext = np.unique(c.external_id[comm_ops & (c.external_id >= 0)])
+    comm_ext = unique(c.external_id[comm_ops & (c.external_id >= 0)])
     kernel = types == _KERNEL
     comm_kernel = kernel & np.isin(c.external_id, comm_ext) & (c.external_id >= 0)
 
@@ -287,7 +288,7 @@ def _gpu_utilization(trace: Trace, kernel: Bool, lo: int, hi: int) -> dict[int, 
         return {}
     c = trace.columns
     out: dict[int, float] = {}
-    for dev in np.unique(c.device[kernel]):
+    for dev in unique(c.device[kernel]):
         rows = kernel & (c.device == dev)
         busy = iv.clip(iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows]), lo, hi)
         out[int(dev)] = iv.total(busy) / (hi - lo)

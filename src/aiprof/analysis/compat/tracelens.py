@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
 
@@ -75,7 +76,7 @@ def _linked(trace: Trace, rows: npt.NDArray[np.int64]) -> Bool:
     host = np.isin(c.kind, np.array([int(Kind.RUNTIME), int(Kind.DRIVER)], dtype=np.int8))
     if not host.any():
         return np.ones(rows.size, dtype=bool)
-    launch_corr = np.unique(c.correlation[host])
+    launch_corr = unique(c.correlation[host])
     corr = c.correlation[rows]
     return (corr >= 0) & np.isin(corr, launch_corr)
 

@@ -1,0 +1,21 @@
+"""aiprof.arrays gives exactly what the NumPy functions it replaces give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aiprof.arrays import setdiff, unique, unique_pairs
+
+
+@pytest.mark.parametrize("size, distinct", [(0, 1), (1, 1), (7, 3), (10_000, 50), (10_000, 9_000)])
+def test_same_as_numpy(size: int, distinct: int) -> None:
+    rng = np.random.default_rng(size + distinct)
+    values = rng.integers(-distinct, distinct, size).astype(np.int64)
+    other = rng.integers(-distinct, distinct, size // 3).astype(np.int64)
+    assert np.array_equal(unique(values), np.unique(values))
+    assert unique(values).dtype == values.dtype
+    assert np.array_equal(setdiff(values, other), np.setdiff1d(values, other))
+    assert np.array_equal(unique(values > 0), np.unique(values > 0))
+    pairs = np.unique(np.stack((values, values % 5), axis=1), axis=0) if size else np.zeros((0, 2), np.int64)
+    assert unique_pairs(values, values % 5) == [tuple(p) for p in pairs.tolist()]
