@@ -121,7 +121,8 @@ class _Calls:
     costs: list[OpCost]
     texts: list[tuple[str, str, str]]
     strings: list[str]
-    forward: dict[int, str]
+    forward_id: I64  # index into ``forward`` (-1: not inside a backward node)
+    forward: list[str]  # ``name [input dims]`` of forward ops
 
     def __len__(self) -> int:
         return int(self.op.shape[0])
@@ -131,7 +132,8 @@ class _Calls:
         if op < 0:
             return RooflineRow(NO_OP, "", "", "", 1, time_ns, 0, 0, 0, None, None, None, "unmodelled")
         dims, types, concrete = self.texts[int(self.text_id[i])]
-        name, ts, forward = self.strings[int(self.name[i])], int(self.ts_ns[i]), self.forward.get(op)
+        k = int(self.forward_id[i])
+        name, ts, forward = self.strings[int(self.name[i])], int(self.ts_ns[i]), self.forward[k] if k >= 0 else None
         k = int(self.cost_id[i])
         if k < 0:
             out = RooflineRow(name, dims, types, concrete, 1, time_ns, 0, 0, 0, None, None, None, "unmodelled",
@@ -593,18 +595,21 @@ def _input_texts(trace: Trace, row: int) -> tuple[str, str, str]:
     return texts
 
 
-def _forward_labels(trace: Trace, ops: I64) -> dict[int, str]:
-    """For ops inside a backward autograd node: ``name [input dims]`` of the forward op."""
+def _forward_labels(trace: Trace, ops: I64) -> tuple[I64, list[str]]:
+    """For ops inside a backward autograd node: ``name [input dims]`` of the forward op, as an index per op
+    into a list of labels (-1: none), made once per distinct forward (name, recorded inputs)."""
+    ids = np.full(ops.shape, -1, dtype=np.int64)
     if not ops.size:
-        return {}
+        return ids, []
     fwd = links.forward_of(trace)
-    par = links.parent(trace)
-    node = _climb(par, ops, fwd >= 0)
-    found = node >= 0
-    out: dict[int, str] = {}
-    for op, f in zip(ops[found].tolist(), fwd[node[found]].tolist(), strict=True):
-        out[op] = f"{trace.name_of(f)} {_input_texts(trace, f)[0]}"
-    return out
+    node = _climb(links.parent(trace), ops, fwd >= 0)
+    found = np.flatnonzero(node >= 0)
+    forward = fwd[node[found]]
+    key = trace.columns.name[forward].astype(np.int64) * (trace.op_args.distinct + 1) + trace.op_signatures(forward)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    labels = [f"{trace.name_of(f)} {_input_texts(trace, f)[0]}" for f in forward[first].tolist()]
+    ids[found] = inverse.reshape(-1)
+    return ids, labels
 
 
 def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) -> _Calls:
@@ -624,6 +629,8 @@ def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) 
         if slot[k] == len(texts):
             texts.append(found)
     cost_id = np.where(real & leaf[safe], costs.cid[safe], -1)
+    forward_id = np.full(ops.shape, -1, dtype=np.int64)
+    forward_id[real], forward = _forward_labels(trace, ops[real])
     return _Calls(
         op=ops,
         time_ns=times,
@@ -634,7 +641,8 @@ def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) 
         costs=costs.table,
         texts=texts,
         strings=trace.strings,
-        forward=_forward_labels(trace, ops[real]),
+        forward_id=forward_id,
+        forward=forward,
     )
 
 
