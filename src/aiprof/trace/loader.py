@@ -403,7 +403,8 @@ class _Piece:
     cols: dict[str, npt.NDArray[Any]]
     run: int = 0  # which run of events (in file order) it came from
     op_rows: list[int] = field(default_factory=list)  # rows within the piece
-    op_chunks: list[bytes] = field(default_factory=list)
+    op_keys: list[int] = field(default_factory=list)  # per op row: index into op_texts
+    op_texts: list[bytes] = field(default_factory=list)  # the piece's distinct canonical op inputs
     comm_rows: list[int] = field(default_factory=list)
     comm_chunks: list[bytes] = field(default_factory=list)
     stacks: dict[int, str] = field(default_factory=dict)
@@ -641,7 +642,10 @@ class _Builder:
         cols["python_parent_id"][rows] = _column(args, "python_parent_id")
         with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
         piece.op_rows = with_dims
-        piece.op_chunks = _canonical_shapes([events[i].args for i in with_dims])
+        distinct: dict[bytes, int] = {}
+        add = distinct.setdefault
+        piece.op_keys = [add(text, len(distinct)) for text in _canonical_shapes([events[i].args for i in with_dims])]
+        piece.op_texts = list(distinct)
         comm = [i for i, a in zip(index, args) if a.collective_name is not None or names[i] == "record_param_comms"]
         piece.comm_rows += comm
         piece.comm_chunks += [bytes(events[i].args) for i in comm]
@@ -699,10 +703,16 @@ class _Builder:
         self.piece_sizes = [len(p.cols["ts"]) for p in self.pieces]
         order = np.argsort(np.concatenate([p.cols["ts"] for p in self.pieces]), kind="stable")
         sorted_columns: dict[str, npt.NDArray[Any]] = {}
+        # The pieces are joined into one scratch buffer reused for every column (fresh memory for each
+        # join would be page-faulted in each time: ~0.2 s for a million rows of 25 columns).
+        scratch = np.empty(len(order) * 8, dtype=np.uint8)
         for name in Columns.__dataclass_fields__:
-            merged = np.concatenate([p.cols.pop(name) for p in self.pieces])
+            parts = [p.cols.pop(name) for p in self.pieces]
+            merged = scratch[: len(order) * parts[0].dtype.itemsize].view(parts[0].dtype)
+            np.concatenate(parts, out=merged)
+            del parts
             sorted_columns[name] = merged[order]
-            del merged
+        del scratch, merged
         columns = Columns(**sorted_columns)
         del sorted_columns
         inverse = np.empty_like(order)
@@ -735,24 +745,29 @@ class _Builder:
         )
 
     def _side_tables(self, inverse: I64) -> tuple[ArgsStore, ArgsStore, dict[int, str]]:
-        op_rows: list[int] = []
-        op_chunks: list[bytes] = []
+        op_rows: list[I64] = []
+        op_keys: list[I64] = []
+        texts: dict[bytes, int] = {}
         comm_rows: list[int] = []
         comm_chunks: list[bytes] = []
         stacks: dict[int, str] = {}
         start = 0
         for piece, size in zip(self.pieces, self.piece_sizes, strict=True):
-            op_rows += [start + r for r in piece.op_rows]
-            op_chunks += piece.op_chunks
+            # Distinct texts are numbered in file order; each piece's keys map onto them.
+            ids = np.fromiter((texts.setdefault(t, len(texts)) for t in piece.op_texts), np.int64, len(piece.op_texts))
+            op_rows.append(np.asarray(piece.op_rows, dtype=np.int64) + start)
+            op_keys.append(ids[np.asarray(piece.op_keys, dtype=np.int64)] if len(ids) else np.zeros(0, np.int64))
             comm_rows += [start + r for r in piece.comm_rows]
             comm_chunks += piece.comm_chunks
             stacks.update((start + r, text) for r, text in piece.stacks.items())
             start += size
         self.pieces = []
-        remap = inverse.tolist()
-        op = ArgsStore.build([remap[r] for r in op_rows], op_chunks)
-        comm = ArgsStore.build([remap[r] for r in comm_rows], comm_chunks)
-        return op, comm, {remap[r]: text for r, text in stacks.items()}
+        none = np.zeros(0, dtype=np.int64)
+        rows = inverse[np.concatenate(op_rows)] if op_rows else none
+        op = ArgsStore.from_keys(rows, np.concatenate(op_keys) if op_keys else none, list(texts))
+        comm = ArgsStore.build(inverse[np.asarray(comm_rows, dtype=np.int64)].tolist(), comm_chunks)
+        stack_rows = inverse[np.fromiter(stacks, dtype=np.int64, count=len(stacks))].tolist()
+        return op, comm, dict(zip(stack_rows, stacks.values(), strict=True))
 
     def _names(self) -> tuple[dict[int, str], dict[tuple[int, int], str]]:
         keys = list(self.meta)

@@ -432,6 +432,14 @@ class ArgsStore:
         ends = np.cumsum(lengths)
         return ArgsStore(sorted_rows, keys, ends - lengths, ends, b"".join(unique))
 
+    @staticmethod
+    def from_keys(rows: I64, keys: I64, texts: list[bytes]) -> ArgsStore:
+        """From rows (any order), each row's index into ``texts``, and the distinct texts."""
+        order = np.argsort(rows, kind="stable")
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        ends = np.cumsum(lengths)
+        return ArgsStore(rows[order], keys[order], ends - lengths, ends, b"".join(texts))
+
     def __len__(self) -> int:
         return int(self.rows.shape[0])
 
