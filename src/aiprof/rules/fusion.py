@@ -281,9 +281,17 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     consumes: dict[tuple[int, int], bool] = {}  # (signature, previous op's signature) → _consumes
     chains: list[list[tuple[int, Any]]] = []
     current: list[tuple[int, Any]] = []
-    for i, cost in enumerate(costs):
-        if cost is None and not current:
-            continue
+    costed = [i for i, cost in enumerate(costs) if cost is not None]
+    at = 0  # position in ``costed`` of the next costed op
+    i = -1
+    while True:
+        # With no chain open, only costed ops matter: jump to the next one.
+        i = i + 1 if current else (costed[at] if at < len(costed) else len(costs))
+        if i >= len(costs):
+            break
+        if at < len(costed) and costed[at] == i:
+            at += 1
+        cost = costs[i]
         if cost is None:
             k = sigs[i]
             if k not in largest:
