@@ -40,3 +40,15 @@ def unique_pairs(first: npt.NDArray[Any], second: npt.NDArray[Any]) -> list[tupl
     keep = np.ones(a.shape, dtype=bool)
     keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
     return list(zip(a[keep].tolist(), b[keep].tolist(), strict=True))
+
+
+def median(values: npt.ArrayLike) -> float:
+    """``float(np.median(values))`` for a 1-D array without NaN, without importing ``numpy.ma`` (which
+    ``np.median`` does on first use: 13 ms of a ~0.7 s run). NaN for an empty array."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    n = ordered.size
+    if n == 0:
+        return float("nan")
+    if n % 2:
+        return float(ordered[n // 2])
+    return (float(ordered[n // 2 - 1]) + float(ordered[n // 2])) / 2.0

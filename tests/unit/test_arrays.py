@@ -19,3 +19,11 @@ def test_same_as_numpy(size: int, distinct: int) -> None:
     assert np.array_equal(unique(values > 0), np.unique(values > 0))
     pairs = np.unique(np.stack((values, values % 5), axis=1), axis=0) if size else np.zeros((0, 2), np.int64)
     assert unique_pairs(values, values % 5) == [tuple(p) for p in pairs.tolist()]
+
+
+@pytest.mark.parametrize("values", [[3], [1, 2], [5, 1, 4, 2], [2.5, -1.0, 7.25], list(range(1001))])
+def test_median_same_as_numpy(values: list[float]) -> None:
+    from aiprof.arrays import median
+
+    assert median(values) == float(np.median(values))
+    assert median(np.asarray(values)) == float(np.median(np.asarray(values)))

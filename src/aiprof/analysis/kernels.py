@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique, setdiff
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
@@ -244,7 +245,7 @@ def _num_sms(trace: Trace, dev: int, rows: I64) -> tuple[int | None, str]:
     bps, grid = c.blocks_per_sm[rows].astype(np.float64), c.grid[rows]
     ok = np.isfinite(bps) & (bps > 0) & (grid > 0)
     if ok.any():
-        return int(round(float(np.median(grid[ok] / bps[ok])))), "inferred from Kineto blocks per SM"
+        return int(round(float(arrays.median(grid[ok] / bps[ok])))), "inferred from Kineto blocks per SM"
     return None, "unknown"
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
@@ -178,7 +179,7 @@ def totals_of(steps: list[StepAccount]) -> dict[str, Any]:
         "steps": len(steps),
         "duration_ns": duration,
         "mean_step_ns": duration // len(steps) if steps else 0,
-        "median_step_ns": int(np.median([s.duration_ns for s in steps])) if steps else 0,
+        "median_step_ns": int(arrays.median([s.duration_ns for s in steps])) if steps else 0,
         "breakdown_ns": breakdown,
         "idle_causes_ns": causes,
         "gpu_utilization": busy / duration if duration else 0.0,

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis.run import RankAnalysis
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
@@ -51,7 +52,7 @@ class RankContext:
 
     @cached_property
     def median_step_ns(self) -> float:
-        return float(np.median([s.duration_ns for s in self.steps])) if self.steps else 0.0
+        return float(arrays.median([s.duration_ns for s in self.steps])) if self.steps else 0.0
 
     def per_step(self, key: str, name: str) -> float:
         """Mean per steady step of a breakdown bucket (``breakdown_ns``) or idle cause (``idle_causes_ns``)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -379,7 +380,7 @@ def _fusion_finding(
             lines[line] += 1
     # The median step: a chain's time swings with page faults and preemption from step to step, and a
     # fused kernel does not remove those.
-    saving = float(np.median(per_step))
+    saving = float(arrays.median(per_step))
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
     evidence: dict[str, Any] = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -170,7 +171,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
         return []
     # A misaligned GEMM padded to the multiple would run at the rate the aligned GEMMs of this trace reach
     # (FLOP per ns).
-    rate = float(np.median(aligned_rate)) if aligned_rate else None
+    rate = float(arrays.median(aligned_rate)) if aligned_rate else None
     saving = 0.0
     for row, m, n, k, flops in misaligned:
         gpu_ns = float(gpu_total[row])
@@ -278,7 +279,7 @@ def launch_config(ctx: RankContext) -> list[Finding]:
         "sm_count": sms,
         "small_grid_kernels_per_step": round(small.size / ctx.step_count, 1),
         "small_grid_ns_per_step": int(dur.sum() / ctx.step_count),
-        "median_grid_blocks": int(np.median(grid)) if grid.size else 0,
+        "median_grid_blocks": int(arrays.median(grid)) if grid.size else 0,
         "low_occupancy_kernels_per_step": round(low_occ.size / ctx.step_count, 1),
         "low_occupancy_threshold_pct": ctx.options.occupancy_lt_pct,
         "top_small_grid_kernels": top_ops(ctx, small, 4),

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext
@@ -197,8 +198,8 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
         "kernels_per_step": round(k.size / ctx.step_count, 1),
         "tiny_kernels_per_step": round(tiny.size / ctx.step_count, 1),
         "tiny_kernel_threshold_ns": ctx.options.tiny_kernel_ns,
-        "median_kernel_ns": int(np.median(c.dur[k])) if k.size else 0,
-        "median_launch_call_ns": int(np.median(c.dur[launches])) if launches.size else 0,
+        "median_kernel_ns": int(arrays.median(c.dur[k])) if k.size else 0,
+        "median_launch_call_ns": int(arrays.median(c.dur[launches])) if launches.size else 0,
         "top_tiny_kernels": top_ops(ctx, tiny, 3),
     }
     return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
@@ -18,8 +19,8 @@ def step_variance(ctx: RankContext) -> list[Finding]:
     durations = np.array([s.duration_ns for s in ctx.steps], dtype=np.float64)
     if durations.size < 3:
         return []
-    median = float(np.median(durations))
-    mad = float(np.median(np.abs(durations - median))) * 1.4826  # robust sigma
+    median = float(arrays.median(durations))
+    mad = float(arrays.median(np.abs(durations - median))) * 1.4826  # robust sigma
     limit = max(median * ctx.options.step_outlier_ratio, median + ctx.options.step_outlier_sigma * mad)
     outliers = np.flatnonzero(durations > limit)
     if outliers.size == 0:
