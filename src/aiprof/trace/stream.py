@@ -83,6 +83,22 @@ def _pieces(path: Path) -> Iterator[bytes]:
                     raise _Fallback  # truncated: the whole-file path salvages it with a warning
 
 
+def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
+    """Positions of the last ``limit`` candidate cuts (``}`` then ``,`` then ``{``) at or after ``lo``,
+    last first: a backward scan over ``}`` that stops as soon as it has enough (a forward regex scan of
+    the window found thousands per call)."""
+    found: list[int] = []
+    end = len(buf)
+    while len(found) < limit:
+        pos = buf.rfind(b"}", lo, end)
+        if pos < 0:
+            break
+        if _CUT.match(buf, pos):
+            found.append(pos)
+        end = pos
+    return found
+
+
 class _Stream:
     def __init__(self, path: Path, workers: int = 0) -> None:
         self.path = path
@@ -143,8 +159,7 @@ class _Stream:
         # Look near the end first (cheap); if nothing there decodes, anywhere in the buffer. With no
         # usable cut at all (one giant event), keep reading: the end of the array is handled anyway.
         for window_start in (max(1, len(self.buf) - max(CHUNK_BYTES // 4, 1 << 16)), 1):
-            cuts = [m.start() for m in _CUT.finditer(self.buf, window_start)]
-            for cut in reversed(cuts[-MAX_CANDIDATES:]):
+            for cut in _last_cuts(self.buf, window_start, MAX_CANDIDATES):
                 if self._decode_in_place(cut + 1):
                     comma = self.buf.index(b",", cut)
                     del self.buf[1 : comma + 1]
