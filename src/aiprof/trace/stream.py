@@ -162,7 +162,10 @@ class _Stream:
             for cut in _last_cuts(self.buf, window_start, MAX_CANDIDATES):
                 if self._decode_in_place(cut + 1):
                     comma = self.buf.index(b",", cut)
-                    del self.buf[1 : comma + 1]
+                    # Drop the decoded run: deleting from the front is O(1) for a bytearray (a slice
+                    # after the "[" would move and shrink the buffer every time); the comma becomes "[".
+                    del self.buf[:comma]
+                    self.buf[0] = ord("[")
                     return
             if window_start == 1:
                 return
