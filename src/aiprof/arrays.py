@@ -27,8 +27,22 @@ def unique(values: npt.ArrayLike) -> npt.NDArray[Any]:
 
 def setdiff(values: npt.ArrayLike, remove: npt.ArrayLike) -> npt.NDArray[Any]:
     """Sorted distinct values of ``values`` that are not in ``remove`` (``np.setdiff1d``)."""
-    distinct = unique(values)
-    return distinct[~np.isin(distinct, np.asarray(remove))]
+    distinct, gone = unique(values), unique(remove)
+    return distinct[~_member(distinct, gone)]
+
+
+def isin(values: npt.NDArray[Any], candidates: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """``np.isin(values, candidates)`` for integer arrays, by binary search (``np.isin`` sorts with a
+    plain ``np.unique`` when the values span a wide range, which hashes and imports ``numpy.ma``)."""
+    return _member(np.asarray(values), unique(candidates))
+
+
+def _member(values: npt.NDArray[Any], sorted_distinct: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    if sorted_distinct.size == 0:
+        return np.zeros(values.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_distinct, values), sorted_distinct.size - 1)
+    found: npt.NDArray[np.bool_] = sorted_distinct[pos] == values
+    return found
 
 
 def unique_pairs(first: npt.NDArray[Any], second: npt.NDArray[Any]) -> list[tuple[int, int]]:

@@ -27,3 +27,14 @@ def test_median_same_as_numpy(values: list[float]) -> None:
 
     assert median(values) == float(np.median(values))
     assert median(np.asarray(values)) == float(np.median(np.asarray(values)))
+
+
+def test_isin_same_as_numpy() -> None:
+    from aiprof.arrays import isin
+
+    rng = np.random.default_rng(7)
+    values = rng.integers(-(10**12), 10**12, 5000)
+    candidates = np.concatenate((values[::7], rng.integers(-(10**12), 10**12, 100)))
+    assert np.array_equal(isin(values, candidates), np.isin(values, candidates))
+    assert np.array_equal(isin(values, []), np.isin(values, np.array([], dtype=np.int64)))
+    assert isin(values.reshape(50, 100), candidates).shape == (50, 100)

@@ -202,7 +202,7 @@ def _thread_key(pid: I64, tid: I64) -> I64:
 def _rows_on_threads(trace: Trace, kinds: tuple[Kind, ...], threads: I64) -> I64:
     c = trace.columns
     rows = np.flatnonzero(np.isin(c.kind, [int(k) for k in kinds]))
-    return rows[np.isin(_thread_key(c.pid[rows], c.tid[rows]), threads)]
+    return rows[arrays.isin(_thread_key(c.pid[rows], c.tid[rows]), threads)]
 
 
 def _idle_cause_sets(

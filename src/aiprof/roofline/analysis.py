@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, op_cost
 from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
@@ -403,7 +404,7 @@ class _Costs:
         is_list_sig = np.zeros(store.distinct, dtype=bool)
         is_list_sig[used] = [b"TensorList" in store.text(k) for k in used.tolist()]
         hints = self.hints
-        hinted = np.isin(rows, np.fromiter(hints, dtype=np.int64, count=len(hints))) if hints else np.zeros(len(rows), bool)
+        hinted = arrays.isin(rows, np.fromiter(hints, dtype=np.int64, count=len(hints))) if hints else np.zeros(len(rows), bool)
         pair = names * (store.distinct + 1) + sig
         for list_pass in (False, True):
             if list_pass:

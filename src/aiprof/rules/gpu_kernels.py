@@ -368,7 +368,7 @@ def _outermost(ctx: RankContext, ops: I64) -> I64:
     from aiprof.trace import links
 
     par = links.parent(ctx.trace)[ops]
-    kept: I64 = ops[~np.isin(par, ops)]
+    kept: I64 = ops[~arrays.isin(par, ops)]
     return kept
 
 

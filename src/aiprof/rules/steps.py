@@ -68,7 +68,7 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
     c = ctx.trace.columns
     corr = c.correlation[graphs]
     gpu = ctx.trace.rows_of(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-    linked = np.isin(c.correlation[gpu], corr[corr >= 0])
+    linked = arrays.isin(c.correlation[gpu], corr[corr >= 0])
     per_launch = linked.sum() / graphs.size
     evidence = {
         "graph_launches": int(graphs.size),

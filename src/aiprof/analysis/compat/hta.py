@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.trace.model import Kind, Trace
 
@@ -138,7 +139,7 @@ def hta_temporal_breakdown(trace: Trace) -> HtaBreakdown:
         last_start = int(start[host_steps].max())
         keep_host = ~is_gpu & (start < last_start)
         kept_corr = unique(corr[keep_host])
-        keep = keep_host | (is_gpu & np.isin(corr, kept_corr))
+        keep = keep_host | (is_gpu & arrays.isin(corr, kept_corr))
     else:
         keep = np.ones(rows.size, dtype=bool)
     device = keep & (stream != -1)

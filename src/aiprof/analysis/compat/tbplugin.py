@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
@@ -228,7 +229,7 @@ def tbplugin_overview(trace: Trace, *, strict: bool = True) -> TbOverview:
     cpu_op = (hostish | (types == _PYTHON)) & ~is_step & ~dataloader & ~comm_ops
     comm_ext = unique(c.external_id[comm_ops & (c.external_id >= 0)])
     kernel = types == _KERNEL
-    comm_kernel = kernel & np.isin(c.external_id, comm_ext) & (c.external_id >= 0)
+    comm_kernel = kernel & arrays.isin(c.external_id, comm_ext) & (c.external_id >= 0)
 
     if is_step.any():
         step_rows = np.flatnonzero(is_step)

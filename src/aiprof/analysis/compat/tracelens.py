@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
@@ -78,7 +79,7 @@ def _linked(trace: Trace, rows: npt.NDArray[np.int64]) -> Bool:
         return np.ones(rows.size, dtype=bool)
     launch_corr = unique(c.correlation[host])
     corr = c.correlation[rows]
-    return (corr >= 0) & np.isin(corr, launch_corr)
+    return (corr >= 0) & arrays.isin(corr, launch_corr)
 
 
 def _ms(ns: int) -> float:
