@@ -134,7 +134,16 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
     if not scores:
         return []
     ctx.extras["_attention_scores"] = {tuple(sc[-2:]) for sc in scores}  # tensor_core_alignment skips these
-    shaped = [i for i, n in enumerate(names) if n not in _GEMM and _touches(view.shapes(i), scores)]
+    sigs = ctx.trace.op_signatures(view.rows).tolist()
+    touches: dict[int, bool] = {}  # per signature: whether an input has a score shape
+    shaped = []
+    for i, n in enumerate(names):
+        if n in _GEMM:
+            continue
+        if sigs[i] not in touches:
+            touches[sigs[i]] = _touches(view.shapes(i), scores)
+        if touches[sigs[i]]:
+            shaped.append(i)
     gemms = [i for i, n in enumerate(names) if n in _GEMM and _attention_gemm(view, i, n, scores)]
     t_attn = float(view.time_ns[shaped + gemms].sum())
     training = any(names[i] == "aten::_softmax_backward_data" for i in shaped)
@@ -204,18 +213,22 @@ def _attention_gemm(view: _OpView, i: int, name: str, scores: Counter[tuple[int,
 def _gemm_rate(ctx: RankContext, view: _OpView, names: list[str], exclude: set[int]) -> tuple[float | None, str]:
     """FLOP/ns of the fastest GEMM group (name + shapes, ≥ 10 MFLOP per call) outside the attention:
     what a fused attention kernel can be expected to reach on this device."""
-    from aiprof.roofline.cost import op_cost
+    from aiprof.roofline.analysis import cached_op_cost
 
     groups: dict[tuple[str, str], list[float]] = {}
+    dims_text: dict[int, str] = {}  # per signature
+    sigs = ctx.trace.op_signatures(view.rows).tolist()
     for i, name in enumerate(names):
         if name not in _GEMM and name not in ("aten::linear", "aten::addmm") or i in exclude:
             continue
-        inputs = ctx.trace.op_inputs(int(view.rows[i]))
-        cost = op_cost(name, inputs.dims, inputs.types, inputs.concrete)
+        row = int(view.rows[i])
+        cost = cached_op_cost(ctx.trace, row)  # op_cost of the recorded inputs, once per signature
         t = float(view.time_ns[i])
         if cost is None or cost.flops < 10_000_000 or t <= 0:
             continue
-        acc = groups.setdefault((name, str(inputs.dims)), [0.0, 0.0])
+        if sigs[i] not in dims_text:
+            dims_text[sigs[i]] = str(ctx.trace.op_inputs(row).dims)
+        acc = groups.setdefault((name, dims_text[sigs[i]]), [0.0, 0.0])
         acc[0] += cost.flops
         acc[1] += t
     if not groups:
