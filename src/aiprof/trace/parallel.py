@@ -23,6 +23,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 import struct
 import threading
 from dataclasses import dataclass
@@ -180,6 +181,7 @@ def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_He
     text); at length 0, send the state back over ``conn``. ``inherited``: the reader's side of the
     helpers started before (and its own pipe's write end), closed here: if the reader dies, the helper
     then sees the end of its pipe instead of waiting forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's to handle: it stops the helpers
     for other in inherited:
         other.forget()
     builder = _Builder(RawTrace([], TraceFile(), []), path)

@@ -188,8 +188,11 @@ class _Stream:
         except msgspec.DecodeError:
             return False
         finally:
-            part.release()
-            view.release()
+            try:
+                part.release()
+                view.release()
+            except BufferError:  # an interrupted decode (Ctrl-C) left events pointing into the run:
+                pass  # let the interrupt through rather than this (the views go with those events)
             self.buf[close_at] = saved
 
     def _finish_array(self, prefix: bytes) -> None:

@@ -1,0 +1,43 @@
+"""Ctrl-C while `aiprof analyze` decodes a large trace with helper processes: one line, exit 130, no
+traceback (from the reader or a helper), no process left behind, no report written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MTIA = ROOT / ".." / "shared" / "traces" / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz"
+
+
+@pytest.mark.skipif(not MTIA.exists(), reason="shared traces not found")
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups")
+@pytest.mark.parametrize("delay", [0.15, 0.3])
+def test_ctrl_c_during_a_parallel_load(tmp_path: Path, delay: float) -> None:
+    out = tmp_path / "report.json"
+    env = dict(os.environ, AIPROF_DECODE_WORKERS="2")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiprof", "analyze", str(MTIA), "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background shell may ignore it
+    )
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, err = proc.communicate(timeout=60)
+    text = err.decode()
+    if proc.returncode == 0:  # the machine was fast enough to finish first: nothing to check
+        pytest.skip("the analysis finished before the interrupt")
+    assert proc.returncode == 130, text
+    assert text.strip() == "aiprof: interrupted", text
+    assert not out.exists()
+    time.sleep(0.3)
+    if shutil.which("pgrep"):
+        alive = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert not alive, f"processes left in the group: {alive}"
