@@ -343,14 +343,16 @@ def report(
             "",
             "Floor stages, in-process (best of 3, seconds):",
             "",
-            "| trace | gunzip | msgspec-min | msgspec-args | orjson | floor = read+gunzip+fastest |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| trace | gunzip zlib | gunzip isal | msgspec-min | msgspec-args | orjson | floor = read+fastest gunzip+fastest decode |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for row in rows:
             st = row["floor_stages"]
             d = st["decode_s"]
+            by = st.get("gunzip_s_by", {"zlib": st["gunzip_s"]})
+            isal = f"{by['isal']:.3f}" if "isal" in by else "–"
             lines.append(
-                f"| {row['trace']} | {st['gunzip_s']:.3f} | {d['msgspec-min']:.3f} | {d['msgspec-args']:.3f} | "
+                f"| {row['trace']} | {by['zlib']:.3f} | {isal} | {d['msgspec-min']:.3f} | {d['msgspec-args']:.3f} | "
                 f"{d['orjson']:.3f} | {st['floor_s']:.3f} |"
             )
         lines += [

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create the peer-tool venvs the speed/memory benchmark compares against (git-ignored: bench/.venv-*/).
 #   bench/.venv-hta        holistictraceanalysis==0.5.0 (HTA; needs no torch)
-#   bench/.venv-floor      msgspec + orjson, for the decode floor (bench/floor.py)
+#   bench/.venv-floor      msgspec + orjson + isal, for the decode floor (bench/floor.py)
 #   bench/.venv-tracelens  AMD TraceLens, only if installable (see below)
 # Every pip call goes through bench/peer-constraints.txt, which pins torch==2.13.0, so a peer can never
 # pull a CUDA torch. Idempotent: a venv that finished installing has a .ok marker and is skipped.
@@ -28,13 +28,14 @@ if [[ ! -f "$hta/.ok" ]]; then
 fi
 
 # The floor (bench/floor.py): the fastest JSON decoders, kept out of the project's own venv.
+# isal: the fastest gzip inflate (aiprof uses it too), so that the floor stays a true lower bound.
 fl="$here/.venv-floor"
-if [[ ! -f "$fl/.ok" ]]; then
-  echo "setup_peers: creating $fl (msgspec, orjson)"
+if [[ ! -f "$fl/.ok-isal" ]]; then
+  echo "setup_peers: creating $fl (msgspec, orjson, isal)"
   rm -rf "$fl"
   make_venv "$fl"
-  "$fl/bin/pip" install -q -c "$cons" msgspec orjson
-  "$fl/bin/python" -c "import msgspec, orjson" && touch "$fl/.ok"
+  "$fl/bin/pip" install -q -c "$cons" msgspec orjson isal
+  "$fl/bin/python" -c "import msgspec, orjson, isal" && touch "$fl/.ok-isal"
 fi
 
 # AMD TraceLens (github.com/AMD-AGI/TraceLens) is installed from git only. The PyPI name "TraceLens"

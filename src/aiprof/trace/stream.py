@@ -17,6 +17,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -42,15 +43,37 @@ class _Fallback(Exception):
     """The file is not a plain, complete Kineto object: use the whole-file path."""
 
 
+def _decompressor() -> Any:
+    """A gzip stream decompressor: ISA-L's inflate when installed (about twice as fast as zlib's: 0.038
+    against 0.075 s for an 82 MB trace), else zlib's. Same interface."""
+    try:
+        from isal import isal_zlib
+    except ImportError:  # isal is a dependency; a platform without its wheels still works
+        return zlib.decompressobj(wbits=31)
+    return isal_zlib.decompressobj(wbits=31)
+
+
+def _inflate_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return (zlib.error,)
+    isal_error: type[BaseException] = getattr(isal_zlib, "error")  # typed as an instance in its stubs
+    return (zlib.error, isal_error)
+
+
 def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
     helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
     from aiprof.trace.parallel import WorkerError, worker_count
 
+    fallback: tuple[type[BaseException], ...] = (
+        _Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors()
+    )
     stream = _Stream(path, worker_count() if workers is None else workers)
     try:
         return stream.load(rank, rank_source)
-    except (_Fallback, OSError, zlib.error, msgspec.MsgspecError, BufferError, WorkerError):
+    except fallback:
         return None
     finally:
         stream.close()
@@ -65,7 +88,7 @@ def _pieces(path: Path) -> Iterator[bytes]:
             while block := fh.read(PIECE_BYTES):
                 yield block
             return
-        decomp = zlib.decompressobj(wbits=31)
+        decomp = _decompressor()
         pending = head
         while True:
             # Bounded output per call: traces compress ~30×, so one compressed block can expand a lot.
