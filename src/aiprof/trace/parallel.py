@@ -20,21 +20,22 @@ keeps every core busy), or where ``fork`` does not exist. ``AIPROF_DECODE_WORKER
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import queue
 import signal
 import struct
 import threading
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece, release_free_memory
 from aiprof.trace.schema import TraceFile
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
 
 MAX_WORKERS = 3
 PIPE_BYTES = 1 << 20  # pipe buffer asked for (Linux allows 1 MB without privileges)
@@ -61,7 +62,11 @@ def worker_count() -> int:
         except AttributeError:  # macOS
             cores = os.cpu_count() or 1
         wanted = min(cores - 1, MAX_WORKERS)
-    if wanted <= 0 or "fork" not in multiprocessing.get_all_start_methods():
+    if wanted <= 0:
+        return 0
+    import multiprocessing  # here, not at the top: a file of one run never gets this far
+
+    if "fork" not in multiprocessing.get_all_start_methods():
         return 0
     if multiprocessing.current_process().daemon:
         return 0
@@ -310,6 +315,8 @@ class Helpers:
     on sending its state back)."""
 
     def __init__(self, path: Path, count: int) -> None:
+        import multiprocessing
+
         context = multiprocessing.get_context("fork")
         self.helpers: list[_Helper] = []
         try:

@@ -9,7 +9,6 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -133,6 +132,8 @@ def map_files(
             if progress:
                 progress(job[0], i + 1, count)
         return results
+    from concurrent.futures import ProcessPoolExecutor  # imported here: one file needs no pool
+
     with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
         for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
             results.append(result)

@@ -65,12 +65,12 @@ def _inflate_errors() -> tuple[type[BaseException], ...]:
 def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
     helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
-    from aiprof.trace.parallel import WorkerError, worker_count
+    from aiprof.trace.parallel import WorkerError
 
     fallback: tuple[type[BaseException], ...] = (
         _Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors()
     )
-    stream = _Stream(path, worker_count() if workers is None else workers)
+    stream = _Stream(path, workers)
     try:
         return stream.load(rank, rank_source)
     except fallback:
@@ -123,13 +123,13 @@ def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
 
 
 class _Stream:
-    def __init__(self, path: Path, workers: int = 0) -> None:
+    def __init__(self, path: Path, workers: int | None = 0) -> None:
         self.path = path
         self.buf = bytearray()
         self.builder = _Builder(RawTrace([], TraceFile(), []), path)
         self.count = 0
         self.run = 0  # runs of events handed out so far
-        self.workers = workers
+        self.workers = workers  # None: as many as worker_count() says
         self.helpers: Helpers | None = None
 
     def load(self, rank: int, rank_source: str) -> Trace:
@@ -152,7 +152,13 @@ class _Stream:
     def _owner(self) -> _Helper | None:
         """Who decodes the next run: a helper process, or None for this one. Helpers start with the
         second run (a file of one run is not worth a process)."""
-        if self.run == 0 or self.workers <= 0:
+        if self.run == 0:
+            return None
+        if self.workers is None:  # decided only for a file of more than one run
+            from aiprof.trace.parallel import worker_count
+
+            self.workers = worker_count()
+        if self.workers <= 0:
             return None
         if self.helpers is None:
             self.helpers = Helpers(self.path, self.workers)
