@@ -199,7 +199,11 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
     analysis = analyze_trace(trace)
     if hook is not None:
         analysis.extras.update(hook(trace, analysis))
-    return _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
+    loaded = _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
+    # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
+    # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.
+    trace.cache.clear()
+    return loaded
 
 
 def analyze_paths(

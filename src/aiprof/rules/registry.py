@@ -77,6 +77,7 @@ def diagnose_rank(
             where = traceback.extract_tb(err.__traceback__)[-1]
             notes.append(f"rule {rule.__name__} failed on rank {analysis.rank}: {type(err).__name__}: {err} "
                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
+    ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 
 
