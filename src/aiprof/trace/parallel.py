@@ -255,16 +255,15 @@ class _Helper:
     def _send(self) -> None:
         while True:
             item = self.queue.get()
-            if item is None:
-                item = _FRAME.pack(0, 0)
+            last = item is None
             if not self.failed:
                 try:
-                    view = memoryview(item)
+                    view = memoryview(_FRAME.pack(0, 0) if item is None else item)
                     while view:
                         view = view[os.write(self.fd, view) :]
                 except OSError as err:  # the helper died
                     self.failed = f"helper process exited ({err})"
-            if len(item) == _FRAME.size:
+            if last:
                 return
 
     def submit(self, run: int, part: memoryview) -> None:
