@@ -47,14 +47,7 @@ class _MinTrace(msgspec.Struct, gc=False):
     traceEvents: list[_MinEvent] = []
 
 
-class _ArgsEvent(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+class _ArgsEvent(_MinEvent, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"null")
 
 

@@ -475,10 +475,6 @@ def conv_output_hints(trace: Trace) -> dict[int, list[int]]:
     return hints
 
 
-def key_name(trace: Trace, row: int) -> int:
-    return int(trace.columns.name[row])
-
-
 def _climb(par: I64, start: I64, stop: np.ndarray) -> I64:
     """For each start row, the first row at or above it (via ``par``) where ``stop`` is true, else -1."""
     cur = start.copy()
@@ -570,8 +566,7 @@ def _union_per_group_slow(g: I64, s: I64, e: I64) -> dict[int, int]:
 def cached_op_cost(trace: Trace, row: int) -> OpCost | None:
     """``op_cost`` of a CPU op row from its recorded inputs, computed once per (name, signature) and
     trace (the diagnosis rules ask for the same ops many times)."""
-    index = trace.op_args._index
-    sig = index[row] if 0 <= row < len(index) else -1
+    sig = trace.op_args.signature(row)
     memo: dict[tuple[int, int], OpCost | None] = trace.cache.setdefault("roofline.op_cost", {})
     key = (int(trace.columns.name[row]), sig)
     if key not in memo:
@@ -584,15 +579,15 @@ def _dims_text(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _input_texts(trace: Trace, row: int) -> tuple[str, str, str]:
-    """Compact JSON of an op's input dims, types and concrete values, once per distinct signature."""
-    raw = trace.op_args.get(row) or b""
-    memo: dict[bytes, tuple[str, str, str]] = trace.cache.setdefault("roofline.input_texts", {})
-    texts = memo.get(raw)
+def _signature_texts(trace: Trace, signature: int) -> tuple[str, str, str]:
+    """Compact JSON of the input dims, types and concrete values of a signature (-1: none recorded),
+    made once per signature."""
+    memo: dict[int, tuple[str, str, str]] = trace.cache.setdefault("roofline.input_texts", {})
+    texts = memo.get(signature)
     if texts is None:
-        inputs = trace.op_inputs(row)
+        inputs = trace.signature_inputs(signature) if signature >= 0 else OpInputs()
         texts = (_dims_text(inputs.dims), _dims_text(inputs.types), _dims_text(inputs.concrete))
-        memo[raw] = texts
+        memo[signature] = texts
     return texts
 
 
@@ -608,7 +603,8 @@ def _forward_labels(trace: Trace, ops: I64) -> tuple[I64, list[str]]:
     forward = fwd[node[found]]
     key = trace.columns.name[forward].astype(np.int64) * (trace.op_args.distinct + 1) + trace.op_signatures(forward)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    labels = [f"{trace.name_of(f)} {_input_texts(trace, f)[0]}" for f in forward[first].tolist()]
+    labels = [f"{trace.name_of(f)} {_signature_texts(trace, trace.op_args.signature(f))[0]}"
+              for f in forward[first].tolist()]
     ids[found] = inverse.reshape(-1)
     return ids, labels
 
@@ -624,8 +620,7 @@ def _calls(trace: Trace, ops: I64, times: I64, leaf: np.ndarray, costs: _Costs) 
     text_index: dict[tuple[str, str, str], int] = {}
     slot = np.zeros(trace.op_args.distinct + 1, dtype=np.int64)  # the last slot: no recorded inputs (-1)
     for k in used.tolist():
-        inputs = trace.signature_inputs(k) if k >= 0 else OpInputs()
-        found = (_dims_text(inputs.dims), _dims_text(inputs.types), _dims_text(inputs.concrete))
+        found = _signature_texts(trace, k)
         slot[k] = text_index.setdefault(found, len(texts))
         if slot[k] == len(texts):
             texts.append(found)

@@ -396,6 +396,14 @@ _FLOAT_COLUMNS = ["blocks_per_sm", "warps_per_sm", "occupancy_pct"]
 FlowPart = tuple[list[Any], list[bool], list[bool], list[Any], list[Any], list[float]]  # ids, starts, fwdbwd, pids, tids, ts
 
 
+def _link_ids(cols: dict[str, npt.NDArray[Any]], rows: I64, args: Sequence[OpArgs | GpuArgs]) -> None:
+    """The ids that link CPU and GPU rows: External id (or the legacy ``external id``) and correlation."""
+    ext = _column(args, "external_id")
+    legacy = _column(args, "external_id_legacy")
+    cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
+    cols["correlation"][rows] = _column(args, "correlation")
+
+
 @dataclass
 class _Piece:
     """Columns of one chunk's timed events, before concatenation."""
@@ -632,10 +640,7 @@ class _Builder:
             return
         index = rows.tolist()
         args = _decode_args([events[i].args for i in index], OpArgs, _OP_DECODER)
-        ext = _column(args, "external_id")
-        legacy = _column(args, "external_id_legacy")
-        cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
-        cols["correlation"][rows] = _column(args, "correlation")
+        _link_ids(cols, rows, args)
         cols["seq"][rows] = _column(args, "seq")
         cols["fwd_tid"][rows] = _column(args, "fwd_tid")
         cols["python_id"][rows] = _column(args, "python_id")
@@ -658,10 +663,7 @@ class _Builder:
             return
         index = rows.tolist()
         args = _decode_args([events[i].args for i in index], GpuArgs, _GPU_DECODER)
-        ext = _column(args, "external_id")
-        legacy = _column(args, "external_id_legacy")
-        cols["external_id"][rows] = np.where(ext != -1, ext, legacy)
-        cols["correlation"][rows] = _column(args, "correlation")
+        _link_ids(cols, rows, args)
         cols["nbytes"][rows] = _column(args, "bytes")
         cols["grid"][rows] = _int64([_prod3(a.grid) for a in args])
         cols["block"][rows] = _int64([_prod3(a.block) for a in args])

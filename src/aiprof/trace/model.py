@@ -305,10 +305,8 @@ class Trace:
     def op_inputs(self, row: int) -> OpInputs:
         """Shapes, dtypes and concrete values recorded for an op with ``record_shapes``. Decoded once per
         distinct signature (ops with the same inputs share one, read-only, object)."""
-        index = self.op_args._index
-        if row < 0 or row >= len(index) or index[row] < 0:
-            return OpInputs()
-        return self.signature_inputs(index[row])
+        signature = self.op_args.signature(row)
+        return self.signature_inputs(signature) if signature >= 0 else OpInputs()
 
     def op_signatures(self, rows: I64) -> I64:
         """For each row, the id of its recorded inputs, or -1 (vectorised). Calls with identical recorded
@@ -469,16 +467,13 @@ class ArgsStore:
         """The stored args text of one signature."""
         return self.data[self._starts[signature] : self._ends[signature]]
 
-    def get_many(self, rows: I64) -> list[bytes | None]:
-        """``get`` for many rows at once."""
-        data, starts, ends = self.data, self._starts, self._ends
-        return [None if k < 0 else data[starts[k] : ends[k]] for k in self.signatures(rows).tolist()]
+    def signature(self, row: int) -> int:
+        """One row's signature (the index of its distinct args text), or -1."""
+        index = self._index
+        return index[row] if 0 <= row < len(index) else -1
 
     def get(self, row: int) -> bytes | None:
-        index = self._index
-        if row < 0 or row >= len(index):
-            return None
-        k = index[row]
+        k = self.signature(row)
         return None if k < 0 else self.data[self._starts[k] : self._ends[k]]
 
     @cached_property
