@@ -13,6 +13,7 @@ from kineto_builder import TraceBuilder
 from trace_compare import identical
 
 from aiprof.trace import loader, parallel, stream
+from aiprof.trace.runset import map_files
 
 
 def busy_trace(tmp_path: Path) -> Path:
@@ -84,4 +85,23 @@ def test_helper_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIPROF_DECODE_WORKERS")
     assert 0 <= parallel.worker_count() <= parallel.MAX_WORKERS
     monkeypatch.setattr(multiprocessing.current_process(), "_config", {"daemon": True})
-    assert parallel.worker_count() == 0  # inside a pool worker: the pool already uses the cores
+    assert parallel.worker_count() == 0  # inside a daemonic process: its owner manages the cores
+
+
+def _helpers_here(job: tuple[Path]) -> int:
+    return parallel.worker_count()
+
+
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="helpers need fork")
+def test_pool_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The workers of the several-files pool (not daemonic since Python 3.9) split the cores between
+    them: with as many files in flight as cores, none of them forks decode helpers."""
+    monkeypatch.delenv("AIPROF_DECODE_WORKERS", raising=False)
+    jobs = [(tmp_path / f"rank{i}.json",) for i in range(2)]
+    share = parallel.usable_cores() // 2
+    expected = max(0, min(share - 1, parallel.MAX_WORKERS))
+    assert map_files(_helpers_here, jobs, 2, None) == [expected, expected]
+    for workers in (3, 8):  # more workers than cores: one core each, no helpers
+        many = [(tmp_path / f"rank{i}.json",) for i in range(workers)]
+        if parallel.usable_cores() <= workers:
+            assert set(map_files(_helpers_here, many, workers, None)) == {0}

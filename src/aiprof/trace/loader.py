@@ -12,14 +12,12 @@ are decoded one by one and the bad ones skipped. Each of these leaves a warning 
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import json
 import os
 import re
 import zlib
 from operator import attrgetter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from aiprof.errors import TraceError
+from aiprof.heap import release_free_memory
 from aiprof.trace.model import (
     DEVICE_KINDS,
     ArgsStore,
@@ -856,25 +855,6 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
     trace = builder.run(events, rank, rank_source)
     release_free_memory()
     return trace
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        trim: Callable[[int], int] = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to do
-        return None
-    return trim
-
-
-def release_free_memory() -> None:
-    """Give the heap memory freed after loading (decode buffers, decoded events: ~30 MB for a 50 MB
-    trace) back to the OS. glibc keeps freed blocks for reuse, so without this the process's resident
-    size stays at the loading peak for the rest of the analysis."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def file_size(path: Path) -> int:

@@ -13,9 +13,10 @@ event is caught before it leaves the reader. A helper that fails or dies makes t
 to the single-process whole-file path.
 
 Helpers are forked (Linux, macOS): nothing is re-imported, and start-up costs a few milliseconds. They
-are not used inside daemonic processes (the pool that loads several files at once is one: it already
-keeps every core busy), or where ``fork`` does not exist. ``AIPROF_DECODE_WORKERS`` sets their number
-(0 turns them off); by default, one fewer than the usable cores, at most 3.
+share the cores with the pool that loads several files at once (:func:`share_cores`: with as many files
+in flight as cores, there are none), are not used inside daemonic processes, or where ``fork`` does not
+exist. ``AIPROF_DECODE_WORKERS`` sets their number (0 turns them off); by default, one fewer than the
+usable cores, at most 3.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece, release_free_memory
+from aiprof.heap import release_free_memory
+from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
 from aiprof.trace.schema import TraceFile
 
 if TYPE_CHECKING:
@@ -48,6 +50,24 @@ class WorkerError(Exception):
     """A helper failed or died; the caller falls back to loading in one process."""
 
 
+_core_share: int | None = None  # set in a pool's worker: how many cores this process may use
+
+
+def share_cores(cores: int) -> None:
+    """Let this process use only ``cores`` cores for decoding (the initializer of a pool's workers:
+    with one file per worker in flight, helpers would only compete with the other workers)."""
+    global _core_share
+    _core_share = max(1, cores)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
 def worker_count() -> int:
     """How many helper processes to use for one file (0: decode in this process only)."""
     setting = os.environ.get("AIPROF_DECODE_WORKERS", "").strip()
@@ -57,11 +77,9 @@ def worker_count() -> int:
         except ValueError:
             wanted = 0
     else:
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # macOS
-            cores = os.cpu_count() or 1
-        wanted = min(cores - 1, MAX_WORKERS)
+        wanted = min(usable_cores() - 1, MAX_WORKERS)
+    if _core_share is not None:
+        wanted = min(wanted, _core_share - 1)
     if wanted <= 0:
         return 0
     import multiprocessing  # here, not at the top: a file of one run never gets this far

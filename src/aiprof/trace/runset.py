@@ -123,8 +123,11 @@ def map_files(
 ) -> list[O]:
     """``fn`` over jobs whose first item is a file path, in worker processes when there are several
     (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
+    from aiprof.trace.parallel import share_cores, usable_cores
+
     count = len(jobs)
-    workers = min(workers or (os.cpu_count() or 1), count)
+    cores = usable_cores()
+    workers = min(workers or cores, count)
     results: list[O] = []
     if workers <= 1:
         for i, job in enumerate(jobs):
@@ -134,7 +137,8 @@ def map_files(
         return results
     from concurrent.futures import ProcessPoolExecutor  # imported here: one file needs no pool
 
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
+    share = (max(1, cores // workers),)  # each worker's decode helpers use only its share of the cores
+    with ProcessPoolExecutor(workers, _fork_context(), initializer=share_cores, initargs=share) as pool:
         for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
             results.append(result)
             if progress:
