@@ -85,18 +85,36 @@ def _show_warning(
 _QUICK_EXIT = {"analyze", "compare", "export", "roofline"}
 
 
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _import_numpy_without_blas_threads() -> None:
+    """Import NumPy with its BLAS limited to one thread, unless the user set a limit: OpenBLAS starts a
+    thread per core at import, which costs ~50 ms of CPU that the decode helpers could use. The setting
+    is read once, at import; the environment is restored right after (nothing leaks to children)."""
+    if "numpy" in sys.modules or any(name in os.environ for name in _BLAS_THREADS):
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
 def console_main() -> NoReturn:
     """The ``aiprof`` console script (and ``python -m aiprof``): :func:`main`, then exit.
 
     For the read-only commands the cyclic garbage collector is off: they allocate millions of objects
     that live until the process ends, and collections that find almost nothing cost 4-5 % of the run
     (the little cyclic garbage they make, a few MB on a million-event trace, goes with the process), and
-    the C heap keeps freed blocks for reuse (:func:`aiprof.heap.keep_freed_memory`)."""
+    the C heap keeps freed blocks for reuse (:func:`aiprof.heap.keep_freed_memory`). They do no linear
+    algebra, so NumPy's BLAS starts no threads."""
     argv = sys.argv[1:]
     command = next((a for a in argv if not a.startswith("-")), "")
     if command in _QUICK_EXIT:
         gc.disable()
         keep_freed_memory()
+        _import_numpy_without_blas_threads()
     code = main(argv)
     if command in _QUICK_EXIT:
         try:
