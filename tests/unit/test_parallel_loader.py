@@ -36,6 +36,12 @@ def busy_trace(tmp_path: Path) -> Path:
                        "tid": f"Thread {step % 4}", "ts": t + 1, "dur": 3})
         events.append({"ph": "M", "name": "thread_name", "pid": "Spans", "tid": f"Thread {step % 4}",
                        "args": {"name": f"worker {step % 4}"}})
+        # flows whose ids or pids are strings in some runs (kept as lists by a helper) and ints in others
+        flow_id: int | str = f"f{step}" if step % 7 == 0 else 10_000 + step
+        flow_pid: int | str = "Spans" if step % 5 == 0 else 1
+        for ph in ("s", "f"):
+            events.append({"ph": ph, "cat": "fwdbwd", "name": "fwdbwd", "id": flow_id, "pid": flow_pid,
+                           "tid": 7, "ts": t + (2 if ph == "s" else 900), "bp": "e"})
     events.append({"ph": "M", "name": "process_name", "pid": "Spans", "tid": 0, "args": {"name": "Traces"}})
     path = tmp_path / "busy.json.gz"
     path.write_bytes(gzip.compress(json.dumps(data, indent=1).encode()))
@@ -54,6 +60,7 @@ def test_helpers_build_the_same_trace_as_one_process(
     shared = stream.stream_load(path, workers=workers)
     assert serial is not None and shared is not None
     assert "Spans" in "".join(serial.strings) and serial.thread_names  # the string pids were exercised
+    assert (serial.flows.flow_id < 0).any() and (serial.flows.flow_id > 10_000).any()  # both kinds of id
     identical(shared, serial)
 
 

@@ -17,7 +17,7 @@ import os
 import re
 import zlib
 from operator import attrgetter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -392,7 +392,8 @@ _INT_COLUMNS = [
     "registers", "shared_memory", "total_allocated", "total_reserved",
 ]  # fmt: skip
 _FLOAT_COLUMNS = ["blocks_per_sm", "warps_per_sm", "occupancy_pct"]
-FlowPart = tuple[list[Any], list[bool], list[bool], list[Any], list[Any], list[float]]  # ids, starts, fwdbwd, pids, tids, ts
+# ids, starts, fwdbwd, pids, tids, ts: lists, or arrays where a helper packed them to send them back
+FlowPart = tuple[Any, Any, Any, Any, Any, Any]
 
 
 def _link_ids(cols: dict[str, npt.NDArray[Any]], rows: I64, args: Sequence[OpArgs | GpuArgs]) -> None:
@@ -785,28 +786,24 @@ class _Builder:
         return processes, threads
 
     def _flow_table(self) -> Flows:
-        ids: list[Any] = []
-        starts: list[bool] = []
-        fwdbwd: list[bool] = []
-        pids: list[Any] = []
-        tids: list[Any] = []
-        ts: list[float] = []
-        for _, part in self.flow_parts:
-            ids += part[0]
-            starts += part[1]
-            fwdbwd += part[2]
-            pids += part[3]
-            tids += part[4]
-            ts += part[5]
-        ts_f = np.array(ts, dtype=np.float64)
+        parts = [part for _, part in self.flow_parts]
+        if not parts:
+            parts = [([], [], [], [], [], [])]
+
+        def column(i: int, convert: Callable[[Any], npt.NDArray[Any]]) -> npt.NDArray[Any]:
+            # Column by column, parts in file order: string ids are numbered as in one pass over the file.
+            return np.concatenate([p[i] if isinstance(p[i], np.ndarray) else convert(p[i]) for p in parts])
+
+        ids, pids, tids = column(0, self._ids), column(3, self._ids), column(4, self._ids)
+        ts_f = column(5, lambda v: np.array(v, dtype=np.float64))
         ok = np.isfinite(ts_f) & (np.abs(ts_f) < _MAX_ABS_US)
         keep = np.flatnonzero(ok)
         return Flows(
-            flow_id=self._ids(ids)[keep],
-            is_start=np.array(starts, dtype=bool)[keep],
-            is_fwdbwd=np.array(fwdbwd, dtype=bool)[keep],
-            pid=self._ids(pids)[keep],
-            tid=self._ids(tids)[keep],
+            flow_id=ids[keep],
+            is_start=column(1, lambda v: np.array(v, dtype=bool))[keep],
+            is_fwdbwd=column(2, lambda v: np.array(v, dtype=bool))[keep],
+            pid=pids[keep],
+            tid=tids[keep],
             ts=_to_ns(ts_f[keep]) if len(keep) else np.zeros(0, dtype=np.int64),
         )
 

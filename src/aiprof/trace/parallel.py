@@ -230,6 +230,7 @@ def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_He
         # The state goes back a piece at a time, each freed once sent: the helper never holds its
         # columns twice (built and pickled), and the heap it no longer needs goes back to the OS first.
         state = export_state(builder)
+        state.flow_parts = [(run, _packed(part)) for run, part in state.flow_parts]
         pieces, state.pieces = state.pieces, []
         builder.pieces = []
         release_free_memory()
@@ -239,6 +240,24 @@ def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_He
             conn.send(pieces.pop())
     finally:
         conn.close()
+
+
+def _packed(part: FlowPart) -> FlowPart:
+    """A flow part as arrays (one buffer each to pickle instead of a list of Python objects). Id columns
+    stay lists where the reader's ``_Builder._ids`` would not take them as int64 as they are (string or
+    out-of-range ids: the reader numbers those itself, in file order)."""
+    ids, starts, fwdbwd, pids, tids, ts = part
+    return (
+        _int64_or_list(ids), np.array(starts, dtype=bool), np.array(fwdbwd, dtype=bool),
+        _int64_or_list(pids), _int64_or_list(tids), np.array(ts, dtype=np.float64),
+    )  # fmt: skip
+
+
+def _int64_or_list(values: list[Any]) -> Any:
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):  # the same conversion, and failures, as _Builder._ids
+        return values
 
 
 def _widen_pipe(fd: int) -> None:
@@ -260,6 +279,7 @@ class _Helper:
         read_fd, self.fd = os.pipe()
         _widen_pipe(self.fd)
         self.conn, child = context.Pipe(duplex=False)
+        _widen_pipe(child.fileno())
         target_args = (read_fd, child, path, [*inherited, self])
         self.process = context.Process(target=_helper_main, args=target_args, daemon=True)
         self.process.start()
