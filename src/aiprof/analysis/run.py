@@ -122,8 +122,24 @@ class RunAnalysis:
     warnings: list[str] = field(default_factory=list)
 
 
-def analyze_trace(trace: Trace, sections: dict[str, Section] | None = None) -> RankAnalysis:
-    """All analyses of one loaded trace."""
+RankHook = Callable[[Trace, RankAnalysis], dict[str, Any]]
+
+# Computed in a forked child when there is a spare core, while this process computes the roofline
+# and runs the hook (the diagnosis rules, which use the roofline too): numpy work over columns, which
+# touches few Python objects, so few pages are copied on write between the two processes.
+_CHILD_SECTIONS = ("kernels", "ops", "communication", "compat", "timeline_overview")
+
+
+def analyze_trace(
+    trace: Trace,
+    sections: dict[str, Section] | None = None,
+    hook: RankHook | None = None,
+    fork: bool = False,
+) -> RankAnalysis:
+    """All analyses of one loaded trace; then ``hook(trace, analysis)``, whose result goes into
+    ``extras`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
+    are computed in a forked copy of this process meanwhile (same results; done here if the child
+    fails)."""
     windows = step_windows(trace)
     devices = account(trace, windows)
     result = RankAnalysis(
@@ -138,9 +154,38 @@ def analyze_trace(trace: Trace, sections: dict[str, Section] | None = None) -> R
         devices=devices,
         notes=list(trace.warnings) + _notes(trace),
     )
-    for key, section in (sections if sections is not None else DEFAULT_SECTIONS).items():
-        result.sections[key] = section(trace)
+    chosen = sections if sections is not None else DEFAULT_SECTIONS
+    in_child = [key for key in _CHILD_SECTIONS if key in chosen]
+    pending = None
+    if fork and len(in_child) < len(chosen):
+        from aiprof.analysis import forked
+
+        _shared_views(trace)  # computed once, before the fork, for both halves
+        pending = forked.start(lambda: {key: chosen[key](trace) for key in in_child})
+    try:
+        done = {key: section(trace) for key, section in chosen.items() if pending is None or key not in in_child}
+        extras = hook(trace, result) if hook is not None else {}
+        from_child = pending.result() if pending is not None else None
+    finally:
+        if pending is not None:
+            pending.close()
+    if pending is not None:
+        done.update(from_child if from_child is not None else {key: chosen[key](trace) for key in in_child})
+    result.sections = {key: done[key] for key in chosen}
+    result.extras.update(extras)
     return result
+
+
+def _shared_views(trace: Trace) -> None:
+    """The cached per-row links both halves of a forked analysis use (the op statistics, the roofline
+    and the rules): built here they are built once and inherited by the child."""
+    from aiprof.analysis.ops import gpu_ns_per_op
+    from aiprof.trace import links
+
+    links.parent(trace)
+    links.issuing_op(trace)
+    links.gpu_op(trace)
+    gpu_ns_per_op(trace)
 
 
 def analyze(loaded: Trace | RunSet, sections: dict[str, Section] | None = None) -> RunAnalysis:
@@ -185,9 +230,6 @@ class _Loaded:
     warnings: list[str]
 
 
-RankHook = Callable[[Trace, RankAnalysis], dict[str, Any]]
-
-
 def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
     path, tolerate, hook = args
     try:
@@ -196,9 +238,7 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
         if tolerate:
             return _Loaded(path, {}, 0, "file order", None, str(err), [])
         raise
-    analysis = analyze_trace(trace)
-    if hook is not None:
-        analysis.extras.update(hook(trace, analysis))
+    analysis = analyze_trace(trace, hook=hook, fork=True)
     loaded = _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
     # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
     # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.

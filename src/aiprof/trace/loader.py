@@ -411,8 +411,7 @@ class _Piece:
     cols: dict[str, npt.NDArray[Any]]
     run: int = 0  # which run of events (in file order) it came from
     op_rows: list[int] = field(default_factory=list)  # rows within the piece
-    op_keys: list[int] = field(default_factory=list)  # per op row: index into op_texts
-    op_texts: list[bytes] = field(default_factory=list)  # the piece's distinct canonical op inputs
+    op_keys: list[int] | I64 = field(default_factory=list)  # per op row: its inputs' id in the builder's op_texts
     comm_rows: list[int] = field(default_factory=list)
     comm_chunks: list[bytes] = field(default_factory=list)
     stacks: dict[int, str] = field(default_factory=dict)
@@ -433,6 +432,7 @@ class _Builder:
         self.run_index = 0  # the run of events being fed (set by a reader that decodes runs out of order)
         self.pieces: list[_Piece] = []
         self.piece_sizes: list[int] = []
+        self.op_texts: dict[bytes, int] = {}  # distinct canonical op inputs → id, numbered as first met
         self.rows = 0
         self.skipped = 0
         self.skip_reason = ""
@@ -647,10 +647,9 @@ class _Builder:
         cols["python_parent_id"][rows] = _column(args, "python_parent_id")
         with_dims = [i for i, a in zip(index, args) if a.input_dims or a.input_dims_legacy]
         piece.op_rows = with_dims
-        distinct: dict[bytes, int] = {}
-        add = distinct.setdefault
-        piece.op_keys = [add(text, len(distinct)) for text in _canonical_shapes([events[i].args for i in with_dims])]
-        piece.op_texts = list(distinct)
+        table = self.op_texts
+        add = table.setdefault
+        piece.op_keys = [add(text, len(table)) for text in _canonical_shapes([events[i].args for i in with_dims])]
         comm = [i for i, a in zip(index, args) if a.collective_name is not None or names[i] == "record_param_comms"]
         piece.comm_rows += comm
         piece.comm_chunks += [bytes(events[i].args) for i in comm]
@@ -749,16 +748,13 @@ class _Builder:
     def _side_tables(self, inverse: I64) -> tuple[ArgsStore, ArgsStore, dict[int, str]]:
         op_rows: list[I64] = []
         op_keys: list[I64] = []
-        texts: dict[bytes, int] = {}
         comm_rows: list[int] = []
         comm_chunks: list[bytes] = []
         stacks: dict[int, str] = {}
         start = 0
         for piece, size in zip(self.pieces, self.piece_sizes, strict=True):
-            # Distinct texts are numbered in file order; each piece's keys map onto them.
-            ids = np.fromiter((texts.setdefault(t, len(texts)) for t in piece.op_texts), np.int64, len(piece.op_texts))
             op_rows.append(np.asarray(piece.op_rows, dtype=np.int64) + start)
-            op_keys.append(ids[np.asarray(piece.op_keys, dtype=np.int64)] if len(ids) else np.zeros(0, np.int64))
+            op_keys.append(np.asarray(piece.op_keys, dtype=np.int64))
             comm_rows += [start + r for r in piece.comm_rows]
             comm_chunks += piece.comm_chunks
             stacks.update((start + r, text) for r, text in piece.stacks.items())
@@ -766,7 +762,7 @@ class _Builder:
         self.pieces = []
         none = np.zeros(0, dtype=np.int64)
         rows = inverse[np.concatenate(op_rows)] if op_rows else none
-        op = ArgsStore.from_keys(rows, np.concatenate(op_keys) if op_keys else none, list(texts))
+        op = ArgsStore.from_keys(rows, np.concatenate(op_keys) if op_keys else none, list(self.op_texts))
         comm = ArgsStore.build(inverse[np.asarray(comm_rows, dtype=np.int64)].tolist(), comm_chunks)
         stack_rows = inverse[np.fromiter(stacks, dtype=np.int64, count=len(stacks))].tolist()
         return op, comm, dict(zip(stack_rows, stacks.values(), strict=True))

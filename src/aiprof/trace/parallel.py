@@ -100,6 +100,7 @@ class BuilderState:
     meta: list[tuple[tuple[str, int, int], int, bytes]]  # (key, run, raw args), in insertion order
     flow_parts: list[tuple[int, FlowPart]]
     pieces: list[_Piece]
+    op_texts: list[bytes]  # distinct canonical op inputs, by the builder's id
     rows: int
     skipped: int
     skip_reason: str
@@ -117,6 +118,7 @@ def export_state(builder: _Builder) -> BuilderState:
         meta=[(key, run, raw) for key, (run, raw) in builder.meta.items()],
         flow_parts=list(builder.flow_parts),
         pieces=list(builder.pieces),
+        op_texts=list(builder.op_texts),
         rows=builder.rows,
         skipped=builder.skipped,
         skip_reason=builder.skip_reason,
@@ -139,7 +141,7 @@ def absorb(builder: _Builder, others: list[BuilderState]) -> None:
             runs.append(run)
     remaps = [np.array([table[t] for t in st.strings], dtype=np.int64) for st in states]
     meta: list[tuple[int, int, int, tuple[str, int, int], bytes]] = []
-    pieces: list[_Piece] = []
+    pieces: list[tuple[_Piece, int]] = []  # (piece, index of its state)
     flow_parts: list[tuple[int, FlowPart]] = []
     for i, (st, remap) in enumerate(zip(states, remaps, strict=True)):
         for piece in st.pieces:
@@ -149,7 +151,7 @@ def absorb(builder: _Builder, others: list[BuilderState]) -> None:
                 cols["cat"] = remap[cols["cat"]].astype(np.int32)
             for column in ("pid", "tid"):
                 cols[column] = _remap_ids(cols[column], remap)
-            pieces.append(piece)
+            pieces.append((piece, i))
         for seq, ((kind, pid, tid), run, raw) in enumerate(st.meta):
             key = (kind, _remap_id(pid, remap), _remap_id(tid, remap))
             meta.append((run, i, seq, key, raw))
@@ -158,15 +160,41 @@ def absorb(builder: _Builder, others: list[BuilderState]) -> None:
     merged_meta: dict[tuple[str, int, int], tuple[int, bytes]] = {}
     for run, _, _, key, raw in meta:
         merged_meta.setdefault(key, (run, raw))
-    pieces.sort(key=lambda p: p.run)  # stable: a run's pieces keep their order
+    pieces.sort(key=lambda p: p[0].run)  # stable: a run's pieces keep their order
+    op_texts = _merge_op_texts(pieces, states)
     flow_parts.sort(key=lambda part: part[0])
     builder.strings, builder.string_runs = table, runs
-    builder.meta, builder.pieces, builder.flow_parts = merged_meta, pieces, flow_parts
+    builder.meta, builder.pieces, builder.flow_parts = merged_meta, [p for p, _ in pieces], flow_parts
+    builder.op_texts = op_texts
     builder.rows = sum(st.rows for st in states)
     builder.skipped = sum(st.skipped for st in states)
     builder.negative = sum(st.negative for st in states)
     builder.bad_time = sum(st.bad_time for st in states)
     builder.skip_reason = next((st.skip_reason for st in states if st.skip_reason), "")
+
+
+def _merge_op_texts(pieces: list[tuple[_Piece, int]], states: list[BuilderState]) -> dict[bytes, int]:
+    """Number the distinct op inputs of all states as one reader would (in the order the pieces, in file
+    order, first use them) and rewrite every piece's keys to those numbers.
+
+    Each builder numbered its texts as it met them in its own pieces, which it built in file order: the
+    ids a piece uses for the first time are the next ones of its builder, in the order the piece first
+    uses them. So only each builder's distinct texts are looked up, once, not every piece's."""
+    table: dict[bytes, int] = {}
+    add = table.setdefault
+    maps = [np.full(len(st.op_texts), -1, dtype=np.int64) for st in states]
+    known = [0] * len(states)  # per builder: its ids below this are mapped
+    for piece, i in pieces:
+        if len(piece.op_keys) == 0:
+            continue
+        keys = np.asarray(piece.op_keys, dtype=np.int64)
+        top = int(keys.max()) + 1
+        if top > known[i]:
+            texts = states[i].op_texts
+            maps[i][known[i] : top] = [add(texts[k], len(table)) for k in range(known[i], top)]
+            known[i] = top
+        piece.op_keys = maps[i][keys]
+    return table
 
 
 def _remap_id(value: int, remap: np.ndarray) -> int:
