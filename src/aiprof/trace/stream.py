@@ -128,6 +128,7 @@ class _Stream:
         self.buf = bytearray()
         self.builder = _Builder(RawTrace([], TraceFile(), []), path)
         self.count = 0
+        self.offset = 0  # where buf[0] is in the decompressed text
         self.run = 0  # runs of events handed out so far
         self.workers = workers  # None: as many as worker_count() says
         self.helpers: Helpers | None = None
@@ -175,6 +176,7 @@ class _Stream:
             if match:
                 prefix = bytes(self.buf[: match.end() - 1])
                 del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
+                self.offset += match.end() - 1
                 return prefix
             if len(self.buf) > MAX_PREFIX_BYTES:
                 raise _Fallback
@@ -194,6 +196,7 @@ class _Stream:
                     # Drop the decoded run: deleting from the front is O(1) for a bytearray (a slice
                     # after the "[" would move and shrink the buffer every time); the comma becomes "[".
                     del self.buf[:comma]
+                    self.offset += comma
                     self.buf[0] = ord("[")
                     return
             if window_start == 1:
@@ -211,7 +214,7 @@ class _Stream:
                 self.count += self.builder.feed_array(part)
             else:  # check the cut here (syntax only, fast); the helper does the real work
                 self.count += len(_RUN_CHECK.decode(part))
-                owner.submit(self.run, part)
+                owner.submit(self.run, self.offset, self.offset + close_at + 1)
             self.run += 1
             return True
         except msgspec.DecodeError:
