@@ -1,10 +1,12 @@
 """Trace analysis speed and memory: aiprof against HTA (and TraceLens when installed) and the decode floor.
 
-Every measurement is a fresh subprocess, run ``--repeat`` times; we report the median wall time, CPU
-time (the process and the helpers it waited for) and peak memory. Peak memory is the larger of (a)
-``ru_maxrss`` from ``os.wait4`` (exact, but the largest single process of the tree) and (b) the sum of
-PSS over the process tree, sampled every 20 ms (counts forked helper processes, without counting the
-pages they share with their parent twice; for a single process (a) decides). The sources measured are
+Every measurement is a fresh subprocess, run ``--repeat`` times; we report the median wall time and CPU
+time (the process and the helpers it waited for). Peak memory comes from one more run of the same
+command, sampled: the larger of (a) ``ru_maxrss`` from ``os.wait4`` (exact, but the largest single
+process of the tree) and (b) the sum of PSS over the process tree, sampled every 20 ms (counts forked
+helper processes, without counting the pages they share with their parent twice; for a single process
+(a) decides). Timed runs are not sampled: reading the tree's PSS every 20 ms takes a share of a core,
+which slowed a tool using both cores of a 2-core machine by ~10 %. The sources measured are
 byte-compiled first, as an installed package is.
 
 Targets from issue 2: aiprof >= 10x faster than HTA / TraceLens on the same trace, peak RSS <= 1/3 of
@@ -84,7 +86,8 @@ class Result:
     tool: str
     trace: str
     cmd: str
-    runs: list[Run] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)  # timed, not sampled
+    memory_runs: list[Run] = field(default_factory=list)  # sampled for the peak, not timed
     info: dict[str, Any] = field(default_factory=dict)
     error: str = ""
 
@@ -98,7 +101,7 @@ class Result:
 
     @property
     def peak(self) -> float:
-        return statistics.median(r.peak_mb for r in self.runs)
+        return statistics.median(r.peak_mb for r in (self.memory_runs or self.runs))
 
     @property
     def cpu(self) -> float:
@@ -154,25 +157,28 @@ def _pss(pid: int, fallback: int) -> int:
     return fallback
 
 
-def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[Run, str]:
-    """Run ``cmd`` once; wall time, CPU time and peak RSS of its whole process tree; its stdout."""
+def measure(cmd: list[str], log: Path, env: dict[str, str] | None = None, sample: bool = True) -> tuple[Run, str]:
+    """Run ``cmd`` once; wall time, CPU time and (``sample``) peak RSS/PSS of its whole process tree; its
+    stdout."""
     with tempfile.TemporaryFile() as out, open(log, "ab") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
         peak = [0.0, 0.0]
         done = threading.Event()
 
-        def sample() -> None:
+        def sampling() -> None:
             while not done.wait(SAMPLE_S):
                 rss, pss = _tree_rss_mb(proc.pid)
                 peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        sampler = threading.Thread(target=sampling, daemon=True)
+        if sample:
+            sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         done.set()
-        sampler.join()
+        if sample:
+            sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         stdout = out.read().decode(errors="replace")
@@ -191,12 +197,12 @@ def bench(
     label: str, tool: str, trace: Path, cmd: list[str], repeat: int, log: Path, env: dict[str, str] | None = None
 ) -> Result:
     res = Result(label=label, tool=tool, trace=str(trace), cmd=shlex.join(cmd))
-    for _ in range(repeat):
-        run, stdout = measure(cmd, log, env)
+    for i in range(repeat + 1):
+        run, stdout = measure(cmd, log, env, sample=i == repeat)  # the last run: memory only
         if run.rc != 0:
             res.error = f"exit {run.rc} (see {log})"
             break
-        res.runs.append(run)
+        (res.memory_runs if i == repeat else res.runs).append(run)
         if stdout.strip().startswith("{"):
             try:
                 res.info = json.loads(stdout.strip().splitlines()[-1])

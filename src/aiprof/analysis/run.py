@@ -17,6 +17,7 @@ from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
+from aiprof.heap import release_free_memory
 from aiprof.trace.loader import load_file
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files, map_files
@@ -161,6 +162,7 @@ def analyze_trace(
         from aiprof.analysis import forked
 
         _shared_views(trace)  # computed once, before the fork, for both halves
+        release_free_memory()  # freed heap pages would otherwise be resident in both processes
         pending = forked.start(lambda: {key: chosen[key](trace) for key in in_child})
     try:
         done = {key: section(trace) for key, section in chosen.items() if pending is None or key not in in_child}
