@@ -24,12 +24,14 @@ usable cores, at most 3.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import struct
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +39,6 @@ from aiprof.heap import release_free_memory
 from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
 from aiprof.trace.schema import TraceFile
 
-if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
 
 MAX_WORKERS = 3
 PIPE_BYTES = 1 << 20  # pipe buffer asked for the results (Linux allows 1 MB without privileges)
@@ -80,13 +80,10 @@ def worker_count() -> int:
         wanted = min(usable_cores() - 1, MAX_WORKERS)
     if _core_share is not None:
         wanted = min(wanted, _core_share - 1)
-    if wanted <= 0:
+    if wanted <= 0 or not hasattr(os, "fork"):
         return 0
-    import multiprocessing  # here, not at the top: a file of one run never gets this far
-
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 0
-    if multiprocessing.current_process().daemon:
+    mp = sys.modules.get("multiprocessing")  # a daemonic process is one multiprocessing started
+    if mp is not None and mp.current_process().daemon:
         return 0
     return wanted
 
@@ -265,9 +262,9 @@ class _Replay:
             self.buf[0], self.buf[close] = saved
 
 
-def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_Helper]) -> None:
+def _helper_main(runs_fd: int, out_fd: int, path: Path, inherited: list[_Helper]) -> None:
     """In the helper: decode each run named on ``runs_fd`` (framed: run number, start, end) from its own
-    decompression of the file; at run -1, send the state back over ``conn``. ``inherited``: the
+    decompression of the file; at run -1, send the state back on ``out_fd``. ``inherited``: the
     reader's side of the helpers started before (and its own pipe's write end), closed here: if the
     reader dies, the helper then sees the end of its pipe instead of waiting forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's to handle: it stops the helpers
@@ -291,7 +288,7 @@ def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_He
     os.close(runs_fd)
     try:
         if failure:
-            conn.send(("error", failure))
+            _send(out_fd, ("error", failure))
             return
         # The state goes back a piece at a time, each freed once sent: the helper never holds its
         # columns twice (built and pickled), and the heap it no longer needs goes back to the OS first.
@@ -300,12 +297,28 @@ def _helper_main(runs_fd: int, conn: Connection, path: Path, inherited: list[_He
         pieces, state.pieces = state.pieces, []
         builder.pieces = []
         release_free_memory()
-        conn.send(("ok", state, len(pieces)))
+        _send(out_fd, ("ok", state, len(pieces)))
         pieces.reverse()
         while pieces:
-            conn.send(pieces.pop())
+            _send(out_fd, pieces.pop())
     finally:
-        conn.close()
+        os.close(out_fd)
+
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _send(fd: int, obj: object) -> None:
+    """One pickled message: its length, then the pickle (written whole)."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_LENGTH.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _receive(fd: int) -> Any:
+    (size,) = _LENGTH.unpack(_read_exact(fd, _LENGTH.size))
+    return pickle.loads(_read_exact(fd, size))
 
 
 def _packed(part: FlowPart) -> FlowPart:
@@ -337,21 +350,28 @@ def _widen_pipe(fd: int) -> None:
 
 
 class _Helper:
-    """One helper process. The reader names each run it hands over in a 24-byte frame on a pipe (one
-    atomic ``write``; the pipe holds thousands, so the reader never waits for a busy helper); the
-    helper decompresses the text itself. Results come back over a separate connection."""
+    """One helper process, forked. The reader names each run it hands over in a 24-byte frame on a pipe
+    (one atomic ``write``; the pipe holds thousands, so the reader never waits for a busy helper); the
+    helper decompresses the text itself. Results come back, pickled, on a second pipe."""
 
-    def __init__(self, context: Any, path: Path, inherited: list[_Helper]) -> None:
-        read_fd, self.fd = os.pipe()
-        self.conn, child = context.Pipe(duplex=False)
-        _widen_pipe(child.fileno())
-        target_args = (read_fd, child, path, [*inherited, self])
-        self.process = context.Process(target=_helper_main, args=target_args, daemon=True)
-        self.process.start()
-        os.close(read_fd)
-        child.close()
+    def __init__(self, path: Path, inherited: list[_Helper]) -> None:
+        runs_read, self.fd = os.pipe()
+        self.results_fd, results_write = os.pipe()
+        _widen_pipe(results_write)
         self.failed = ""
         self.finished = False
+        self.pid = os.fork()
+        if self.pid == 0:  # the helper: never returns into the reader's code
+            code = 1
+            try:
+                os.close(self.fd)
+                os.close(self.results_fd)
+                _helper_main(runs_read, results_write, path, inherited)
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(runs_read)
+        os.close(results_write)
 
     def _write(self, frame: bytes) -> None:
         if self.failed:
@@ -371,29 +391,33 @@ class _Helper:
         if self.failed:
             raise WorkerError(self.failed)
         try:
-            status, payload, *count = self.conn.recv()
+            status, payload, *count = _receive(self.results_fd)
             if status != "ok":
                 raise WorkerError(str(payload))
             state: BuilderState = payload
-            state.pieces = [self.conn.recv() for _ in range(count[0])]
-        except (EOFError, OSError) as err:
+            state.pieces = [_receive(self.results_fd) for _ in range(count[0])]
+        except (EOFError, OSError, pickle.UnpicklingError) as err:
             raise WorkerError(f"helper process exited ({err or 'no result'})") from err
         return state
 
     def forget(self) -> None:
         """In a helper forked later: close the reader's ends of this helper's pipes (copies)."""
         os.close(self.fd)
-        self.conn.close()
+        os.close(self.results_fd)
 
     def close(self) -> None:
-        if not self.finished and self.process.is_alive():  # the load is being abandoned
-            self.process.terminate()
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        """Reap the helper (it exits after sending its state); kill it first if the load is abandoned."""
+        if not self.finished:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
         os.close(self.fd)
-        self.conn.close()
+        os.close(self.results_fd)
 
 
 class Helpers:
@@ -402,13 +426,10 @@ class Helpers:
     decompressing the text itself and sending its state back)."""
 
     def __init__(self, path: Path, count: int) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("fork")
         self.helpers: list[_Helper] = []
         try:
             for _ in range(count):
-                self.helpers.append(_Helper(context, path, list(self.helpers)))
+                self.helpers.append(_Helper(path, list(self.helpers)))
         except BaseException:
             self.close()
             raise
