@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -148,8 +149,9 @@ class RankContext:
         ts = int(c.ts[row])
         k = int(np.searchsorted(starts, ts, side="right"))  # spans starting after the op cannot enclose it
         cand = rows[:k][ends[:k] >= ts]
-        names = [self.trace.strings[int(c.name[r])] for r in cand[np.argsort(-c.ts[cand], kind="stable")]]
-        return _first_user_frame(names)
+        innermost_first = c.name[cand[np.argsort(-c.ts[cand], kind="stable")]].tolist()
+        strings = self.trace.strings
+        return _first_user_frame(strings[n] for n in innermost_first)  # names looked up until one is found
 
     @cached_property
     def _python_by_thread(self) -> dict[int, tuple[I64, I64, I64]]:
@@ -170,7 +172,7 @@ class RankContext:
 _LIBRARY_HINTS = ("site-packages", "dist-packages", "torch/", "<built-in", "threading.py", "/lib/python")
 
 
-def _first_user_frame(frames: list[str]) -> str | None:
+def _first_user_frame(frames: Iterable[str]) -> str | None:
     """The innermost frame outside libraries (``file.py(12): fn``), else None."""
     for frame in frames:
         text = frame.strip()
