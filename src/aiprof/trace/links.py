@@ -310,15 +310,33 @@ def _lookup(
     return np.where(hit, pos, -1).astype(np.int64)
 
 
-def _forward_by_flow(trace: Trace, bwd: I64) -> I64:
-    """Pair ``fwdbwd`` flow ends with the ops they are bound to (same pid, tid and start ns)."""
+def _flow_ops(trace: Trace, fb: I64) -> I64:
+    """The CPU op each flow event is bound to (same pid, tid and start ns; preferring an op with a
+    sequence number, then the outermost one, then the first row), else -1."""
     f, c = trace.flows, trace.columns
-    result = np.full(bwd.size, -1, dtype=np.int64)
-    fb = np.flatnonzero(f.is_fwdbwd)
-    if fb.size == 0:
-        return result
     ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
-    # Candidate ops per (pid, tid, ts); prefer one with a sequence number, then the outermost.
+    # The ops starting at each flow's ns: rows are in time order, so two binary searches find them.
+    lo = np.searchsorted(c.ts[ops], f.ts[fb], side="left")
+    counts = np.searchsorted(c.ts[ops], f.ts[fb], side="right") - lo
+    if int(counts.sum()) > 4 * (ops.size + fb.size):  # many flows on crowded instants: sort all ops once
+        return _flow_ops_by_sort(trace, fb, ops)
+    flow_of = np.repeat(np.arange(fb.size), counts)
+    within = np.arange(flow_of.size) - np.repeat(np.cumsum(counts) - counts, counts)
+    cand = ops[np.repeat(lo, counts) + within]
+    same = (c.pid[cand] == f.pid[fb][flow_of]) & (c.tid[cand] == f.tid[fb][flow_of])
+    flow_of, cand = flow_of[same], cand[same]
+    order = np.lexsort((cand, -c.dur[cand], c.seq[cand] < 0, flow_of))
+    flow_of, cand = flow_of[order], cand[order]
+    first = np.ones(flow_of.size, dtype=bool)
+    first[1:] = flow_of[1:] != flow_of[:-1]
+    row = np.full(fb.size, -1, dtype=np.int64)
+    row[flow_of[first]] = cand[first]
+    return row
+
+
+def _flow_ops_by_sort(trace: Trace, fb: I64, ops: I64) -> I64:
+    """:func:`_flow_ops` by sorting every op by (pid, tid, ts, preference) and looking the flows up."""
+    f, c = trace.flows, trace.columns
     order = np.lexsort((-c.dur[ops], c.seq[ops] < 0, c.ts[ops], c.tid[ops], c.pid[ops]))
     ops = ops[order]
     key = np.empty(ops.size, dtype=_KEY3)
@@ -328,7 +346,17 @@ def _forward_by_flow(trace: Trace, bwd: I64) -> I64:
     probe = np.empty(fb.size, dtype=_KEY3)
     probe["a"], probe["b"], probe["c"] = f.pid[fb], f.tid[fb], f.ts[fb]
     found = _lookup(key, probe)
-    row = np.where(found >= 0, ops[np.maximum(found, 0)], -1)
+    return np.where(found >= 0, ops[np.maximum(found, 0)], -1)
+
+
+def _forward_by_flow(trace: Trace, bwd: I64) -> I64:
+    """Pair ``fwdbwd`` flow ends with the ops they are bound to (same pid, tid and start ns)."""
+    f, c = trace.flows, trace.columns
+    result = np.full(bwd.size, -1, dtype=np.int64)
+    fb = np.flatnonzero(f.is_fwdbwd)
+    if fb.size == 0:
+        return result
+    row = _flow_ops(trace, fb)
     starts, ends = f.is_start[fb] & (row >= 0), ~f.is_start[fb] & (row >= 0)
     s_order = np.argsort(f.flow_id[fb][starts], kind="stable")
     s_ids, s_rows = f.flow_id[fb][starts][s_order], row[starts][s_order]
