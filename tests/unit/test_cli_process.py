@@ -39,3 +39,12 @@ def test_a_users_blas_setting_is_kept() -> None:
                                                'os.environ["OPENBLAS_NUM_THREADS"]'), OPENBLAS_NUM_THREADS="2")
     assert leaked == "2"
     assert int(threads) <= 2
+
+
+def test_a_verb_builds_only_its_own_parser() -> None:
+    code = ("import sys; from aiprof.cli import build_parser, _VERBS; _, one = build_parser('analyze'); "
+            "print(','.join(one), 'aiprof.cli.demo' in sys.modules); _, every = build_parser(); "
+            "print(sorted(every) == sorted(_VERBS))")
+    first, second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert first == "analyze False"
+    assert second == "True"
