@@ -112,3 +112,29 @@ def test_pool_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch, tmp_path:
         many = [(tmp_path / f"rank{i}.json",) for i in range(workers)]
         if parallel.usable_cores() <= workers:
             assert set(map_files(_helpers_here, many, workers, None)) == {0}
+
+
+@pytest.mark.parametrize("runs", [0, 2, 1000])
+def test_a_primed_load_is_the_same_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs: int) -> None:
+    """prime() hands the first runs to the helpers; the later load continues it (1000: the whole file is
+    dealt while priming)."""
+    path = busy_trace(tmp_path)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(stream, "PIECE_BYTES", 2048)
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "1")
+    serial = stream.stream_load(path, workers=0)
+    stream.prime(path, runs)
+    assert (str(path.resolve()) in stream._primed) == (runs > 0)
+    primed = stream.stream_load(path)
+    assert not stream._primed
+    assert serial is not None and primed is not None
+    identical(primed, serial)
+
+
+def test_priming_an_unusual_file_leaves_it_to_the_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "1")
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps([{"ph": "X", "name": "a", "ts": 1, "dur": 2, "pid": 1, "tid": 1}] * 5000))
+    stream.prime(bare)
+    assert not stream._primed  # a bare list is the whole-file path's
+    assert loader.load_file(bare).event_count == 5000

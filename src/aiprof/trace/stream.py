@@ -13,6 +13,7 @@ path, which salvages and explains.
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -62,18 +63,47 @@ def _inflate_errors() -> tuple[type[BaseException], ...]:
     return (zlib.error, isal_error)
 
 
+PRIME_RUNS = 3  # runs handed to the helpers by prime(): ~30 ms of their work, while the reader imports
+
+
+def _fallback_errors() -> tuple[type[BaseException], ...]:
+    from aiprof.trace.parallel import WorkerError
+
+    return (_Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors())
+
+
+_primed: dict[str, _Stream] = {}  # path → a load started by prime()
+
+
+def prime(path: Path, runs: int = PRIME_RUNS) -> None:
+    """Start loading ``path`` now, in the helpers only: fork them and hand them the first ``runs`` runs,
+    then return. The load that :func:`stream_load` later does of the same path continues from there,
+    so the helpers decode while this process does other work first (the CLI imports its analyses).
+    Does nothing without helpers; anything unusual is left to the later load."""
+    stream = _Stream(path, None)
+    try:
+        stream.prime(runs)
+    except _fallback_errors():
+        stream.close()
+        return
+    except BaseException:  # Ctrl-C: stop the helpers too
+        stream.close()
+        raise
+    if stream.helpers is None:
+        stream.close()
+        return
+    _primed[os.path.realpath(path)] = stream
+
+
 def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
     helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
-    from aiprof.trace.parallel import WorkerError
-
-    fallback: tuple[type[BaseException], ...] = (
-        _Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors()
-    )
-    stream = _Stream(path, workers)
+    stream = _primed.pop(os.path.realpath(path), None) if workers is None else None
+    if stream is None:
+        stream = _Stream(path, workers)
     try:
         return stream.load(rank, rank_source)
-    except fallback:
+    except _fallback_errors():
         return None
     finally:
         stream.close()
@@ -132,15 +162,37 @@ class _Stream:
         self.run = 0  # runs of events handed out so far
         self.workers = workers  # None: as many as worker_count() says
         self.helpers: Helpers | None = None
+        self.pieces: Iterator[bytes] | None = None
+        self.prefix = b""
+        self.priming = False
+
+    def _start(self) -> Iterator[bytes]:
+        if self.pieces is None:
+            self.pieces = _pieces(self.path)
+            self.prefix = self._find_events(self.pieces)
+        return self.pieces
+
+    def prime(self, runs: int) -> None:
+        """Hand the first ``runs`` runs to the helpers (none to this process)."""
+        pieces = self._start()
+        self.priming = True
+        try:
+            while self.run < runs:
+                piece = next(pieces, None)
+                if piece is None:
+                    break
+                self.buf += piece
+                if len(self.buf) >= CHUNK_BYTES:
+                    self._decode_complete_events()
+        finally:
+            self.priming = False
 
     def load(self, rank: int, rank_source: str) -> Trace:
-        pieces = _pieces(self.path)
-        prefix = self._find_events(pieces)
-        for piece in pieces:
+        for piece in self._start():
             self.buf += piece
             if len(self.buf) >= CHUNK_BYTES:
                 self._decode_complete_events()
-        self._finish_array(prefix)
+        self._finish_array(self.prefix)
         if self.helpers is not None:
             absorb(self.builder, self.helpers.results())
         return self.builder.finish(rank, rank_source, self.count)
@@ -153,7 +205,7 @@ class _Stream:
     def _owner(self) -> _Helper | None:
         """Who decodes the next run: a helper process, or None for this one. Helpers start with the
         second run (a file of one run is not worth a process)."""
-        if self.run == 0:
+        if self.run == 0 and not self.priming:
             return None
         if self.workers is None:  # decided only for a file of more than one run
             from aiprof.trace.parallel import worker_count
@@ -163,6 +215,8 @@ class _Stream:
             return None
         if self.helpers is None:
             self.helpers = Helpers(self.path, self.workers)
+        if self.priming:
+            return self.helpers.helpers[self.run % len(self.helpers.helpers)]
         return self.helpers.owner(self.run)
 
     def _find_events(self, pieces: Iterator[bytes]) -> bytes:
