@@ -11,7 +11,7 @@ buffer, casts) are compute: the TensorBoard plugin counts them as communication,
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace import links
 from aiprof.trace.model import Bool, Kind, Trace
+from aiprof.plain import as_dict
 
 # Searched, case-insensitive. Library prefixes must start a word (``void ncclKernel_…`` and
 # ``ncclDevKernel_Generic`` match; ``foo_nccl_like`` would too, which is what we want).
@@ -156,7 +157,7 @@ class Collective:
     metadata: dict[str, Any] = field(default_factory=dict)  # Kineto's raw collective args on the kernel
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         out["process_group_ranks"] = list(self.process_group_ranks) if self.process_group_ranks else None
         return out
 
@@ -172,7 +173,7 @@ class CommOverlap:
     overlap_pct: float  # overlapped / comm (0 when no communication)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ class CollectiveSummary:
     busbw_gb_per_s: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 @dataclass(frozen=True)

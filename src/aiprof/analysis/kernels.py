@@ -18,7 +18,7 @@ plugin's step span (see :func:`tb_plugin_window`). Per-name numbers cover every 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Bool, Kind, Trace
+from aiprof.plain import as_dict
 
 F64 = np.ndarray[Any, np.dtype[np.float64]]
 
@@ -104,7 +105,7 @@ class KernelNameStats:
     achieved_occupancy_pct: float | None  # duration-weighted mean of Kineto's estimate
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class DeviceKernelStats:
     kernels: tuple[KernelNameStats, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         out["kernels"] = [k.to_dict() for k in self.kernels]
         return out
 

@@ -16,7 +16,7 @@ aten::addmm both own the GEMM); use ``top_level_only=True`` for numbers that add
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,6 +25,7 @@ import numpy as np
 from aiprof.arrays import unique
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Bool, Kind, Trace
+from aiprof.plain import as_dict
 
 _MAX_DEPTH = 256
 
@@ -45,7 +46,7 @@ class OpGroupStats:
     kernel_count_total: int
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ docs/peer-conventions.md for the measured effect.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ import numpy.typing as npt
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.trace.model import Kind, Trace
+from aiprof.plain import as_dict
 
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
@@ -65,7 +66,7 @@ class HtaBreakdown:
     defined: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
 
 def _empty(dropped: bool = False) -> HtaBreakdown:

@@ -22,7 +22,7 @@ Times are reported in ms, as TraceLens's ``time ms`` column.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
+from aiprof.plain import as_dict
 
 Bool = npt.NDArray[np.bool_]
 
@@ -55,7 +56,7 @@ class TraceLensTimeline:
     defined: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     def percent(self, field: str) -> float:
         """A row's ``percent`` column: share of ``total_ms``."""
