@@ -27,23 +27,31 @@ def _names(cls: type) -> tuple[str, ...]:
     return names
 
 
+_LEAVES = frozenset({int, float, str, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
     cls = type(value)
+    if cls in _LEAVES:
+        return value
     if hasattr(cls, "__dataclass_fields__"):
-        return {name: _plain(getattr(value, name)) for name in _names(cls)}
+        out = {}
+        for name in _names(cls):
+            item = getattr(value, name)
+            out[name] = item if type(item) in _LEAVES else _plain(item)
+        return out
     if cls is list:
-        return [_plain(v) for v in value]
+        return [v if type(v) in _LEAVES else _plain(v) for v in value]
     if cls is dict:
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        return {_plain(k): v if type(v) in _LEAVES else _plain(v) for k, v in value.items()}
     if cls is tuple:
         return tuple(_plain(v) for v in value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple, rebuilt field by field
         return cls(*[_plain(v) for v in value])
-    if isinstance(value, (list, tuple, dict)):  # other subclasses, as asdict rebuilds them
-        items = value.items() if isinstance(value, dict) else value
-        if isinstance(value, dict):
-            return cls((_plain(k), _plain(v)) for k, v in items)
-        return cls(_plain(v) for v in items)
+    if isinstance(value, dict):  # other subclasses, rebuilt as asdict rebuilds them
+        return cls((_plain(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return cls(_plain(v) for v in value)
     return value
 
 
