@@ -21,17 +21,23 @@ def _both(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return links._flow_ops(trace, fb), links._flow_ops_by_sort(trace, fb, ops)
 
 
-@pytest.mark.parametrize("rel", [f for f in FILES if f not in NOT_TRACES])
-def test_flow_ops_match_on_shared_traces(rel: str) -> None:
-    try:
-        trace = load_file(ROOT / rel)
-    except TraceError:
-        pytest.skip("not a loadable trace")
-    if not trace.flows.is_fwdbwd.any():
-        pytest.skip("no fwdbwd flows")
-    fast, sorted_ = _both(trace)
-    assert np.array_equal(fast, sorted_)
-    assert (fast >= 0).any()
+@pytest.mark.skipif(not FILES, reason=f"shared traces not found at {ROOT}")
+def test_flow_ops_match_on_shared_traces() -> None:
+    with_flows = 0
+    for rel in FILES:
+        if rel in NOT_TRACES:
+            continue
+        try:
+            trace = load_file(ROOT / rel)
+        except TraceError:
+            continue
+        if not trace.flows.is_fwdbwd.any():
+            continue
+        fast, sorted_ = _both(trace)
+        assert np.array_equal(fast, sorted_), rel
+        assert (fast >= 0).any(), rel
+        with_flows += 1
+    assert with_flows >= 5  # the shared traces with fwdbwd flows (7 when this was written)
 
 
 def test_crowded_instants_and_preferences(tmp_path: Path) -> None:
