@@ -387,7 +387,7 @@ def tb_plugin_window(trace: Trace) -> tuple[int, int] | None:
         return None
     c = trace.columns
     s_start, s_end = c.ts[steps], c.ts[steps] + c.dur[steps]
-    gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_WORK_KINDS]))
+    gpu = np.flatnonzero(trace.kind_mask(*GPU_WORK_KINDS))
     launch = links.launcher(trace)[gpu]
     gpu, launch = gpu[launch >= 0], launch[launch >= 0]
     step_of = _step_of_launch(c.ts[launch], c.ts[launch] + c.dur[launch], s_start, s_end)
@@ -408,7 +408,7 @@ def tb_plugin_window(trace: Trace) -> tuple[int, int] | None:
 
 def _profiler_steps(trace: Trace) -> I64:
     c = trace.columns
-    ann = np.flatnonzero(np.isin(c.kind, [int(Kind.USER_ANNOTATION), int(Kind.CPU_OP)]))
+    ann = np.flatnonzero(trace.kind_mask(Kind.USER_ANNOTATION, Kind.CPU_OP))
     is_step = np.array([s.startswith("ProfilerStep#") for s in trace.strings], dtype=bool)
     if is_step.size == 0:
         return ann[:0]
@@ -431,7 +431,7 @@ def _first_step_start(trace: Trace, gpu: I64, matched: Bool, step_of: I64, host_
     if in0.size == 0:
         return host_start
     first_dev = int(c.ts[in0].min())
-    all_gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_WORK_KINDS]))
+    all_gpu = np.flatnonzero(trace.kind_mask(*GPU_WORK_KINDS))
     outside = setdiff(all_gpu, gpu[matched])
     ends = c.ts[outside] + c.dur[outside]
     before = ends[ends < first_dev]

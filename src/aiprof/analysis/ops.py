@@ -95,7 +95,7 @@ def gpu_ns_per_op(trace: Trace) -> tuple[I64, I64, I64, I64]:
     c = trace.columns
     n = len(c)
     op_of = links.gpu_op(trace)
-    gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_WORK_KINDS]) & (op_of >= 0))
+    gpu = np.flatnonzero(trace.kind_mask(*GPU_WORK_KINDS) & (op_of >= 0))
     owners = op_of[gpu]
     g_self = np.bincount(owners, weights=c.dur[gpu], minlength=n).astype(np.int64)
     is_kernel = (c.kind[gpu] == int(Kind.KERNEL)).astype(np.int64)

@@ -103,7 +103,7 @@ def _gpu_end_per_step(trace: Trace, starts: I64, ends: I64) -> I64:
 
 def _whole_trace_window(trace: Trace) -> StepWindow:
     c = trace.columns
-    spans = ~np.isin(c.kind, [int(Kind.SPAN), int(Kind.INSTANT), int(Kind.MEMORY)])
+    spans = ~trace.kind_mask(Kind.SPAN, Kind.INSTANT, Kind.MEMORY)
     if not spans.any():
         start = end = 0
     else:

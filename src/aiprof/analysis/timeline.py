@@ -201,7 +201,7 @@ def _thread_key(pid: I64, tid: I64) -> I64:
 
 def _rows_on_threads(trace: Trace, kinds: tuple[Kind, ...], threads: I64) -> I64:
     c = trace.columns
-    rows = np.flatnonzero(np.isin(c.kind, [int(k) for k in kinds]))
+    rows = np.flatnonzero(trace.kind_mask(*kinds))
     return rows[arrays.isin(_thread_key(c.pid[rows], c.tid[rows]), threads)]
 
 
@@ -214,7 +214,7 @@ def _idle_cause_sets(
     )
     idle = iv.subtract(window_set, busy)
     launch = links.launcher(trace)
-    gpu = np.flatnonzero((c.device == device) & (launch >= 0) & np.isin(c.kind, [int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]))
+    gpu = np.flatnonzero((c.device == device) & (launch >= 0) & trace.kind_mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
     pending = iv.merge(c.ts[launch[gpu]], c.ts[gpu])
     threads = _feeding_threads(trace, device)
     host_rows = _rows_on_threads(trace, (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER), threads)

@@ -336,7 +336,7 @@ def _work_items(trace: Trace, mode: str) -> tuple[I64, I64, I64, I64, I64]:
         return rows, issuer, c.dur[rows], c.ts[rows], c.ts[rows] + c.dur[rows]
     rows = trace.rows_of(Kind.CPU_OP)
     par = links.parent(trace)
-    nest = np.flatnonzero(np.isin(c.kind, [int(k) for k in links.NEST_KINDS]) & (par >= 0))
+    nest = np.flatnonzero(trace.kind_mask(*links.NEST_KINDS) & (par >= 0))
     child_time = np.zeros(len(c), dtype=np.int64)
     np.add.at(child_time, par[nest], c.dur[nest])
     self_time = np.maximum(c.dur[rows] - child_time[rows], 0)

@@ -35,8 +35,8 @@ def launcher(trace: Trace) -> I64:
 def _build_launcher(trace: Trace) -> I64:
     c = trace.columns
     out = np.full(len(c), -1, dtype=np.int64)
-    launches = np.flatnonzero(np.isin(c.kind, [int(k) for k in LAUNCH_KINDS]) & (c.correlation >= 0))
-    gpu = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_LINKED_KINDS]) & (c.correlation >= 0))
+    launches = np.flatnonzero(trace.kind_mask(*LAUNCH_KINDS) & (c.correlation >= 0))
+    gpu = np.flatnonzero(trace.kind_mask(*GPU_LINKED_KINDS) & (c.correlation >= 0))
     if launches.size and gpu.size:
         order = np.argsort(c.correlation[launches], kind="stable")
         keys = c.correlation[launches][order]
@@ -54,7 +54,7 @@ def _link_by_flows(trace: Trace, out: I64) -> None:
     (``ac2g``; legacy ``async``/``launch``) from the runtime call that starts it to the GPU activity it
     ends on. Flow ends bind to events by process, thread and timestamp, as Chrome's trace viewer does."""
     c, f = trace.columns, trace.flows
-    missing = np.flatnonzero(np.isin(c.kind, [int(k) for k in GPU_LINKED_KINDS]) & (out < 0))
+    missing = np.flatnonzero(trace.kind_mask(*GPU_LINKED_KINDS) & (out < 0))
     launch_flow = ~f.is_fwdbwd
     if missing.size == 0 or not launch_flow.any():
         return
@@ -68,7 +68,7 @@ def _link_by_flows(trace: Trace, out: I64) -> None:
             start_of[fid] = (pid, tid, ts)
         else:
             end_of[(pid, ts)] = fid
-    launches = np.flatnonzero(np.isin(c.kind, [int(k) for k in LAUNCH_KINDS]))
+    launches = np.flatnonzero(trace.kind_mask(*LAUNCH_KINDS))
     launch_at = dict(zip(zip(c.pid[launches].tolist(), c.tid[launches].tolist(), c.ts[launches].tolist()),
                          launches.tolist()))
     for row, pid, ts in zip(missing.tolist(), c.pid[missing].tolist(), c.ts[missing].tolist()):
@@ -88,7 +88,7 @@ def parent(trace: Trace) -> I64:
 def _build_parent(trace: Trace) -> I64:
     c = trace.columns
     out = np.full(len(c), -1, dtype=np.int64)
-    rows = np.flatnonzero(np.isin(c.kind, [int(k) for k in NEST_KINDS]))
+    rows = np.flatnonzero(trace.kind_mask(*NEST_KINDS))
     if rows.size == 0:
         return out
     # Per thread, by start, longer spans first so that a parent precedes a child starting at the same ts.
@@ -188,7 +188,7 @@ def issuing_op(trace: Trace) -> I64:
 def _build_issuing_op(trace: Trace) -> I64:
     c = trace.columns
     out = np.full(len(c), -1, dtype=np.int64)
-    launches = np.flatnonzero(np.isin(c.kind, [int(k) for k in LAUNCH_KINDS]))
+    launches = np.flatnonzero(trace.kind_mask(*LAUNCH_KINDS))
     if launches.size == 0:
         return out
     ops = np.flatnonzero((c.kind == int(Kind.CPU_OP)) & (c.external_id >= 0))

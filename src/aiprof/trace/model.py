@@ -213,11 +213,29 @@ class Trace:
         """The string table as an object array, for vectorised name lookups."""
         return np.array(self.strings, dtype=object)
 
+    def kind_mask(self, *kinds: Kind | int) -> Bool:
+        """Row mask of the events of the given kinds (one table lookup per row, ~7x ``np.isin``'s time
+        less; cached per set of kinds, read-only)."""
+        key = "kind_mask:" + ",".join(str(k) for k in sorted({int(k) for k in kinds}))
+        mask: Bool | None = self.cache.get(key)
+        if mask is None:
+            table = np.zeros(256, dtype=bool)
+            table[[int(k) & 0xFF for k in kinds]] = True
+            mask = table[self.columns.kind.view(np.uint8)]
+            mask.flags.writeable = False
+            self.cache[key] = mask
+        return mask
+
     def rows_of(self, *kinds: Kind) -> I64:
-        """Row indices of events of the given kinds, in time order."""
-        mask = np.isin(self.columns.kind, np.array([int(k) for k in kinds], dtype=np.int8))
-        rows = np.flatnonzero(mask).astype(np.int64)
-        return rows[np.argsort(self.columns.ts[rows], kind="stable")]
+        """Row indices of events of the given kinds, in time order (cached per set of kinds, read-only)."""
+        key = "rows_of:" + ",".join(str(k) for k in sorted({int(k) for k in kinds}))
+        rows: I64 | None = self.cache.get(key)
+        if rows is None:
+            rows = np.flatnonzero(self.kind_mask(*kinds)).astype(np.int64)
+            rows = rows[np.argsort(self.columns.ts[rows], kind="stable")]
+            rows.flags.writeable = False
+            self.cache[key] = rows
+        return rows
 
     def name_matches(self, rows: I64, pattern: str) -> Bool:
         """For each row, whether its name matches the regular expression ``pattern`` (searched)."""

@@ -117,7 +117,7 @@ def _event_types(trace: Trace, strict: bool) -> npt.NDArray[np.int8]:
     c = trace.columns
     table = np.array([_CATEGORY_TYPE.get(s.lower(), _NONE) for s in trace.strings], dtype=np.int8)
     types = table[c.cat] if len(table) else np.zeros(len(c), dtype=np.int8)
-    types[np.isin(c.kind, np.array([int(Kind.MEMORY), int(Kind.INSTANT)], dtype=np.int8))] = _NONE
+    types[trace.kind_mask(Kind.MEMORY, Kind.INSTANT)] = _NONE
     if not strict:
         types[c.kind == int(Kind.RUNTIME)] = _RUNTIME
         types[c.kind == int(Kind.GPU_ANNOTATION)] = _NONE

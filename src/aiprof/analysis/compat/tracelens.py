@@ -75,7 +75,7 @@ def _string_mask(trace: Trace, predicate: Any) -> Bool:
 def _linked(trace: Trace, rows: npt.NDArray[np.int64]) -> Bool:
     """Rows whose correlation id a host runtime/driver call carries (all rows on a GPU-only trace)."""
     c = trace.columns
-    host = np.isin(c.kind, np.array([int(Kind.RUNTIME), int(Kind.DRIVER)], dtype=np.int8))
+    host = trace.kind_mask(Kind.RUNTIME, Kind.DRIVER)
     if not host.any():
         return np.ones(rows.size, dtype=bool)
     launch_corr = unique(c.correlation[host])
