@@ -664,8 +664,11 @@ def _aggregate(calls: _Calls) -> list[RooflineRow]:
         row.flops = row.bytes_read = row.bytes_written = 0
     # FLOPs and bytes: Python ints per (group, cost) pair (sums can pass int64)
     has_cost = calls.cost_id >= 0
-    pairs, n_pairs = np.unique(np.stack((group[has_cost], calls.cost_id[has_cost])), axis=1, return_counts=True)
-    for g, k, n in zip(pairs[0].tolist(), pairs[1].tolist(), n_pairs.tolist(), strict=True):
+    # Distinct (group, cost) pairs in (group, cost) order, as one int64 key each (np.unique(axis=1)
+    # sorts rows as opaque bytes: 20 ms on a 0.3M-event trace)
+    width = len(calls.costs) + 1
+    pair_keys, n_pairs = np.unique(group[has_cost] * width + calls.cost_id[has_cost], return_counts=True)
+    for g, k, n in zip((pair_keys // width).tolist(), (pair_keys % width).tolist(), n_pairs.tolist(), strict=True):
         cost = calls.costs[k]
         rows[g].flops += n * cost.flops
         rows[g].bytes_read += n * cost.bytes_read
