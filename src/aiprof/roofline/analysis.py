@@ -190,19 +190,27 @@ class RooflineResult:
         return np.flatnonzero(mask)
 
     @cached_property
-    def call_bounds(self) -> list[str]:
-        """The class of every call (what :func:`_classify` gives its row), without building the rows."""
+    def call_bounds(self) -> tuple[I64, list[str]]:
+        """The class of every call (what :func:`_classify` gives its row), without building the rows: a
+        code per call and the class name of each code."""
         calls = self.calls
         per_cost = [_roof_of(cost, self.peaks) for cost in calls.costs]
         roof_ns = np.array([r[1] for r in per_cost] + [0], dtype=np.int64)
         compute = np.array([r[2] for r in per_cost] + [False], dtype=bool)
-        fixed = [r[0] for r in per_cost] + ["unmodelled"]  # a class that does not depend on the call's time
+        # A class that does not depend on the call's time, per cost (the last one: unmodelled calls)
+        names = ["latency-bound", "compute-bound", "memory-bound"]
+        fixed_names = [r[0] for r in per_cost] + ["unmodelled"]
+        for name in fixed_names:
+            if name and name not in names:
+                names.append(name)
+        fixed = np.array([names.index(n) if n else -1 for n in fixed_names], dtype=np.int64)
         time = calls.time_ns
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = (100.0 * roof_ns[calls.cost_id]) / time
         latency = (time > 0) & (pct < LATENCY_PCT)
-        timed = np.where(latency, "latency-bound", np.where(compute[calls.cost_id], "compute-bound", "memory-bound"))
-        return [f or t for f, t in zip((fixed[k] for k in calls.cost_id.tolist()), timed.tolist(), strict=True)]
+        timed = np.where(latency, 0, np.where(compute[calls.cost_id], 1, 2))
+        own = fixed[calls.cost_id]
+        return np.where(own >= 0, own, timed).astype(np.int64), names
 
     @property
     def modelled_time_ns(self) -> int:
