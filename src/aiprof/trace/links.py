@@ -296,22 +296,25 @@ def _forward_by_sequence(trace: Trace, fwd: I64, bwd: I64) -> I64:
     # The creator of each (tid, seq): the forward op that starts last (ties: the innermost, shorter one).
     order = np.lexsort((-c.dur[fwd], c.ts[fwd], c.seq[fwd], c.tid[fwd], c.pid[fwd]))
     fwd = fwd[order]
-    key = np.empty(fwd.size, dtype=_KEY3)
-    key["a"], key["b"], key["c"] = c.pid[fwd], c.tid[fwd], c.seq[fwd]
-    last = np.append(key[1:] != key[:-1], True)
-    creators, ckey = fwd[last], key[last]
+    pid, tid, seq = c.pid[fwd], c.tid[fwd], c.seq[fwd]
+    last = np.ones(fwd.size, dtype=bool)
+    last[:-1] = (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1]) | (seq[1:] != seq[:-1])
+    creators, pid, tid, seq = fwd[last], pid[last], tid[last], seq[last]  # sorted by (pid, tid, seq)
     result = np.full(bwd.size, -1, dtype=np.int64)
     for fwd_tid in unique(c.fwd_tid[bwd]).tolist():
         sel = np.flatnonzero(c.fwd_tid[bwd] == fwd_tid)
+        wanted = c.seq[bwd[sel]]
         best = np.full(sel.size, -1, dtype=np.int64)
         best_hits = 0
-        for pid, tid in _forward_threads(trace, creators):
-            probe = np.empty(sel.size, dtype=_KEY3)
-            probe["a"], probe["b"], probe["c"] = pid, tid, c.seq[bwd[sel]]
-            found = _lookup(ckey, probe)
-            hits = int((found >= 0).sum())
+        for p, t in _forward_threads(trace, creators):
+            # This thread's creators are one block, in sequence-number order: a binary search finds each.
+            block = np.flatnonzero((pid == p) & (tid == t))
+            seqs = seq[block[0] : block[-1] + 1]
+            pos = np.minimum(np.searchsorted(seqs, wanted), seqs.size - 1)
+            found = seqs[pos] == wanted
+            hits = int(found.sum())
             if hits > best_hits:
-                best_hits, best = hits, np.where(found >= 0, creators[np.maximum(found, 0)], -1)
+                best_hits, best = hits, np.where(found, creators[block[0] + pos], -1)
         result[sel] = best
     return result
 
