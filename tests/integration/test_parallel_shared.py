@@ -3,8 +3,6 @@ shared out) is identical, bit for bit, to the one a single process builds from t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from test_load_all_traces import FILES, NOT_TRACES, ROOT
 from trace_compare import identical

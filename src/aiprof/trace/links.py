@@ -376,7 +376,7 @@ def _flow_ops_by_sort(trace: Trace, fb: I64, ops: I64) -> I64:
 
 def _forward_by_flow(trace: Trace, bwd: I64) -> I64:
     """Pair ``fwdbwd`` flow ends with the ops they are bound to (same pid, tid and start ns)."""
-    f, c = trace.flows, trace.columns
+    f = trace.flows
     result = np.full(bwd.size, -1, dtype=np.int64)
     fb = np.flatnonzero(f.is_fwdbwd)
     if fb.size == 0:

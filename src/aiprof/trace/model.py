@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from aiprof.arrays import unique
-import numpy.typing as npt
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]

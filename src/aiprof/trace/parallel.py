@@ -433,8 +433,11 @@ class Helpers:
             self.close()
             raise
 
-    def owner(self, run: int) -> _Helper | None:
-        """Who decodes run ``run``: a helper, or None for the reader itself."""
+    def owner(self, run: int, helpers_only: bool = False) -> _Helper | None:
+        """Who decodes run ``run``: a helper, or None for the reader itself (never with
+        ``helpers_only``: the runs dealt while the reader is busy elsewhere, see ``stream.prime``)."""
+        if helpers_only:
+            return self.helpers[run % len(self.helpers)]
         slot = run % (len(self.helpers) + 1)
         return None if slot == 0 else self.helpers[slot - 1]
 

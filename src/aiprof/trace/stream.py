@@ -24,7 +24,7 @@ import msgspec
 
 from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header
 from aiprof.trace.model import Trace
-from aiprof.trace.parallel import Helpers, _Helper, absorb
+from aiprof.trace.parallel import Helpers, WorkerError, _Helper, absorb, worker_count
 from aiprof.trace.schema import TraceFile
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
@@ -69,8 +69,6 @@ PRIME_RUNS = 3
 
 
 def _fallback_errors() -> tuple[type[BaseException], ...]:
-    from aiprof.trace.parallel import WorkerError
-
     return (_Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors())
 
 
@@ -210,16 +208,12 @@ class _Stream:
         if self.run == 0 and not self.priming:
             return None
         if self.workers is None:  # decided only for a file of more than one run
-            from aiprof.trace.parallel import worker_count
-
             self.workers = worker_count()
         if self.workers <= 0:
             return None
         if self.helpers is None:
             self.helpers = Helpers(self.path, self.workers)
-        if self.priming:
-            return self.helpers.helpers[self.run % len(self.helpers.helpers)]
-        return self.helpers.owner(self.run)
+        return self.helpers.owner(self.run, helpers_only=self.priming)
 
     def _find_events(self, pieces: Iterator[bytes]) -> bytes:
         """Read until ``"traceEvents": [``; return the header text before it (ending in ``:``)."""
