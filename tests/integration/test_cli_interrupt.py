@@ -41,3 +41,39 @@ def test_ctrl_c_during_a_parallel_load(tmp_path: Path, delay: float) -> None:
     if shutil.which("pgrep"):
         alive = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert not alive, f"processes left in the group: {alive}"
+
+
+INTERRUPT_DURING_IMPORTS = """
+import importlib.abc, os, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):  # Ctrl-C while the CLI imports the rules, after priming
+    def find_spec(self, name, path=None, target=None):
+        if name == "aiprof.rules.registry":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from aiprof import cli
+from aiprof.trace import stream
+code = cli.main(["analyze", sys.argv[1], "-o", sys.argv[2]])
+try:
+    os.waitpid(-1, os.WNOHANG)
+    children = "children left"
+except ChildProcessError:
+    children = "no children"
+print(code, children, flush=True)
+"""
+
+
+@pytest.mark.skipif(not MTIA.exists(), reason="shared traces not found")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="helpers are forked")
+def test_ctrl_c_while_primed_helpers_run_stops_them(tmp_path: Path) -> None:
+    """Ctrl-C after the helpers were primed but before the load takes them over: they are stopped and
+    reaped before the command returns (not left to exit on their own after this process is gone)."""
+    out = tmp_path / "report.json"
+    env = dict(os.environ, AIPROF_DECODE_WORKERS="2")
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_DURING_IMPORTS, str(MTIA), str(out)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["130", "no", "children"], done.stderr
+    assert done.stderr.strip() == "aiprof: interrupted"
+    assert not out.exists()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import json
 import multiprocessing
+import os
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +132,74 @@ def test_a_primed_load_is_the_same_trace(tmp_path: Path, monkeypatch: pytest.Mon
     assert not stream._primed
     assert serial is not None and primed is not None
     identical(primed, serial)
+
+
+def test_an_interrupt_while_receiving_results_does_not_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while the reader takes a helper's state: the helper, blocked writing the rest into a full
+    pipe, is killed, not waited for (which would wait forever)."""
+    path = busy_trace(tmp_path)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 2048)
+    monkeypatch.setattr(stream, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(parallel, "PIPE_BYTES", 4096)  # the state does not fit: the helper blocks writing
+    started: list[parallel.Helpers] = []
+    real_init = parallel.Helpers.__init__
+
+    def recording_init(self: parallel.Helpers, path: Path, count: int) -> None:
+        real_init(self, path, count)
+        started.append(self)
+
+    calls = 0
+    real_receive = parallel._receive
+
+    def interrupted_receive(fd: int) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # after the state's header, before its pieces
+            raise KeyboardInterrupt
+        return real_receive(fd)
+
+    monkeypatch.setattr(parallel.Helpers, "__init__", recording_init)
+    monkeypatch.setattr(parallel, "_receive", interrupted_receive)
+    raised: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            stream.stream_load(path, workers=1)
+        except BaseException as err:  # noqa: BLE001 - checked below
+            raised.append(err)
+
+    worker = threading.Thread(target=load, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # hung: unblock it before failing
+        for helper in started[0].helpers:
+            os.kill(helper.pid, signal.SIGKILL)
+        worker.join(timeout=30)
+        pytest.fail("closing the helpers waited for one that could never finish")
+    assert len(raised) == 1 and isinstance(raised[0], KeyboardInterrupt)
+    for helper in started[0].helpers:
+        with pytest.raises(ChildProcessError):  # reaped
+            os.waitpid(helper.pid, os.WNOHANG)
+
+
+def test_discarding_a_primed_load_stops_its_helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A primed load that no load takes over (the command failed or was interrupted first): its helpers
+    are killed and reaped, none is left running or as a zombie."""
+    path = busy_trace(tmp_path)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(stream, "PIECE_BYTES", 2048)
+    monkeypatch.setenv("AIPROF_DECODE_WORKERS", "2")
+    stream.prime(path, 2)
+    helpers = stream._primed[str(path.resolve())].helpers
+    assert helpers is not None
+    pids = [helper.pid for helper in helpers.helpers]
+    assert len(pids) == 2
+    stream.discard_primed()
+    assert not stream._primed
+    for pid in pids:
+        with pytest.raises(ChildProcessError):  # already reaped: no longer this process's child
+            os.waitpid(pid, os.WNOHANG)
+    stream.discard_primed()  # nothing left: a no-op
 
 
 def test_priming_an_unusual_file_leaves_it_to_the_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

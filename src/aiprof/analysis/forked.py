@@ -16,6 +16,8 @@ import signal
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from aiprof.interrupts import ignore_in_child
+
 T = TypeVar("T")
 
 
@@ -57,7 +59,9 @@ class Pending(Generic[T]):
 
 def start(fn: Callable[[], T]) -> Pending[T] | None:
     """Start ``fn()`` in a forked child; None where that is not worth it or not possible (no fork, no
-    spare core, or decode helpers turned off with ``AIPROF_DECODE_WORKERS=0``)."""
+    spare core, or decode helpers turned off with ``AIPROF_DECODE_WORKERS=0``). Call it inside
+    :func:`aiprof.interrupts.interrupts_held` and record the result before the block ends, so that
+    Ctrl-C cannot leave a child nobody closes."""
     from aiprof.trace.parallel import worker_count
 
     if not hasattr(os, "fork") or worker_count() <= 0:
@@ -72,7 +76,7 @@ def start(fn: Callable[[], T]) -> Pending[T] | None:
     if pid == 0:  # the child: compute, send, and leave without running any of the parent's exit code
         try:
             os.close(read_fd)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+            ignore_in_child()  # Ctrl-C is the parent's to handle
             try:
                 payload = pickle.dumps(("ok", fn()), protocol=pickle.HIGHEST_PROTOCOL)
             except BaseException as err:  # noqa: BLE001 - reported; the parent computes it itself

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aiprof.analysis import forked
 from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
+from aiprof.interrupts import interrupts_held
 from aiprof.trace.loader import load_file
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files, map_files
@@ -157,14 +159,13 @@ def analyze_trace(
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
-    pending = None
-    if fork and len(in_child) < len(chosen):
-        from aiprof.analysis import forked
-
-        _shared_views(trace)  # computed once, before the fork, for both halves
-        release_free_memory()  # freed heap pages would otherwise be resident in both processes
-        pending = forked.start(lambda: {key: chosen[key](trace) for key in in_child})
+    pending: forked.Pending[dict[str, Any]] | None = None
     try:
+        if fork and len(in_child) < len(chosen):
+            _shared_views(trace)  # computed once, before the fork, for both halves
+            release_free_memory()  # freed heap pages would otherwise be resident in both processes
+            with interrupts_held():  # Ctrl-C comes after `pending` is set: the child is always closed
+                pending = forked.start(lambda: {key: chosen[key](trace) for key in in_child})
         done = {key: section(trace) for key, section in chosen.items() if pending is None or key not in in_child}
         extras = hook(trace, result) if hook is not None else {}
         from_child = pending.result() if pending is not None else None

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,13 @@ class AnalyzeCommand:
         fmt = format_for(args.output, args.format)
         if args.output is not None:
             _check_writable(args.output)
-        _start_loading(args.paths)
+        stop_primed = _start_loading(args.paths)
+        try:
+            return self._analyze(args, fmt)
+        finally:
+            stop_primed()
+
+    def _analyze(self, args: argparse.Namespace, fmt: str) -> int:
         from aiprof.pipeline import analyze_and_diagnose
         from aiprof.report.document import build_document
         from aiprof.rules.options import RuleOptions
@@ -119,19 +126,25 @@ class AnalyzeCommand:
         return 0
 
 
-def _start_loading(paths: list[str]) -> None:
+def _start_loading(paths: list[str]) -> Callable[[], None]:
     """One trace file: its decode helpers start on it now, while this process imports the analyses
-    (about 30 ms of imports the second core would otherwise sit out)."""
+    (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
+    no load took over (call it when the command ends, however it ends)."""
     if len(paths) != 1 or not os.path.isfile(paths[0]):
-        return
-    from aiprof.trace.stream import prime
+        return lambda: None
+    from aiprof.trace.stream import discard_primed, prime
 
-    prime(Path(paths[0]))
-    import aiprof.analysis.compat  # noqa: F401 - imported now rather than during the analysis
-    import aiprof.analysis.kernels  # noqa: F401
-    import aiprof.analysis.ops  # noqa: F401
-    import aiprof.roofline.analysis  # noqa: F401
-    import aiprof.rules.registry  # noqa: F401
+    try:
+        prime(Path(paths[0]))
+        import aiprof.analysis.compat  # noqa: F401 - imported now rather than during the analysis
+        import aiprof.analysis.kernels  # noqa: F401
+        import aiprof.analysis.ops  # noqa: F401
+        import aiprof.roofline.analysis  # noqa: F401
+        import aiprof.rules.registry  # noqa: F401
+    except BaseException:  # Ctrl-C during the imports: the helpers stop with this process
+        discard_primed()
+        raise
+    return discard_primed
 
 
 def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool = False) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from aiprof.heap import release_free_memory
+from aiprof.interrupts import ignore_in_child, interrupts_held
 from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
 from aiprof.trace.schema import TraceFile
 
@@ -266,7 +267,7 @@ def _helper_main(runs_fd: int, out_fd: int, path: Path, inherited: list[_Helper]
     decompression of the file; at run -1, send the state back on ``out_fd``. ``inherited``: the
     reader's side of the helpers started before (and its own pipe's write end), closed here: if the
     reader dies, the helper then sees the end of its pipe instead of waiting forever."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the reader's to handle: it stops the helpers
+    ignore_in_child()  # Ctrl-C is the reader's to handle: it stops the helpers
     for other in inherited:
         other.forget()
     builder = _Builder(RawTrace([], TraceFile(), []), path)
@@ -386,7 +387,6 @@ class _Helper:
 
     def result(self) -> BuilderState:
         self._write(_FRAME.pack(-1, 0, 0))
-        self.finished = True
         if self.failed:
             raise WorkerError(self.failed)
         try:
@@ -397,6 +397,7 @@ class _Helper:
             state.pieces = [_receive(self.results_fd) for _ in range(count[0])]
         except (EOFError, OSError, pickle.UnpicklingError) as err:
             raise WorkerError(f"helper process exited ({err or 'no result'})") from err
+        self.finished = True  # all sent: the helper exits by itself
         return state
 
     def forget(self) -> None:
@@ -405,7 +406,9 @@ class _Helper:
         os.close(self.results_fd)
 
     def close(self) -> None:
-        """Reap the helper (it exits after sending its state); kill it first if the load is abandoned."""
+        """Reap the helper (it exits after sending its state); kill it first unless its whole state was
+        received (the load was abandoned, or interrupted while the helper still had results to send:
+        waiting for it then would wait forever on a helper blocked writing into a full pipe)."""
         if not self.finished:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -428,7 +431,8 @@ class Helpers:
         self.helpers: list[_Helper] = []
         try:
             for _ in range(count):
-                self.helpers.append(_Helper(path, list(self.helpers)))
+                with interrupts_held():  # no Ctrl-C between the fork and the list: every helper is stopped
+                    self.helpers.append(_Helper(path, list(self.helpers)))
         except BaseException:
             self.close()
             raise

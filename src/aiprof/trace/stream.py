@@ -95,6 +95,14 @@ def prime(path: Path, runs: int = PRIME_RUNS) -> None:
     _primed[os.path.realpath(path)] = stream
 
 
+def discard_primed() -> None:
+    """Stop the helpers of every primed load that no load took over (the command ended first: an error,
+    Ctrl-C during the imports): they are killed and reaped here, not left to outlive this process."""
+    while _primed:
+        _, stream = _primed.popitem()
+        stream.close()
+
+
 def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
     helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
