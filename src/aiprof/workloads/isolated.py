@@ -61,6 +61,20 @@ def profile(name: str, fixed: bool, out_dir: str, *, steps: int = 6, warmup: int
     return str(out["trace"])
 
 
+def profile_with_cost(
+    name: str, fixed: bool, out_dir: str, *, steps: int = 6, warmup: int = 3, device: str = "cpu"
+) -> tuple[str, int]:
+    """Profile one variant in a fresh process, then measure there what the profiler adds per recorded
+    op (:func:`aiprof.workloads.base.profiler_ns_per_op`): the cost host-overhead estimates subtract,
+    taken in the process and the moment the trace was, not in a test runner that has run for minutes.
+    Returns the trace path and that cost."""
+    out = _run(["profile", name, "1" if fixed else "0", str(steps), str(warmup), device, out_dir, "--profiler-cost"])
+    cost = out["profiler_ns_per_op"]
+    if not isinstance(cost, int):
+        raise RuntimeError(f"workload subprocess reported no profiler cost: {out}")
+    return str(out["trace"]), cost
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aiprof.workloads.isolated")
     parser.add_argument("what", choices=["time", "profile"])
@@ -70,15 +84,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("warmup", type=int)
     parser.add_argument("device")
     parser.add_argument("out", nargs="?")
+    parser.add_argument("--profiler-cost", action="store_true", help="also measure the profiler's cost per op")
     args = parser.parse_args(argv)
-    from aiprof.workloads.base import _step_times, profile_workload
+    from aiprof.workloads.base import _step_times, profile_workload, profiler_ns_per_op
 
     if args.what == "time":
         times = _step_times(args.name, bool(args.fixed), args.steps, args.warmup, args.device)
         print(json.dumps({"times_ns": times}))
     else:
         path = profile_workload(args.name, bool(args.fixed), args.out, steps=args.steps, warmup=args.warmup, device=args.device)
-        print(json.dumps({"trace": str(path)}))
+        result: dict[str, object] = {"trace": str(path)}
+        if args.profiler_cost:
+            result["profiler_ns_per_op"] = profiler_ns_per_op()
+        print(json.dumps(result))
     return 0
 
 
