@@ -48,3 +48,26 @@ def test_a_verb_builds_only_its_own_parser() -> None:
     first, second = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert first == "analyze False"
     assert second == "True"
+
+
+INTERRUPT_AT_NUMPY = """
+import importlib.abc, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):  # Ctrl-C while the CLI imports NumPy, before main()
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            raise KeyboardInterrupt
+        return None
+
+from aiprof import cli
+assert "numpy" not in sys.modules
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["aiprof", "analyze", "missing.json"]
+cli.console_main()
+"""
+
+
+def test_ctrl_c_before_main_is_one_line() -> None:
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT_NUMPY], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "aiprof: interrupted"

@@ -121,7 +121,11 @@ def console_main() -> NoReturn:
     if command in _QUICK_EXIT:
         gc.disable()
         keep_freed_memory()
-        _import_numpy_without_blas_threads()
+        try:
+            _import_numpy_without_blas_threads()
+        except KeyboardInterrupt:  # Ctrl-C right after start: as main() reports it, no traceback
+            print("aiprof: interrupted", file=sys.stderr)
+            sys.exit(130)
     code = main(argv)
     if command in _QUICK_EXIT:
         try:
