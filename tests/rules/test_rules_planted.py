@@ -99,8 +99,11 @@ def _capture(name: str, out: Path) -> Path:
     try:
         with _Threads("cpu"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with aiprof.profile(out, schedule=(0, 2, 10), quiet=True) as prof:
-                for _ in range(12):
+            # Samples every 50 ms over 12 recorded steps: at the default 100 ms and 10 steps, the whole
+            # run held five samples, and the few inside the steps were too few for a share (CI once
+            # found fewer than half of them at 90 % CPU).
+            with aiprof.profile(out, schedule=(2, 2, 12), quiet=True, telemetry_interval=0.05) as prof:
+                for _ in range(16):
                     runner.step()
                     prof.step()
     finally:

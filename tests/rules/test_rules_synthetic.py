@@ -345,3 +345,18 @@ def test_degenerate_traces_never_break_a_rule(tmp_path: Path, case: str) -> None
     assert notes == []
     for f in findings:
         json.dumps(f.to_dict())
+
+
+def test_step_variance_leaves_data_loading_waits_to_data_loading(tmp_path: Path) -> None:
+    """Steps that vary only by how long they wait for the loader: one finding (data_loading), not two."""
+    b = TraceBuilder()
+    for i in range(8):
+        ts = i * 4 * STEP_US
+        wait = 3 * STEP_US if i % 4 == 3 else 0  # the loader falls behind every fourth step
+        b.step(i, ts=ts, dur=STEP_US + wait)
+        if wait:
+            b.dataloader(ts=ts + 1, dur=wait - 2)
+        b.launch(b.cpu_op("aten::mm", ts=ts + wait + 1, dur=10), kernel_ts=ts + wait + 20, kernel_dur=STEP_US - 40)
+    found = _findings(b, tmp_path)
+    assert "data_loading" in found
+    assert "step_variance" not in found

@@ -15,8 +15,13 @@ _GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
 
 
 def step_variance(ctx: RankContext) -> list[Finding]:
-    """Some steps take much longer than the median (periodic work: eval, checkpoint, GC, recompiles)."""
-    durations = np.array([s.duration_ns for s in ctx.steps], dtype=np.float64)
+    """Some steps take much longer than the median (periodic work: eval, checkpoint, GC, recompiles).
+
+    Each step is taken without its data-loading wait: a loader whose workers deliver batches unevenly
+    (two workers finishing together: one step waits, the next finds its batch ready) makes steps vary,
+    but that time is the ``data_loading`` finding's, and its fix is the loader's, not this one's."""
+    loading = np.array([s.idle_causes_ns.get("data_loading", 0) for s in ctx.steps], dtype=np.float64)
+    durations = np.array([s.duration_ns for s in ctx.steps], dtype=np.float64) - loading
     if durations.size < 3:
         return []
     median = float(arrays.median(durations))
@@ -40,10 +45,13 @@ def step_variance(ctx: RankContext) -> list[Finding]:
         "worst_step_idle_causes_ns": causes,
         "threshold_ns": int(limit),
     }
+    if loading.any():
+        evidence["data_loading_excluded_ns_per_step"] = int(loading.mean())
     return [
         ctx.finding(
             "step_variance",
-            f"{outliers.size} of {durations.size} steps are outliers (worst {ms_text(durations[worst])} vs median {ms_text(median)})",
+            f"{outliers.size} of {durations.size} steps are outliers (worst {ms_text(durations[worst])} vs median "
+            f"{ms_text(median)}{', data-loading waits excluded' if loading.any() else ''})",
             saving,
             evidence=evidence,
             fix=(
@@ -51,8 +59,8 @@ def step_variance(ctx: RankContext) -> list[Finding]:
                 "evaluation / checkpointing / logging off the training step or make it asynchronous, call "
                 "gc.freeze() after setup, keep shapes static to avoid recompiles, and pre-warm the allocator."
             ),
-            formula="Σ over outlier steps (duration > max(ratio × median, median + σ × 1.4826 MAD)) of "
-            "(duration − median), divided by the number of steps",
+            formula="step durations net of their data-loading idle; Σ over outlier steps (duration > "
+            "max(ratio × median, median + σ × 1.4826 MAD)) of (duration − median), divided by the number of steps",
             confidence="medium",
         )
     ]
