@@ -14,13 +14,13 @@ from aiprof.cli import main  # noqa: E402
 def test_demo_runs_and_resolves_the_data_loading_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--device", "cpu", "--steps", "4", "--out", str(tmp_path), "--width", "100"]) == 0
     out = capsys.readouterr().out
-    assert "Top finding: Device idle" in out and "waiting for the next batch" in out
-    assert "median step" in out and "utilization" in out and "Result: median step" in out
+    assert "Top finding: Device idle" in out and "waiting for the next batch" in out, out
+    assert "median step" in out and "utilization" in out and "Result: median step" in out, out
     # Resolved on a quiet machine; under heavy load the workers' IPC can leave a small residue, but never
     # a high-severity one.
     assert "'data_loading' resolved" in out or "'data_loading' still reported (medium" in out or (
         "'data_loading' still reported (low" in out
-    )
+    ), out
     assert (tmp_path / "before" / "data_loading.pt.trace.json").is_file()
     assert (tmp_path / "after" / "data_loading-fixed.pt.trace.json").is_file()
 
