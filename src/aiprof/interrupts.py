@@ -25,11 +25,12 @@ from types import FrameType
 @contextmanager
 def interrupts_held() -> Iterator[None]:
     """Note SIGINT instead of acting on it for the block; act on it (the handler that was in place, or the
-    default action) when the block ends. Outside the main thread nothing can interrupt the block."""
-    if threading.current_thread() is not threading.main_thread():
+    default action) when the block ends. Outside the main thread nothing can interrupt the block; a
+    handler not installed from Python (an embedding application's) is left alone."""
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if previous is None:
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
     held: list[FrameType | None] = []
 
     def note(signum: int, frame: FrameType | None) -> None:

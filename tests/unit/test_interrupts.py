@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -73,3 +74,18 @@ def test_a_child_forked_in_the_block_ignores_interrupts() -> None:
     os.close(read_fd)
     assert os.waitstatus_to_exitcode(status) == 0
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's is back
+
+
+def test_outside_the_main_thread_nothing_is_swapped() -> None:
+    """signal.signal may only be called from the main thread: elsewhere the block just runs."""
+    ran: list[bool] = []
+
+    def work() -> None:
+        with interrupts_held():
+            ran.append(True)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert ran == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
