@@ -11,11 +11,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py src/aiprof/trace/_columnar.c | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+$(VENV)/.dev-installed: pyproject.toml setup.py src/aiprof/trace/_columnar.c | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,telemetry]' '$(TORCH)'
 	touch $(VENV)/.installed $@
 

@@ -229,11 +229,26 @@ def snapshot(rev: str) -> tuple[str, dict[str, str] | None]:
         ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout.strip()
     dest = Path(tempfile.mkdtemp(prefix=f"aiprof-src-{commit}-"))
-    archive = subprocess.run(["git", "archive", commit, "src"], capture_output=True, check=True, cwd=ROOT)
+    listed = subprocess.run(["git", "ls-tree", "--name-only", commit], capture_output=True, text=True, cwd=ROOT)
+    parts = ["src"] + [name for name in ("setup.py", "pyproject.toml", "README.md") if name in listed.stdout.split()]
+    archive = subprocess.run(["git", "archive", commit, *parts], capture_output=True, check=True, cwd=ROOT)
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    _build_native(dest)
     _compile(dest / "src")
     env = dict(os.environ, PYTHONPATH=str(dest / "src"))
     return f"commit {commit}", env
+
+
+def _build_native(dest: Path) -> None:
+    """Build the snapshot's native columniser in place, as ``pip install`` does (commits before it had
+    none; a failed build leaves the snapshot on its pure-Python path, and says so)."""
+    if not (dest / "setup.py").exists():
+        return
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "setup.py", "-q", "build_ext", "--inplace"], capture_output=True, text=True, cwd=dest
+    )
+    if done.returncode != 0:
+        print(f"warning: the native columniser did not build; measuring the pure-Python loader\n{done.stderr[-2000:]}")
 
 
 def _compile(src: Path) -> None:

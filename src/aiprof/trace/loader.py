@@ -38,7 +38,7 @@ from aiprof.trace.model import (
     Trace,
     kind_of_category,
 )
-from aiprof.trace.schema import ABSENT, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
+from aiprof.trace.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
 
 T = TypeVar("T", bound=msgspec.Struct)
 I64 = npt.NDArray[np.int64]
@@ -66,6 +66,58 @@ _PH_CODES = _PhaseCodes(
     {"X": _PH_SPAN, "i": _PH_INSTANT, "I": _PH_INSTANT, "M": _PH_META, "s": _PH_FLOW, "f": _PH_FLOW, "t": _PH_FLOW}
 )
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+def _native_module() -> Any:
+    """The native columniser (``_columnar.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+        return None
+    try:
+        from aiprof.trace import _columnar
+    except ImportError:
+        return None
+    return _columnar
+
+
+_native = _native_module()
+
+
+def native_enabled() -> bool:
+    """Whether runs are read by the native columniser (else by msgspec and numpy only)."""
+    return _native is not None
+
+
+def _kind_code(cat: str) -> int:
+    """The native columniser's question: the kind of a complete event of category ``cat``."""
+    found = kind_of_category(cat)
+    return int(found) if found is not None else int(Kind.OTHER)
+
+
+# What columnize returns: (count, strings, timed, meta, flows, shape rows, shapes, stacks, CPU comm rows,
+# CPU comm args, device comm rows, device comm args); columns are bytearrays (order: _columnar.c).
+Columnized = tuple[
+    int, list[str], tuple[bytearray, ...], tuple[bytearray, ...], tuple[bytearray, ...], bytearray,
+    list[bytes], list[tuple[int, str]], bytearray, list[bytes], bytearray, list[bytes],
+]  # fmt: skip
+_TIMED_NAMES = [
+    "kind", "instant", "cat", "name", "pid", "tid", "ts", "dur", "pid_str", "tid_str",
+    "external_id", "external_id_legacy", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id",
+    "device", "stream", "nbytes", "grid", "block", "registers", "shared_memory", "total_allocated",
+    "total_reserved", "device_type", "device_id", "blocks_per_sm", "warps_per_sm", "occupancy_pct",
+]  # fmt: skip
+_TIMED_DTYPES = (
+    [np.int8, np.int8, np.int32, np.int32, np.int64, np.int64, np.float64, np.float64, np.int32, np.int32]
+    + [np.int64] * 18
+    + [np.float64] * 3
+)
+_T_KIND, _T_INSTANT, _T_CAT, _T_NAME, _T_PID, _T_TID, _T_TS, _T_DUR, _T_PID_STR, _T_TID_STR = range(10)
+_T_INT = {name: i for i, name in enumerate(_TIMED_NAMES) if 10 <= i < 28}
+_T_FLOAT = {name: i for i, name in enumerate(_TIMED_NAMES) if i >= 28}
+
+
+def _raw_ids(values: I64, local: npt.NDArray[np.int32], strings: list[str]) -> list[int | str]:
+    """A pid/tid/id column as the JSON had it: ints, and strings where ``local`` names one."""
+    return [strings[s] if s >= 0 else v for v, s in zip(values.tolist(), local.tolist(), strict=True)]
 
 
 @dataclass
@@ -348,13 +400,22 @@ def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
     if not isinstance(value, dict):
         return type_()
     good: dict[str, Any] = {}
+    raw_keys = _raw_keys(type_)
     for key, item in value.items():
+        if key in raw_keys:  # any value is a valid Raw (convert takes only Raw objects, not the value)
+            good[key] = msgspec.Raw(_encode(item))
+            continue
         try:
             msgspec.convert({key: item}, type_)
         except msgspec.ValidationError:
             continue
         good[key] = item
     return msgspec.convert(good, type_)
+
+
+def _raw_keys(type_: type[msgspec.Struct]) -> frozenset[str]:
+    """The JSON names of a struct's fields kept undecoded (``msgspec.Raw``)."""
+    return frozenset(f.encode_name for f in msgspec.structs.fields(type_) if f.type is msgspec.Raw)
 
 
 _OP_DECODER = msgspec.json.Decoder(list[OpArgs])
@@ -438,6 +499,7 @@ class _Builder:
         self.skip_reason = ""
         self.negative = 0
         self.bad_time = 0
+        self.native_fallbacks = 0  # runs the native columniser left to the pure path
 
     # --- driving ------------------------------------------------------------------------------
     def run(self, events: list[msgspec.Raw], rank: int, rank_source: str) -> Trace:
@@ -456,10 +518,16 @@ class _Builder:
 
     def feed_array(self, blob: bytes | memoryview) -> int:
         """Like :meth:`feed_text` for a whole JSON array (a zero-copy view is fine)."""
+        native = _native is not None
+        if native:
+            found: Columnized | None = _native.columnize(blob, _kind_code)
+            if found is not None and self._native_chunk(found, blob):
+                return found[0]
         try:
             events = _EVENTS_DECODER.decode(blob)
         except msgspec.ValidationError:
             events = self._decode_chunk(_LIST_DECODER.decode(blob))
+        self.native_fallbacks += native  # a run the native path left to this one (not a bad cut: that raised)
         self._chunk(events)
         return len(events)
 
@@ -519,6 +587,119 @@ class _Builder:
         timed = np.flatnonzero(codes >= _PH_SPAN)
         if len(timed):
             self._timed([events[i] for i in timed.tolist()], codes[timed] == _PH_INSTANT)
+
+    def _native_chunk(self, found: Columnized, blob: bytes | memoryview) -> bool:
+        """Add a run the native columniser read (``_columnar.c``); the same pieces, names and flows as
+        :meth:`_chunk` builds from the same text. False, with nothing changed, when a row has a bad time
+        (the pure path counts and drops those)."""
+        _, strings, timed, meta, flows, shape_rows, shapes, stacks, cpu_rows, cpu_comm, dev_rows, dev_comm = found
+        t = [np.frombuffer(col, dtype=dtype) for col, dtype in zip(timed, _TIMED_DTYPES, strict=True)]
+        ts_f, dur_f = t[_T_TS], t[_T_DUR]
+        ok = np.isfinite(ts_f) & np.isfinite(dur_f) & (np.abs(ts_f) < _MAX_ABS_US) & (np.abs(dur_f) < _MAX_ABS_US)
+        if not ok.all():
+            return False
+        if len(meta[0]):
+            self._native_meta(meta, strings, blob)
+        if len(flows[0]):
+            self._native_flows(flows, strings)
+        n = len(ts_f)
+        if not n:
+            return True
+        kind, instant = t[_T_KIND], t[_T_INSTANT].view(np.bool_)
+        negative = dur_f < 0
+        self.negative += int(negative.sum())
+        dur_f[negative | instant] = 0.0
+        cols: dict[str, npt.NDArray[Any]] = {
+            "kind": kind,
+            "cat": self._intern_local(t[_T_CAT], strings),
+            "name": self._intern_local(t[_T_NAME], strings),
+            "ts": _to_ns(ts_f),
+            "dur": np.rint(dur_f * 1000.0).astype(np.int64),
+        }
+        # String pids/tids ("Spans", "stream 7") are numbered as the pure path numbers them, pids first.
+        pid, tid = t[_T_PID], t[_T_TID]
+        if (t[_T_PID_STR] >= 0).any():
+            pid = self._ids(_raw_ids(pid, t[_T_PID_STR], strings))
+        if (t[_T_TID_STR] >= 0).any():
+            tid = self._ids(_raw_ids(tid, t[_T_TID_STR], strings))
+        cols["pid"] = pid
+        ext, legacy = t[_T_INT["external_id"]], t[_T_INT["external_id_legacy"]]
+        for name in _INT_COLUMNS:
+            cols[name] = np.where(ext != -1, ext, legacy) if name == "external_id" else t[_T_INT[name]]
+        for name in _FLOAT_COLUMNS:
+            cols[name] = t[_T_FLOAT[name]].astype(np.float32)
+        device = np.full(n, -1, dtype=np.int32)
+        dev = np.flatnonzero((kind >= _DEV_KINDS.min()) & (kind <= _DEV_KINDS.max()))
+        if len(dev):  # as _device_args: pid is the device index; args.stream, where present, the stream
+            dev_pid = pid[dev]
+            device_arg = t[_T_INT["device"]][dev]
+            device[dev] = np.where((dev_pid >= 0) & (dev_pid < 1 << 16), dev_pid, np.clip(device_arg, 0, 1 << 16))
+        cols["device"] = device
+        stream = t[_T_INT["stream"]]
+        cols["tid"] = np.where(stream >= 0, stream, tid)
+        device_type, device_id = t[_T_INT["device_type"]], t[_T_INT["device_id"]]
+        cols["mem_device"] = np.where(device_type == 0, -1, np.clip(device_id, -1, 1 << 16)).astype(np.int32)
+        piece = _Piece(cols, self.run_index)
+        piece.op_rows = np.frombuffer(shape_rows, dtype=np.int64).tolist()
+        table = self.op_texts
+        add = table.setdefault
+        piece.op_keys = [add(text, len(table)) for text in shapes]
+        piece.comm_rows = np.frombuffer(cpu_rows, dtype=np.int64).tolist() + np.frombuffer(dev_rows, dtype=np.int64).tolist()
+        piece.comm_chunks = cpu_comm + dev_comm
+        piece.stacks = dict(stacks)
+        self.pieces.append(piece)
+        self.rows += n
+        return True
+
+    def _intern_local(self, local: npt.NDArray[np.int32], strings: list[str]) -> npt.NDArray[np.int32]:
+        """Local string ids → this builder's, numbering new strings in the order the rows meet them
+        (as :meth:`_intern` does)."""
+        seen, first = np.unique(local, return_index=True)
+        remap = np.zeros(len(strings), dtype=np.int32)
+        ordered = seen[np.argsort(first)]
+        remap[ordered] = [self._string_id(strings[i]) for i in ordered.tolist()]
+        return remap[local]
+
+    def _native_meta(self, meta: tuple[bytearray, ...], strings: list[str], blob: bytes | memoryview) -> None:
+        """As :meth:`_meta`: per (name, pid, tid), in first-seen order, the args of its last event."""
+        names = np.frombuffer(meta[0], dtype=np.int32)
+        pids, tids = np.frombuffer(meta[1], dtype=np.int64), np.frombuffer(meta[2], dtype=np.int64)
+        at, size = np.frombuffer(meta[3], dtype=np.int64), np.frombuffer(meta[4], dtype=np.int64)
+        pid_str, tid_str = np.frombuffer(meta[5], dtype=np.int32), np.frombuffer(meta[6], dtype=np.int32)
+        keys = np.stack([names.astype(np.int64), pids, pid_str.astype(np.int64), tids, tid_str.astype(np.int64)], axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)
+        _, first_reversed = np.unique(keys[::-1], axis=0, return_index=True)
+        last = len(keys) - 1 - first_reversed
+        view = memoryview(blob)
+        for j in np.argsort(first).tolist():
+            row, final = int(first[j]), int(last[j])
+            pid = strings[pid_str[row]] if pid_str[row] >= 0 else int(pids[row])
+            tid = strings[tid_str[row]] if tid_str[row] >= 0 else int(tids[row])
+            key = (strings[names[row]], self._id(pid), self._id(tid))
+            if key not in self.meta:
+                raw = bytes(view[at[final] : at[final] + size[final]]) if at[final] >= 0 else bytes(NO_ARGS)
+                self.meta[key] = (self.run_index, raw)
+
+    def _native_flows(self, flows: tuple[bytearray, ...], strings: list[str]) -> None:
+        """As :meth:`_flows`, from columns."""
+        ids, has_id = np.frombuffer(flows[0], dtype=np.int64), np.frombuffer(flows[1], dtype=np.bool_)
+        start, cats = np.frombuffer(flows[2], dtype=np.bool_), np.frombuffer(flows[3], dtype=np.int32)
+        flow_cat = np.array([text.lower() in _FLOW_CATEGORIES for text in strings], dtype=bool)
+        fwdbwd = np.array([text == "fwdbwd" for text in strings], dtype=bool)
+        kept = np.flatnonzero(has_id & flow_cat[cats])
+
+        def column(values: I64, local: npt.NDArray[np.int32]) -> Any:
+            # ints as an array; with strings, the raw values for _flow_table's _ids (as the pure path)
+            values, local = values[kept], local[kept]
+            return _raw_ids(values, local, strings) if (local >= 0).any() else values
+
+        pids, tids = np.frombuffer(flows[4], dtype=np.int64), np.frombuffer(flows[5], dtype=np.int64)
+        id_str, pid_str, tid_str = (np.frombuffer(flows[i], dtype=np.int32) for i in (7, 8, 9))
+        part = (
+            column(ids, id_str), start[kept], fwdbwd[cats[kept]], column(pids, pid_str), column(tids, tid_str),
+            np.frombuffer(flows[6], dtype=np.float64)[kept],
+        )  # fmt: skip
+        self.flow_parts.append((self.run_index, part))
 
     def _meta(self, events: list[Event]) -> None:
         """Process and thread names. Kineto repeats them many times (310k of 456k events in one MTIA

@@ -1,0 +1,17 @@
+"""Build of the optional native columniser; everything else is in pyproject.toml.
+
+``optional=True``: without a C compiler the install still succeeds and the loader uses its pure-Python
+path (same results, slower on large traces)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "aiprof.trace._columnar",
+            ["src/aiprof/trace/_columnar.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        )
+    ]
+)
