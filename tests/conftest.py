@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 SHARED_TRACES = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+
+# The Ctrl-C tests need SIGINT deliverable, here and in the processes they start. A test run started in
+# the background (`nohup make test &`, a non-interactive shell's `&`) inherits SIGINT ignored, and an
+# ignored signal stays ignored across exec: handle it here (a handled signal is reset to the default
+# in every process started from this one).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

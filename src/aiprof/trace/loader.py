@@ -5,6 +5,10 @@ Fast path, bounded memory: gunzip; one msgspec pass that splits ``traceEvents`` 
 pieces (args decoded per kind in one batch) and dropped before the next chunk. Nothing keeps a dict or a
 struct per event, so peak memory is the file plus the columns plus one chunk.
 
+Faster still, where it is built: the native columniser (``_columnar.c``) turns a run of events into the
+same columns in one C pass, or hands the run back to the msgspec path (:meth:`_Builder.feed_array`);
+the two give bit-identical traces (docs/architecture.md).
+
 Slow paths, taken only when the fast one fails: a file cut off mid-write is salvaged up to its last
 complete event; JSON with NaN/Infinity is decoded generically and re-encoded; events of the wrong shape
 are decoded one by one and the bad ones skipped. Each of these leaves a warning on the trace.
