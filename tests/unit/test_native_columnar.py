@@ -223,6 +223,7 @@ META = {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": 
         [span(name='q"uote\\\n\u00e9\U0001f600'), span(name=Lit('"\\u0041\\u00e9\\ud83d\\ude00"'))],
         [{"args": {"External id": 3}, "dur": 1, "ts": 2, "tid": 1, "pid": 1, "name": "aten::mm", "cat": "cpu_op", "ph": "X"}],
         [span(args={"Input Dims": [[1, 2], []], "Input type": ["float", ""], "External id": 1}), span(args={"Input dims": [[3]]})],
+        [span(args={"Input Dims": [], "External id": 0.0})],  # a mistyped key must not lose the op's shapes
         [span(ts=-5.0, dur=-1.0), span(ph="i", dur=4.0)],  # a negative duration, an instant's duration
         [span(), span(cat="Weird"), {"ph": "B", "name": "x"}, span(ph="C")],
         [span(), {}],
