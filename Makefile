@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: an unpinned `torch` makes pip resolve a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install dev demo test typecheck unit clean bench browser
+.PHONY: install dev demo test typecheck unit clean bench browser sanitize
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,3 +44,16 @@ bench: dev
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
+
+# The native columniser (src/aiprof/trace/_columnar.c) under AddressSanitizer + UBSan: a sanitized build
+# in a copy of src/ (build/sanitize), then its tests and every shared trace through it.
+SAN_PY = $(BIN)/python -c
+sanitize: dev
+	rm -rf build/sanitize && mkdir -p build/sanitize && cp -r src build/sanitize/
+	gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -std=c11 -fPIC -shared \
+	  -I"$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/aiprof/trace/_columnar.c \
+	  -o build/sanitize/src/aiprof/trace/_columnar$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_native_columnar.py \
+	  tests/integration/test_native_shared.py tests/unit/test_loader_fuzz.py

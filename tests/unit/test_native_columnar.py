@@ -262,6 +262,34 @@ def test_what_the_native_path_hands_back(text: bytes) -> None:
 
 
 @needs_native
+def test_mutated_text_is_read_identically_or_handed_back() -> None:
+    """Cut, overwritten, spliced text (what a bad cut or a corrupt file gives): never a crash, and the
+    same result as the pure path (deterministic: a fixed seed; also run under ASan/UBSan, see
+    docs/architecture.md)."""
+    rng = random.Random(20261129)
+    seeds = [
+        events_text([span(args={"External id": 3, "Input Dims": [[1, 2]], "Call stack": "a.py(1): f"}), META], 2),
+        events_text([span(cat="kernel", pid=0, tid="stream 7", args={"grid": [2, 1, 1], "blocks per SM": 0.5})], None),
+        events_text([{"ph": "s", "id": 4, "cat": "ac2g", "pid": 1, "tid": 2, "ts": 3}, span(name="k\u00e9 \"q\"")], 1),
+    ]
+    splices = [b'"', b"\\", b"{", b"}", b"[", b"]", b",", b":", b"\x00", b"\xff", b"\xc3", b"e", b"-", b"9", b"\\ud800", b"1e400"]
+    for _ in range(1500):
+        text = bytearray(rng.choice(seeds))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(text) + 1)
+            match rng.randrange(4):
+                case 0:
+                    del text[at:]
+                case 1 if at < len(text):
+                    text[at] = rng.randrange(256)
+                case 2:
+                    text[at:at] = rng.choice(splices)
+                case _:
+                    del text[at : at + rng.randint(1, 20)]
+        same(bytes(text))
+
+
+@needs_native
 def test_pretty_printed_shapes_are_minified_as_the_pure_path_does() -> None:
     compact = [span(args={"Input Dims": [[1, 2]], "External id": i}) for i in range(20)]
     # a newline in the first 16 shapes minifies them all; only after them, none
