@@ -8,6 +8,7 @@ warnings included), or the errors they raise."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import sysconfig
@@ -309,7 +310,7 @@ def test_a_bad_time_hands_the_run_back_unchanged() -> None:
 
 def test_the_extension_is_built_where_a_compiler_is() -> None:
     """``pip install`` builds it (setup.py, optional); without a C compiler the loader runs without it."""
-    if loader.os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
         pytest.skip("AIPROF_NATIVE=0")
     if not (shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) or shutil.which("cc")):
         pytest.skip("no C compiler here")

@@ -508,6 +508,15 @@ static int parse_double(Ctx *c, double *out) {
 
 static int skip_value(Ctx *c, int depth);
 
+/* After an item of an array or object: 1 when a ',' says another follows, 0 when ``close`` ends it
+ * (both consumed), -1 for anything else. */
+static int next_item(Ctx *c, u8 close) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    u8 ch = *c->p++;
+    return ch == ',' ? 1 : ch == close ? 0 : -1;
+}
+
 static int skip_container(Ctx *c, int depth, u8 close) {
     if (depth > MAX_DEPTH) return -1;
     c->p++;
@@ -523,17 +532,8 @@ static int skip_container(Ctx *c, int depth, u8 close) {
             if (expect(c, ':') < 0) return -1;
         }
         if (skip_value(c, depth + 1) < 0) return -1;
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == close) {
-            c->p++;
-            return 0;
-        }
-        return -1;
+        int more = next_item(c, close);
+        if (more <= 0) return more;
     }
 }
 
@@ -800,19 +800,6 @@ static const ArgKey *find_arg(const char *s, Py_ssize_t n, int cls) {
     return NULL;
 }
 
-/* The float literal at ``at`` (already scanned) is within a double's range: msgspec fails the whole
- * args object on one that is not, even where it expects an int and would drop a float. */
-static int finite_number(Ctx *c, const u8 *at) {
-    const u8 *resume = c->p;
-    double v;
-    c->p = at;
-    int rc = parse_double(c, &v);
-    c->p = resume;
-    return rc;
-}
-
-static inline int at_number_at(const u8 *p) { return *p == '-' || (*p >= '0' && *p <= '9'); }
-
 /* Value readers for args return -1 (invalid JSON, or a case left to the pure path), 0 (read), or
  * MISTYPED: a value of the wrong type for its key, read as absent, as the pure path's key-by-key decode
  * drops it (parse_args then checks the rest of the object as that decode would). */
@@ -835,24 +822,15 @@ static int parse_dims(Ctx *c, int64_t *out) {
     for (;;) {
         skip_ws(c);
         int64_t v = 0;
-        const u8 *at = c->p;
         int rc = at_number(c) ? parse_number_int(c, &v) : (skip_value(c, 2) < 0 ? -1 : NUM_FLOAT);
-        if (rc < 0 || (rc == NUM_FLOAT && at_number_at(at) && finite_number(c, at) < 0)) return -1;
+        if (rc < 0) return -1;
         if (rc == NUM_FLOAT) not_ints = 1;
         else if (rc == NUM_BIG) huge = 1;
         else if (v == 0) zero = 1;
         else if (__builtin_mul_overflow(product, v, &product)) huge = 1;
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == ']') {
-            c->p++;
-            break;
-        }
-        return -1;
+        int more = next_item(c, ']');
+        if (more < 0) return -1;
+        if (!more) break;
     }
     if (not_ints) return MISTYPED;
     if (zero) *out = 0;
@@ -865,13 +843,11 @@ static int parse_dims(Ctx *c, int64_t *out) {
 static int parse_int_arg(Ctx *c, int64_t *out) {
     *out = -1;
     if (!at_number(c)) return skip_value(c, 1) < 0 ? -1 : MISTYPED;
-    const u8 *at = c->p;
     int64_t v;
     int rc = parse_number_int(c, &v);
     if (rc < 0) return -1;
     if (rc == NUM_INT) *out = v;
-    if (rc == NUM_FLOAT) return finite_number(c, at) < 0 ? -1 : MISTYPED;
-    return 0; /* NUM_BIG: msgspec takes it, _column makes it -1 */
+    return rc == NUM_FLOAT ? MISTYPED : 0; /* NUM_BIG: msgspec takes it, _column makes it -1 */
 }
 
 /* A float arg: ints and floats, NaN for another type. */
@@ -977,17 +953,8 @@ static int parse_args_object(Ctx *c, int cls, Args *a, int *mistyped) {
         }
         if (rc < 0) return -1;
         if (rc == MISTYPED) *mistyped = 1;
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        return -1;
+        int more = next_item(c, '}');
+        if (more <= 0) return more;
     }
 }
 
@@ -1017,7 +984,7 @@ static int event_key(const char *s, Py_ssize_t n) {
     return E_OTHER;
 }
 
-static int phase_of(Ctx *c, const char *s, Py_ssize_t n, int *start) {
+static int phase_of(const char *s, Py_ssize_t n, int *start) {
     *start = 0;
     if (n == 1) {
         switch (s[0]) {
@@ -1058,7 +1025,7 @@ static int add_shape(Ctx *c, int64_t row, const Args *a) {
     return 0;
 }
 
-static int add_comm(Ctx *c, Table *rows, PyObject *chunks, int64_t row, Span args) {
+static int add_comm(Table *rows, PyObject *chunks, int64_t row, Span args) {
     Py_ssize_t i = table_row(rows);
     if (i < 0) return -1;
     I64(rows, 0)[i] = row;
@@ -1096,7 +1063,7 @@ static int parse_event(Ctx *c, Args *a) {
                     const char *s;
                     Py_ssize_t n;
                     if (c->p >= c->end || *c->p != '"' || parse_string(c, &s, &n) < 0) return -1;
-                    if ((ph = phase_of(c, s, n, &start)) < 0) return -1;
+                    if ((ph = phase_of(s, n, &start)) < 0) return -1;
                     break;
                 }
                 case E_CAT:
@@ -1150,17 +1117,9 @@ static int parse_event(Ctx *c, Args *a) {
                 default:
                     if (skip_value(c, 0) < 0) return -1;
             }
-            skip_ws(c);
-            if (c->p >= c->end) return -1;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == '}') {
-                c->p++;
-                break;
-            }
-            return -1;
+            int more = next_item(c, '}');
+            if (more < 0) return -1;
+            if (!more) break;
         }
     }
     if (ph == PH_OTHER) return 0;
@@ -1223,7 +1182,7 @@ static int parse_event(Ctx *c, Args *a) {
     for (int i = 0; i < N_FLOAT; i++) F64(t, T_FIRST_FLOAT + i)[r] = cls == CLS_NONE ? NAN : a->floats[i];
     if (cls == CLS_CPU) {
         if ((a->shape[0].at || a->shape[1].at) && add_shape(c, r, a) < 0) return -1;
-        if ((a->collective || (c->sflags[name] & SF_COMMS)) && add_comm(c, &c->comm_cpu_rows, c->comm_cpu, r, args) < 0)
+        if ((a->collective || (c->sflags[name] & SF_COMMS)) && add_comm(&c->comm_cpu_rows, c->comm_cpu, r, args) < 0)
             return -1;
         if (a->stack) {
             PyObject *item = Py_BuildValue("(nO)", r, a->stack);
@@ -1233,7 +1192,7 @@ static int parse_event(Ctx *c, Args *a) {
             if (rc < 0) return -1;
         }
     } else if (cls == CLS_DEV && a->collective) {
-        if (add_comm(c, &c->comm_dev_rows, c->comm_dev, r, args) < 0) return -1;
+        if (add_comm(&c->comm_dev_rows, c->comm_dev, r, args) < 0) return -1;
     }
     return 0;
 }
@@ -1352,17 +1311,9 @@ static int parse_array(Ctx *c, Py_ssize_t *count) {
             if (c->p >= c->end || *c->p != '{') goto done; /* not an object: the pure path skips it */
             if (parse_event(c, &args) < 0) goto done;
             ++*count;
-            skip_ws(c);
-            if (c->p >= c->end) goto done;
-            if (*c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if (*c->p == ']') {
-                c->p++;
-                break;
-            }
-            goto done;
+            int more = next_item(c, ']');
+            if (more < 0) goto done;
+            if (!more) break;
         }
     }
     skip_ws(c);
