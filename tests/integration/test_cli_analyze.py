@@ -164,3 +164,25 @@ def test_rule_thresholds_are_options(tmp_path: Path) -> None:
     for bad in ("nope=1", "min_saving_ns=abc", "data_loading_share"):
         run = aiprof("analyze", RESNET0, "--rule-option", bad)
         assert run.returncode == 2 and "Traceback" not in run.stderr and "--rule-option" in run.stderr
+
+
+def test_digits_that_int_rejects_are_text_not_a_crash(tmp_path: Path) -> None:
+    """``"²".isdigit()`` is True but ``int("²")`` fails: a pid, a step number or a collective's count
+    written that way is text (a string pid, an unnumbered step), never a traceback."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#²", "pid": "²", "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": "²", "tid": 1, "ts": 10, "dur": 50,
+         "args": {"Collective name": "allreduce", "In msg nelems": "²", "Group size": "²"}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": "²", "ts": 60, "dur": 20},
+    ]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    done = aiprof("analyze", path, "-o", tmp_path / "out.json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["ranks"][0]["steps"]
+    from aiprof.analysis.comm import _int
+    from aiprof.roofline.dtypes import from_scalar_type_code
+
+    assert _int("²") is None and _int("12") == 12
+    assert from_scalar_type_code("²") is None

@@ -81,7 +81,7 @@ def step_windows(trace: Trace) -> list[StepWindow]:
 
 def _step_number(name: str) -> int:
     digits = name[len(STEP_PREFIX) :]
-    return int(digits) if digits.isdigit() else -1
+    return int(digits) if digits.isdecimal() else -1
 
 
 def _gpu_end_per_step(trace: Trace, starts: I64, ends: I64) -> I64:

@@ -192,7 +192,7 @@ def visible_gpus(count: int, visible: str | None) -> list[int]:
         part = part.strip()
         if not part:
             continue
-        if not part.lstrip("-").isdigit():
+        if not part.lstrip("-").isdecimal():
             return list(range(count))
         index = int(part)
         if index < 0:

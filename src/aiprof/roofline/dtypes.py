@@ -142,6 +142,6 @@ def promote(dtypes: list[str]) -> str | None:
 
 def from_scalar_type_code(text: object) -> str | None:
     """A dtype argument recorded as its ScalarType code (``'15'`` → ``bf16``), else None."""
-    if not isinstance(text, str) or not text.strip().lstrip("-").isdigit():
+    if not isinstance(text, str) or not text.strip().lstrip("-").isdecimal():
         return None
     return SCALAR_TYPE_CODES.get(int(text))

@@ -721,7 +721,7 @@ class _Builder:
             return value if -(2**62) < value < 2**62 else -1
         text = value.strip()
         digits = text[7:] if text.startswith("stream ") else text
-        if digits.lstrip("-").isdigit() and len(digits) < 18:
+        if digits.lstrip("-").isdecimal() and len(digits) < 18:
             return int(digits)
         return -1000 - self._string_id("\0pid:" + text)
 

@@ -235,7 +235,7 @@ def tbplugin_overview(trace: Trace, *, strict: bool = True) -> TbOverview:
         step_rows = np.flatnonzero(is_step)
         host = (start[step_rows], end[step_rows])
         step_names = [trace.strings[int(i)].split("#", 1)[1] for i in names[step_rows]]
-        step_names = [str(int(s)) if s.strip().isdigit() else s for s in step_names]
+        step_names = [str(int(s)) if s.strip().isdecimal() else s for s in step_names]
     else:
         bounds = (types == _OPERATOR) | (types == _PYTHON)
         if not bounds.any():
