@@ -1,11 +1,24 @@
 """Communication: which kernels are collectives, what each collective moved, and how much of it compute hid.
 
-A kernel is *communication* when its name belongs to a collective-library family (NCCL, RCCL, MSCCL:
-``nccl*``, ``ncclDevKernel_*``, ``ncclKernel_*``, ``rccl*``, ``msccl*``), when it is a known custom
-collective kernel (``*all_to_all*`` / ``*alltoall*``, symmetric-memory ``multimem_all_reduce``,
-one/two-shot all-reduce, vLLM's ``cross_device_reduce``, DeepEP), or when Kineto attached collective
-metadata (``Collective name``) to it. Kernels merely launched *inside* a ``c10d::*`` op (copies into a flat
-buffer, casts) are compute: the TensorBoard plugin counts them as communication, we do not.
+A kernel is *communication* when
+
+- its name belongs to a collective-library family: NCCL / RCCL / MSCCL / MSCCL++ (``nccl*``,
+  ``ncclDevKernel_*``, ``ncclKernel_*``, ``rccl*``, ``msccl*``, ``mscclpp``), NVSHMEM (``nvshmem*``,
+  ``nvshmemi_*``), or a known custom collective: DeepEP (``deep_ep::…``, ``…::ep::…dispatch/combine``),
+  pplx (``pplx::…dispatch/combine``), vLLM's custom all-reduce (``cross_device_reduce*``) and quick
+  reduce, torch symmetric memory (``multimem_all_reduce``, ``one_shot_all_reduce``, ``two_shot_all_reduce``);
+- or its name says a collective (``all_reduce``, ``allgather``, ``reduce_scatter``, ``all_to_all`` …) and is
+  not a copy / GEMM / Triton kernel merely named after one (FSDP's ``all_gather_copy_in``, Inductor's
+  ``triton_poi_fused_all_gather_…``, a ``gemm_…_allreduce`` epilogue): those compute;
+- or Kineto attached collective metadata (``Collective name``) to it;
+- or it is launched *directly* by a collective CPU op (``record_param_comms``, ``c10d::*``,
+  ``_c10d_functional::*``, ``nccl:*``, ``gloo:*``, ``symm_mem::*``: a custom backend's kernel whatever its
+  name), unless its name is a plain copy / elementwise / GEMM kernel. Kernels launched by an ``aten::`` op
+  nested *inside* a ``c10d::*`` op (copies into a flat buffer, casts) stay compute: the TensorBoard plugin
+  counts them as communication, we do not.
+
+Never communication: ``at::native::reduce_kernel`` (a reduction), ``cub::DeviceReduce*``, a GEMM named
+``…splitk_reduce…`` — "reduce" alone does not make a collective.
 """
 
 from __future__ import annotations
@@ -23,32 +36,87 @@ from aiprof.trace.model import Bool, Kind, Trace
 from aiprof.plain import as_dict
 
 # Searched, case-insensitive. Library prefixes must start a word (``void ncclKernel_…`` and
-# ``ncclDevKernel_Generic`` match; ``foo_nccl_like`` would too, which is what we want).
+# ``ncclDevKernel_Generic`` match; ``foo_nccl_like`` would too, which is what we want). Always communication.
 COMM_KERNEL_PATTERN = (
-    r"(?i)(?<![a-z0-9])(nccl|rccl|msccl)"
+    r"(?i)(?<![a-z0-9])(nccl|rccl|msccl|nvshmem)"
     r"|all_?to_?all"
     r"|multimem_all_reduce|one_?shot_all_?reduce|two_?shot_all_?reduce|allreduce_fusion"
-    r"|cross_device_reduce"
-    r"|deep_ep::"
+    r"|cross_device_reduce|quick_?reduce|quick_?all_?reduce"
+    r"|deep_ep::|(?<![a-z0-9])ep::(\w+::)*\w*(dispatch|combine)"
+    r"|pplx::(\w+::)*\w*(dispatch|combine)"
 )
+# A collective's name inside a kernel name: communication unless the kernel is one of _NOT_COLLECTIVE.
+COLLECTIVE_WORD_PATTERN = r"(?i)all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all"
+# Kernels that compute or copy although a collective's name appears in them (or they were launched from a
+# collective op): GEMMs with a fused epilogue, Triton/Inductor kernels named after the graph's ops, FSDP's
+# copy-in/copy-out and chunk_cat, aten elementwise/copy/fill/cat/reduction kernels, cub/thrust.
+_NOT_COLLECTIVE = re.compile(
+    r"(?i)gemm|gemv|matmul|cutlass|cublas|xmma|triton_|copy_in|copy_out|chunk_cat|split_with_sizes"
+    r"|elementwise|vectorized|copy|fill|cat_?array|unrolled|(?<![a-z0-9_])reduce_kernel|cub::|thrust::|memcpy|memset"
+)
+# CPU ops whose directly launched kernels are communication (see the module docstring).
+_COMM_LAUNCH_OP = re.compile(
+    r"^(record_param_comms$|c10d::|_c10d_functional::|c10d_functional::|nccl:|gloo:|symm_mem::)"
+)
+
+
+def comm_kernel_name(name: str) -> bool:
+    """Whether a kernel of this name is communication by its name alone (see the module docstring)."""
+    if re.search(COMM_KERNEL_PATTERN, name):
+        return True
+    head = name.split("(")[0]  # the signature's arguments say nothing about what the kernel does
+    return bool(re.search(COLLECTIVE_WORD_PATTERN, head)) and not _NOT_COLLECTIVE.search(head)
 
 
 def _comm_name_ids(trace: Trace) -> Bool:
     """For every string id, whether that name is a communication-kernel name (cached per trace)."""
     cached = trace.cache.get("comm.name_ids")
     if cached is None:
-        regex = re.compile(COMM_KERNEL_PATTERN)
-        cached = np.fromiter((bool(regex.search(s)) for s in trace.strings), dtype=bool, count=len(trace.strings))
+        cached = np.fromiter((comm_kernel_name(s) for s in trace.strings), dtype=bool, count=len(trace.strings))
         trace.cache["comm.name_ids"] = cached
     return cached
+
+
+def _comm_launch_ids(trace: Trace) -> tuple[Bool, Bool]:
+    """For every string id: whether it names a collective CPU op, and whether it names a kernel that is
+    compute even when a collective op launched it (cached per trace)."""
+    cached = trace.cache.get("comm.launch_ids")
+    if cached is None:
+        n = len(trace.strings)
+        ops = np.fromiter((bool(_COMM_LAUNCH_OP.match(s)) for s in trace.strings), dtype=bool, count=n)
+        compute = np.fromiter((bool(_NOT_COLLECTIVE.search(s.split("(")[0])) for s in trace.strings), dtype=bool, count=n)
+        cached = (ops, compute)
+        trace.cache["comm.launch_ids"] = cached
+    return cached
+
+
+def _launched_by_comm_op(trace: Trace, kernels: Bool) -> Bool:
+    """Row mask: kernels whose issuing CPU op is itself a collective op (not an aten op nested in one) and
+    whose name is not a plain copy / elementwise / GEMM kernel."""
+    c = trace.columns
+    out = np.zeros(len(c), dtype=bool)
+    op_ids, compute_ids = _comm_launch_ids(trace)
+    if not op_ids.any() or not kernels.any():
+        return out
+    rows = np.flatnonzero(kernels)
+    issuer = links.gpu_op(trace)[rows]
+    has = issuer >= 0
+    rows, issuer = rows[has], issuer[has]
+    hit = op_ids[c.name[issuer]] & ~compute_ids[c.name[rows]]
+    out[rows[hit]] = True
+    return out
 
 
 def is_comm_kernel(trace: Trace) -> Bool:
     """Row mask: True for kernel rows that are communication (collectives, send/recv, all-to-all).
 
     Vectorised: one regex test per distinct string, then a lookup per row; kernels that carry Kineto's
-    collective metadata count too, whatever their name.
+    collective metadata count too, whatever their name, and so do kernels a collective CPU op launched
+    directly (unless they are plain copies / elementwise / GEMMs). Cached per trace.
     """
+    cached = trace.cache.get("comm.kernel_mask")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
     c = trace.columns
     mask = np.zeros(len(c), dtype=bool)
     kernels = c.kind == int(Kind.KERNEL)
@@ -59,6 +127,9 @@ def is_comm_kernel(trace: Trace) -> Bool:
     if meta_rows.size:
         meta_rows = meta_rows[(meta_rows >= 0) & (meta_rows < len(c))]
         mask[meta_rows[kernels[meta_rows]]] = True
+    mask |= _launched_by_comm_op(trace, kernels & ~mask)
+    mask.flags.writeable = False  # shared by every caller through the cache
+    trace.cache["comm.kernel_mask"] = mask
     return mask
 
 

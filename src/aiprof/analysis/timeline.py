@@ -42,8 +42,10 @@ _SYNC_CALL = re.compile(
     r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cudaMemcpyFromSymbol$|^cudaMemcpyToSymbol$|^cudaFree$"
     r"|^cudaFreeHost$|^hipMemcpy$|^hipFree$|^hipFreeHost$|^cuMemFree)"
 )
+# Host-side collectives and waits: c10d ops, functional collectives (and their wait_tensor), the backends'
+# own ranges (gloo:all_reduce on a gloo worker thread, nccl:*, mpi:*, ucc:*), symmetric memory.
 _COLLECTIVE_OP = re.compile(
-    r"^(c10d::|c10d_functional::wait|_c10d_functional::wait|aten::wait|gloo:|nccl:|rccl:|hccl:"
+    r"^(c10d::|c10d_functional::|_c10d_functional::|aten::wait|gloo:|nccl:|rccl:|hccl:|mpi:|ucc:|symm_mem::"
     r"|record_param_comms|ProcessGroup|torch.distributed|wait_tensor)"
 )
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)")
@@ -293,14 +295,21 @@ def _next_on_thread_slow(keys: I64, times: I64, query_keys: I64, query_times: I6
 # CPU-only traces
 # ---------------------------------------------------------------------------------------------------
 def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
-    """The CPU as the device: ops are compute, collectives communication, the rest idle by cause."""
+    """The CPU as the device: ops are compute, collectives communication, the rest idle by cause.
+
+    Collectives (``gloo:all_reduce`` on a gloo worker thread, ``c10d::allreduce_`` and waits on the main
+    thread) are the ``communication`` bucket; like kernels on a GPU, communication is *hidden* where some
+    thread computes meanwhile. Compute is counted per thread: an op's time while its own thread is inside
+    a collective (a DDP hook or ``backward`` enclosing a blocking all-reduce) is waiting, not compute, but a
+    background all-reduce under another thread's ops is overlapped. Data-loading waits are not compute."""
     c = trace.columns
     ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
     ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
     data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
     coll_rows = np.concatenate((ops, ann))
-    comm_set = _span_set(trace, coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)])
-    compute_set = iv.subtract(iv.subtract(_span_set(trace, ops), comm_set), data_loading)
+    coll_rows = coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)]
+    comm_set = _span_set(trace, coll_rows)
+    compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), data_loading)
     layers = _cumulative((compute_set, comm_set, iv.EMPTY, iv.EMPTY))
     window_set = iv.merge(
         np.array([w.start_ns for w in windows], dtype=np.int64), np.array([w.end_ns for w in windows], dtype=np.int64)
@@ -315,3 +324,18 @@ def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
     )
     step_accounts = _step_accounts(windows, layers, causes)
     return DeviceAccount("cpu", -1, "cpu", "CPU", step_accounts, totals_of(step_accounts))
+
+
+def _compute_per_thread(trace: Trace, ops: I64, coll_rows: I64) -> iv.IntervalSet:
+    """Union over threads of (the thread's CPU ops − the thread's own collective spans)."""
+    c = trace.columns
+    op_key = _thread_key(c.pid[ops], c.tid[ops])
+    coll_key = _thread_key(c.pid[coll_rows], c.tid[coll_rows])
+    if not np.isin(op_key, coll_key).any():
+        return _span_set(trace, ops)  # no thread computes and waits: one merge
+    parts = []
+    for key in unique(op_key).tolist():
+        mine = _span_set(trace, ops[op_key == key])
+        waits = coll_rows[coll_key == key]
+        parts.append(iv.subtract(mine, _span_set(trace, waits)) if waits.size else mine)
+    return iv.union(*parts)

@@ -11,6 +11,7 @@ from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.options import RuleOptions
+from aiprof.trace.model import Kind
 
 # Achievable NCCL bus bandwidth inside one node (GB/s), from NCCL-tests' published all_reduce results on
 # these systems (DGX-1 V100 NVLink, DGX A100 NVLink3/NVSwitch, DGX H100 NVLink4, MI300X Infinity Fabric).
@@ -55,33 +56,70 @@ def _top_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------------
 # exposed_communication
 # ---------------------------------------------------------------------------------------------------
+_GPU_FIX = (
+    "Overlap collectives with compute: DDP(model, bucket_cap_mb=25-100, gradient_as_bucket_view=True) "
+    "so buckets all-reduce during backward; FSDP with forward/backward prefetch; gradient accumulation "
+    "with no_sync() to communicate less often; for tensor parallelism, async TP / sequence parallelism; "
+    "for expert parallelism (all-to-all dispatch/combine), overlap it with the shared expert or the next "
+    "micro-batch."
+)
+_CPU_FIX = (
+    "On CPU (gloo) the step waits for the all-reduce: let DDP overlap it with backward (its gradient buckets "
+    "all-reduce asynchronously; bucket_cap_mb=25-100 for fewer, larger all-reduces), or issue "
+    "dist.all_reduce(t, async_op=True) early and wait() on the work handle only when the result is needed; "
+    "flatten many small tensors into one all-reduce; with gradient accumulation, wrap the inner steps in "
+    "model.no_sync() so only the last one communicates; and check the slowest rank: every all-reduce ends "
+    "when the last rank joins (a wait that long is often another rank's extra work)."
+)
+
+
 def exposed_communication(ctx: RankContext) -> list[Finding]:
-    """Collectives that no compute kernel hides: the step waits for the network."""
+    """Collectives that no compute hides: the step waits for the network (GPU kernels, or on CPU-only
+    runs the gloo / c10d collectives while no CPU op computes)."""
     exposed = ctx.per_step("breakdown_ns", "communication")
-    if not ctx.is_gpu or ctx.share(exposed) < ctx.options.comm_exposed_share:
+    if ctx.share(exposed) < ctx.options.comm_exposed_share:
         return []
-    overlap = [o for o in _comm(ctx).overlap if o.device == ctx.device.device_index]
-    evidence: dict[str, Any] = {
-        "exposed_comm_ns_per_step": int(exposed),
-        "overlap_pct": round(overlap[0].overlap_pct, 1) if overlap else None,
-        "top_collectives": _top_collectives(ctx),
-    }
+    if ctx.is_gpu:
+        overlap = [o for o in _comm(ctx).overlap if o.device == ctx.device.device_index]
+        evidence: dict[str, Any] = {
+            "exposed_comm_ns_per_step": int(exposed),
+            "overlap_pct": round(overlap[0].overlap_pct, 1) if overlap else None,
+            "top_collectives": _top_collectives(ctx),
+        }
+    else:
+        evidence = {"exposed_comm_ns_per_step": int(exposed), "top_collectives": _cpu_collectives(ctx)}
+    where = "compute kernel" if ctx.is_gpu else "CPU op"
     return [
         ctx.finding(
             "exposed_communication",
-            f"Communication not hidden by compute: {ms_text(exposed)} per step",
+            f"Communication not hidden by compute: {ms_text(exposed)} per step"
+            + ("" if ctx.is_gpu else " waiting in CPU collectives (gloo)"),
             exposed,
             evidence=evidence,
-            fix=(
-                "Overlap collectives with compute: DDP(model, bucket_cap_mb=25-100, gradient_as_bucket_view=True) "
-                "so buckets all-reduce during backward; FSDP with forward/backward prefetch; gradient accumulation "
-                "with no_sync() to communicate less often; for tensor parallelism, async TP / sequence parallelism."
-            ),
-            formula="mean over steady steps of collective-kernel time during which no compute kernel ran "
-            "(upper bound: interference would slow overlapped compute by 20-35 %)",
+            fix=_GPU_FIX if ctx.is_gpu else _CPU_FIX,
+            formula=f"mean over steady steps of collective time during which no {where} ran "
+            "(upper bound: interference would slow overlapped compute by 20-35 %; part of the wait may be "
+            "another rank's lateness, see straggler)",
             confidence="medium",
         )
     ]
+
+
+def _cpu_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
+    """The CPU-side collectives of the steady steps by total time: name, calls and time per step."""
+    from aiprof.analysis.timeline import _COLLECTIVE_OP
+
+    rows = ctx.in_window(ctx.trace.rows_of(Kind.CPU_OP, Kind.USER_ANNOTATION))
+    rows = rows[ctx.trace.name_matches(rows, _COLLECTIVE_OP.pattern)]
+    totals: dict[str, list[int]] = {}
+    dur = ctx.trace.columns.dur
+    for name, d in zip(ctx.names(rows), dur[rows].tolist()):
+        entry = totals.setdefault(name, [0, 0])
+        entry[0] += 1
+        entry[1] += int(d)
+    top = sorted(totals.items(), key=lambda kv: -kv[1][1])[:limit]
+    return [{"collective": name, "calls_per_step": round(n / ctx.step_count, 1), "ns_per_step": int(t / ctx.step_count)}
+            for name, (n, t) in top]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -145,7 +183,12 @@ def comm_bandwidth(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -> list[Finding]:
     """A rank the others wait for: its own work (step time minus time waiting in collectives) is longer,
-    so the others' collectives start late and they idle."""
+    so the others' collectives start late and they idle.
+
+    The saving is measured against the ranks that *wait*, not the median rank: with 2 ranks the median is
+    the midpoint and would promise half of what removing the stall gives. Ranks are split where the sorted
+    own-work values jump most; those below the jump are the waiting ranks, and their median work is what
+    the stragglers' would be if they worked alike."""
     if len(run.ranks) < 2:
         return []
     rows = []
@@ -157,20 +200,24 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
         step = sum(s.duration_ns for s in steps) / n
         wait = sum(s.idle_causes_ns["collective_wait"] + s.breakdown_ns["communication"] for s in steps) / n
         rows.append((r.rank, step, wait, step - wait))
-    work = [w for _, _, _, w in rows]
-    median_work = statistics.median(work)
+    waiting, reference = waiting_ranks([(r, w) for r, _, _, w in rows])
     rank, step, wait, own = max(rows, key=lambda x: x[3])
-    saving = own - median_work
+    saving = own - reference
     mean_step = statistics.fmean(s for _, s, _, _ in rows)
     share = saving / mean_step if mean_step else 0.0
     if share < options.straggler_share:
         return []
-    slow = sorted((x for x in rows if x[3] - median_work >= options.straggler_share * mean_step), key=lambda x: -x[3])
+    slow = sorted((x for x in rows if x[0] not in waiting and x[3] - reference >= options.straggler_share * mean_step),
+                  key=lambda x: -x[3])
+    waits = [w for r, _, w, _ in rows if r in waiting]
     evidence = {
         "straggler_rank": rank,
         "slow_ranks": [x[0] for x in slow],
+        "waiting_ranks": sorted(waiting),
         "straggler_work_ns": int(own),
-        "median_work_ns": int(median_work),
+        "waiting_ranks_work_ns": int(reference),
+        "waiting_ranks_wait_ns": int(statistics.median(waits)) if waits else 0,
+        "median_work_ns": int(statistics.median(w for _, _, _, w in rows)),
         "per_rank": [{"rank": r, "step_ns": int(s), "wait_ns": int(w), "work_ns": int(o)} for r, s, w, o in rows],
     }
     return [
@@ -178,13 +225,15 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
             id="straggler",
             title=(f"Rank {rank} is a straggler" if len(slow) == 1 else
                    f"Ranks {', '.join(str(x[0]) for x in slow[:4])}{' …' if len(slow) > 4 else ''} are stragglers")
-            + f": up to {saving / 1e6:.1f} ms more work per step than the median rank",
+            + f": up to {saving / 1e6:.1f} ms more work per step than the {len(waiting)} rank"
+            + ("s that wait" if len(waiting) > 1 else " that waits"),
             severity=options.severity(share),
             est_saving_ns_per_step=int(saving),
             share_of_step=min(share, 1.0),
             saving_kind="upper_bound",
             saving_formula="(step − collective wait − exposed communication) of the slowest rank minus the "
-            "median over ranks: what every rank would save if the straggler worked like the median one",
+            "median of that over the ranks that wait for it (the ranks below the largest jump in sorted work): "
+            "what every rank would save if the stragglers worked like the waiting ones",
             confidence="medium",
             evidence=evidence,
             fix=(
@@ -196,3 +245,18 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
             device="",
         )
     ]
+
+
+def waiting_ranks(work: list[tuple[int, float]]) -> tuple[set[int], float]:
+    """Ranks that wait for the others, and their median own work. ``work`` is (rank, own work) per rank.
+
+    Sorted by work, the ranks split at the largest jump between neighbours (the first one on ties): the
+    ranks below it wait. With 2 ranks the faster one waits; with identical ranks every rank but the
+    slowest "waits" and the reference is ~ the slowest's own work (no straggler)."""
+    ordered = sorted(work, key=lambda x: x[1])
+    if len(ordered) < 2:
+        return {r for r, _ in ordered}, ordered[0][1] if ordered else 0.0
+    gaps = [ordered[i + 1][1] - ordered[i][1] for i in range(len(ordered) - 1)]
+    cut = gaps.index(max(gaps)) + 1
+    below = ordered[:cut]
+    return {r for r, _ in below}, float(statistics.median(w for _, w in below))

@@ -17,6 +17,7 @@ RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 
 DEFAULT_RANK_RULES: list[RankRule] = [
+    steps.graph_capture,
     steps.graph_trace_incomplete,
     idle.data_loading,
     idle.host_bound,
@@ -42,7 +43,7 @@ DEFAULT_RANK_RULES: list[RankRule] = [
 DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
 
 # Rules whose finding explains others or flags a risk, with no time saving of its own.
-ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete"}
+ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "graph_capture"}
 
 # Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
 IDLE_RULES = {"host_bound", "launch_bound"}
@@ -62,7 +63,12 @@ def diagnose_rank(
     ctx = RankContext(trace, analysis, options, dict(extras or {}))
     findings: list[Finding] = []
     notes: list[str] = []
+    skipped: list[str] = []
     for rule in rules if rules is not None else DEFAULT_RANK_RULES:
+        capture = next((f for f in findings if f.id == "graph_capture"), None)
+        if capture is not None and not capture.evidence["steady_state"] and rule.__name__ not in ZERO_SAVING_RULES:
+            skipped.append(rule.__name__)
+            continue
         if rule.__name__ in IDLE_RULES and _hides_kernels(findings):
             notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: graph replays hide kernels, idle is not real")
             continue
@@ -70,13 +76,17 @@ def diagnose_rank(
             notes.append(f"launch_bound skipped on rank {analysis.rank}: the run already replays CUDA/HIP graphs")
             continue
         try:
+            view = steps.without_capture(ctx, capture) if capture and rule.__name__ in steps.CAPTURE_RULES else ctx
             findings.extend(
-                f for f in rule(ctx) if f.id in ZERO_SAVING_RULES or f.est_saving_ns_per_step >= options.min_saving_ns
+                f for f in rule(view) if f.id in ZERO_SAVING_RULES or f.est_saving_ns_per_step >= options.min_saving_ns
             )
         except Exception as err:  # noqa: BLE001 - a rule bug becomes a note
             where = traceback.extract_tb(err.__traceback__)[-1]
             notes.append(f"rule {rule.__name__} failed on rank {analysis.rank}: {type(err).__name__}: {err} "
                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
+    if skipped:
+        notes.append(f"rules with a saving skipped on rank {analysis.rank} ({', '.join(skipped)}): the trace is a "
+                     "CUDA/HIP graph capture, not steady-state execution")
     ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 

@@ -1,17 +1,33 @@
-"""Rules on the steps themselves: ``step_variance`` (outlier steps) and ``graph_trace_incomplete``
-(CUDA/HIP graph replays that hide per-kernel detail)."""
+"""Rules on the steps themselves: ``step_variance`` (outlier steps), ``graph_trace_incomplete``
+(CUDA/HIP graph replays that hide per-kernel detail) and ``graph_capture`` (a trace, or part of one, that
+records a CUDA/HIP graph *capture*: launches recorded into a graph, almost nothing executed)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from aiprof import arrays
+from aiprof.analysis import intervals as iv
+from aiprof.analysis.timeline import StepAccount
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.trace.model import Kind
 
 _GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
+# Stream capture (torch.cuda.graph, vLLM / SGLang capture phase) and graph instantiation. Not
+# cudaStreamGetCaptureInfo / cudaStreamIsCapturing: every caching-allocator call asks those.
+_BEGIN_CAPTURE = r"^(cuda|hip|cu)StreamBeginCapture"
+_END_CAPTURE = r"^(cuda|hip|cu)StreamEndCapture"
+_INSTANTIATE = r"^(cuda|hip|cu)GraphInstantiate"
+# The trace *is* a capture when capture covers at least this share of the steady steps: no steady-state
+# verdict at all then. Below it, the captured time is only taken out of the idle rules' evidence.
+CAPTURE_DOMINANT_SHARE = 0.8
+# Idle causes a capture range produces (the host records launches, the device runs nothing): taken out of
+# these rules' evidence where capture covers part of the steps.
+CAPTURE_RULES = {"host_bound", "launch_bound", "sync", "data_loading"}
 
 
 def step_variance(ctx: RankContext) -> list[Finding]:
@@ -108,3 +124,139 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
             severity="info",
         )
     ]
+
+
+def capture_ranges(ctx: RankContext) -> tuple[iv.IntervalSet, int, int]:
+    """The trace's CUDA/HIP graph capture ranges: per host thread, each ``*StreamBeginCapture`` to the next
+    ``*StreamEndCapture`` (a begin without end runs to the thread's last event, an end without begin from
+    its first: the trace cut the capture), plus every ``*GraphInstantiate`` call. Returns the merged
+    ranges, the number of captures and of instantiations."""
+    trace = ctx.trace
+    c = trace.columns
+    calls = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    begin = calls[trace.name_matches(calls, _BEGIN_CAPTURE)]
+    end = calls[trace.name_matches(calls, _END_CAPTURE)]
+    inst = calls[trace.name_matches(calls, _INSTANTIATE)]
+    if begin.size + end.size + inst.size == 0:
+        return iv.EMPTY, 0, 0
+    starts: list[int] = []
+    ends: list[int] = []
+    captures = 0
+    for pid, tid in sorted({(int(p), int(t)) for p, t in zip(c.pid[np.concatenate((begin, end))].tolist(),
+                                                              c.tid[np.concatenate((begin, end))].tolist())}):
+        thread = calls[(c.pid[calls] == pid) & (c.tid[calls] == tid)]
+        first, last = int(c.ts[thread].min()), int((c.ts[thread] + c.dur[thread]).max())
+        events = sorted([(int(c.ts[r]), 0) for r in begin if c.pid[r] == pid and c.tid[r] == tid]
+                        + [(int(c.ts[r] + c.dur[r]), 1) for r in end if c.pid[r] == pid and c.tid[r] == tid])
+        open_at: int | None = None
+        for ts, is_end in events:
+            if not is_end:
+                open_at = ts if open_at is None else open_at  # nested begin (another stream): one range
+            else:
+                starts.append(first if open_at is None else open_at)
+                ends.append(ts)
+                captures += 1
+                open_at = None
+        if open_at is not None:
+            starts.append(open_at)
+            ends.append(last)
+            captures += 1
+    ranges = iv.union(
+        iv.merge(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)),
+        iv.merge(c.ts[inst], c.ts[inst] + c.dur[inst]),
+    )
+    return ranges, captures, int(inst.size)
+
+
+def _covered(ranges: iv.IntervalSet, steps: list[StepAccount]) -> tuple[int, int]:
+    """Captured ns inside these steps' windows, and the windows' total."""
+    if not steps:
+        return 0, 0
+    ws = np.array([s.start_ns for s in steps], dtype=np.int64)
+    we = ws + np.array([s.duration_ns for s in steps], dtype=np.int64)
+    return int(iv.overlap_per_window(ranges, ws, we).sum()), int((we - ws).sum())
+
+
+def graph_capture(ctx: RankContext) -> list[Finding]:
+    """The trace records a CUDA/HIP graph capture (vLLM / SGLang start-up, torch.cuda.graph warm-up): the
+    launches inside are recorded into a graph, not executed, so the device looks idle and the host busy.
+    Say what the trace is, instead of calling it host-bound."""
+    ranges, captures, instantiations = capture_ranges(ctx)
+    if not ranges[0].size:
+        return []
+    captured_all, total_all = _covered(ranges, ctx.device.steps)
+    captured, total = _covered(ranges, ctx.steps)
+    share_all = captured_all / total_all if total_all else 0.0
+    steady_share = captured / total if total else 0.0
+    if max(share_all, steady_share) < ctx.options.min_share:
+        return []
+    graphs = ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    replays = int(ctx.trace.name_matches(graphs, _GRAPH_LAUNCH).sum())
+    dominant = steady_share >= CAPTURE_DOMINANT_SHARE
+    what = (f"{captures} capture{'s' if captures != 1 else ''}" if captures else
+            f"{instantiations} graph instantiation{'s' if instantiations != 1 else ''}")
+    if share_all >= CAPTURE_DOMINANT_SHARE:
+        title = f"The trace is a CUDA/HIP graph capture ({what}, {ms_text(captured_all)}), not steady-state execution"
+    else:
+        title = (f"{share_all:.0%} of the trace is CUDA/HIP graph capture ({what}, {ms_text(captured_all)}), "
+                 "not steady-state execution")
+    evidence = {
+        "captures": captures,
+        "graph_instantiations": instantiations,
+        "graph_replays": replays,
+        "captured_ns": captured_all,
+        "capture_share_of_trace": round(share_all, 3),
+        "capture_share_of_steady_steps": round(steady_share, 3),
+        "steady_state": not dominant,
+    }
+    excluded = ("no steady-state finding is reported: the trace holds no steady-state execution"
+                if dominant else
+                f"captured time is taken out of {', '.join(sorted(CAPTURE_RULES))}")
+    return [
+        ctx.finding(
+            "graph_capture",
+            title,
+            0,
+            evidence=evidence,
+            fix=(
+                "Profile steady-state execution instead: start the profiler after the capture / warm-up "
+                "(torch.profiler schedule(wait=…, warmup=…, active=…); vLLM: profile a request after start-up, "
+                "not the engine's CUDA-graph capture), so that the graphs are replayed in the trace. A capture "
+                "is a one-time start-up cost; to shorten it, capture fewer batch sizes (vLLM "
+                "cudagraph_capture_sizes / SGLang cuda_graph_max_bs)."
+            ),
+            formula=f"no saving: a note on what the trace is; {excluded}",
+            confidence="high",
+            severity="info",
+        )
+    ]
+
+
+def without_capture(ctx: RankContext, finding: Finding) -> RankContext:
+    """A view of ``ctx`` whose steps have the device idle inside capture ranges moved out of the causes the
+    idle rules read (host, launch, sync, data loading, collective wait) into ``unknown``: capture is a
+    one-time cost, not the steady state those rules judge. Buckets and step durations are unchanged."""
+    if not ctx.is_gpu or not finding.evidence.get("captured_ns"):
+        return ctx
+    ranges, _, _ = capture_ranges(ctx)
+    c = ctx.trace.columns
+    dev = ctx.device.device_index
+    busy_rows = np.flatnonzero((c.device == dev) & ctx.trace.kind_mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
+    idle_captured = iv.subtract(ranges, iv.merge(c.ts[busy_rows], c.ts[busy_rows] + c.dur[busy_rows]))
+    steps = ctx.device.steps
+    ws = np.array([s.start_ns for s in steps], dtype=np.int64)
+    we = ws + np.array([s.duration_ns for s in steps], dtype=np.int64)
+    per_step = iv.overlap_per_window(idle_captured, ws, we).tolist()
+    adjusted = []
+    for step, captured in zip(steps, per_step):
+        causes = dict(step.idle_causes_ns)
+        left = int(captured)
+        for cause in ("host", "launch", "sync", "data_loading", "collective_wait"):
+            take = min(left, causes.get(cause, 0))
+            causes[cause] = causes.get(cause, 0) - take
+            causes["unknown"] = causes.get("unknown", 0) + take
+            left -= take
+        adjusted.append(replace(step, idle_causes_ns=causes))
+    device = replace(ctx.device, steps=adjusted)
+    analysis = replace(ctx.analysis, devices=[device if d is ctx.device else d for d in ctx.analysis.devices])
+    return RankContext(ctx.trace, analysis, ctx.options, ctx.extras)
