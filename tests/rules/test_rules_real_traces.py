@@ -75,7 +75,9 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
         "host_bound", {"sync", "launch_bound"}, NONE, "a loop of tiny adds: host and launch overhead"),
     "hta/execution_trace/benchmark_simple_add_trace.json.gz": ("host_bound", NONE, NONE, "the same loop"),
     "hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": (
-        None, NONE, {"host_bound"}, "CPU-only trace with collectives and no CPU ops: nothing to blame"),
+        "exposed_communication", NONE, {"host_bound"},
+        "CPU-only (gloo) rank of 300: two gloo threads all-reduce for 179 ms of a 210 ms step while no CPU op "
+        "computes; that wait is the step (was None: collectives on CPU traces gave no finding)"),
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": (
         None, NONE, NONE, "a busy GPU (96.75 % compute per HTA): no finding"),
     "hta/call_stack/backward_thread.json": (None, NONE, {"launch_bound"}, "one kernel per step: not launch-bound"),
