@@ -92,18 +92,27 @@ def _comm_launch_ids(trace: Trace) -> tuple[Bool, Bool]:
 
 def _launched_by_comm_op(trace: Trace, kernels: Bool) -> Bool:
     """Row mask: kernels whose issuing CPU op is itself a collective op (not an aten op nested in one) and
-    whose name is not a plain copy / elementwise / GEMM kernel."""
+    whose name is not a plain copy / elementwise / GEMM kernel.
+
+    Joined on ``External id`` (Kineto gives a launch, and its kernel, the id of the innermost op around it):
+    vectorised, without the nesting tree. Kernels without one fall back to their launch call's."""
     c = trace.columns
     out = np.zeros(len(c), dtype=bool)
     op_ids, compute_ids = _comm_launch_ids(trace)
     if not op_ids.any() or not kernels.any():
         return out
-    rows = np.flatnonzero(kernels)
-    issuer = links.gpu_op(trace)[rows]
-    has = issuer >= 0
-    rows, issuer = rows[has], issuer[has]
-    hit = op_ids[c.name[issuer]] & ~compute_ids[c.name[rows]]
-    out[rows[hit]] = True
+    ops = trace.rows_of(Kind.CPU_OP)
+    comm_ext = c.external_id[ops[op_ids[c.name[ops]]]]
+    comm_ext = comm_ext[comm_ext >= 0]
+    if comm_ext.size == 0:
+        return out
+    rows = np.flatnonzero(kernels & ~compute_ids[c.name])
+    ext = c.external_id[rows].copy()
+    missing = ext < 0
+    if missing.any():
+        launch = links.launcher(trace)[rows[missing]]
+        ext[missing] = np.where(launch >= 0, c.external_id[np.maximum(launch, 0)], -1)
+    out[rows[(ext >= 0) & np.isin(ext, comm_ext)]] = True
     return out
 
 

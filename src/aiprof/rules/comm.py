@@ -190,8 +190,8 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
     the midpoint and would promise half of what removing the stall gives. Ranks are split where the sorted
     own-work values jump most; those below the jump are the waiting ranks, and their median work is what
     the stragglers' would be if they worked alike."""
-    if len(run.ranks) < 2:
-        return []
+    if len(run.ranks) < 2 or any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings):
+        return []  # one rank, or a graph capture: no steady state to compare
     rows = []
     for r in run.ranks:
         steps = r.primary.steps[1:] if len(r.primary.steps) >= 3 else r.primary.steps
