@@ -139,6 +139,8 @@ def test_waiting_ranks_split_at_the_largest_jump() -> None:
     assert waiting_ranks([(0, 10.0), (1, 30.0)]) == ({0}, 10.0)
     assert waiting_ranks([(0, 10.0), (1, 12.0), (2, 50.0), (3, 55.0)]) == ({0, 1}, 11.0)
     assert waiting_ranks([(3, 5.0)]) == ({3}, 5.0)
+    # evenly spread work is imbalance, not stragglers: measured against the median rank, not the fastest
+    assert waiting_ranks([(r, 100.0 + 10 * r) for r in range(8)]) == ({0, 1, 2, 3}, 135.0)
 
 
 def test_graph_capture_only_has_no_steady_state_verdict(tmp_path: Path) -> None:

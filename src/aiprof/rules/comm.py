@@ -188,8 +188,8 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
 
     The saving is measured against the ranks that *wait*, not the median rank: with 2 ranks the median is
     the midpoint and would promise half of what removing the stall gives. Ranks are split where the sorted
-    own-work values jump most; those below the jump are the waiting ranks, and their median work is what
-    the stragglers' would be if they worked alike."""
+    own-work values jump clearly (:func:`waiting_ranks`); those below the jump are the waiting ranks, and
+    their median work is what the stragglers' would be if they worked alike."""
     if len(run.ranks) < 2 or any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings):
         return []  # one rank, or a graph capture: no steady state to compare
     rows = []
@@ -234,8 +234,9 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
             share_of_step=min(share, 1.0),
             saving_kind="upper_bound",
             saving_formula="(step − collective wait − exposed communication) of the slowest rank minus the "
-            "median of that over the ranks that wait for it (the ranks below the largest jump in sorted work): "
-            "what every rank would save if the stragglers worked like the waiting ones",
+            "median of that over the ranks that wait for it (the ranks below the largest jump in sorted work, "
+            "when that jump is ≥ 2× the next; else the median rank): what every rank would save if the "
+            "stragglers worked like the waiting ones",
             confidence="medium",
             evidence=evidence,
             fix=(
@@ -294,13 +295,18 @@ def _net_of_straggler_wait(
 def waiting_ranks(work: list[tuple[int, float]]) -> tuple[set[int], float]:
     """Ranks that wait for the others, and their median own work. ``work`` is (rank, own work) per rank.
 
-    Sorted by work, the ranks split at the largest jump between neighbours (the first one on ties): the
-    ranks below it wait. With 2 ranks the faster one waits; with identical ranks every rank but the
-    slowest "waits" and the reference is ~ the slowest's own work (no straggler)."""
+    Sorted by work, the ranks split at the largest jump between neighbours when it stands out (at least
+    twice the next largest; always with 2 ranks): the ranks below it wait, and the stragglers would work like
+    them. Without a clear jump (work spread evenly: imbalance, not stragglers) the reference is the median
+    rank, what balancing the same total work would give, and the waiting ranks are those at or below it."""
     ordered = sorted(work, key=lambda x: x[1])
     if len(ordered) < 2:
         return {r for r, _ in ordered}, ordered[0][1] if ordered else 0.0
     gaps = [ordered[i + 1][1] - ordered[i][1] for i in range(len(ordered) - 1)]
-    cut = gaps.index(max(gaps)) + 1
-    below = ordered[:cut]
-    return {r for r, _ in below}, float(statistics.median(w for _, w in below))
+    largest = max(gaps)
+    rest = sorted(gaps)[:-1]
+    if not rest or largest >= 2 * rest[-1]:
+        below = ordered[: gaps.index(largest) + 1]
+        return {r for r, _ in below}, float(statistics.median(w for _, w in below))
+    median = float(statistics.median(w for _, w in ordered))
+    return {r for r, w in ordered if w <= median}, median
