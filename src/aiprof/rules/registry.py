@@ -85,8 +85,8 @@ def diagnose_rank(
             notes.append(f"rule {rule.__name__} failed on rank {analysis.rank}: {type(err).__name__}: {err} "
                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
     if skipped:
-        notes.append(f"rules with a saving skipped on rank {analysis.rank} ({', '.join(skipped)}): the trace is a "
-                     "CUDA/HIP graph capture, not steady-state execution")
+        notes.append(f"{len(skipped)} rules with a saving skipped on rank {analysis.rank}: the trace is a CUDA/HIP "
+                     "graph capture, not steady-state execution")
     ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 
