@@ -171,3 +171,27 @@ def test_get_capture_info_is_not_a_capture(tmp_path: Path) -> None:
         b.launch(op, kernel=cc.GEMM, ts=t0 + 5, kernel_ts=t0 + 8, kernel_dur=990, grid=(132, 1, 1))
     _, _, ids = _ids(b.write(tmp_path / "t.json"))
     assert "graph_capture" not in ids
+
+
+def test_a_step_that_captures_a_graph_is_not_a_step_variance_outlier(tmp_path: Path) -> None:
+    """torch.compile mode="reduce-overhead" records a graph for a new shape in one step: that step is long
+    because of a one-time capture, not periodic work."""
+    b = TraceBuilder()
+    for i in range(8):
+        t0 = i * 3000
+        long = i == 4
+        b.step(i, ts=t0, dur=3000 if long else 1000)
+        op = b.cpu_op("aten::mm", ts=t0 + 2, dur=8)
+        b.launch(op, kernel=cc.GEMM, ts=t0 + 4, kernel_ts=t0 + 8, kernel_dur=990, grid=(132, 1, 1))
+        if long:
+            b.runtime("cudaStreamBeginCapture", ts=t0 + 1000, dur=5)
+            for j in range(20):
+                b.runtime("cudaLaunchKernel", ts=t0 + 1010 + j * 90, dur=80)
+            b.runtime("cudaStreamEndCapture", ts=t0 + 2850, dur=10)
+            b.runtime("cudaGraphInstantiate", ts=t0 + 2870, dur=120)
+    b2 = TraceBuilder()
+    b2.events = [e for e in b.events if not str(e.get("name", "")).startswith(("cudaStream", "cudaGraph"))]
+    _, _, plain = _ids(b2.write(tmp_path / "plain.json"))
+    assert "step_variance" in plain  # the same long step without capture calls: an outlier
+    _, _, ids = _ids(b.write(tmp_path / "t.json"))
+    assert "graph_capture" in ids and "step_variance" not in ids

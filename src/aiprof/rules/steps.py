@@ -35,9 +35,12 @@ def step_variance(ctx: RankContext) -> list[Finding]:
 
     Each step is taken without its data-loading wait: a loader whose workers deliver batches unevenly
     (two workers finishing together: one step waits, the next finds its batch ready) makes steps vary,
-    but that time is the ``data_loading`` finding's, and its fix is the loader's, not this one's."""
+    but that time is the ``data_loading`` finding's, and its fix is the loader's, not this one's. Time inside
+    CUDA/HIP graph capture ranges is left out too: a step that captures (torch.compile's cudagraph trees
+    recording a new shape) is a one-time cost, reported by ``graph_capture``."""
     loading = np.array([s.idle_causes_ns.get("data_loading", 0) for s in ctx.steps], dtype=np.float64)
-    durations = np.array([s.duration_ns for s in ctx.steps], dtype=np.float64) - loading
+    captured = _captured_per_step(ctx)
+    durations = np.array([s.duration_ns for s in ctx.steps], dtype=np.float64) - loading - captured
     if durations.size < 3:
         return []
     median = float(arrays.median(durations))
@@ -63,6 +66,8 @@ def step_variance(ctx: RankContext) -> list[Finding]:
     }
     if loading.any():
         evidence["data_loading_excluded_ns_per_step"] = int(loading.mean())
+    if captured.any():
+        evidence["graph_capture_excluded_ns_per_step"] = int(captured.mean())
     return [
         ctx.finding(
             "step_variance",
@@ -75,7 +80,7 @@ def step_variance(ctx: RankContext) -> list[Finding]:
                 "evaluation / checkpointing / logging off the training step or make it asynchronous, call "
                 "gc.freeze() after setup, keep shapes static to avoid recompiles, and pre-warm the allocator."
             ),
-            formula="step durations net of their data-loading idle; Σ over outlier steps (duration > "
+            formula="step durations net of their data-loading idle and graph-capture time; Σ over outlier steps (duration > "
             "max(ratio × median, median + σ × 1.4826 MAD)) of (duration − median), divided by the number of steps",
             confidence="medium",
         )
@@ -260,3 +265,13 @@ def without_capture(ctx: RankContext, finding: Finding) -> RankContext:
     device = replace(ctx.device, steps=adjusted)
     analysis = replace(ctx.analysis, devices=[device if d is ctx.device else d for d in ctx.analysis.devices])
     return RankContext(ctx.trace, analysis, ctx.options, ctx.extras)
+
+
+def _captured_per_step(ctx: RankContext) -> np.ndarray:
+    """Captured ns (graph capture ranges) inside each steady step's window (zeros without capture)."""
+    ranges, _, _ = capture_ranges(ctx)
+    if not ranges[0].size or not ctx.steps:
+        return np.zeros(len(ctx.steps), dtype=np.float64)
+    ws = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    we = ws + np.array([s.duration_ns for s in ctx.steps], dtype=np.int64)
+    return iv.overlap_per_window(ranges, ws, we).astype(np.float64)
