@@ -64,6 +64,7 @@ def diagnose_rank(
     findings: list[Finding] = []
     notes: list[str] = []
     skipped: list[str] = []
+    views: dict[str, RankContext] = {}
     for rule in rules if rules is not None else DEFAULT_RANK_RULES:
         capture = next((f for f in findings if f.id == "graph_capture"), None)
         if capture is not None and not capture.evidence["steady_state"] and rule.__name__ not in ZERO_SAVING_RULES:
@@ -76,7 +77,9 @@ def diagnose_rank(
             notes.append(f"launch_bound skipped on rank {analysis.rank}: the run already replays CUDA/HIP graphs")
             continue
         try:
-            view = steps.without_capture(ctx, capture) if capture and rule.__name__ in steps.CAPTURE_RULES else ctx
+            view = ctx
+            if capture is not None and rule.__name__ in steps.CAPTURE_RULES:  # captured idle is not steady state
+                view = views.get("capture") or views.setdefault("capture", steps.without_capture(ctx, capture))
             findings.extend(
                 f for f in rule(view) if f.id in ZERO_SAVING_RULES or f.est_saving_ns_per_step >= options.min_saving_ns
             )
