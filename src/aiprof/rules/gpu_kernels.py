@@ -214,6 +214,8 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     for row in kernels[np.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
         facts["fp32_kernels"][ctx.trace.name_of(row)] += int(ctx.trace.columns.dur[row])
     facts["kernels"] = kernels[np.isin(owner, kept_calls)]
+    # FP32 convolutions the roofline measured against the TF32 roof that their kernels show they do not use
+    facts["conv_on_fp32_units"] = (conv_tf32 & (fp32 > 0))[keep]
     kept: I64 = idx[keep]
     return kept, facts
 
@@ -235,6 +237,22 @@ def _owning_call(ctx: RankContext, ops: I64, kernels: I64) -> I64:
     return out
 
 
+def _fp32_conv_gain(result: Any, idx: I64) -> Any:
+    """AMP gain of FP32 convolutions whose kernels run on FP32 units although TF32 exists: their class
+    against the FP32 roof (the roofline assumes cuDNN's TF32 default and may call them latency-bound)."""
+    from aiprof.roofline.analysis import LATENCY_PCT
+
+    peaks = result.peaks
+    found = peaks.compute_peak("matrix", "fp32") if peaks is not None else None
+    if found is None:
+        return np.full(idx.size, AMP_GAIN["unknown-peaks"])
+    calls = result.calls
+    flops = np.array([calls.costs[int(k)].flops for k in calls.cost_id[idx].tolist()], dtype=np.float64)
+    roof_ns = flops / found[0] * 1e9
+    pct = 100.0 * roof_ns / np.maximum(calls.time_ns[idx], 1)
+    return np.where(pct >= LATENCY_PCT, AMP_GAIN["compute-bound"], AMP_GAIN["latency-bound"])
+
+
 def precision(ctx: RankContext) -> list[Finding]:
     """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU). CPU runs get
     no tensor-core advice; the advice follows the device (fp16 + GradScaler on Volta/Turing, bf16 on
@@ -254,8 +272,12 @@ def precision(ctx: RankContext) -> list[Finding]:
     codes, bound_names = result.call_bounds
     code = codes[idx]
     gain = np.array([AMP_GAIN.get(b, 0.5) for b in bound_names])
+    call_gain = gain[code]
+    recheck = facts["conv_on_fp32_units"]
+    if recheck.any():
+        call_gain = np.where(recheck, _fp32_conv_gain(result, idx), call_gain)
     # Summed in call order in Python, as floats: the same total as a loop over the calls
-    modelled = sum((calls.time_ns[idx] * gain[code]).tolist()) / ctx.step_count
+    modelled = sum((calls.time_ns[idx] * call_gain).tolist()) / ctx.step_count
     saving, was_capped = capped(ctx, modelled, facts["kernels"])
     if ctx.share(saving) < ctx.options.precision_share:
         return []
