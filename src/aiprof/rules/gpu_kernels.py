@@ -57,8 +57,10 @@ def _compute_capability(ctx: RankContext) -> float:
 
 
 def _cc_from_name(name: str) -> float:
-    table = (("V100", 7.0), ("T4", 7.5), ("A100", 8.0), ("A10", 8.6), ("L4", 8.9), ("L40", 8.9), ("H100", 9.0),
-             ("H200", 9.0), ("H800", 9.0), ("B200", 10.0), ("B300", 10.0), ("MI2", 9.0), ("MI3", 9.4))
+    table = (("V100", 7.0), ("TITAN V", 7.0), ("T4", 7.5), ("RTX 20", 7.5), ("Quadro RTX", 7.5), ("A100", 8.0),
+             ("A800", 8.0), ("A30", 8.0), ("A10", 8.6), ("A40", 8.6), ("RTX A", 8.6), ("RTX 30", 8.6),
+             ("RTX 40", 8.9), ("L4", 8.9), ("L40", 8.9), ("H100", 9.0), ("H200", 9.0), ("H800", 9.0), ("H20", 9.0),
+             ("B100", 10.0), ("B200", 10.0), ("B300", 10.0), ("P100", 6.0), ("MI1", 9.0), ("MI2", 9.0), ("MI3", 9.4))
     for key, cc in table:
         if key in name:
             return cc  # AMD CDNA matrix cores: treated as tensor-core capable
@@ -186,7 +188,7 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     A call whose kernels are all tensor-core kernels (TF32 enabled, :func:`~aiprof.analysis.kernels.math_class`)
     is left out; one with FP32 kernels (``sgemm``, ``xmma…ffma``, ``scudnn``) is in, even a convolution on
     Ampere+; one whose kernels do not say is in, except FP32 convolutions where TF32 exists (cuDNN runs them
-    as TF32 by default)."""
+    as TF32 by default) and calls whose dtype the trace did not record (the roofline assumed it)."""
     from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class_codes
 
     units = matrix_units(ctx)
@@ -207,8 +209,10 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     fp32 = np.bincount(owner, weights=np.where(math == MATH_FP32, dur, 0.0), minlength=idx.size)
     conv_tf32 = np.array([units.tf32 and calls.costs[int(k)].family == "conv" and calls.costs[int(k)].dtype == "fp32"
                           for k in calls.cost_id[idx].tolist()], dtype=bool)
+    # A dtype the trace did not record (assumed by the roofline) is trusted only when the kernels confirm FP32
+    assumed = np.array([calls.costs[int(k)].assumed_dtype for k in calls.cost_id[idx].tolist()], dtype=bool)
     on_tensor_cores = (tc > 0) & (fp32 == 0)
-    keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32)
+    keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32 & ~assumed)
     facts["tf32_tensor_core_ns"] = int(calls.time_ns[idx[on_tensor_cores]].sum())
     kept_calls = np.flatnonzero(keep)
     for row in kernels[np.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
