@@ -255,3 +255,17 @@ def test_matrix_units_from_device_properties(tmp_path: Path) -> None:
     trace = _load(b, tmp_path)
     units = matrix_units(RankContext(trace, analyze_trace(trace), DEFAULT_OPTIONS))
     assert (units.fp16, units.bf16, units.tf32, units.fp8) == (True, False, False, False)
+
+
+def test_kernel_efficiency_saving_is_capped_by_the_other_streams_work(tmp_path: Path) -> None:
+    """The attention kernel shares its 800 µs with a 700 µs kernel on another stream: speeding it up can
+    take at most the 100 µs it runs alone plus the 200 µs idle off the step, not the modelled ~452 µs."""
+    b = TraceBuilder()
+    _attention_steps(b, 800)
+    for i in range(4):
+        other = b.cpu_op("mylib::side_work", ts=i * 1000 + 8, dur=1)
+        b.launch(other, kernel="side_kernel", ts=i * 1000 + 8, dur=0.5, kernel_ts=i * 1000 + 10, kernel_dur=700,
+                 grid=(1024, 1, 1), stream=9)
+    f = _findings(b, tmp_path)["kernel_efficiency"]
+    assert f.est_saving_ns_per_step == 300 * US
+    assert f.evidence["modelled_saving_ns_per_step"] == pytest.approx(800 * US - 2 * 174_000, rel=0.02)
