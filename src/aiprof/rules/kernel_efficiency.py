@@ -258,6 +258,12 @@ def kernel_efficiency(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # kernel_variance
 # ---------------------------------------------------------------------------------------------------
+# Kernels that wait for other GPUs or for flags (custom all-reduce, all-to-all dispatch/combine, barriers): their
+# time depends on their peers, whatever the communication classifier calls them.
+_WAITS = (r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all|alltoall|barrier|dispatch|combine"
+          r"|nvshmem|cross_device|custom_ar|one_?shot|two_?shot|signal|wait|spin|flag)")
+
+
 @dataclass
 class _Spread:
     rows: I64
@@ -277,6 +283,7 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
 
     c, opt = ctx.trace.columns, ctx.options
     k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
+    k = k[~ctx.trace.name_matches(k, _WAITS)]
     if k.size < opt.kernel_variance_min_calls:
         return []
     issuer = ctx.issuing_op[k]
