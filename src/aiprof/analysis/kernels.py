@@ -18,10 +18,12 @@ plugin's step span (see :func:`tb_plugin_window`). Per-name numbers cover every 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from aiprof import arrays
 from aiprof.arrays import unique, setdiff
@@ -455,3 +457,75 @@ def _weighted_pct(values: F64, weights: I64) -> float | None:
 
 def _opt(value: float) -> float | None:
     return None if not np.isfinite(value) else float(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which math unit a kernel uses, from its name
+# ---------------------------------------------------------------------------------------------------
+MATH_UNKNOWN, MATH_TENSOR_CORE, MATH_FP32 = 0, 1, 2
+"""Codes of :func:`math_class_codes`: ``MATH_TENSOR_CORE`` = reduced-precision matrix units (NVIDIA tensor
+cores running FP16 / BF16 / TF32 / FP8 / INT8, AMD matrix cores on 16/8-bit data); ``MATH_FP32`` = full
+precision math without them (CUDA-core FFMA SGEMMs, cuDNN's ``scudnn`` / ``implicit_convolve_sgemm``
+kernels, cuBLAS ``xmma ... ffma``, CUTLASS ``simt``, AMD Tensile FP32/FP64 GEMMs); ``MATH_UNKNOWN`` =
+anything else (elementwise kernels, Triton, names that do not say)."""
+
+# TF32 is a tensor-core format: the strongest marker, checked first (``sm80_xmma_gemm_tf32f32...``,
+# ``cutlass_tensorop_s1688fprop_optimized_tf32``).
+_TF32 = re.compile(r"(?i)tf32")
+_FP32_MATH = re.compile(
+    r"(?i)(sgemm|dgemm|cgemm|zgemm|gcgemm|ffma|simt|scudnn|dcudnn|f32f32_f32f32|f64f64_f64f64|OpClassSimt"
+    r"|_engine<(float|double)|winograd\w*<float|fft2d_\w+<float|convolve_sgemm"
+    r"|Cijk_A[a-z]+_B[a-z]+_(S|SB|D|DB|C|CB|Z|ZB)_|igemm_\w+_fp32)"
+)
+_TENSOR_CORE = re.compile(
+    r"(?i)(h884|h1688|h16816|s884|s1688|s16816|s161616|i8816|i16832|hmma|imma|qmma|tensorop|wmma|gmma|nvjet"
+    r"|tensor\d+x\d+x\d+|xdl|mfma|OpClassTensorOp|flash_fwd|flash_bwd|flash_attn|fmha"
+    r"|xmma\w*(bf16|f16|e4m3|e5m2|i8)|Cijk_A[a-z]+_B[a-z]+_(H|B|I8|F8|B8|4xi8)[A-Z0-9]*_|igemm_\w+_(bf16|fp16))"
+)
+
+
+def math_class(name: str) -> int:
+    """:data:`MATH_TENSOR_CORE`, :data:`MATH_FP32` or :data:`MATH_UNKNOWN` for one kernel name.
+
+    FP32 ``xmma ... ffma`` / ``*_sgemm_*`` / ``gemm..._f32f32_f32f32..._ffma`` GEMMs run on the CUDA cores
+    (no tensor cores) even though their names look like the tensor-core ``xmma`` family; TF32 kernels
+    (``*_tf32*``, ``s1688gemm``, ``cutlass_80_tensorop_s1688``) do use tensor cores."""
+    if _TF32.search(name):
+        return MATH_TENSOR_CORE
+    if _FP32_MATH.search(name):
+        return MATH_FP32
+    if _TENSOR_CORE.search(name):
+        return MATH_TENSOR_CORE
+    return MATH_UNKNOWN
+
+
+def math_class_codes(trace: Trace, rows: I64) -> npt.NDArray[np.int8]:
+    """:func:`math_class` of each row's name (one regex test per distinct name, cached on the trace)."""
+    memo: dict[int, int] = trace.cache.setdefault("kernels.math_class", {})
+    names = trace.columns.name[rows]
+    out = np.zeros(rows.shape, dtype=np.int8)
+    for n in unique(names).tolist():
+        code = memo.get(n)
+        if code is None:
+            code = memo[n] = math_class(trace.strings[n])
+        if code:
+            out[names == n] = code
+    return out
+
+
+def exclusive_ns(starts: I64, ends: I64) -> I64:
+    """For each interval, the time no *other* interval of the set covers (its exclusive time).
+
+    A sweep over all start/end points gives the number of intervals running at each instant; the
+    segments where exactly one runs belong to that one interval, and each interval's exclusive time is
+    the length of those segments inside it (a difference of the set's cumulative length)."""
+    if starts.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    times = np.concatenate((starts, ends))
+    delta = np.concatenate((np.ones(starts.size, np.int64), -np.ones(ends.size, np.int64)))
+    order = np.lexsort((delta, times))  # at equal times, ends (-1) before starts: touching is not overlap
+    times, level = times[order], np.cumsum(delta[order])
+    solo = (level[:-1] == 1) & (times[1:] > times[:-1])
+    alone = iv.merge(times[:-1][solo], times[1:][solo])
+    out: I64 = iv.covered_before(alone, ends) - iv.covered_before(alone, starts)
+    return out

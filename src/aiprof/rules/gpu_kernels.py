@@ -3,11 +3,19 @@
 
 ``precision`` and ``tensor_core_alignment`` read the per-op roofline (``aiprof.roofline``: FLOPs, bytes,
 dtype and class of every op from its recorded shapes, time = union of its kernels).
+
+Every saving on kernel time is capped by what the timeline supports (:func:`removable_ns`): speeding up
+some kernels can never shorten a step below the time the device spends on the rest of its work, so a
+saving never exceeds, per step, the step minus the union of the device's other work (= the step's idle
+time + the chosen kernels' exclusive time). ``launch_config`` counts a small-grid kernel only while no
+other kernel runs on the device: the SMs it leaves free are otherwise used by other streams.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +31,6 @@ from aiprof.trace.model import I64, Kind
 # to 16-bit tensor cores runs at least 2x faster in practice (peaks say 4-16x; real layers reach less),
 # and a memory-bound one moves half the bytes: both save half of their time.
 AMP_GAIN = {"compute-bound": 0.5, "memory-bound": 0.5, "unknown-peaks": 0.5, "latency-bound": 0.0}
-_TC_KERNEL = r"(?i)(h884|h1688|s1688|s884|hmma|884gemm|1688gemm|tensorop|gmma|wgmma|nvjet|sm80_xmma|sm90_|sm100_|cutlass.*tf32|_tf32|flash)"
 _GEMM_NAMES = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear", "aten::_scaled_mm"}
 _HALF = {"c10::Half", "c10::BFloat16", "Half", "BFloat16", "fp16", "bf16"}
 _OPTIMIZER = r"^Optimizer\.step#"
@@ -50,8 +57,10 @@ def _compute_capability(ctx: RankContext) -> float:
 
 
 def _cc_from_name(name: str) -> float:
-    table = (("V100", 7.0), ("T4", 7.5), ("A100", 8.0), ("A10", 8.6), ("L4", 8.9), ("L40", 8.9), ("H100", 9.0),
-             ("H200", 9.0), ("H800", 9.0), ("B200", 10.0), ("B300", 10.0), ("MI2", 9.0), ("MI3", 9.4))
+    table = (("V100", 7.0), ("TITAN V", 7.0), ("T4", 7.5), ("RTX 20", 7.5), ("Quadro RTX", 7.5), ("A100", 8.0),
+             ("A800", 8.0), ("A30", 8.0), ("A10", 8.6), ("A40", 8.6), ("RTX A", 8.6), ("RTX 30", 8.6),
+             ("RTX 40", 8.9), ("L4", 8.9), ("L40", 8.9), ("H100", 9.0), ("H200", 9.0), ("H800", 9.0), ("H20", 9.0),
+             ("B100", 10.0), ("B200", 10.0), ("B300", 10.0), ("P100", 6.0), ("MI1", 9.0), ("MI2", 9.0), ("MI3", 9.4))
     for key, cc in table:
         if key in name:
             return cc  # AMD CDNA matrix cores: treated as tensor-core capable
@@ -59,34 +68,221 @@ def _cc_from_name(name: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
+# What the device's matrix units support (the precision advice follows the hardware)
+# ---------------------------------------------------------------------------------------------------
+_AMD = re.compile(r"(?i)\bamd\b|instinct|radeon|\bmi\d{3}|gfx9")
+
+
+@dataclass(frozen=True)
+class MatrixUnits:
+    """Reduced-precision matrix math a GPU offers, from its name and compute capability.
+
+    NVIDIA: FP16 tensor cores from Volta (sm70) and Turing (sm75); BF16 and TF32 from Ampere (sm80);
+    FP8 from Ada (sm89) and Hopper (sm90). AMD CDNA (MI100/MI200/MI300): FP16 and BF16 matrix cores,
+    FP8 on MI300 (gfx942)."""
+
+    vendor: str  # "nvidia" or "amd"
+    compute_capability: float
+    fp16: bool
+    bf16: bool
+    tf32: bool
+    fp8: bool
+
+    @property
+    def any(self) -> bool:
+        return self.fp16 or self.bf16
+
+
+def matrix_units(ctx: RankContext) -> MatrixUnits:
+    """The primary device's :class:`MatrixUnits`."""
+    info = ctx.trace.device_info(ctx.device.device_index)
+    cc = _compute_capability(ctx)
+    if _AMD.search(info.name):
+        cdna = cc >= 9.0 or bool(re.search(r"(?i)mi\d{3}", info.name))
+        fp8 = cc >= 9.4 or bool(re.search(r"(?i)mi3\d\d", info.name))
+        return MatrixUnits("amd", cc, cdna, cdna, False, cdna and fp8)
+    return MatrixUnits("nvidia", cc, cc >= 7.0, cc >= 8.0, cc >= 8.0, cc >= 8.9)
+
+
+def precision_fix(units: MatrixUnits, *, conv: bool, fp64: bool) -> str:
+    """The precision advice this hardware supports: bf16 autocast where BF16 tensor/matrix cores exist
+    (Ampere+, AMD CDNA), fp16 autocast with a GradScaler where only FP16 ones do (Volta, Turing)."""
+    if units.bf16:
+        text = ("Run the matrix work on tensor cores: with torch.autocast('cuda', dtype=torch.bfloat16): around the "
+                "forward pass (no GradScaler needed), or model.to(torch.bfloat16) for inference")
+        if units.tf32:
+            text += ("; at least enable TF32: torch.backends.cuda.matmul.allow_tf32 = True "
+                     "(torch.set_float32_matmul_precision('high'))")
+        if units.fp8:
+            text += "; for large GEMMs FP8 is a further step (Transformer Engine or torchao.float8)"
+    else:
+        label = "Volta" if units.compute_capability < 7.5 else "Turing"
+        text = (f"Run the matrix work on tensor cores: this {label} GPU has FP16 tensor cores but no BF16 or TF32 "
+                "ones: with torch.autocast('cuda', dtype=torch.float16): around the forward pass and "
+                "scaler = torch.amp.GradScaler('cuda') for the backward (scaler.scale(loss).backward(); "
+                "scaler.step(optimizer); scaler.update()), or model.half() for inference")
+    if conv:
+        text += "; prefer channels_last for convolutions (model.to(memory_format=torch.channels_last))"
+    if fp64:
+        text += "; FP64 ops: use float32 or lower unless double precision is needed"
+    return text + "."
+
+
+# ---------------------------------------------------------------------------------------------------
+# The timeline's bound on a kernel-time saving
+# ---------------------------------------------------------------------------------------------------
+def removable_ns(ctx: RankContext, rows: I64) -> float:
+    """The most that speeding up the GPU rows ``rows`` can take off a steady step, per step: the step
+    minus the union of the device's *other* work (kernels, copies, memsets) inside it, i.e. the step's
+    idle time plus the exclusive time of ``rows``. A finding's saving on kernel time never exceeds it."""
+    from aiprof.analysis import intervals as iv
+    from aiprof.trace.model import GPU_WORK_KINDS
+
+    if not ctx.steps:
+        return 0.0
+    c = ctx.trace.columns
+    work = ctx.trace.rows_of(*GPU_WORK_KINDS)
+    work = work[c.device[work] == ctx.device.device_index]
+    others = work[~arrays.isin(work, rows)] if rows.size else work
+    busy = iv.merge(c.ts[others], c.ts[others] + c.dur[others])
+    starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    ends = starts + np.array([s.duration_ns for s in ctx.steps], dtype=np.int64)
+    covered = iv.overlap_per_window(busy, starts, ends)
+    return float(np.maximum(ends - starts - covered, 0).sum()) / ctx.step_count
+
+
+def kernels_of_ops(ctx: RankContext, ops: I64) -> I64:
+    """Kernel rows of the steady steps (primary device) issued by one of ``ops`` or by an op inside one."""
+    from aiprof.trace import links
+
+    k = ctx.kernels
+    if ops.size == 0 or k.size == 0:
+        return k[:0]
+    target = np.zeros(len(ctx.trace.columns), dtype=bool)
+    target[ops] = True
+    cur = ctx.issuing_op[k].copy()
+    par = links.parent(ctx.trace)
+    for _ in range(128):
+        moving = (cur >= 0) & ~target[np.maximum(cur, 0)]
+        if not moving.any():
+            break
+        cur[moving] = par[cur[moving]]
+    hit: I64 = k[(cur >= 0) & target[np.maximum(cur, 0)]]
+    return hit
+
+
+def capped(ctx: RankContext, saving_ns: float, rows: I64) -> tuple[float, bool]:
+    """``saving_ns`` (per step) capped by :func:`removable_ns` of ``rows``; and whether the cap applied."""
+    cap = removable_ns(ctx, rows)
+    return (cap, True) if saving_ns > cap else (saving_ns, False)
+
+
+# ---------------------------------------------------------------------------------------------------
 # precision
 # ---------------------------------------------------------------------------------------------------
+def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
+    """Roofline call indices of the steady steps' FP32/FP64 GEMM, conv and attention ops that do not
+    already run on tensor cores, and facts about the others (what ``precision`` covers, so other rules
+    can leave these calls to it).
+
+    A call whose kernels are all tensor-core kernels (TF32 enabled, :func:`~aiprof.analysis.kernels.math_class`)
+    is left out; one with FP32 kernels (``sgemm``, ``xmma…ffma``, ``scudnn``) is in, even a convolution on
+    Ampere+; one whose kernels do not say is in, except FP32 convolutions where TF32 exists (cuDNN runs them
+    as TF32 by default) and calls whose dtype the trace did not record (the roofline assumed it)."""
+    from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class_codes
+
+    units = matrix_units(ctx)
+    result = _roofline(ctx)
+    calls = result.calls
+    lo, hi = ctx.window
+    idx = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
+    wide = np.array([c.dtype in ("fp32", "fp64") for c in calls.costs] + [False], dtype=bool)
+    idx = idx[wide[calls.cost_id[idx]]]
+    facts: dict[str, Any] = {"tf32_tensor_core_ns": 0, "fp32_kernels": Counter[str]()}
+    if not idx.size:
+        return idx, facts
+    kernels = kernels_of_ops(ctx, calls.op[idx])
+    owner = _owning_call(ctx, calls.op[idx], kernels)
+    math = math_class_codes(ctx.trace, kernels)
+    dur = ctx.trace.columns.dur[kernels].astype(np.float64)
+    tc = np.bincount(owner, weights=np.where(math == MATH_TENSOR_CORE, dur, 0.0), minlength=idx.size)
+    fp32 = np.bincount(owner, weights=np.where(math == MATH_FP32, dur, 0.0), minlength=idx.size)
+    conv_tf32 = np.array([units.tf32 and calls.costs[int(k)].family == "conv" and calls.costs[int(k)].dtype == "fp32"
+                          for k in calls.cost_id[idx].tolist()], dtype=bool)
+    # A dtype the trace did not record (assumed by the roofline) is trusted only when the kernels confirm FP32
+    assumed = np.array([calls.costs[int(k)].assumed_dtype for k in calls.cost_id[idx].tolist()], dtype=bool)
+    on_tensor_cores = (tc > 0) & (fp32 == 0)
+    keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32 & ~assumed)
+    facts["tf32_tensor_core_ns"] = int(calls.time_ns[idx[on_tensor_cores]].sum())
+    kept_calls = np.flatnonzero(keep)
+    for row in kernels[np.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
+        facts["fp32_kernels"][ctx.trace.name_of(row)] += int(ctx.trace.columns.dur[row])
+    facts["kernels"] = kernels[np.isin(owner, kept_calls)]
+    # FP32 convolutions the roofline measured against the TF32 roof that their kernels show they do not use
+    facts["conv_on_fp32_units"] = (conv_tf32 & (fp32 > 0))[keep]
+    kept: I64 = idx[keep]
+    return kept, facts
+
+
+def _owning_call(ctx: RankContext, ops: I64, kernels: I64) -> I64:
+    """For each kernel of :func:`kernels_of_ops`, the index into ``ops`` of the op it belongs to."""
+    from aiprof.trace import links
+
+    is_op = np.full(len(ctx.trace.columns), -1, dtype=np.int64)
+    is_op[ops] = np.arange(ops.size)
+    cur = ctx.issuing_op[kernels].copy()
+    par = links.parent(ctx.trace)
+    for _ in range(128):
+        moving = (cur >= 0) & (is_op[np.maximum(cur, 0)] < 0)
+        if not moving.any():
+            break
+        cur[moving] = par[cur[moving]]
+    out: I64 = np.where(cur >= 0, is_op[np.maximum(cur, 0)], -1)
+    return out
+
+
+def _fp32_conv_gain(result: Any, idx: I64) -> Any:
+    """AMP gain of FP32 convolutions whose kernels run on FP32 units although TF32 exists: their class
+    against the FP32 roof (the roofline assumes cuDNN's TF32 default and may call them latency-bound)."""
+    from aiprof.roofline.analysis import LATENCY_PCT
+
+    peaks = result.peaks
+    found = peaks.compute_peak("matrix", "fp32") if peaks is not None else None
+    if found is None:
+        return np.full(idx.size, AMP_GAIN["unknown-peaks"])
+    calls = result.calls
+    flops = np.array([calls.costs[int(k)].flops for k in calls.cost_id[idx].tolist()], dtype=np.float64)
+    roof_ns = flops / found[0] * 1e9
+    pct = 100.0 * roof_ns / np.maximum(calls.time_ns[idx], 1)
+    return np.where(pct >= LATENCY_PCT, AMP_GAIN["compute-bound"], AMP_GAIN["latency-bound"])
+
+
 def precision(ctx: RankContext) -> list[Finding]:
-    """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU)."""
+    """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU). CPU runs get
+    no tensor-core advice; the advice follows the device (fp16 + GradScaler on Volta/Turing, bf16 on
+    Ampere+ and AMD CDNA)."""
     if not ctx.is_gpu:
         return []
-    cc = _compute_capability(ctx)
-    if cc < 7.0:
+    units = matrix_units(ctx)
+    if not units.any:
         return []
     # Columnar over the roofline's calls (a big trace has 100k+ GEMM calls): which costs qualify,
     # then each call's time and class.
     result = _roofline(ctx)
     calls = result.calls
-    qualifies = np.array(
-        [c.dtype in ("fp32", "fp64") and not (cc >= 8.0 and c.family == "conv" and c.dtype == "fp32")
-         for c in calls.costs] + [False],
-        dtype=bool,
-    )  # cuDNN runs FP32 convolutions as TF32 by default on Ampere+
-    lo, hi = ctx.window
-    idx = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
-    idx = idx[qualifies[calls.cost_id[idx]]]
+    idx, facts = fp32_matrix_calls(ctx)
     if not idx.size:
         return []
     codes, bound_names = result.call_bounds
     code = codes[idx]
     gain = np.array([AMP_GAIN.get(b, 0.5) for b in bound_names])
+    call_gain = gain[code]
+    recheck = facts["conv_on_fp32_units"]
+    if recheck.any():
+        call_gain = np.where(recheck, _fp32_conv_gain(result, idx), call_gain)
     # Summed in call order in Python, as floats: the same total as a loop over the calls
-    saving = sum((calls.time_ns[idx] * gain[code]).tolist()) / ctx.step_count
+    modelled = sum((calls.time_ns[idx] * call_gain).tolist()) / ctx.step_count
+    saving, was_capped = capped(ctx, modelled, facts["kernels"])
     if ctx.share(saving) < ctx.options.precision_share:
         return []
     time_by = Counter[str]()
@@ -97,36 +293,43 @@ def precision(ctx: RankContext) -> list[Finding]:
         i = int(idx[first[g]])
         label = f"{calls.strings[int(calls.name[i])]} {calls.costs[int(calls.cost_id[i])].dtype} "
         time_by[(label + calls.texts[int(calls.text_id[i])][0])[:120]] += int(per_group[g])
-    tc_kernels = ctx.kernels[ctx.trace.name_matches(ctx.kernels, _TC_KERNEL)]
+    from aiprof.analysis.kernels import MATH_TENSOR_CORE, math_class_codes
+
+    tc_kernels = ctx.kernels[math_class_codes(ctx.trace, ctx.kernels) == MATH_TENSOR_CORE]
     matrix_ns = int(calls.time_ns[idx].sum()) / ctx.step_count
     per_code = np.zeros(len(bound_names), dtype=np.int64)
     np.add.at(per_code, code, calls.time_ns[idx])
     by_bound = {bound_names[k]: int(per_code[k]) for k in unique(code).tolist()}
+    families = {calls.costs[int(k)].family for k in unique(calls.cost_id[idx]).tolist()}
+    dtypes = {calls.costs[int(k)].dtype for k in unique(calls.cost_id[idx]).tolist()}
     evidence = {
         "fp32_matrix_ns_per_step": int(matrix_ns),
         "fp32_matrix_ops_per_step": round(idx.size / ctx.step_count, 1),
-        "compute_capability": cc,
+        "compute_capability": units.compute_capability,
+        "matrix_units": {"vendor": units.vendor, "fp16": units.fp16, "bf16": units.bf16, "tf32": units.tf32,
+                         "fp8": units.fp8},
         "tensor_core_kernels_per_step": round(tc_kernels.size / ctx.step_count, 1),
+        "non_tensor_core_fp32_kernels": [
+            {"kernel": name[:160], "ns_per_step": int(t / ctx.step_count)}
+            for name, t in facts["fp32_kernels"].most_common(4)
+        ],
+        "fp32_ops_already_on_tf32_ns_per_step": int(facts["tf32_tensor_core_ns"] / ctx.step_count),
         "time_by_bound_ns_per_step": {b: int(by_bound[b] / ctx.step_count) for b in sorted(by_bound)},
         "top_ops": [{"op": k, "ns_per_step": int(v / ctx.step_count)} for k, v in time_by.most_common(5)],
     }
-    tf32 = "torch.backends.cuda.matmul.allow_tf32 = True (torch.set_float32_matmul_precision('high'))"
-    fix = (
-        "Run the matrix work on tensor cores: with torch.autocast('cuda', dtype=torch.bfloat16): around the "
-        "forward pass (fp16 needs torch.amp.GradScaler), or model.to(torch.bfloat16) for inference"
-        + (f"; at least enable TF32: {tf32}" if cc >= 8.0 else "")
-        + "; prefer channels_last for convolutions."
-    )
+    if was_capped:
+        evidence["modelled_saving_ns_per_step"] = int(modelled)
     return [
         ctx.finding(
             "precision",
             f"FP32 matrix math without tensor cores: {ms_text(matrix_ns)} per step",
             saving,
             evidence=evidence,
-            fix=fix,
-            formula="Σ per steady step over FP32/FP64 GEMM, conv and attention ops of gain × GPU time, gain 1/2 "
-            "(compute- and memory-bound: ≥2x on 16-bit tensor cores, half the bytes) and 0 for latency-bound "
-            "ops (a conservative Daydream AMP model)",
+            fix=precision_fix(units, conv="conv" in families, fp64="fp64" in dtypes),
+            formula="Σ per steady step over FP32/FP64 GEMM, conv and attention ops not already on tensor cores of "
+            "gain × GPU time, gain 1/2 (compute- and memory-bound: ≥2x on 16-bit tensor cores, half the bytes) "
+            "and 0 for latency-bound ops (a conservative Daydream AMP model); at most the step minus the "
+            "device's other work",
             kind="estimate",
             confidence="low",
         )
@@ -180,7 +383,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
             continue
         padded = flops * (_up(m, 8) * _up(n, 8) * _up(k, 8)) / max(m * n * k, 1)
         saving += max(gpu_ns - padded / rate, 0.0)
-    saving /= ctx.step_count
+    saving, _ = capped(ctx, saving / ctx.step_count, kernels_of_ops(ctx, np.array([m[0] for m in misaligned], dtype=np.int64)))
     share = ctx.share(saving)
     if rate is not None and share < ctx.options.alignment_share:
         return []
@@ -271,7 +474,8 @@ def launch_config(ctx: RankContext) -> list[Finding]:
         return []
     small = k[c.grid[k] < sms]
     dur, grid = c.dur[small].astype(np.float64), c.grid[small].astype(np.float64)
-    saving = float((dur * (sms - grid) / sms).sum()) / ctx.step_count
+    alone = _alone_ns(ctx, small)
+    saving, _ = capped(ctx, float((alone * (sms - grid) / sms).sum()) / ctx.step_count, small)
     occ = c.occupancy_pct[k].astype(np.float64)
     low_occ = k[np.isfinite(occ) & (occ >= 0) & (occ < ctx.options.occupancy_lt_pct)]
     if ctx.share(saving) < ctx.options.launch_config_share:
@@ -280,6 +484,7 @@ def launch_config(ctx: RankContext) -> list[Finding]:
         "sm_count": sms,
         "small_grid_kernels_per_step": round(small.size / ctx.step_count, 1),
         "small_grid_ns_per_step": int(dur.sum() / ctx.step_count),
+        "small_grid_alone_ns_per_step": int(alone.sum() / ctx.step_count),
         "median_grid_blocks": int(arrays.median(grid)) if grid.size else 0,
         "low_occupancy_kernels_per_step": round(low_occ.size / ctx.step_count, 1),
         "low_occupancy_threshold_pct": ctx.options.occupancy_lt_pct,
@@ -298,10 +503,24 @@ def launch_config(ctx: RankContext) -> list[Finding]:
                 "and avoid per-sample kernels; block sizes should be multiples of 32."
             ),
             formula="Σ per steady step over non-communication kernels ≥ tiny_kernel_ns with grid < SMs of "
-            "t × (SMs − grid) / SMs (upper bound: the idle SMs' share of the kernel's time)",
+            "t_alone × (SMs − grid) / SMs, t_alone = the part of the kernel's time when no other kernel runs on "
+            "the device (other streams use the SMs it leaves free); upper bound: the idle SMs' share of that time",
             confidence="low",
         )
     ]
+
+
+def _alone_ns(ctx: RankContext, rows: I64) -> Any:
+    """For each kernel row, the part of its time when no other kernel of the device runs (any stream,
+    communication kernels included: some designs reserve SMs for them on purpose)."""
+    from aiprof.analysis.kernels import exclusive_ns
+
+    c = ctx.trace.columns
+    every = ctx.trace.rows_of(Kind.KERNEL)
+    every = every[c.device[every] == ctx.device.device_index]
+    alone = np.zeros(len(c), dtype=np.float64)
+    alone[every] = exclusive_ns(c.ts[every], c.ts[every] + c.dur[every])
+    return alone[rows]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -45,6 +45,17 @@ class RuleOptions:
     alignment_share: float = 0.01
     launch_config_share: float = 0.02
     occupancy_lt_pct: float = 25.0  # estimated achieved occupancy below this → low occupancy
+    # kernel_efficiency: an op holding ≥ this share of the step whose time would at least halve at a realistic
+    # fraction of its roof: `eta` for memory-bound work, roof_fraction_compute for compute-bound GEMMs and
+    # convolutions (cuBLAS/cuDNN reach ~70-80 % of the dense peak on large shapes), roof_fraction_attention for
+    # attention and other compute-bound families (FlashAttention-2: 50-73 % of an A100's peak, Dao 2023)
+    kernel_efficiency_share: float = 0.10
+    roof_fraction_compute: float = 0.7
+    roof_fraction_attention: float = 0.5
+    # kernel_variance: one kernel (same name, grid, block and op shapes) whose calls' p90 / p10 ≥ this
+    kernel_variance_ratio: float = 3.0
+    kernel_variance_min_calls: int = 10
+    kernel_variance_share: float = 0.02
     comm_exposed_share: float = 0.10  # TensorBoard plugin: communication > 10 %
     straggler_share: float = 0.05  # a rank's extra step time vs the median rank
     comm_bandwidth_fraction: float = 0.5  # busbw below half the link's peak

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.rules import comm, fusion, gpu_kernels, idle, memory, steps, telemetry
+from aiprof.rules import comm, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
@@ -32,6 +32,8 @@ DEFAULT_RANK_RULES: list[RankRule] = [
     gpu_kernels.precision,
     gpu_kernels.tensor_core_alignment,
     gpu_kernels.launch_config,
+    kernel_efficiency.kernel_efficiency,
+    kernel_efficiency.kernel_variance,
     gpu_kernels.optimizer_unfused,
     comm.exposed_communication,
     comm.comm_bandwidth,

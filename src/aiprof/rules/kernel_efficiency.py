@@ -1,0 +1,367 @@
+"""Rules on GPU kernels that take longer than their work needs: ``kernel_efficiency`` (a dominant op far
+below its roofline) and ``kernel_variance`` (one kernel whose calls with the same shapes vary several-fold).
+
+``kernel_efficiency`` reads the per-op roofline (``aiprof.roofline``): only modelled ops (FLOPs and bytes
+known from their recorded shapes and dtypes, a known device) can be judged; unmodelled ones get no claim.
+Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.gpu_kernels.removable_ns`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aiprof import arrays
+from aiprof.rules.context import RankContext
+from aiprof.rules.evidence import ms_text
+from aiprof.rules.finding import Finding
+from aiprof.rules.gpu_kernels import _mnk, _roofline, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
+from aiprof.trace.model import I64
+
+# AMD Instinct spec matrix peaks are further from what libraries reach than NVIDIA's: hipBLASLt BF16 GEMMs on
+# an MI300X measure ~600-800 of the 1307 dense TFLOP/s (SemiAnalysis MI300X vs H100 benchmarks, Dec 2024),
+# where cuBLAS reaches ~70-80 % of an H100's. The realistic compute fractions are scaled by this on AMD.
+AMD_ATTAINABLE_COMPUTE = 0.6
+
+_ATTENTION_FIX = (
+    "Make attention run at the fused kernels' speed: torch.nn.functional.scaled_dot_product_attention on "
+    "fp16/bf16 q, k, v (contiguous, head_dim a multiple of 8 and ≤ 256) dispatches to FlashAttention; an "
+    "arbitrary attn_mask or fp32 inputs push it to the slower memory-efficient or math kernels (use "
+    "is_causal=True instead of a causal mask); on Hopper FlashAttention-3 (flash_attn_interface) is faster; "
+    "check which kernel runs with torch.nn.attention.sdpa_kernel."
+)
+_GEMM_FIX = (
+    "Get the GEMM onto a fast library kernel: 16-bit dtypes (bf16/fp16) rather than fp32, contiguous operands "
+    "(no transpose / .contiguous() copies around it), dimensions that are multiples of 8 (16 for 8-bit), "
+    "batched rather than many small GEMMs; let cuBLASLt / torch.compile(mode='max-autotune') choose the "
+    "kernel."
+)
+_CONV_FIX = (
+    "Speed up the convolution: torch.backends.cudnn.benchmark = True (cuDNN picks the fastest algorithm), "
+    "channels_last memory format, 16-bit autocast, channel counts that are multiples of 8."
+)
+_MEMORY_FIX = (
+    "The op moves far fewer bytes per second than the GPU's bandwidth: fuse it with its neighbours "
+    "(torch.compile), make its inputs contiguous (strided or broadcast inputs read memory badly), and use the "
+    "fused implementations (fused LayerNorm / RMSNorm, torch.nn.functional ops rather than composed ones)."
+)
+
+
+@dataclass
+class _Group:
+    """One op name's qualifying calls in the steady steps."""
+
+    name: str
+    family: str
+    calls: I64  # indices into the roofline's calls
+    time_ns: float
+    expected_ns: float
+    saving_ns: float
+    compute_ns: float  # time of its compute-bound calls
+    flops: float
+    bytes: float
+    roof_key: str
+    fraction: float
+
+
+def _roof_per_cost(ctx: RankContext, result: Any) -> tuple[Any, Any, Any, list[str]]:
+    """Per cost of the roofline: roof time (ns, 0 when unknown), whether compute-bound, the realistic
+    fraction of the roof, and the roof's key."""
+    from aiprof.roofline.analysis import RooflineRow, roof_for
+
+    peaks, opt = result.peaks, ctx.options
+    attainable = AMD_ATTAINABLE_COMPUTE if matrix_units(ctx).vendor == "amd" else 1.0
+    roof = np.zeros(len(result.calls.costs) + 1, dtype=np.float64)
+    compute = np.zeros(roof.size, dtype=bool)
+    fraction = np.ones(roof.size, dtype=np.float64)
+    keys = [""] * roof.size
+    if peaks is None or not peaks.memory_bw_bytes_per_s:
+        return roof, compute, fraction, keys
+    for k, cost in enumerate(result.calls.costs):
+        if cost.assumed_dtype:
+            continue  # the dtype was guessed: the roof could be the wrong one
+        row = RooflineRow("", "", "", "", 1, 0, cost.flops, cost.bytes_read, cost.bytes_written, cost.family,
+                          cost.unit, cost.dtype, "")
+        found = roof_for(row, peaks)
+        if found is None:
+            continue
+        compute_s, memory_s = cost.flops / found[0], cost.bytes / peaks.memory_bw_bytes_per_s
+        roof[k] = max(compute_s, memory_s) * 1e9
+        compute[k] = compute_s >= memory_s
+        keys[k] = found[1] if compute[k] else "memory_bandwidth"
+        if not compute[k]:
+            fraction[k] = opt.eta
+        elif cost.family in ("gemm", "conv"):
+            fraction[k] = opt.roof_fraction_compute * attainable
+        else:
+            fraction[k] = opt.roof_fraction_attention * attainable
+    return roof, compute, fraction, keys
+
+
+def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
+    """Whether a call works on the S×S scores of an unfused attention (``unfused_attention`` covers it)."""
+    scores: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
+    if not scores:
+        return False
+    try:
+        dims = json.loads(dims_text)
+    except ValueError:
+        return False
+    mnk = _mnk(name, dims) if isinstance(dims, list) else None
+    if mnk is not None:
+        m, n, k, _ = mnk
+        if (m, n) in scores or (m, k) in scores or (k, n) in scores:
+            return True
+    tensors = [d for d in dims if isinstance(d, list) and len(d) >= 2 and all(isinstance(v, int) for v in d)]
+    return any((t[-2], t[-1]) in scores for t in tensors)
+
+
+def _has_copies(ctx: RankContext, ops: I64) -> Any:
+    """For each op, whether memcpy / memset activity of the steady steps belongs to it."""
+    from aiprof.rules.gpu_kernels import _owning_call
+    from aiprof.trace.model import Kind
+
+    c = ctx.trace.columns
+    copies = ctx.in_window(ctx.trace.rows_of(Kind.MEMCPY, Kind.MEMSET))
+    copies = copies[(c.device[copies] == ctx.device.device_index) & (ctx.issuing_op[copies] >= 0)]
+    out = np.zeros(ops.size, dtype=bool)
+    if copies.size and ops.size:
+        owner = _owning_call(ctx, ops, copies)
+        out[owner[owner >= 0]] = True
+    return out
+
+
+def _groups(ctx: RankContext) -> list[_Group]:
+    """Op names whose modelled calls hold ≥ ``kernel_efficiency_share`` of the step and would take at
+    most half their time at the realistic fraction of their roof."""
+    result = _roofline(ctx)
+    calls = result.calls
+    lo, hi = ctx.window
+    idx = result.calls_in(lo, hi)
+    idx = idx[calls.cost_id[idx] >= 0]
+    if matrix_units(ctx).any:
+        idx = np.setdiff1d(idx, fp32_matrix_calls(ctx)[0])  # FP32 matrix work: the precision finding's
+    idx = idx[~_has_copies(ctx, calls.op[idx])]  # a copy's time is PCIe/NVLink time, not the HBM roof's
+    roof, compute, fraction, keys = _roof_per_cost(ctx, result)
+    cost = calls.cost_id[idx]
+    # A call whose work would take < 5 µs at the roof is launch / latency territory, not an inefficient kernel.
+    idx = idx[roof[cost] >= ctx.options.tiny_kernel_ns / 2]
+    if not idx.size:
+        return []
+    skip = {t for t in arrays.unique(calls.text_id[idx]).tolist()
+            if _on_scores(ctx, "", calls.texts[t][0])} if ctx.extras.get("_attention_scores") else set()
+    out: list[_Group] = []
+    step_ns = ctx.mean_step_ns * ctx.step_count
+    for name in arrays.unique(calls.name[idx]).tolist():
+        mine = idx[calls.name[idx] == name]
+        text = calls.strings[int(name)]
+        if skip:
+            mine = mine[np.array([not (t in skip or _on_scores(ctx, text, calls.texts[t][0]))
+                                  for t in calls.text_id[mine].tolist()], dtype=bool)]
+        t = calls.time_ns[mine].astype(np.float64)
+        if not mine.size or step_ns <= 0 or t.sum() < ctx.options.kernel_efficiency_share * step_ns:
+            continue
+        k = calls.cost_id[mine]
+        expected = roof[k] / fraction[k]
+        if expected.sum() > 0.5 * t.sum():
+            continue
+        costs = [calls.costs[int(c)] for c in k.tolist()]
+        family = Counter(c.family for c in costs).most_common(1)[0][0]
+        main_key = Counter(keys[int(c)] for c in k.tolist()).most_common(1)[0][0]
+        out.append(_Group(text, family, mine, float(t.sum()), float(expected.sum()),
+                          float(np.maximum(t - expected, 0.0).sum()), float(t[compute[k]].sum()),
+                          float(sum(c.flops for c in costs)), float(sum(c.bytes for c in costs)), main_key,
+                          float((fraction[k] * t).sum() / t.sum())))
+    out.sort(key=lambda g: -g.saving_ns)
+    return out
+
+
+def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
+    calls, peaks = result.calls, result.peaks
+    n = ctx.step_count
+    compute = g.compute_ns >= g.time_ns / 2
+    secs = g.time_ns * 1e-9
+    if compute:
+        achieved, peak, unit = g.flops / secs, float(peaks.flops_per_s.get(g.roof_key, 0.0)), "flops_per_s"
+    else:
+        achieved, peak, unit = g.bytes / secs, float(peaks.memory_bw_bytes_per_s), "bytes_per_s"
+    shapes = Counter[str]()
+    for i in g.calls.tolist():
+        shapes[calls.texts[int(calls.text_id[i])][0][:100]] += int(calls.time_ns[i])
+    kernels = kernels_of_ops(ctx, calls.op[g.calls])
+    names = Counter[str]()
+    for row in kernels.tolist():
+        names[ctx.trace.name_of(row)[:120]] += int(ctx.trace.columns.dur[row])
+    return {
+        "op": g.name,
+        "family": g.family,
+        "bound": "compute-bound" if compute else "memory-bound",
+        "share_of_step": round(ctx.share(g.time_ns / n), 3),
+        "ns_per_step": int(g.time_ns / n),
+        "calls_per_step": round(g.calls.size / n, 1),
+        f"achieved_{unit}": int(achieved),
+        f"roof_{unit}": int(peak),
+        "roof": g.roof_key,
+        "pct_of_roof": round(100.0 * achieved / peak, 1) if peak else None,
+        "expected_fraction_of_roof": round(g.fraction, 2),
+        "expected_ns_per_step": int(g.expected_ns / n),
+        "top_input_dims": [s for s, _ in shapes.most_common(3)],
+        "top_kernels": [k for k, _ in names.most_common(3)],
+    }
+
+
+def kernel_efficiency(ctx: RankContext) -> list[Finding]:
+    """A dominant op (≥ ``kernel_efficiency_share`` of the step) that reaches so little of its roofline
+    that a realistic fraction of the roof would at least halve its time."""
+    if not ctx.is_gpu or ctx.kernels.size == 0:
+        return []
+    groups = _groups(ctx)
+    if not groups:
+        return []
+    result = _roofline(ctx)
+    calls = result.calls
+    modelled = sum(g.saving_ns for g in groups) / ctx.step_count
+    rows = kernels_of_ops(ctx, calls.op[np.concatenate([g.calls for g in groups])])
+    saving, was_capped = capped(ctx, modelled, rows)
+    if ctx.share(saving) < ctx.options.min_share:
+        return []
+    ops = [_group_evidence(ctx, g, result) for g in groups[:4]]
+    top = ops[0]
+    evidence: dict[str, Any] = {"ops": ops, "peaks": result.peaks_note}
+    if was_capped:
+        evidence["modelled_saving_ns_per_step"] = int(modelled)
+    fix = {"attention": _ATTENTION_FIX, "gemm": _GEMM_FIX, "conv": _CONV_FIX}.get(groups[0].family, _MEMORY_FIX)
+    if top["bound"] == "memory-bound" and groups[0].family != "attention":
+        fix = _MEMORY_FIX
+    return [
+        ctx.finding(
+            "kernel_efficiency",
+            f"{top['op']} takes {top['share_of_step']:.0%} of the step at {top['pct_of_roof']}% of its "
+            f"{'compute' if top['bound'] == 'compute-bound' else 'memory'} roof ({ms_text(top['ns_per_step'])} per step)",
+            saving,
+            evidence=evidence,
+            fix=fix,
+            formula="Σ per steady step over the calls of modelled ops holding ≥ kernel_efficiency_share of the step, "
+            "where the expected time would be at most half the measured one, of max(t − roof_time / fraction, 0); "
+            "fraction = eta for memory-bound calls, roof_fraction_compute for compute-bound GEMMs and convolutions, "
+            "roof_fraction_attention for attention and others; at most the step minus the device's other work",
+            kind="estimate",
+            confidence="medium",
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# kernel_variance
+# ---------------------------------------------------------------------------------------------------
+# Kernels that wait for other GPUs or for flags (custom all-reduce, all-to-all dispatch/combine, barriers): their
+# time depends on their peers, whatever the communication classifier calls them.
+_WAITS = (r"(?i)(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|all2all|alltoall|barrier|dispatch|combine"
+          r"|nvshmem|cross_device|custom_ar|one_?shot|two_?shot|signal|wait|spin|flag)")
+
+
+@dataclass
+class _Spread:
+    rows: I64
+    median: float
+    p10: float
+    p90: float
+    saving: float
+    shapes_known: bool
+
+
+def _spreads(ctx: RankContext) -> list[_Spread]:
+    """Groups of kernel calls that should take the same time (same name, grid, block and issuing op's
+    recorded inputs) whose p90 / p10 ≥ ``kernel_variance_ratio``, with enough calls, slow calls in more
+    than one step, and slow calls not explained by other kernels running beside them."""
+    from aiprof.analysis.comm import is_comm_kernel
+    from aiprof.rules.gpu_kernels import _alone_ns
+
+    c, opt = ctx.trace.columns, ctx.options
+    k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
+    k = k[~ctx.trace.name_matches(k, _WAITS)]
+    if k.size < opt.kernel_variance_min_calls:
+        return []
+    issuer = ctx.issuing_op[k]
+    sig = np.where(issuer >= 0, ctx.trace.op_signatures(np.maximum(issuer, 0)), -1)
+    keys = np.stack([c.name[k].astype(np.int64), c.grid[k], c.block[k], sig], axis=1)
+    _, group, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    group = group.reshape(-1)
+    starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    out: list[_Spread] = []
+    for g in np.flatnonzero(counts >= opt.kernel_variance_min_calls).tolist():
+        rows = k[group == g]
+        dur = c.dur[rows].astype(np.float64)
+        p10, median, p90 = (float(v) for v in np.percentile(dur, [10, 50, 90]))
+        if median < opt.tiny_kernel_ns or p10 <= 0 or p90 < opt.kernel_variance_ratio * p10:
+            continue
+        slow = dur > 2 * median
+        if len(set(np.searchsorted(starts, c.ts[rows[slow]], side="right").tolist())) < min(2, len(starts)):
+            continue  # one slow step, not a kernel that varies: step_variance's business
+        alone = _alone_ns(ctx, rows[slow])
+        if alone.sum() < 0.5 * dur[slow].sum():
+            continue  # most of the slow calls' time shares the GPU with other kernels: contention, not this kernel
+        out.append(_Spread(rows, median, p10, p90, float(np.maximum(dur - median, 0).sum()), bool((sig[group == g] >= 0).all())))
+    out.sort(key=lambda s: -s.saving)
+    return out
+
+
+def kernel_variance(ctx: RankContext) -> list[Finding]:
+    """One kernel whose calls with identical launch and input shapes take several-fold different times."""
+    if not ctx.is_gpu or ctx.kernels.size == 0:
+        return []
+    spreads = _spreads(ctx)
+    if not spreads:
+        return []
+    s = spreads[0]
+    saving, _ = capped(ctx, s.saving / ctx.step_count, s.rows)
+    if ctx.share(saving) < ctx.options.kernel_variance_share:
+        return []
+    c = ctx.trace.columns
+    row = int(s.rows[0])
+    dur = c.dur[s.rows]
+    slow = s.rows[dur > 2 * s.median]
+    origin = ctx.steps[0].start_ns if ctx.steps else int(c.ts[s.rows].min())
+    evidence: dict[str, Any] = {
+        "kernel": ctx.trace.name_of(row)[:160],
+        "grid_blocks": int(c.grid[row]),
+        "block_threads": int(c.block[row]),
+        "issuing_op": ctx.trace.name_of(int(ctx.issuing_op[row])) if ctx.issuing_op[row] >= 0 else None,
+        "same_input_shapes": s.shapes_known,
+        "calls": int(s.rows.size),
+        "p10_ns": int(s.p10),
+        "median_ns": int(s.median),
+        "p90_ns": int(s.p90),
+        "max_ns": int(dur.max()),
+        "slow_calls": int(slow.size),
+        "slow_call_starts_ms": [round((int(t) - origin) / 1e6, 3) for t in np.sort(c.ts[slow])[:5].tolist()],
+    }
+    notes = () if s.shapes_known else ("the trace has no input shapes for these calls: different shapes with the "
+                                       "same grid (e.g. a GEMM's K) could explain part of the spread",)
+    return [
+        ctx.finding(
+            "kernel_variance",
+            f"One kernel varies {s.p90 / s.p10:.1f}x between calls with the same shapes "
+            f"(median {ms_text(s.median)}, p90 {ms_text(s.p90)})",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Find what slows the slow calls (their start times are in the evidence; open the trace there): if "
+                "they follow idle gaps the GPU clocked down or its caches are cold (keep it fed; check power and "
+                "thermal throttling with nvidia-smi -q -d PERFORMANCE or rocm-smi); another process on the same "
+                "GPU shows as the same symptom; data-dependent kernels (index, scatter, sort, MoE routing) take as "
+                "long as their input: balance it."
+            ),
+            formula="Σ per steady step over the calls of the kernel (same name, grid, block and input shapes) with "
+            "the largest such sum of max(t − median, 0); reported when p90/p10 ≥ kernel_variance_ratio with ≥ "
+            "kernel_variance_min_calls calls, slow calls (> 2 × median) in more than one step and mostly alone on "
+            "the device; at most the step minus the device's other work",
+            kind="upper_bound",
+            confidence="medium" if s.shapes_known else "low",
+            notes=notes,
+        )
+    ]
