@@ -518,19 +518,20 @@ def _mark_fp32_math(trace: Trace, calls: _Calls, items: I64, target: I64) -> Non
     for n in unique(names).tolist():
         found[n] = fp32_matrix_math(trace.strings[n])
     rank = {"": 0, "fma": 1, "tf32": 2}
-    kind = np.array([rank[found[n]] for n in names.tolist()], dtype=np.int64)
-    per_op: dict[int, int] = {}
-    for op, k in zip(target[kind > 0].tolist(), kind[kind > 0].tolist(), strict=True):
-        per_op[op] = max(per_op.get(op, 0), k)
-    if not per_op:
+    ids = unique(names)
+    code = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+    code[ids] = [rank[found[n]] for n in ids.tolist()]
+    kind = code[names]
+    hit = (kind > 0) & (target >= 0)
+    if not hit.any():
         return
-    wanted = np.isin(calls.cost_id, np.array(fp32, dtype=np.int64))
+    per_op = np.zeros(len(trace.columns), dtype=np.int64)  # per op row: 2 TF32, 1 FMA, 0 unknown
+    np.maximum.at(per_op, target[hit], kind[hit])
+    wanted = np.isin(calls.cost_id, np.array(fp32, dtype=np.int64)) & (calls.op >= 0)
+    wanted &= per_op[np.maximum(calls.op, 0)] > 0
     variants: dict[tuple[int, str], int] = {}
     for i in np.flatnonzero(wanted).tolist():
-        k = per_op.get(int(calls.op[i]), 0)
-        if not k:
-            continue
-        math = "tf32" if k == 2 else "fma"
+        math = "tf32" if per_op[int(calls.op[i])] == 2 else "fma"
         key = (int(calls.cost_id[i]), math)
         if key not in variants:
             variants[key] = len(calls.costs)
