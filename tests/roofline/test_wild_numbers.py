@@ -287,3 +287,25 @@ def test_fp32_conv_on_fma_kernels_gets_the_fp32_roof(tmp_path: Path) -> None:
              kernel_dur=1500)
     result = roofline(_load(b.write(tmp_path / "conv.json")), spec_for("NVIDIA A100-SXM4-40GB"))
     assert _row(result, "aten::cudnn_convolution").roof_key == "matrix_fp32"  # type: ignore[attr-defined]
+
+
+# ----- out= overloads and IValue tags in older traces -------------------------------------------------------
+
+
+def test_out_overload_tensor_is_written_not_read() -> None:
+    """2021 traces record ``clamp_min.out(self, min, out)`` as ``aten::clamp_min`` with three inputs: the
+    out tensor is the result (V100 ResNet-50 ReLUs came out at 136 % of the bandwidth roof)."""
+    n = 32 * 256 * 56 * 56
+    cost = op_cost("aten::clamp_min", [[32, 256, 56, 56], [], [32, 256, 56, 56]], [F, "Int", F])
+    assert cost is not None and cost.bytes_read == n * 4 and cost.bytes_written == n * 4
+    add = op_cost("aten::add", [[4, 4], [4, 4], [], [4, 4]], [F, F, "Scalar", F])
+    assert add is not None and add.bytes_read == 2 * 16 * 4
+    clamp = op_cost("aten::clamp", [[4, 4], [], [4, 4]], [F, "", F])  # min=None, max a tensor: both read
+    assert clamp is not None and clamp.bytes_read == 2 * 16 * 4
+
+
+def test_ivalue_tags_are_not_tensor_dtypes() -> None:
+    from aiprof.roofline.dtypes import normalise
+
+    assert [normalise(t) for t in ("Int", "Double", "Bool", "int", "double", "bool")] == [
+        None, None, None, "int32", "fp64", "bool"]

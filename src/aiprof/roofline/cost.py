@@ -788,17 +788,35 @@ FILLS = frozenset("fill zero uniform normal random bernoulli exponential geometr
 TWO_FLOP_OPS = frozenset({"addcmul", "addcdiv", "lerp"})
 
 
-def _tensor_inputs(a: Args) -> list[tuple[Shape, str]]:
+def _tensor_inputs(a: Args, skip: int | None = None) -> list[tuple[Shape, str]]:
     out = []
     for i in range(len(a)):
         shape, d = a.shape(i), a.dtype(i)
-        if shape is not None and d is not None:
+        if shape is not None and d is not None and i != skip:
             out.append((shape, d))
     return out
 
 
+_SCALAR_TYPES = frozenset({"scalar", "int", "double", "float64_t", "bool", "long", "symint"})
+
+
+def _out_argument(a: Args) -> int | None:
+    """Index of an ``out=`` tensor (the ``.out`` overload, recorded under the plain name by older
+    traces: ``aten::clamp_min(self, min, out)``): the last input, a tensor right after a scalar argument,
+    at position 2 or later, shaped like the result of the tensors before it. It is written, not read."""
+    last = len(a) - 1
+    if last < 2 or a.shape(last) is None or a.shape(last - 1) is not None:
+        return None
+    before = a.types[last - 1] if last - 1 < len(a.types) else None
+    if not isinstance(before, str) or before.strip().lower() not in _SCALAR_TYPES:
+        return None
+    shapes = [s for s, _ in _tensor_inputs(a, skip=last)]
+    result = _broadcast(shapes) if shapes else None
+    return last if result is not None and result == a.shape(last) else None
+
+
 def _elementwise(a: Args, base: str, inplace: bool) -> OpCost | None:
-    tensors = _tensor_inputs(a)
+    tensors = _tensor_inputs(a, skip=None if inplace else _out_argument(a))
     if not tensors:
         return None
     out_shape = tensors[0][0] if inplace else _broadcast([s for s, _ in tensors])
