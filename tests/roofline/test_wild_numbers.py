@@ -309,3 +309,12 @@ def test_ivalue_tags_are_not_tensor_dtypes() -> None:
 
     assert [normalise(t) for t in ("Int", "Double", "Bool", "int", "double", "bool")] == [
         None, None, None, "int32", "fp64", "bool"]
+
+
+def test_calls_in_leaves_out_calls_that_are_not_measurements(tmp_path: Path) -> None:
+    """Rules select calls with ``calls_in``: a no-op and a call above its roof are never their evidence."""
+    result = roofline(_load(_cpu_noops(tmp_path)), CPU_PEAKS)
+    picked = {result.calls.strings[int(result.calls.name[i])] for i in result.calls_in(0, 10**12).tolist()}
+    every = {result.calls.strings[int(result.calls.name[i])]
+             for i in result.calls_in(0, 10**12, measured_only=False).tolist()}
+    assert "aten::dropout" in every and "aten::dropout" not in picked and "aten::copy_" in picked

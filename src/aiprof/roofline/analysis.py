@@ -220,13 +220,20 @@ class RooflineResult:
         """Calls that start in ``[lo, hi)`` ns, optionally only those of the given op families."""
         return [self.calls.row(i, self.peaks) for i in self.calls_in(lo, hi, families).tolist()]
 
-    def calls_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None) -> I64:
-        """Indices into ``calls`` of the calls that start in ``[lo, hi)`` ns (of these op families)."""
+    def calls_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None, *,
+                 measured_only: bool = True) -> I64:
+        """Indices into ``calls`` of the calls that start in ``[lo, hi)`` ns (of these op families). With
+        ``measured_only`` (the default), calls that are not measurements are left out: no-ops and calls
+        above their roof (timing and cost model disagree), so no finding is built on them."""
         calls = self.calls
         mask = (calls.ts_ns >= lo) & (calls.ts_ns < hi) & (calls.op >= 0)
         if families is not None:
             wanted = np.array([c.family in families for c in calls.costs] + [False], dtype=bool)
             mask &= wanted[calls.cost_id]  # cost id -1 picks the trailing False
+        if measured_only and mask.any():
+            codes, names = self.call_bounds
+            excluded = np.array([n in ("no-op", "above-roof") for n in names], dtype=bool)
+            mask &= ~excluded[codes]
         return np.flatnonzero(mask)
 
     @cached_property
