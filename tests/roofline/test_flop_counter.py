@@ -36,6 +36,11 @@ def _theirs(fn: Callable[[], object]) -> int:
     return int(counter.get_total_flops())
 
 
+# FLOPs we count that FlopCounterMode does not: the bias add of addmm / baddbmm / linear (one per output
+# element of the forward op; docs/roofline.md), so ``add*`` GEMMs are costed alike.
+BIAS_ADDS = {"addmm": 7 * 3, "baddbmm": 4 * 6 * 2, "linear-3d": 2 * 3 * 8}
+
+
 def _gemm_cases() -> list[tuple[str, Callable[[], object]]]:
     a, b = torch.randn(7, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
     bias = torch.randn(3, requires_grad=True)
@@ -56,7 +61,7 @@ def _gemm_cases() -> list[tuple[str, Callable[[], object]]]:
 @pytest.mark.parametrize("case", range(7))
 def test_gemm_flops_equal_flop_counter(case: int, tmp_path: Path) -> None:
     name, fn = _gemm_cases()[case]
-    assert _ours(fn, tmp_path) == _theirs(fn), name
+    assert _ours(fn, tmp_path) == _theirs(fn) + BIAS_ADDS.get(name, 0), name
 
 
 CONV_CASES = [

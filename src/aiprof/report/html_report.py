@@ -401,7 +401,8 @@ class HtmlRenderer:
         ) if rows else ""
         if not chart and not table:
             return ""
-        return (f'<p class="mute">{esc(note)}</p>' if note else "") + chart + table
+        extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.get("notes") or [])  # assumed dtypes, no-ops
+        return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table
 
     def _kernels(self, rank: dict[str, Any]) -> str:
         rows = []
@@ -667,7 +668,8 @@ def roofline_svg(roof: dict[str, Any], limit: int = 150) -> str:
     pts = [
         r
         for r in roof.get("rows") or []
-        if isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
+        if r.get("drawn", True)  # no-ops and points above their roof are not measurements
+        and isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
         and isinstance(r.get("achieved_flops_per_s"), (int, float))
         and r["arithmetic_intensity_flops_per_byte"] > 0
         and r["achieved_flops_per_s"] > 0

@@ -19,21 +19,33 @@ from __future__ import annotations
 from functools import cached_property
 
 import json
+import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from aiprof import arrays
 from aiprof.arrays import unique
-from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, op_cost
-from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve
+from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, noop_cost, op_cost
+from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve, scale_cpu_threads
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, OpInputs, Trace
 
 LATENCY_PCT = 10.0  # below this % of the applicable roof an op is latency-bound
+# Above this % of its roof a point is not a measurement: the timing and the cost model disagree (a call that
+# did no work, work the trace attributed elsewhere). 100 % is the roof; the margin leaves room for what
+# legitimately passes it a little: Winograd convolutions (fewer than the nominal FLOPs), data served
+# from caches, datasheet clocks a boosted part exceeds.
+ABOVE_ROOF_PCT = 200.0
 NO_OP = "(no issuing op)"
+# Classes of calls that are not measurements against a roof: never drawn, never evidence for a finding.
+NOT_DRAWN = frozenset({"no-op", "above-roof", "unmodelled", "unknown-peaks"})
+# Ops that return their input when no conversion or copy is needed: with no child op and no device work
+# of their own, such a call did nothing (``x.to(torch.float32)`` of an fp32 tensor, ``contiguous()`` of a
+# contiguous one), whatever its shapes say.
+NOOP_WHEN_CHILDLESS = frozenset({"to", "contiguous"})
 
 
 @dataclass
@@ -59,6 +71,9 @@ class RooflineRow:
     forward_op: str | None = None  # for backward ops: the forward op (name and input dims)
     assumed_dtype: bool = False
     ts_ns: int = -1  # per-call rows: start of the op
+    assumed_fp32: bool = False  # the trace records no dtypes (legacy ``Input dims``): fp32 assumed
+    expanded_inputs: bool = False  # an input is an expanded view (0 stride): its storage counted once
+    math: str = ""  # fp32 matrix work: "tf32" / "fma" when its kernels' names say which units ran it
 
     @property
     def bytes(self) -> int:
@@ -78,7 +93,25 @@ class RooflineRow:
 
     @property
     def saving_ns(self) -> int:
-        return max(0, self.time_ns - self.roof_time_ns) if self.pct_of_roof is not None else 0
+        if self.pct_of_roof is None or self.bound in NOT_DRAWN:
+            return 0
+        return max(0, self.time_ns - self.roof_time_ns)
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the row is a measurement to draw against its roof: modelled, with work and time, not a
+        no-op and not above its roof (a disagreement between timing and cost model, see ``ABOVE_ROOF_PCT``)."""
+        return (self.family is not None and self.bound not in NOT_DRAWN and self.time_ns > 0 and self.flops > 0
+                and self.bytes > 0)
+
+    @property
+    def dtype_assumed(self) -> str | None:
+        """Why the dtype is an assumption, when it is (None: the trace recorded it)."""
+        if self.assumed_fp32:
+            return "fp32 assumed: the trace records shapes without dtypes (legacy Input dims)"
+        if self.assumed_dtype:
+            return f"{self.dtype} assumed: the trace records no dtypes for TensorList inputs"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         ai, fps, bps = self.arithmetic_intensity, self.achieved_flops_per_s, self.achieved_bytes_per_s
@@ -95,8 +128,13 @@ class RooflineRow:
             "family": self.family,
             "unit": self.unit,
             "dtype": self.dtype,
-            "assumed_dtype": self.assumed_dtype,
+            "assumed_dtype": self.assumed_dtype or self.assumed_fp32,
+            "dtype_assumed": self.dtype_assumed,
+            "expanded_inputs": self.expanded_inputs,
+            "math": self.math or None,
             "bound": self.bound,
+            "above_roof": self.bound == "above-roof",
+            "drawn": self.drawn,
             "roof_key": self.roof_key,
             "arithmetic_intensity_flops_per_byte": None if ai is None else round(ai, 4),
             "achieved_flops_per_s": None if fps is None else int(fps),
@@ -143,7 +181,8 @@ class _Calls:
             cost = self.costs[k]
             out = RooflineRow(name, dims, types, concrete, 1, time_ns, cost.flops, cost.bytes_read,
                               cost.bytes_written, cost.family, cost.unit, cost.dtype, "", forward_op=forward,
-                              assumed_dtype=cost.assumed_dtype, ts_ns=ts)
+                              assumed_dtype=cost.assumed_dtype, ts_ns=ts, assumed_fp32=cost.assumed_fp32,
+                              expanded_inputs=cost.expanded_inputs, math=cost.math)
         _classify(out, peaks)
         return out
 
@@ -160,6 +199,7 @@ class RooflineResult:
     total_time_ns: int
     device_name: str = ""
     notes: list[str] = field(default_factory=list)
+    cpu_threads: int = 0  # CPU traces: intra-op threads the run used (run metadata), 0 unknown
 
     @property
     def instance_count(self) -> int:
@@ -180,13 +220,20 @@ class RooflineResult:
         """Calls that start in ``[lo, hi)`` ns, optionally only those of the given op families."""
         return [self.calls.row(i, self.peaks) for i in self.calls_in(lo, hi, families).tolist()]
 
-    def calls_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None) -> I64:
-        """Indices into ``calls`` of the calls that start in ``[lo, hi)`` ns (of these op families)."""
+    def calls_in(self, lo: int, hi: int, families: tuple[str, ...] | None = None, *,
+                 measured_only: bool = True) -> I64:
+        """Indices into ``calls`` of the calls that start in ``[lo, hi)`` ns (of these op families). With
+        ``measured_only`` (the default), calls that are not measurements are left out: no-ops and calls
+        above their roof (timing and cost model disagree), so no finding is built on them."""
         calls = self.calls
         mask = (calls.ts_ns >= lo) & (calls.ts_ns < hi) & (calls.op >= 0)
         if families is not None:
             wanted = np.array([c.family in families for c in calls.costs] + [False], dtype=bool)
             mask &= wanted[calls.cost_id]  # cost id -1 picks the trailing False
+        if measured_only and mask.any():
+            codes, names = self.call_bounds
+            excluded = np.array([n in ("no-op", "above-roof") for n in names], dtype=bool)
+            mask &= ~excluded[codes]
         return np.flatnonzero(mask)
 
     @cached_property
@@ -198,7 +245,7 @@ class RooflineResult:
         roof_ns = np.array([r[1] for r in per_cost] + [0], dtype=np.int64)
         compute = np.array([r[2] for r in per_cost] + [False], dtype=bool)
         # A class that does not depend on the call's time, per cost (the last one: unmodelled calls)
-        names = ["latency-bound", "compute-bound", "memory-bound"]
+        names = ["latency-bound", "compute-bound", "memory-bound", "above-roof"]
         fixed_names = [r[0] for r in per_cost] + ["unmodelled"]
         for name in fixed_names:
             if name and name not in names:
@@ -208,7 +255,8 @@ class RooflineResult:
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = (100.0 * roof_ns[calls.cost_id]) / time
         latency = (time > 0) & (pct < LATENCY_PCT)
-        timed = np.where(latency, 0, np.where(compute[calls.cost_id], 1, 2))
+        above = (time > 0) & (pct > ABOVE_ROOF_PCT)
+        timed = np.where(latency, 0, np.where(above, 3, np.where(compute[calls.cost_id], 1, 2)))
         own = fixed[calls.cost_id]
         return np.where(own >= 0, own, timed).astype(np.int64), names
 
@@ -247,6 +295,8 @@ class RooflineResult:
             "modelled_time_ns": self.modelled_time_ns,
             "time_ns_by_bound": dict(sorted(by_class.items())),
             "notes": list(self.notes),
+            "above_roof_pct": ABOVE_ROOF_PCT,
+            "cpu_threads_used": self.cpu_threads or None,
             "rows": [r.to_dict() for r in self.rows],
             "unmodelled": [
                 {"name": r.name, "time_ns": r.time_ns, "share_of_time": round(self.share(r), 6), "count": r.count}
@@ -304,27 +354,196 @@ def _roofline(
         choice = PeaksChoice(peaks, f"given peaks: {peaks.name}")
     else:
         choice = resolve(device_name, cpu=mode == "cpu", measured=load_measured() if measured is None else measured)
-    _, issuer, weights, starts, ends = _work_items(trace, mode)
+    cpu_threads = 0
+    if mode == "cpu" and choice.peaks is not None and choice.peaks.device_type == "cpu":
+        cpu_threads, threads_note = cpu_threads_used(trace)
+        scaled = scale_cpu_threads(choice.peaks, cpu_threads)
+        choice = PeaksChoice(scaled, f"{choice.note}; {_threads_note(choice.peaks, scaled, cpu_threads, threads_note, trace)}",
+                             choice.notes)
+    items, issuer, weights, starts, ends = _work_items(trace, mode)
     costs = _Costs(trace)
     target, leaf = _attribute(trace, issuer, costs)
     ops, times = _instances(mode, target, weights, starts, ends)
     calls = _calls(trace, ops, times, leaf, costs)
+    if mode == "gpu":
+        _mark_fp32_math(trace, calls, items, target)
     rows = _aggregate(calls)
     for row in rows:
         _classify(row, choice.peaks)
     rows.sort(key=lambda r: -r.time_ns)
     total = int(times.sum())
-    notes = list(choice.notes)
-    if any(r.pct_of_roof is not None and r.pct_of_roof > 100 for r in rows):
+    notes = list(choice.notes) + _notes(rows, costs, total)
+    result = RooflineResult(mode, choice.peaks, choice.note, rows, calls, total, device_name, notes)
+    result.cpu_threads = cpu_threads
+    return result
+
+
+def _notes(rows: list[RooflineRow], costs: _Costs, total_ns: int) -> list[str]:
+    """What the reader must know to trust the numbers: assumed dtypes, calls costed as no-ops, points
+    left out for being above their roof."""
+    notes: list[str] = []
+
+    def share(selected: list[RooflineRow]) -> str:
+        t = sum(r.time_ns for r in selected)
+        return f"{len(selected)} op groups, {t / 1e6:.2f} ms, {100 * t / total_ns if total_ns else 0:.1f}% of time"
+
+    legacy = [r for r in rows if r.assumed_fp32]
+    if legacy:
         notes.append(
-            "some ops run above 100% of their roof: either the library used an algorithm that needs fewer "
-            "than the nominal FLOPs (e.g. Winograd or FFT for 3x3 convolutions; nominal FLOPs are reported, as "
-            "FlopCounterMode and TraceLens count them), or the peaks are too low (measured peaks taken on a "
-            "busy machine: re-run `aiprof peaks` when it is idle)"
+            "the trace records shapes without dtypes (legacy `Input dims`, no `Input type`): tensors are costed "
+            f"as fp32, the default of that era's PyTorch ({share(legacy)}; rows flagged dtype_assumed); a "
+            "half-precision model has half the bytes and a faster compute roof"
         )
     if costs.fallback_used:
         notes.append(f"TensorList ops (cat, _foreach_*) have no dtype in the trace: assumed {costs.fallback}")
-    return RooflineResult(mode, choice.peaks, choice.note, rows, calls, total, device_name, notes)
+    noops = [r for r in rows if r.bound == "no-op"]
+    if noops:
+        notes.append(
+            "calls that return their input are costed as no work and not drawn: dropout with p=0 or in eval "
+            f"mode, `to`/`contiguous` with nothing to convert or copy (no child op, no device work) ({share(noops)})"
+        )
+    above = [r for r in rows if r.bound == "above-roof"]
+    if above:
+        names = ", ".join(sorted({r.name for r in above})[:4])
+        notes.append(
+            f"ops measured above {ABOVE_ROOF_PCT:.0f}% of their roof are not measurements ({share(above)}: {names}): "
+            "the timing and the cost model disagree (a call that did less than its shapes say, work the trace "
+            "attributed to another op, peaks too low for this machine); flagged above_roof, left out of the "
+            "chart and of findings"
+        )
+    if any(r.pct_of_roof is not None and 100 < r.pct_of_roof <= ABOVE_ROOF_PCT for r in rows):
+        notes.append(
+            "some ops run above 100% of their roof: either the library used an algorithm that needs fewer "
+            "than the nominal FLOPs (e.g. Winograd or FFT for 3x3 convolutions; nominal FLOPs are reported, as "
+            "FlopCounterMode and TraceLens count them), data came from caches rather than DRAM, or the peaks "
+            "are too low (measured peaks taken on a busy machine: re-run `aiprof peaks` when it is idle)"
+        )
+    return notes
+
+
+def _threads_note(measured: DevicePeaks, used: DevicePeaks, threads: int, source: str, trace: Trace) -> str:
+    """Which thread count the CPU compute roofs are for, and why."""
+    if measured.threads and threads and measured.threads != threads:
+        return (f"compute roofs scaled to the {threads} intra-op thread(s) the run used ({source}): the "
+                f"per-thread rate of the {measured.threads}-thread measurement × {threads}; memory bandwidth "
+                "as measured")
+    if measured.threads and threads:
+        return f"peaks measured with {threads} thread(s), as the run used ({source})"
+    concurrent = concurrent_op_threads(trace)
+    seen = f"; ops ran on up to {concurrent} threads at once" if concurrent > 1 else ""
+    if threads:
+        return (f"the run used {threads} intra-op thread(s) ({source}), but the peaks do not say how many "
+                "threads measured them: compute roofs as measured")
+    count = f"{measured.threads} thread(s)" if measured.threads else "an unknown number of threads"
+    return (f"peaks measured with {count}; the trace does not say how many intra-op threads the run used "
+            f"(no aiprof run metadata beside it){seen}: with fewer, its compute roofs are lower than shown")
+
+
+def cpu_threads_used(trace: Trace) -> tuple[int, str]:
+    """Intra-op threads the profiled process used, from the aiprof run metadata beside the trace
+    (``meta.json``: ``torch.get_num_threads()`` of this rank, else of rank 0, else ``OMP_NUM_THREADS``),
+    and where that came from; ``(0, "")`` when unknown (Kineto traces do not record it)."""
+    cached = trace.cache.get("roofline.cpu_threads")
+    if cached is None:
+        cached = trace.cache["roofline.cpu_threads"] = _read_run_threads(trace)
+    return cached
+
+
+def _read_run_threads(trace: Trace) -> tuple[int, str]:
+    path = getattr(trace, "path", None)
+    if path is None:
+        return 0, ""
+    for folder in (path.parent, path.parent.parent):
+        meta_path = folder / "meta.json"
+        if not meta_path.is_file():
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return 0, ""
+        if not isinstance(meta, dict):
+            return 0, ""
+        ranks = [r for r in meta.get("ranks") or [] if isinstance(r, dict)]
+        mine = [r for r in ranks if r.get("rank") == trace.rank] + [meta]
+        for entry in mine:
+            value = entry.get("torch_threads")
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value, "torch.get_num_threads() in the run's meta.json"
+        env = meta.get("env")
+        text = str(env.get("OMP_NUM_THREADS", "")).strip() if isinstance(env, dict) else ""
+        if text.isdecimal() and int(text) > 0:
+            return int(text), "OMP_NUM_THREADS in the run's meta.json"
+        return 0, ""
+    return 0, ""
+
+
+def concurrent_op_threads(trace: Trace) -> int:
+    """The most threads of one process running top-level CPU ops at the same moment (inter-op
+    parallelism; intra-op worker threads record no ops, so this is a lower bound on threads used)."""
+    c = trace.columns
+    rows = trace.rows_of(Kind.CPU_OP)
+    if not rows.size:
+        return 0
+    par = links.parent(trace)
+    top = rows[par[rows] < 0]
+    if not top.size:
+        return 0
+    starts, ends = c.ts[top], c.ts[top] + c.dur[top]
+    times = np.concatenate([starts, ends])
+    steps = np.concatenate([np.ones(top.size, dtype=np.int64), -np.ones(top.size, dtype=np.int64)])
+    order = np.lexsort((steps, times))  # ends before starts at the same instant
+    return int(np.cumsum(steps[order]).max())
+
+
+# Kernel names that say which units ran FP32 matrix work. TF32 tensor cores: cuBLAS/CUTLASS name the
+# TF32 path (``..._tf32...``, Ampere+ ``tensorop_s1688gemm`` / ``s16816gemm`` with fp32 operands). FP32 FMA
+# (CUDA) cores: ``sgemm`` (``ampere_sgemm_*``, ``volta_sgemm_*``), ``xmma_..._ffma`` and cuDNN's
+# ``implicit_convolve_sgemm``. ``xmma`` alone says nothing: cuBLAS's xmma kernels run on either.
+TF32_KERNEL = r"(?i)(tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gemm)"
+FMA_KERNEL = r"(?i)(ffma|sgemm|gemv)"
+
+
+def fp32_matrix_math(kernel_name: str) -> str:
+    """Which units ran an FP32 GEMM/convolution kernel, from its name: ``"tf32"`` (TF32 tensor cores),
+    ``"fma"`` (FP32 FMA / CUDA cores) or ``""`` (the name does not say: split-K reductions, vendor
+    kernels with opaque names). Public: rules that ask "did FP32 math use tensor cores" share it."""
+    if re.search(TF32_KERNEL, kernel_name):
+        return "tf32"
+    if re.search(FMA_KERNEL, kernel_name):
+        return "fma"
+    return ""
+
+
+def _mark_fp32_math(trace: Trace, calls: _Calls, items: I64, target: I64) -> None:
+    """Give FP32 matrix calls the math their kernels used (``OpCost.math``): a call with any TF32
+    tensor-core kernel is TF32, else one with an FP32 FMA kernel is FMA; others keep the default."""
+    fp32 = [i for i, cost in enumerate(calls.costs) if cost.unit == "matrix" and cost.dtype == "fp32"]
+    if not fp32 or not items.size:
+        return
+    names = trace.columns.name[items].astype(np.int64)
+    found: dict[int, str] = {}
+    for n in unique(names).tolist():
+        found[n] = fp32_matrix_math(trace.strings[n])
+    rank = {"": 0, "fma": 1, "tf32": 2}
+    ids = unique(names)
+    code = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+    code[ids] = [rank[found[n]] for n in ids.tolist()]
+    kind = code[names]
+    hit = (kind > 0) & (target >= 0)
+    if not hit.any():
+        return
+    per_op = np.zeros(len(trace.columns), dtype=np.int64)  # per op row: 2 TF32, 1 FMA, 0 unknown
+    np.maximum.at(per_op, target[hit], kind[hit])
+    wanted = np.isin(calls.cost_id, np.array(fp32, dtype=np.int64)) & (calls.op >= 0)
+    wanted &= per_op[np.maximum(calls.op, 0)] > 0
+    variants: dict[tuple[int, str], int] = {}
+    for i in np.flatnonzero(wanted).tolist():
+        math = "tf32" if per_op[int(calls.op[i])] == 2 else "fma"
+        key = (int(calls.cost_id[i]), math)
+        if key not in variants:
+            variants[key] = len(calls.costs)
+            calls.costs.append(replace(calls.costs[key[0]], math=math))
+        calls.cost_id[i] = variants[key]
 
 
 def _device_name(trace: Trace) -> str:
@@ -363,6 +582,7 @@ class _Costs:
         self.table: list[OpCost] = []
         self.fallback: str | None = None
         self.fallback_used = False
+        self.noops = 0  # childless to/contiguous calls costed as no-ops
         self._known_names = {i for i, s in enumerate(trace.strings) if is_modelled_name(s)}
         self.cid = np.full(len(trace.columns), -1, dtype=np.int64)  # per row: index into ``table``
 
@@ -385,7 +605,7 @@ class _Costs:
             if cost is not None:
                 found = len(self.table)
                 self.table.append(cost)
-                self.fallback_used |= cost.assumed_dtype
+                self.fallback_used |= cost.assumed_dtype and not cost.assumed_fp32
             self.by_key[key] = found
         return found
 
@@ -396,7 +616,7 @@ class _Costs:
         if not inputs.dims:
             return None
         return op_cost(self.trace.strings[name], inputs.dims, inputs.types, inputs.concrete,
-                       fallback_dtype=self.fallback, output_hint=hint)
+                       fallback_dtype=self.fallback, output_hint=hint, input_strides=inputs.strides)
 
     def has_cost(self) -> np.ndarray:
         """For every row, whether it is a CPU op with a cost model that its inputs satisfy. Ops without a
@@ -427,6 +647,30 @@ class _Costs:
                 r = int(rows[i])
                 self.cid[r] = self._cost_id(int(names[i]), int(sig[i]), hints.get(r))
         return self.cid >= 0
+
+    def mark_childless_noops(self, issuer: I64) -> int:
+        """Calls of ``NOOP_WHEN_CHILDLESS`` ops (``to``, ``contiguous``) with no child op and no device work
+        of their own returned their input: their cost becomes :func:`noop_cost`. Returns how many."""
+        c = self.trace.columns
+        names = [i for i in self._known_names if split_name(self.trace.strings[i])[0] in NOOP_WHEN_CHILDLESS]
+        if not names:
+            return 0
+        rows = np.flatnonzero((self.cid >= 0) & np.isin(c.name, np.array(names, dtype=np.int64)))
+        if not rows.size:
+            return 0
+        par = links.parent(self.trace)
+        nested = np.flatnonzero(self.trace.kind_mask(*links.NEST_KINDS) & (par >= 0))
+        busy = np.zeros(len(c), dtype=bool)
+        busy[par[nested]] = True  # a child op or runtime call (the copy, a memcpy launch)
+        if self.trace.has_device_activity:  # device work attributed to the op itself (on CPU-only traces
+            busy[issuer[issuer >= 0]] = True  # every op is its own work item: that says nothing)
+        idle = rows[~busy[rows]]
+        if not idle.size:
+            return 0
+        noop_id = len(self.table)
+        self.table.append(noop_cost(self.table[int(self.cid[idle[0]])].dtype))
+        self.cid[idle] = noop_id
+        return int(idle.size)
 
     def _dominant_dtype(self) -> str | None:
         seen: Counter[str] = Counter()
@@ -499,7 +743,7 @@ def _climb(par: I64, start: I64, stop: np.ndarray) -> I64:
 # of the same or a heavier family: addmm calling copy_ for its bias stays the GEMM; linear over addmm and
 # the math SDPA over bmm and softmax hand their work to the inner ops.
 FAMILY_RANK = {"gemm": 3, "conv": 3, "attention": 3, "norm": 2, "softmax": 2, "optimizer": 2, "reduce": 1,
-               "elementwise": 1, "index": 1, "pool": 1, "copy": 0}
+               "elementwise": 1, "index": 1, "pool": 1, "copy": 0, "noop": 0}
 
 
 def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> tuple[I64, np.ndarray]:
@@ -508,6 +752,7 @@ def _attribute(trace: Trace, issuer: I64, costs: _Costs) -> tuple[I64, np.ndarra
     Also returns the mask of the ops work is attributed to (modelled and not composite)."""
     par = links.parent(trace)
     has = costs.has_cost()
+    costs.noops = costs.mark_childless_noops(issuer)
     rank = np.full(len(has), -1, dtype=np.int8)
     modelled = np.flatnonzero(has)
     family_rank = np.array([FAMILY_RANK.get(cost.family, 1) for cost in costs.table] + [-1], dtype=np.int8)
@@ -579,7 +824,8 @@ def cached_op_cost(trace: Trace, row: int) -> OpCost | None:
     key = (int(trace.columns.name[row]), sig)
     if key not in memo:
         inputs = trace.signature_inputs(sig) if sig >= 0 else OpInputs()
-        memo[key] = op_cost(trace.name_of(row), inputs.dims, inputs.types, inputs.concrete)
+        memo[key] = op_cost(trace.name_of(row), inputs.dims, inputs.types, inputs.concrete,
+                            input_strides=inputs.strides)
     return memo[key]
 
 
@@ -685,10 +931,16 @@ def _aggregate(calls: _Calls) -> list[RooflineRow]:
 
 
 def roof_for(row: RooflineRow, peaks: DevicePeaks) -> tuple[float, str] | None:
-    """The compute roof for a row: cuDNN runs FP32 convolutions as TF32 by default where it exists."""
+    """The compute roof for a row. FP32 matrix work: the TF32 tensor-core roof when its kernels ran on
+    TF32 tensor cores (``row.math``, from the kernel names), the FP32 roof when they ran on FMA cores;
+    when the names do not say, cuDNN's default (TF32 for convolutions where it exists) and PyTorch's
+    (FP32 for matmuls)."""
     if row.unit is None or row.dtype is None:
         return None
-    if row.family == "conv" and row.dtype == "fp32" and peaks.device_type == "gpu":
+    if row.math == "fma" and row.dtype == "fp32":
+        return peaks.compute_peak(row.unit, "fp32")
+    tf32_default = row.family == "conv" or row.math == "tf32"
+    if tf32_default and row.unit == "matrix" and row.dtype == "fp32" and peaks.device_type == "gpu":
         tf32 = peaks.compute_peak("matrix", "tf32")
         if tf32 is not None and tf32[1] == "matrix_tf32":
             return tf32
@@ -699,7 +951,7 @@ def _roof_of(cost: OpCost, peaks: DevicePeaks | None) -> tuple[str, int, bool]:
     """For a call of this cost: its class when that does not depend on the call's time ("" when it
     does), its roof time in ns, and whether the compute roof is the higher one (as :func:`_classify`)."""
     row = RooflineRow("", "", "", "", 1, 0, cost.flops, cost.bytes_read, cost.bytes_written, cost.family,
-                      cost.unit, cost.dtype, "")
+                      cost.unit, cost.dtype, "", math=cost.math)
     _classify(row, peaks)
     if row.bound not in ("compute-bound", "memory-bound"):
         return row.bound, 0, False
@@ -709,6 +961,9 @@ def _roof_of(cost: OpCost, peaks: DevicePeaks | None) -> tuple[str, int, bool]:
 def _classify(row: RooflineRow, peaks: DevicePeaks | None) -> None:
     if row.family is None:
         row.bound = "unmodelled"
+        return
+    if row.family == "noop":  # the call returned its input: no work, no roof, nothing to save
+        row.bound, row.roof_key, row.roof_time_ns, row.pct_of_roof = "no-op", None, 0, None
         return
     roof = roof_for(row, peaks) if peaks is not None else None
     if peaks is None or roof is None or not peaks.memory_bw_bytes_per_s:
@@ -726,5 +981,7 @@ def _classify(row: RooflineRow, peaks: DevicePeaks | None) -> None:
     row.pct_of_roof = 100.0 * row.roof_time_ns / row.time_ns
     if row.pct_of_roof < LATENCY_PCT:
         row.bound = "latency-bound"
+    elif row.pct_of_roof > ABOVE_ROOF_PCT:
+        row.bound = "above-roof"
     else:
         row.bound = "compute-bound" if compute_s >= memory_s else "memory-bound"

@@ -59,8 +59,9 @@ def measure_cpu(*, quick: bool = False) -> DevicePeaks:
     src, dst = torch.ones(elems), torch.empty(elems)
     seconds = _best_seconds(lambda: dst.copy_(src), repeat)
     bw = 2 * elems * 4 / seconds
-    return DevicePeaks(cpu_name(), bw, flops, _source("torch", torch.get_num_threads()), "measured", "cpu",
-                       measured_at=now_iso())
+    threads = torch.get_num_threads()
+    return DevicePeaks(cpu_name(), bw, flops, _source("torch", threads), "measured", "cpu",
+                       measured_at=now_iso(), threads=threads)
 
 
 def _measure_cpu_numpy(*, quick: bool) -> DevicePeaks:

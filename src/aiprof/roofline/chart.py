@@ -45,7 +45,8 @@ class _Axes:
 
 
 def _points(result: RooflineResult, limit: int) -> list[RooflineRow]:
-    rows = [r for r in result.rows if r.family and r.time_ns > 0 and r.flops > 0 and r.bytes > 0]
+    """The rows drawn: measurements against a roof (no no-ops, nothing above its roof: ``RooflineRow.drawn``)."""
+    rows = [r for r in result.rows if r.drawn]
     return sorted(rows, key=lambda r: -r.time_ns)[:limit]
 
 

@@ -13,6 +13,12 @@ Conventions (docs/roofline.md explains each formula and its source):
   gradient kernels (each reads its own operands), as TraceLens does, but with bias terms in bytes.
 - Elementwise, reduction and copy ops: one FLOP per output element (per input element for reductions),
   bytes of every tensor operand read plus the output written, broadcasting and dtype promotion applied.
+- Bytes read count the storage an input really touches: a dimension of stride 0 in ``Input Strides`` (a
+  view made by ``expand`` / broadcasting) contributes one element, not its size.
+- Traces that record shapes but no dtypes (legacy ``Input dims`` without ``Input type``, the
+  autograd-profiler era) are costed as fp32, that era's default, and the cost says so (``assumed_fp32``).
+- A call that does no work (``dropout`` with ``p=0`` or ``train=False`` returns its input) costs zero:
+  family ``noop``, never drawn.
 - ``Concrete Inputs`` are strings (``'[-1]'``, ``'True'``); they are parsed by hand. Nothing from a
   trace is ever evaluated.
 """
@@ -22,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiprof.roofline import dtypes as dt
 
@@ -40,6 +46,11 @@ class OpCost:
     dtype: str
     family: str
     assumed_dtype: bool = False  # dtype not in the trace (TensorList inputs): the caller's fallback used
+    assumed_fp32: bool = False  # the trace records no dtypes at all (legacy ``Input dims``): fp32 assumed
+    expanded_inputs: bool = False  # some input is an expanded view (a 0 stride): its storage is read once
+    # fp32 matrix work: "tf32" when its kernels ran on TF32 tensor cores, "fma" when on FP32 FMA (CUDA)
+    # cores, "" when the kernel names do not say (set by the roofline from the kernels, never by the shapes)
+    math: str = ""
 
     @property
     def bytes(self) -> int:
@@ -72,12 +83,17 @@ class Args:
         concrete: Sequence[object] | None,
         fallback_dtype: str | None,
         output_hint: Sequence[int] | None = None,
+        strides: Sequence[object] | None = None,
     ) -> None:
         self.dims = list(dims)
         self.types = list(types)
         self.concrete = list(concrete or [])
+        self.strides = list(strides or [])
         self.fallback_dtype = fallback_dtype
         self.used_fallback = False
+        # Shapes without any dtype (legacy ``Input dims`` with no ``Input type``): tensors are assumed fp32.
+        self.untyped = not self.types and any(_is_shape(d) and d for d in self.dims)
+        self.assumed_fp32 = False
         # The op's output shape when known from elsewhere (a convolution's backward grad_output): used
         # where the trace has no stride/padding (Kineto before Concrete Inputs, e.g. 2021 traces).
         self.output_hint = list(output_hint) if output_hint is not None else None
@@ -86,8 +102,30 @@ class Args:
         return len(self.dims)
 
     def dtype(self, i: int) -> str | None:
-        """Dtype of input ``i`` when it is a tensor."""
+        """Dtype of input ``i`` when it is a tensor. In a trace that records no dtypes, every non-empty
+        shape is taken as an fp32 tensor (``[]`` is ambiguous there: a scalar or a 0-dim tensor; it is
+        taken as a scalar)."""
+        if self.untyped:
+            value = self.dims[i] if i < len(self.dims) else None
+            if _is_shape(value) and value:
+                self.assumed_fp32 = True
+                return LEGACY_DTYPE
+            return None
         return dt.normalise(self.types[i]) if i < len(self.types) else None
+
+    def touched(self, i: int) -> int | None:
+        """Elements of input ``i``'s storage a kernel really reads when the input is an expanded view (a
+        0 in its ``Input Strides``: ``expand``, ``expand_as``, broadcast views): a dimension of stride 0
+        contributes one element. None when the input has no 0 stride (or no strides were recorded)."""
+        shape = self.shape(i)
+        stride = self.strides[i] if i < len(self.strides) else None
+        if shape is None or not _is_shape(stride) or not isinstance(stride, list) or len(stride) != len(shape):
+            return None
+        if 0 not in stride:
+            return None
+        if 0 in shape:
+            return 0
+        return math.prod(size for size, step in zip(shape, stride, strict=True) if step != 0)
 
     def shape(self, i: int) -> Shape | None:
         """Shape of input ``i`` when it is a tensor (``[]`` for a 0-dim tensor), else None."""
@@ -148,6 +186,9 @@ class Args:
         return [x.strip() == "True" for x in match.group(1).split(",")] if match else None
 
 
+LEGACY_DTYPE = "fp32"  # what a trace without dtypes is assumed to hold (torch's default dtype)
+
+
 def _bpe(dtype: str | None) -> int:
     return dt.bytes_per_element(dtype)
 
@@ -170,32 +211,73 @@ def _broadcast(shapes: Sequence[Shape]) -> Shape | None:
 
 
 def _gemm_cost(
-    batch: int, m: int, n: int, k: int, a: Args, ia: int, ib: int, bias_elems: int = 0, out_dtype: str | None = None
+    batch: int, m: int, n: int, k: int, a: Args, ia: int, ib: int, bias_elems: int = 0, out_dtype: str | None = None,
+    *, add: bool = False, read_a: int | None = None, read_b: int | None = None,
 ) -> OpCost:
+    """``2·B·M·N·K`` FLOPs; operands, bias and output bytes. ``add``: a bias is added to the product
+    (``beta·input + alpha·(A@B)``): one more FLOP per output element. ``read_a`` / ``read_b``: elements
+    of an operand really read when it is shared across the batch (broadcast), default ``B·M·K`` / ``B·K·N``."""
     da, db = a.dtype(ia) or "fp32", a.dtype(ib) or "fp32"
     out = out_dtype or da
-    read = batch * (m * k * _bpe(da) + k * n * _bpe(db)) + bias_elems * _bpe(out)
+    elems_a = batch * m * k if read_a is None else read_a
+    elems_b = batch * k * n if read_b is None else read_b
+    read = elems_a * _bpe(da) + elems_b * _bpe(db) + bias_elems * _bpe(out)
     written = batch * m * n * _bpe(out)
-    return OpCost(2 * batch * m * n * k, read, written, "matrix", da, "gemm")
+    flops = 2 * batch * m * n * k + (batch * m * n if add else 0)
+    return OpCost(flops, read, written, "matrix", da, "gemm")
+
+
+def _beta_zero(a: Args, i: int) -> bool:
+    """``beta=0``: torch ignores the input (``add*``(self, …, beta, alpha)): nothing read, nothing added."""
+    beta = a.float_(i)
+    return beta is not None and beta == 0.0
+
+
+def _bias_elems(a: Args, bias: int | None, beta_at: int | None) -> tuple[int, bool]:
+    """Elements of the bias input read and whether it is added (absent, or ``beta=0``: neither)."""
+    if bias is None:
+        return 0, False
+    shape = a.shape(bias)
+    if shape is None or (beta_at is not None and _beta_zero(a, beta_at)):
+        return 0, False
+    return _numel(shape), True
 
 
 def _mm(a: Args, ia: int = 0, ib: int = 1, bias: int | None = None) -> OpCost | None:
+    """mm; addmm(self, mat1, mat2, beta, alpha) = ``beta·self + alpha·(mat1@mat2)``: the bias add is
+    counted (one FLOP per output element, the bias read), as for every ``add*`` GEMM."""
     x, w = a.shape(ia), a.shape(ib)
     if x is None or w is None or len(x) != 2 or len(w) != 2:
         return None
-    bias_shape = a.shape(bias) if bias is not None else None
-    return _gemm_cost(1, x[0], w[1], x[1], a, ia, ib, _numel(bias_shape) if bias_shape is not None else 0)
+    elems, add = _bias_elems(a, bias, 3 if bias is not None else None)
+    return _gemm_cost(1, x[0], w[1], x[1], a, ia, ib, elems, add=add)
 
 
 def _bmm(a: Args, ia: int = 0, ib: int = 1, bias: int | None = None) -> OpCost | None:
+    """bmm; baddbmm(self, batch1, batch2, beta, alpha): the bias add counted as for addmm."""
     x, w = a.shape(ia), a.shape(ib)
     if x is None or w is None or len(x) != 3 or len(w) != 3:
         return None
-    bias_shape = a.shape(bias) if bias is not None else None
-    return _gemm_cost(x[0], x[1], w[2], x[2], a, ia, ib, _numel(bias_shape) if bias_shape is not None else 0)
+    elems, add = _bias_elems(a, bias, 3 if bias is not None else None)
+    return _gemm_cost(x[0], x[1], w[2], x[2], a, ia, ib, elems, add=add)
+
+
+def _addbmm(a: Args) -> OpCost | None:
+    """addbmm(self, batch1, batch2, beta, alpha) = ``beta·self + alpha·Σ_b batch1[b]@batch2[b]``: the
+    batch is summed into one M×N output (the sum is the GEMM's own accumulation over ``B·K``)."""
+    x, w = a.shape(1), a.shape(2)
+    if x is None or w is None or len(x) != 3 or len(w) != 3:
+        return None
+    elems, add = _bias_elems(a, 0, 3)
+    b, m, k, n = x[0], x[1], x[2], w[2]
+    da, out = a.dtype(1) or "fp32", a.dtype(1) or "fp32"
+    read = b * m * k * _bpe(da) + b * k * n * _bpe(a.dtype(2) or "fp32") + elems * _bpe(out)
+    return OpCost(2 * b * m * n * k + (m * n if add else 0), read, m * n * _bpe(out), "matrix", da, "gemm")
 
 
 def _matmul(a: Args) -> OpCost | None:
+    """matmul with broadcast batch dims: an operand shared across the batch is read once (torch folds
+    ``[B, M, K] @ [K, N]`` into one GEMM; a broadcast batch operand is an expanded view)."""
     x, w = a.shape(0), a.shape(1)
     if x is None or w is None or not x or not w:
         return None
@@ -204,15 +286,28 @@ def _matmul(a: Args) -> OpCost | None:
     batch_shape = _broadcast([xm[:-2], wm[:-2]])
     if batch_shape is None:
         return None
-    return _gemm_cost(_numel(batch_shape), xm[-2], wm[-1], xm[-1], a, 0, 1)
+    return _gemm_cost(_numel(batch_shape), xm[-2], wm[-1], xm[-1], a, 0, 1, read_a=_numel(x), read_b=_numel(w))
 
 
 def _linear(a: Args) -> OpCost | None:
+    """linear(input, weight, bias): ``input @ weight.T + bias``, the bias add counted as for addmm."""
     x, w = a.shape(0), a.shape(1)
     if x is None or w is None or not x or len(w) != 2:
         return None
     bias = a.shape(2)
-    return _gemm_cost(1, _numel(x[:-1]), w[0], x[-1], a, 0, 1, _numel(bias) if bias is not None else 0)
+    elems = _numel(bias) if bias is not None else 0
+    return _gemm_cost(1, _numel(x[:-1]), w[0], x[-1], a, 0, 1, elems, add=bias is not None)
+
+
+def _addmm_activation(a: Args) -> OpCost | None:
+    """_addmm_activation(self, mat1, mat2, beta, alpha, use_gelu): addmm, then GELU/ReLU on the output
+    (one more FLOP per output element)."""
+    cost = _mm(a, 1, 2, bias=0)
+    if cost is None:
+        return None
+    x, w = a.shape(1), a.shape(2)
+    assert x is not None and w is not None
+    return OpCost(cost.flops + x[0] * w[1], cost.bytes_read, cost.bytes_written, "matrix", cost.dtype, "gemm")
 
 
 def _scaled_mm(a: Args) -> OpCost | None:
@@ -222,7 +317,8 @@ def _scaled_mm(a: Args) -> OpCost | None:
     out = dt.from_scalar_type_code(a.text(6)) or "bf16"
     bias = a.shape(4)
     scales = sum(_numel(s) * 4 for s in (a.shape(2), a.shape(3)) if s is not None)
-    cost = _gemm_cost(1, x[0], w[1], x[1], a, 0, 1, _numel(bias) if bias is not None else 0, out)
+    cost = _gemm_cost(1, x[0], w[1], x[1], a, 0, 1, _numel(bias) if bias is not None else 0, out,
+                      add=bias is not None)
     return OpCost(cost.flops, cost.bytes_read + scales, cost.bytes_written, "matrix", a.dtype(0) or "fp8", "gemm")
 
 
@@ -235,12 +331,27 @@ def _int_mm(a: Args) -> OpCost | None:
     return OpCost(cost.flops, cost.bytes_read, x[0] * w[1] * 4, "matrix", "int8", "gemm")
 
 
-def _mv(a: Args, ia: int = 0, ib: int = 1) -> OpCost | None:
+def _mv(a: Args, ia: int = 0, ib: int = 1, bias: int | None = None) -> OpCost | None:
+    """mv; addmv(self, mat, vec, beta, alpha): the bias (M elements) read and added, as for addmm."""
     x, v = a.shape(ia), a.shape(ib)
     if x is None or v is None or len(x) != 2 or len(v) != 1:
         return None
     d = a.dtype(ia) or "fp32"
-    return OpCost(2 * x[0] * x[1], (x[0] * x[1] + x[1]) * _bpe(d), x[0] * _bpe(d), "vector", d, "gemm")
+    elems, add = _bias_elems(a, bias, 3 if bias is not None else None)
+    flops = 2 * x[0] * x[1] + (x[0] if add else 0)
+    return OpCost(flops, (x[0] * x[1] + x[1] + elems) * _bpe(d), x[0] * _bpe(d), "vector", d, "gemm")
+
+
+def _addr(a: Args) -> OpCost | None:
+    """addr(self, vec1, vec2, beta, alpha) = ``beta·self + alpha·(vec1 ⊗ vec2)``: one multiply per output
+    element, plus the add; vectors and the M×N input read, M×N written (memory-bound, like mv)."""
+    u, v = a.shape(1), a.shape(2)
+    if u is None or v is None or len(u) != 1 or len(v) != 1:
+        return None
+    d = a.dtype(1) or "fp32"
+    elems, add = _bias_elems(a, 0, 3)
+    n = u[0] * v[0]
+    return OpCost(n + (n if add else 0), (u[0] + v[0] + elems) * _bpe(d), n * _bpe(d), "vector", d, "gemm")
 
 
 def _dot(a: Args) -> OpCost | None:
@@ -677,17 +788,35 @@ FILLS = frozenset("fill zero uniform normal random bernoulli exponential geometr
 TWO_FLOP_OPS = frozenset({"addcmul", "addcdiv", "lerp"})
 
 
-def _tensor_inputs(a: Args) -> list[tuple[Shape, str]]:
+def _tensor_inputs(a: Args, skip: int | None = None) -> list[tuple[Shape, str]]:
     out = []
     for i in range(len(a)):
         shape, d = a.shape(i), a.dtype(i)
-        if shape is not None and d is not None:
+        if shape is not None and d is not None and i != skip:
             out.append((shape, d))
     return out
 
 
+_SCALAR_TYPES = frozenset({"scalar", "int", "double", "float64_t", "bool", "long", "symint"})
+
+
+def _out_argument(a: Args) -> int | None:
+    """Index of an ``out=`` tensor (the ``.out`` overload, recorded under the plain name by older
+    traces: ``aten::clamp_min(self, min, out)``): the last input, a tensor right after a scalar argument,
+    at position 2 or later, shaped like the result of the tensors before it. It is written, not read."""
+    last = len(a) - 1
+    if last < 2 or a.shape(last) is None or a.shape(last - 1) is not None:
+        return None
+    before = a.types[last - 1] if last - 1 < len(a.types) else None
+    if not isinstance(before, str) or before.strip().lower() not in _SCALAR_TYPES:
+        return None
+    shapes = [s for s, _ in _tensor_inputs(a, skip=last)]
+    result = _broadcast(shapes) if shapes else None
+    return last if result is not None and result == a.shape(last) else None
+
+
 def _elementwise(a: Args, base: str, inplace: bool) -> OpCost | None:
-    tensors = _tensor_inputs(a)
+    tensors = _tensor_inputs(a, skip=None if inplace else _out_argument(a))
     if not tensors:
         return None
     out_shape = tensors[0][0] if inplace else _broadcast([s for s, _ in tensors])
@@ -774,6 +903,42 @@ def _scan(a: Args) -> OpCost | None:
     out = dt.from_scalar_type_code(a.text(2)) or d
     n = _numel(x)
     return OpCost(n, n * _bpe(d), n * _bpe(out), "vector", d, "reduce")
+
+
+# ----- dropout ---------------------------------------------------------------------------------------------
+
+# dropout(input, p, train) and its variants: ATen returns the input itself when ``p == 0`` or ``not train``.
+DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
+
+
+def noop_cost(dtype: str = "fp32") -> OpCost:
+    """The cost of a call that does no work (it returns its input, or a view of it): nothing at all."""
+    return OpCost(0, 0, 0, "vector", dtype, "noop")
+
+
+def _dropout_is_noop(a: Args) -> bool:
+    """``p == 0`` or ``train == False`` in the recorded concrete inputs (unknown values: not a no-op)."""
+    p = a.float_(1)
+    return (p is not None and p == 0.0) or a.text(2) == "False"
+
+
+def _dropout(a: Args, base: str, inplace: bool) -> OpCost | None:
+    """dropout/feature_dropout/alpha_dropout(input, p, train): the identity (``noop``) when ``p == 0`` or
+    in eval mode; otherwise one elementwise pass (the mask and scaling run in child ops or one kernel)."""
+    if _dropout_is_noop(a):
+        x = a.shape(0)
+        return noop_cost(a.dtype(0) or "fp32") if x is not None else None
+    return _elementwise(a, base, inplace)
+
+
+def _native_dropout(a: Args, base: str, inplace: bool) -> OpCost | None:
+    """native_dropout(input, p, train): with ``train == False`` it clones the input and writes an
+    all-ones bool mask (a copy, not dropout); in training it is one elementwise pass with a mask."""
+    x = a.shape(0)
+    if x is not None and a.text(2) == "False":
+        d, n = a.dtype(0) or "fp32", _numel(x)
+        return OpCost(n, n * _bpe(d), n * (_bpe(d) + 1), "vector", d, "copy")
+    return _elementwise(a, base, inplace)
 
 
 # ----- data movement -------------------------------------------------------------------------------------
@@ -1014,15 +1179,17 @@ Model = Callable[[Args, str, bool], "OpCost | None"]
 _EXACT: dict[str, Model] = {
     "mm": lambda a, n, i: _mm(a),
     "addmm": lambda a, n, i: _mm(a, 1, 2, bias=0),
-    "_addmm_activation": lambda a, n, i: _mm(a, 1, 2, bias=0),
+    "_addmm_activation": lambda a, n, i: _addmm_activation(a),
     "bmm": lambda a, n, i: _bmm(a),
     "baddbmm": lambda a, n, i: _bmm(a, 1, 2, bias=0),
+    "addbmm": lambda a, n, i: _addbmm(a),
+    "addr": lambda a, n, i: _addr(a),
     "matmul": lambda a, n, i: _matmul(a),
     "linear": lambda a, n, i: _linear(a),
     "_scaled_mm": lambda a, n, i: _scaled_mm(a),
     "_int_mm": lambda a, n, i: _int_mm(a),
     "mv": lambda a, n, i: _mv(a),
-    "addmv": lambda a, n, i: _mv(a, 1, 2),
+    "addmv": lambda a, n, i: _mv(a, 1, 2, bias=0),
     "dot": lambda a, n, i: _dot(a),
     "vdot": lambda a, n, i: _dot(a),
     "convolution_backward": lambda a, n, i: _conv_backward(a, n),
@@ -1072,7 +1239,10 @@ _EXACT: dict[str, Model] = {
     "adaptive_avg_pool2d": lambda a, n, i: _adaptive_pool(a),
     "_adaptive_avg_pool3d": lambda a, n, i: _adaptive_pool(a),
     "_fused_sgd": lambda a, n, i: _fused_optimizer(a, "_fused_sgd"),
+    "native_dropout": _native_dropout,
 }
+for _name in DROPOUTS:
+    _EXACT[_name] = _dropout
 for _name in _CONV_SIGS:
     _EXACT[_name] = lambda a, n, i: _conv(a, n)
 for _name in _ATTN_SIGS:
@@ -1130,24 +1300,53 @@ def op_cost(
     *,
     fallback_dtype: str | None = None,
     output_hint: Sequence[int] | None = None,
+    input_strides: Sequence[object] | None = None,
 ) -> OpCost | None:
     """FLOPs and bytes of one call of op ``name`` with the recorded inputs; None when not modelled.
 
     ``fallback_dtype`` is used for TensorList inputs (``cat``, ``_foreach_*``), whose dtypes traces omit.
     ``output_hint`` is the output shape when known from elsewhere; convolutions use it when the trace
     records no stride/padding (otherwise stride 1 and no padding would be assumed).
+    ``input_strides`` (the trace's ``Input Strides``): an input with a 0 stride (an expanded view) is
+    read once per distinct element, not once per logical element.
+    Without ``input_types`` (legacy traces record shapes only) tensors are taken as fp32 and the cost
+    says so (``assumed_fp32``).
     """
     base, inplace = split_name(name)
     model = _model_for(base, inplace)
     if model is None or input_dims is None:
         return None
-    args = Args(input_dims, input_types or [], concrete_inputs, fallback_dtype, output_hint)
+    args = Args(input_dims, input_types or [], concrete_inputs, fallback_dtype, output_hint, input_strides)
     try:
         cost = model(args, base, inplace)
+        if cost is not None and args.strides and cost.family in STRIDE_AWARE_FAMILIES:
+            cost = _expanded_correction(args, cost)
     except (ValueError, ZeroDivisionError, IndexError, TypeError, OverflowError):
         return None  # a malformed trace entry is unmodelled, never a crash
     if cost is None:
         return None
-    if args.used_fallback and not cost.assumed_dtype:
-        cost = OpCost(cost.flops, cost.bytes_read, cost.bytes_written, cost.unit, cost.dtype, cost.family, True)
+    if (args.used_fallback and not cost.assumed_dtype) or (args.assumed_fp32 and not cost.assumed_fp32):
+        cost = replace(cost, assumed_dtype=cost.assumed_dtype or args.used_fallback,
+                       assumed_fp32=args.assumed_fp32)
     return cost
+
+
+# Families whose models read every tensor input once in full: an expanded input's untouched elements are
+# taken back out of their bytes. Index ops read only what their indices pick; optimizers and Triton
+# kernels record buffers, not views.
+STRIDE_AWARE_FAMILIES = frozenset(
+    {"gemm", "conv", "attention", "softmax", "norm", "elementwise", "reduce", "copy", "pool"}
+)
+
+
+def _expanded_correction(a: Args, cost: OpCost) -> OpCost:
+    """Bytes read minus, for each input with a 0 stride, the elements it does not really hold."""
+    saved = 0
+    for i in range(len(a)):
+        touched = a.touched(i)
+        shape = a.shape(i)
+        if touched is not None and shape is not None:
+            saved += (_numel(shape) - touched) * _bpe(a.dtype(i))
+    if saved <= 0:
+        return cost
+    return replace(cost, bytes_read=max(cost.bytes_read - saved, 0), expanded_inputs=True)

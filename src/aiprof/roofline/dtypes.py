@@ -106,7 +106,20 @@ def normalise(type_name: object) -> str | None:
 _NORMALISED: dict[str, str | None] = {}  # a trace holds a few dozen distinct type names
 
 
+# IValue tags Kineto writes in ``Input type`` for non-tensor arguments (``Int``, ``Double``, ``Bool``…).
+# Tensor dtypes are spelled in lower case (``int``, ``double``, ``bool``, ``float``) or ``c10::``/``torch.``
+# names, so the capitalised tags are told apart before lower-casing: ``Int`` is an int argument, not an
+# int32 tensor.
+IVALUE_TAGS = frozenset(
+    """Int Double Bool SymInt SymFloat SymBool ComplexDouble GenericList IntList DoubleList BoolList String
+    Device Layout Tuple Object Generator Storage Enum Stream Future Capsule Quantizer RRef Await None
+    Uninitialized""".split()
+)
+
+
 def _normalise(type_name: str) -> str | None:
+    if type_name.strip() in IVALUE_TAGS:
+        return None
     text = type_name.strip().lower()
     if text.startswith("torch."):
         text = text[6:]

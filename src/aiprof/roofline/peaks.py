@@ -44,6 +44,7 @@ class DevicePeaks:
     device_type: str = "gpu"  # "gpu" or "cpu"
     matched_from: str = ""  # the trace's device name this was matched from
     measured_at: str = ""
+    threads: int = 0  # CPU peaks: the threads the measurement (or the scaled roof) used; 0 unknown
 
     def compute_peak(self, unit: str, dtype: str) -> tuple[float, str] | None:
         """The applicable compute roof for work of this unit and dtype, with the key it came from."""
@@ -61,6 +62,7 @@ class DevicePeaks:
             "source": self.source,
             "matched_from": self.matched_from,
             "measured_at": self.measured_at,
+            **({"threads": self.threads} if self.threads else {}),
             "memory_bw_bytes_per_s": int(self.memory_bw_bytes_per_s),
             "flops_per_s": {k: int(v) for k, v in sorted(self.flops_per_s.items())},
         }
@@ -79,7 +81,31 @@ class DevicePeaks:
             device_type=str(data.get("device_type", "gpu")),
             matched_from=str(data.get("matched_from", "")),
             measured_at=str(data.get("measured_at", "")),
+            threads=_threads_of(data),
         )
+
+
+def _threads_of(data: Mapping[str, Any]) -> int:
+    """Threads a measured entry used: its ``threads`` field, or (files written before it existed) the
+    ``(torch, N threads)`` that ``aiprof peaks`` wrote into ``source``; 0 when unknown."""
+    value = data.get("threads")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    found = re.search(r"\b(\d+) threads?\b", str(data.get("source", "")))
+    return int(found.group(1)) if found else 0
+
+
+def scale_cpu_threads(peaks: DevicePeaks, threads: int) -> DevicePeaks:
+    """CPU peaks for a run that used ``threads`` intra-op threads, from peaks measured with
+    ``peaks.threads``: every compute roof is the per-thread rate × ``threads`` (matmul and vector work
+    scale with cores; a thread cannot use another core's units). Memory bandwidth is left as measured:
+    one core often reaches most of a small machine's DRAM bandwidth, and a lower roof would be a guess.
+    Unchanged when either thread count is unknown or they are equal."""
+    if peaks.device_type != "cpu" or threads <= 0 or peaks.threads <= 0 or threads == peaks.threads:
+        return peaks
+    factor = threads / peaks.threads
+    return replace(peaks, flops_per_s={k: v * factor for k, v in peaks.flops_per_s.items()}, threads=threads,
+                   source=f"{peaks.source}; compute roofs scaled from {peaks.threads} to {threads} threads")
 
 
 def _peak_keys(unit: str, dtype: str) -> list[str]:

@@ -15,6 +15,8 @@ SHORT_BOUND = {
     "latency-bound": "latency",
     "unmodelled": "unmodelled",
     "unknown-peaks": "no peaks",
+    "no-op": "no-op",
+    "above-roof": "above roof",
 }
 
 
@@ -53,6 +55,13 @@ def header_lines(result: RooflineResult) -> list[str]:
         lines.append(f"  memory {_fmt_rate(bw, 'B/s')}; {key} {_fmt_rate(peak, 'FLOP/s')}, ridge {peak / bw:.0f} FLOP/B")
     modelled = result.modelled_time_ns / result.total_time_ns * 100 if result.total_time_ns else 0.0
     lines.append(f"Modelled: {modelled:.1f}% of time")
+    legend = []
+    if any(r.dtype_assumed for r in result.rows):
+        legend.append("* dtype assumed (not in the trace)")
+    if any(r.bound == "above-roof" for r in result.rows):
+        legend.append("! above roof: not drawn")
+    if legend:
+        lines.append("; ".join(legend))
     lines += [f"Note: {n}" for n in result.notes]
     return lines
 
@@ -71,8 +80,9 @@ def table_rows(result: RooflineResult, top: int) -> list[tuple[str, str, str, st
     out = []
     for row in result.rows[:top]:
         pct = f"{row.pct_of_roof:.0f}%" if row.pct_of_roof is not None else "-"
+        flags = ("*" if row.dtype_assumed else "") + ("!" if row.bound == "above-roof" else "")
         out.append((
-            _op_label(row, 40),
+            _op_label(row, 40 - len(flags)) + flags,
             f"{row.time_ns / 1e3:,.0f}",
             f"{result.share(row) * 100:.1f}",
             SHORT_BOUND.get(row.bound, row.bound),
