@@ -495,23 +495,20 @@ def concurrent_op_threads(trace: Trace) -> int:
     return int(np.cumsum(steps[order]).max())
 
 
-# Kernel names that say which units ran FP32 matrix work. TF32 tensor cores: cuBLAS/CUTLASS name the
-# TF32 path (``..._tf32...``, Ampere+ ``tensorop_s1688gemm`` / ``s16816gemm`` with fp32 operands). FP32 FMA
-# (CUDA) cores: ``sgemm`` (``ampere_sgemm_*``, ``volta_sgemm_*``), ``xmma_..._ffma`` and cuDNN's
-# ``implicit_convolve_sgemm``. ``xmma`` alone says nothing: cuBLAS's xmma kernels run on either.
-TF32_KERNEL = r"(?i)(tf32|tensorop_s1688|tensorop_s16816|_s1688gemm|_s16816gemm)"
-FMA_KERNEL = r"(?i)(ffma|sgemm|gemv)"
-
-
 def fp32_matrix_math(kernel_name: str) -> str:
     """Which units ran an FP32 GEMM/convolution kernel, from its name: ``"tf32"`` (TF32 tensor cores),
     ``"fma"`` (FP32 FMA / CUDA cores) or ``""`` (the name does not say: split-K reductions, vendor
-    kernels with opaque names). Public: rules that ask "did FP32 math use tensor cores" share it."""
-    if re.search(TF32_KERNEL, kernel_name):
-        return "tf32"
-    if re.search(FMA_KERNEL, kernel_name):
+    kernels with opaque names). The names are read by :func:`aiprof.analysis.kernels.math_class` (one
+    classifier for the roofline and the rules); a GEMV is FMA work whatever its dtype."""
+    from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class
+
+    if _GEMV.search(kernel_name):
         return "fma"
-    return ""
+    code = math_class(kernel_name)
+    return "tf32" if code == MATH_TENSOR_CORE else "fma" if code == MATH_FP32 else ""
+
+
+_GEMV = re.compile(r"(?i)gemv")
 
 
 def _mark_fp32_math(trace: Trace, calls: _Calls, items: I64, target: I64) -> None:
