@@ -241,13 +241,19 @@ def host_stall(ctx: RankContext) -> list[Finding]:
 
 def _stall_fix(call: str, once: bool) -> str:
     """What to do about a long host call, by kind of call."""
-    if "Launch" in call or "ModuleLoad" in call or "Module" in call:
-        text = ("A launch call this slow loads the kernel's module or creates the context (CUDA lazy loading, "
-                "JIT): a one-time cost. Profile after a few warm-up steps "
-                "(torch.profiler.schedule(wait=1, warmup=2, active=3)); CUDA_MODULE_LOADING=EAGER moves it to start-up")
-    elif "Malloc" in call or "Free" in call or "alloc" in call.lower():
+    runtime = call.startswith(("cuda", "cu", "hip", "hsa"))
+    if "Malloc" in call or "Free" in call or "alloc" in call.lower():
         text = ("The allocator went to the driver inside the step: keep shapes static, reuse buffers, or set "
                 "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; after warm-up the caching allocator should not call it")
+    elif "Launch" in call or "Module" in call:
+        text = ("A launch call this slow loads the kernel's module or compiles it (CUDA lazy loading, JIT): a "
+                "one-time cost per kernel. Profile after a few warm-up steps "
+                "(torch.profiler.schedule(wait=1, warmup=2, active=3)); CUDA_MODULE_LOADING=EAGER moves it to start-up")
+    elif once and runtime:
+        text = ("A runtime call this long, once, is CUDA/HIP initialisation (context creation on the first call, "
+                "device queries, module loading): a one-time cost, not steady state. Profile after a few warm-up "
+                "steps (torch.profiler.schedule(wait=1, warmup=2, active=3)), or initialise the device before the "
+                "measured region (torch.cuda.init())")
     elif "conv" in call.lower() or "norm" in call.lower():
         text = ("A convolution / normalisation stalling the host is usually algorithm search (cudnn.benchmark "
                 "autotuning, MIOpen find) on new shapes: a one-time cost per shape; keep input shapes static "
