@@ -298,9 +298,10 @@ def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
     c = ctx.trace.columns
     out: dict[str, Any] = {"gap_ns": int(end - start)}
     py = ctx.python_rows
-    py = py[(c.ts[py] <= start) & (c.ts[py] + c.dur[py] >= end)]
+    overlap = np.minimum(c.ts[py] + c.dur[py], end) - np.maximum(c.ts[py], start)
+    py = py[overlap * 2 >= end - start]  # Python frames that ran through most of the gap
     if py.size:
-        innermost = py[np.argsort(-c.ts[py], kind="stable")]
+        innermost = py[np.argsort(c.dur[py], kind="stable")]
         out["python"] = ctx.trace.strings[int(c.name[innermost[0]])]
         line = _first_user_frame(ctx.names(innermost))
         if line:
