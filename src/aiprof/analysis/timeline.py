@@ -236,12 +236,13 @@ def _idle_cause_sets(
     steps = _span_set(trace, host_rows[trace.name_matches(host_rows, _STEP.pattern)])
     host = iv.union(_span_set(trace, host_rows), steps)
     runtime = host_rows[np.isin(c.kind[host_rows], [int(Kind.RUNTIME), int(Kind.DRIVER)])]
-    stalls = launch_stalls(iv.intersect(idle, pending), launch_stall_ns(trace, launch[gpu], iv.intersect(idle, pending)))
+    launch_idle = iv.intersect(idle, pending)
+    stalls = launch_stalls(launch_idle, launch_stall_ns(trace, launch[gpu], launch_idle))
     # A stall is host time only where the host sat in a runtime call (a slow launch, a slow copy call).
     host = iv.subtract(host, iv.subtract(stalls, _span_set(trace, runtime)))
     out = _peel(idle, [("launch", iv.subtract(pending, stalls)), ("data_loading", data_loading), ("sync", sync),
                        ("collective_wait", collective), ("host", host)])
-    out["launch_stall"] = iv.intersect(idle, stalls)  # not a cause: where the stalls went (for the rules)
+    out["launch_stall"] = stalls  # not a cause: the idle gaps that left ``launch`` (for the rules' evidence)
     return out
 
 

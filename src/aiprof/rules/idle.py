@@ -16,6 +16,7 @@ import numpy as np
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
 from aiprof.rules.context import RankContext, _first_user_frame
 from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
 from aiprof.rules.finding import Finding
@@ -26,9 +27,8 @@ _DATALOADER = r"^enumerate\(DataLoader\)"
 _MULTI_WORKER = "MultiProcessing"
 _SYNC_OP = r"^aten::(item|_local_scalar_dense|nonzero|tolist)$|^aten::(masked_select|unique|_unique2)$"
 _SYNC_OP_CPU = r"^aten::(item|_local_scalar_dense)$"
-_SYNC_CALL = (
-    r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^hipMemcpy$|^cuMemcpyDtoH|^cudaMemcpyFromSymbol$)"
-)
+# The synchronising calls of the timeline's ``sync`` cause (blocking copies and frees too), plus driver copies.
+_SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,7 +210,8 @@ def host_stall(ctx: RankContext) -> list[Finding]:
         return []
     calls = _stall_calls(ctx, stalls)
     top = calls[0]
-    once = lengths.size < ctx.step_count or (ctx.step_count == 1 and lengths.size <= 2)
+    # Fewer times than there are steps (once in a one-window trace): likely warm-up, not steady state.
+    once = int(top["count"]) < max(ctx.step_count, 2)
     evidence: dict[str, Any] = {"stall_ns_per_step": int(saving), "stalls": int(lengths.size), "calls": calls[:3]}
     evidence["largest_share"] = round(float(lengths.max()) / float(lengths.sum()), 3)
     if int(top["total_ns"]) * 2 >= int(lengths.sum()):
@@ -507,11 +508,17 @@ def _sync_gpu(ctx: RankContext) -> list[Finding]:
     if gaps.concentrated(ctx.options.concentrated_share):
         # One blocking call holds the time: name it; "many small round trips" is the less likely reading.
         i = int(np.argmax(pieces[1] - pieces[0]))
-        row = _covering_call(ctx, int(pieces[0][i]), int(pieces[1][i]))
+        row = _sync_call_at(ctx, rows, int(pieces[0][i]), int(pieces[1][i]))
         call = ctx.trace.strings[int(ctx.trace.columns.name[row])] if row >= 0 else "a synchronising call"
         evidence["largest_call"] = call
         title = f"One blocking call ({call}) holds {gaps.largest_share:.0%} of {ms_text(saving)} per step of sync idle"
-        fix = _blocking_fix(call) + " " + fix
+        lengths = pieces[1] - pieces[0]
+        if int(long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor).sum()) < max(ctx.step_count, 2):
+            fix = (_blocking_fix(call) + " Seen once in the profiled window, it may be a one-time cost instead "
+                   "(CUDA context or library initialisation: cudaFree(0) creates the context; cudnn autotuning): "
+                   "profile after a few warm-up steps. " + fix)
+        else:
+            fix = _blocking_fix(call) + " " + fix
         confidence = "low"
     return [
         ctx.finding(
@@ -526,7 +533,24 @@ def _sync_gpu(ctx: RankContext) -> list[Finding]:
     ]
 
 
+def _sync_call_at(ctx: RankContext, calls: I64, start: int, end: int) -> int:
+    """The synchronising call behind a sync gap: the one overlapping it most, else the last one that
+    returned before it (the host had not launched again since), else -1."""
+    c = ctx.trace.columns
+    if calls.size == 0:
+        return -1
+    overlap = np.minimum(c.ts[calls] + c.dur[calls], end) - np.maximum(c.ts[calls], start)
+    if overlap.max() > 0:
+        return int(calls[np.argmax(overlap)])
+    ended = calls[c.ts[calls] + c.dur[calls] <= start]
+    return int(ended[np.argmax(c.ts[ended] + c.dur[ended])]) if ended.size else -1
+
+
 def _blocking_fix(call: str) -> str:
+    if "Free" in call:
+        return ("cudaFree synchronises the whole device: the caching allocator gave memory back (an explicit "
+                "torch.cuda.empty_cache(), or a retry after an allocation failed). Keep empty_cache() out of the "
+                "loop and shapes static (or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).")
     if "Memcpy" in call or "memcpy" in call or "copy" in call:
         return ("A blocking copy: copy from pinned memory (pin_memory=True) with .to(device, non_blocking=True), "
                 "or move it out of the step.")
