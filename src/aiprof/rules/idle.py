@@ -185,7 +185,9 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
                 "metric bookkeeping, data preparation in Python, a garbage-collection pause. Find it in the "
                 "source (py-spy or the stacks of the ops around the gap), then remove it, do it every N steps, "
                 "or move it off the step's critical path (a background thread, the DataLoader's workers)"
-                + ("" if lines else f"; {_NO_STACKS}") + "."
+                + ("" if lines else f"; {_NO_STACKS}")
+                + ". Gaps of a few ms at random places with no Python in them can also be the process losing its "
+                "CPU to others: compare with the machine's CPU load during the run."
             ),
             formula=(
                 "mean over steady steps of the gaps outside any op (GPU: idle with the host in no op or "
