@@ -321,6 +321,8 @@ def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
 
 def _host_split(ctx: RankContext) -> _HostSplit:
     cached = ctx.extras.get("_host_split")
+    if cached is None and ctx.is_gpu and ctx.share(ctx.per_step("idle_causes_ns", "host")) < ctx.options.host_bound_share:
+        cached = _HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})  # no host finding can reach it
     if cached is None:
         cached = _gpu_host_split(ctx) if ctx.is_gpu else _cpu_host_split(ctx)
         ctx.extras["_host_split"] = cached
