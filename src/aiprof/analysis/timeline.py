@@ -6,7 +6,12 @@ Buckets, by priority (a nanosecond covered by several kinds of work goes to the 
 device across streams, never summed, so the buckets add up to the window exactly.
 
 Idle time is split by what the host threads that feed the device were doing, again by priority:
-``launch``        a launch call was issued and its GPU work had not started yet;
+``launch``        a launch call was issued and its GPU work had not started yet, in a SHORT gap (launch
+                  latency; at most ``launch_stall_ns``: 50 µs or 10x the median launch call or launch gap).
+                  A longer gap with a launch pending is a stall, not launch overhead: it takes the cause below
+                  that the host shows (a blocking copy or event wait → ``sync``; a slow runtime call such as a
+                  600 ms first ``cudaLaunchKernel`` → ``host``), else ``unknown`` (the device held queued work
+                  and the trace does not show why: a stream/event dependency, another process, lost events);
 ``data_loading``  the host was inside a DataLoader ``__next__``;
 ``sync``          the host was blocked in a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize,
                   cudaEventSynchronize, blocking cudaMemcpy, cudaFree, …) or had returned from one and not
@@ -49,6 +54,10 @@ _COLLECTIVE_OP = re.compile(
     r"|record_param_comms|ProcessGroup|torch.distributed|wait_tensor)"
 )
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)")
+# A launch-pending idle gap longer than this floor and LAUNCH_STALL_FACTOR x the median launch call / launch
+# gap is a stall, not launch latency (launch latency is a few µs per kernel; a 600 ms first launch is not).
+LAUNCH_STALL_MIN_NS = 50_000
+LAUNCH_STALL_FACTOR = 10
 _STEP = re.compile(r"^ProfilerStep#")
 
 
@@ -228,7 +237,38 @@ def _idle_cause_sets(
     collective = _span_set(trace, host_rows[trace.name_matches(host_rows, _COLLECTIVE_OP.pattern)])
     steps = _span_set(trace, host_rows[trace.name_matches(host_rows, _STEP.pattern)])
     host = iv.union(_span_set(trace, host_rows), steps)
-    return _peel(idle, [("launch", pending), ("data_loading", data_loading), ("sync", sync), ("collective_wait", collective), ("host", host)])
+    runtime = host_rows[np.isin(c.kind[host_rows], [int(Kind.RUNTIME), int(Kind.DRIVER)])]
+    launch_idle = iv.intersect(idle, pending)
+    stalls = launch_stalls(launch_idle, launch_stall_ns(trace, launch[gpu], launch_idle))
+    # A stall is host time only where the host sat in a runtime call (a slow launch, a slow copy call).
+    host = iv.subtract(host, iv.subtract(stalls, _span_set(trace, runtime)))
+    out = _peel(idle, [("launch", iv.subtract(pending, stalls)), ("data_loading", data_loading), ("sync", sync),
+                       ("collective_wait", collective), ("host", host)])
+    out["launch_stall"] = stalls  # not a cause: the idle gaps that left ``launch`` (for the rules' evidence)
+    return out
+
+
+def idle_cause_sets(trace: Trace, windows: list[StepWindow], device: int) -> dict[str, iv.IntervalSet]:
+    """The interval set of each idle cause of ``device`` over ``windows`` (what the step accounts sum), plus
+    ``launch_stall``: the launch-pending gaps too long to be launch latency, wherever they were attributed."""
+    c = trace.columns
+    on_device = (c.device == device) & trace.kind_mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
+    return _idle_cause_sets(trace, windows, device, _span_set(trace, np.flatnonzero(on_device)))
+
+
+def launch_stall_ns(trace: Trace, launch_rows: I64, launch_idle: iv.IntervalSet) -> int:
+    """The longest launch-pending idle gap that is still launch latency: LAUNCH_STALL_FACTOR x the median
+    launch call and the median launch-idle gap, at least LAUNCH_STALL_MIN_NS."""
+    calls = trace.columns.dur[unique(launch_rows)] if launch_rows.size else np.zeros(0, dtype=np.int64)
+    typical = max(float(arrays.median(calls)) if calls.size else 0.0,
+                  float(arrays.median(launch_idle[1] - launch_idle[0])) if launch_idle[0].size else 0.0)
+    return max(LAUNCH_STALL_MIN_NS, int(LAUNCH_STALL_FACTOR * typical))
+
+
+def launch_stalls(launch_idle: iv.IntervalSet, limit_ns: int) -> iv.IntervalSet:
+    """The gaps of ``launch_idle`` longer than ``limit_ns``."""
+    long = (launch_idle[1] - launch_idle[0]) > limit_ns
+    return launch_idle[0][long], launch_idle[1][long]
 
 
 def _peel(idle: iv.IntervalSet, ordered: list[tuple[str, iv.IntervalSet]]) -> dict[str, iv.IntervalSet]:

@@ -8,6 +8,7 @@ Python between them; per-element ``.item()`` round trips).
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,9 @@ import numpy as np
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
-from aiprof.rules.context import RankContext
-from aiprof.rules.evidence import ms_text, top_ops
+from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
+from aiprof.rules.context import RankContext, _first_user_frame
+from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
 from aiprof.rules.finding import Finding
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
@@ -25,9 +27,8 @@ _DATALOADER = r"^enumerate\(DataLoader\)"
 _MULTI_WORKER = "MultiProcessing"
 _SYNC_OP = r"^aten::(item|_local_scalar_dense|nonzero|tolist)$|^aten::(masked_select|unique|_unique2)$"
 _SYNC_OP_CPU = r"^aten::(item|_local_scalar_dense)$"
-_SYNC_CALL = (
-    r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^hipMemcpy$|^cuMemcpyDtoH|^cudaMemcpyFromSymbol$)"
-)
+# The synchronising calls of the timeline's ``sync`` cause (blocking copies and frees too), plus driver copies.
+_SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -81,72 +82,321 @@ def _annotations(ctx: RankContext, pattern: str) -> I64:
 
 
 # ---------------------------------------------------------------------------------------------------
-# host_bound
+# host_bound, host_gaps, host_stall: the host is what the device (or the CPU run) waits for
 # ---------------------------------------------------------------------------------------------------
+# Host idle is split by the shape of its gaps (GPU: the ``host`` idle cause; CPU-only: time in tiny ops
+# and outside any op):
+#   many SHORT gaps              → host_bound  (dispatch / framework overhead: fuse, vectorise, compile)
+#   LONG gaps inside one call    → host_stall  (GPU: the host sat in one op or runtime call)
+#   LONG gaps outside any op     → host_gaps   (Python between ops: a sleep, logging, data munging)
+# "Long" is max(stall_min_ns, stall_factor x the median gap): overhead is µs per op, a sleep is not.
+_NO_STACKS = (
+    "no stacks in this trace: record them with `aiprof run --with-stack` or "
+    "torch.profiler.profile(with_stack=True) to see the source line"
+)
+
+
+@dataclass(frozen=True)
+class _HostSplit:
+    """The host's share of the steady steps, by kind: overhead (short gaps / tiny ops), long gaps inside
+    one host call (with that call's row), long gaps outside any op."""
+
+    overhead_ns: float  # total over the steady steps
+    overhead: Spread
+    stalls: list[tuple[int, int, int]]  # (start, end, row of the innermost call covering it)
+    gaps: list[tuple[int, int]]
+    evidence: dict[str, Any]
+
+
 def host_bound(ctx: RankContext) -> list[Finding]:
-    """The device is starved by Python / framework overhead on the host."""
+    """The device (or, on CPU-only traces, the run) is slowed by many small host costs: framework dispatch
+    of tiny ops and the Python between them. Long gaps are not counted here (host_stall, host_gaps)."""
+    split = _host_split(ctx)
+    saving = split.overhead_ns / ctx.step_count
     if ctx.is_gpu:
-        saving = ctx.per_step("idle_causes_ns", "host")
-        formula = "mean over steady steps of the idle time while the host ran ops/Python with no launch pending"
-        evidence: dict[str, Any] = {"host_idle_ns_per_step": int(saving)}
-        if ctx.share(saving) < ctx.options.host_bound_share:
-            return []
-    else:
-        saving, evidence = _cpu_overhead(ctx)
         formula = (
-            "mean over steady steps of |tiny top-level ops (< tiny_cpu_op_ns) ∪ time outside any op| minus "
-            "data loading and sync round trips, each op's time net of the profiler's own per-op cost"
+            "mean over steady steps of the idle time while the host ran ops/Python with no launch pending, "
+            "in gaps shorter than max(stall_min_ns, stall_factor x the median such gap)"
         )
-        if ctx.share(saving) < ctx.options.tiny_op_share:
-            return []
+        threshold = ctx.options.host_bound_share
+    else:
+        formula = (
+            "mean over steady steps of |tiny top-level ops (< tiny_cpu_op_ns) ∪ short gaps outside any op| "
+            "minus data loading and sync round trips, each op's time net of the profiler's own per-op cost; "
+            "long gaps outside any op are host_gaps"
+        )
+        threshold = ctx.options.tiny_op_share
+    if ctx.share(saving) < threshold or saving <= 0:
+        return []
+    evidence: dict[str, Any] = dict(split.evidence)
+    evidence.update(split.overhead.evidence("gap", ctx.step_count))
     evidence["top_ops"] = top_ops(ctx, ctx.cpu_ops)
     line = _hot_line(ctx)
     if line:
         evidence["source_line"] = line
     fix = (
-        "Cut per-step host work: batch many small ops into few large ones (vectorise Python loops over "
-        "tensors), torch.compile(model) to fuse them, CUDA graphs (torch.compile(mode='reduce-overhead')) "
-        "on GPU, a larger batch, and move logging / Python bookkeeping out of the step (gc.freeze() after "
-        "setup if GC pauses show)."
+        "Cut per-op host overhead: batch many small ops into few large ones (vectorise Python loops over "
+        "tensors: one op on the whole tensor instead of one per element or column), torch.compile(model) to "
+        "fuse them, and a larger batch per step"
     )
+    if ctx.is_gpu:
+        fix += "; CUDA graphs (torch.compile(mode='reduce-overhead')) remove the launch cost of static parts"
     return [
         ctx.finding(
             "host_bound",
-            f"Host overhead: {ms_text(saving)} per step spent in Python / tiny framework ops",
+            f"Host overhead: {ms_text(saving)} per step in framework dispatch of small ops and the Python between them",
             saving,
             evidence=evidence,
-            fix=fix,
+            fix=fix + ".",
             formula=formula,
-            confidence="medium",
+            # Few events holding the time read less like "many small ops".
+            confidence="low" if split.overhead.count < 20 * ctx.step_count else "medium",
         )
     ]
 
 
-def _cpu_overhead(ctx: RankContext) -> tuple[float, dict[str, Any]]:
-    """CPU-only traces: time in tiny top-level ops plus time in no op at all, net of data loading and
-    sync round trips (reported by their own rules)."""
+def host_gaps(ctx: RankContext) -> list[Finding]:
+    """Long stretches of Python outside any op (a sleep, logging, metric bookkeeping, data munging): the
+    device (or the run) waits for the script itself, not for the framework."""
+    split = _host_split(ctx)
+    if not split.gaps:
+        return []
+    lengths = np.array([b - a for a, b in split.gaps], dtype=np.int64)
+    saving = float(lengths.sum()) / ctx.step_count
+    threshold = ctx.options.host_bound_share if ctx.is_gpu else ctx.options.tiny_op_share
+    if ctx.share(saving) < threshold:
+        return []
+    order = np.argsort(-lengths)[:3]
+    evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
+    evidence["longest_gaps"] = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    lines = [g["source_line"] for g in evidence["longest_gaps"] if g.get("source_line")]
+    if not lines:
+        evidence["how_to_see_the_line"] = _NO_STACKS
+    where = f" at {lines[0]}" if lines else ""
+    device = "the GPU idles" if ctx.is_gpu else "no op runs"
+    return [
+        ctx.finding(
+            "host_gaps",
+            f"Python outside any op: {ms_text(saving)} per step in {evidence['gaps_per_step']} long gap(s) where {device}",
+            saving,
+            evidence=evidence,
+            fix=(
+                f"The time is in your own Python between framework calls{where}: a sleep, logging or printing, "
+                "metric bookkeeping, data preparation in Python, a garbage-collection pause. Find it in the "
+                "source (py-spy or the stacks of the ops around the gap), then remove it, do it every N steps, "
+                "or move it off the step's critical path (a background thread, the DataLoader's workers)"
+                + ("" if lines else f"; {_NO_STACKS}")
+                + ". Gaps of a few ms at random places with no Python in them can also be the process losing its "
+                "CPU to others: compare with the machine's CPU load during the run."
+            ),
+            formula=(
+                "mean over steady steps of the gaps outside any op (GPU: idle with the host in no op or "
+                "runtime call) longer than max(stall_min_ns, stall_factor x the median gap)"
+            ),
+            confidence="medium" if lengths.size >= ctx.step_count else "low",
+        )
+    ]
+
+
+def host_stall(ctx: RankContext) -> list[Finding]:
+    """GPU: a few long idle gaps while the host sat inside one op or runtime call (a 600 ms first launch,
+    a slow allocation, a CPU-heavy op): a stall with its own cause, named with the call and source line."""
+    if not ctx.is_gpu:
+        return []
+    stalls = _host_split(ctx).stalls
+    if not stalls:
+        return []
+    lengths = np.array([b - a for a, b, _ in stalls], dtype=np.int64)
+    saving = float(lengths.sum()) / ctx.step_count
+    if ctx.share(saving) < ctx.options.host_bound_share:
+        return []
+    calls = _stall_calls(ctx, stalls)
+    top = calls[0]
+    # Fewer times than there are steps (once in a one-window trace): likely warm-up, not steady state.
+    once = int(top["count"]) < max(ctx.step_count, 2)
+    evidence: dict[str, Any] = {"stall_ns_per_step": int(saving), "stalls": int(lengths.size), "calls": calls[:3]}
+    evidence["largest_share"] = round(float(lengths.max()) / float(lengths.sum()), 3)
+    if int(top["total_ns"]) * 2 >= int(lengths.sum()):
+        title = (f"Host stall: the device idles {ms_text(saving)} per step while the host sits in {top['call']} "
+                 f"({top['count']}x, longest {ms_text(top['longest_ns'])})")
+        fix = _stall_fix(str(top["call"]), once)
+    else:  # long gaps inside many different ordinary ops: the host thread, not one call, is slow
+        names = ", ".join(str(c["call"]) for c in calls[:3])
+        title = (f"Host stalls: the device idles {ms_text(saving)} per step in {lengths.size} long gaps inside "
+                 f"{len(calls)} different ops/calls ({names}, …)")
+        fix = ("Long gaps inside ordinary ops mean the host thread lost its CPU (other processes or too many "
+               "threads on the cores, a GIL held by another Python thread, swapping), not that one op is slow: "
+               "check the machine's CPU load during the run, limit OMP/MKL threads and DataLoader workers to "
+               "the free cores, and pin the training process.")
+    return [
+        ctx.finding(
+            "host_stall",
+            title,
+            saving,
+            evidence=evidence,
+            fix=fix,
+            formula="mean over steady steps of the long host-idle gaps (≥ max(stall_min_ns, stall_factor x the "
+            "median host gap)) that one op or runtime call covers",
+            confidence="low" if once else "medium",
+        )
+    ]
+
+
+def _stall_fix(call: str, once: bool) -> str:
+    """What to do about a long host call, by kind of call."""
+    runtime = call.startswith(("cuda", "cu", "hip", "hsa"))
+    if "Malloc" in call or "Free" in call or "alloc" in call.lower():
+        text = ("The allocator went to the driver inside the step: keep shapes static, reuse buffers, or set "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; after warm-up the caching allocator should not call it")
+    elif "Launch" in call or "Module" in call:
+        text = ("A launch call this slow loads the kernel's module or compiles it (CUDA lazy loading, JIT): a "
+                "one-time cost per kernel. Profile after a few warm-up steps "
+                "(torch.profiler.schedule(wait=1, warmup=2, active=3)); CUDA_MODULE_LOADING=EAGER moves it to start-up")
+    elif once and runtime:
+        text = ("A runtime call this long, once, is CUDA/HIP initialisation (context creation on the first call, "
+                "device queries, module loading): a one-time cost, not steady state. Profile after a few warm-up "
+                "steps (torch.profiler.schedule(wait=1, warmup=2, active=3)), or initialise the device before the "
+                "measured region (torch.cuda.init())")
+    elif "conv" in call.lower() or "norm" in call.lower():
+        text = ("A convolution / normalisation stalling the host is usually algorithm search (cudnn.benchmark "
+                "autotuning, MIOpen find) on new shapes: a one-time cost per shape; keep input shapes static "
+                "and profile after warm-up")
+    else:
+        text = ("Look at the call and its source line: move the work out of the step, make it asynchronous, "
+                "or overlap it with device work (a background thread, another stream)")
+    return text + (" (seen once in the profiled window: likely a warm-up cost, not steady state)." if once else ".")
+
+
+def _stall_calls(ctx: RankContext, stalls: list[tuple[int, int, int]]) -> list[dict[str, Any]]:
+    """The calls behind the stalls, by total time: name, count, longest gap, the op around it, the line."""
+    by_name: dict[str, dict[str, Any]] = {}
+    for a, b, row in stalls:
+        name = ctx.trace.strings[int(ctx.trace.columns.name[row])]
+        entry = by_name.setdefault(name, {"call": name, "count": 0, "total_ns": 0, "longest_ns": 0})
+        entry["count"] += 1
+        entry["total_ns"] += b - a
+        if b - a > entry["longest_ns"]:
+            entry["longest_ns"] = b - a
+            entry["call_ns"] = int(ctx.trace.columns.dur[row])
+            op = _outer_op(ctx, row)
+            if op is not None:
+                entry["op"] = ctx.trace.strings[int(ctx.trace.columns.name[op])]
+            line = ctx.source_line(op if op is not None else row)
+            entry["source_line"] = line or _NO_STACKS
+    return sorted(by_name.values(), key=lambda e: -int(e["total_ns"]))
+
+
+def _outer_op(ctx: RankContext, row: int) -> int | None:
+    """The outermost CPU op enclosing ``row`` on its thread (the user-level call), or None."""
+    c = ctx.trace.columns
+    ops = ctx.trace.rows_of(Kind.CPU_OP)
+    ops = ops[(c.tid[ops] == c.tid[row]) & (c.ts[ops] <= c.ts[row]) & (c.ts[ops] + c.dur[ops] >= c.ts[row] + c.dur[row])]
+    if ops.size == 0:
+        return None
+    return int(ops[np.argmax(c.dur[ops])])
+
+
+def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
+    """One long gap: its length, the Python running in it (python_function events), the source line."""
+    c = ctx.trace.columns
+    out: dict[str, Any] = {"gap_ns": int(end - start)}
+    py = ctx.python_rows
+    overlap = np.minimum(c.ts[py] + c.dur[py], end) - np.maximum(c.ts[py], start)
+    py = py[overlap * 2 >= end - start]  # Python frames that ran through most of the gap
+    if py.size:
+        innermost = py[np.argsort(c.dur[py], kind="stable")]
+        out["python"] = ctx.trace.strings[int(c.name[innermost[0]])]
+        line = _first_user_frame(ctx.names(innermost))
+        if line:
+            out["source_line"] = line
+    if "source_line" not in out:  # the op right after the gap: its stack shows the loop the gap is in
+        ops = ctx.cpu_ops
+        after = ops[c.ts[ops] >= end]
+        if after.size:
+            line = ctx.source_line(int(after[np.argmin(c.ts[after])]))
+            if line:
+                out["source_line"] = line
+    return out
+
+
+def _host_split(ctx: RankContext) -> _HostSplit:
+    cached = ctx.extras.get("_host_split")
+    if cached is None and ctx.is_gpu and ctx.share(ctx.per_step("idle_causes_ns", "host")) < ctx.options.host_bound_share:
+        cached = _HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})  # no host finding can reach it
+    if cached is None:
+        cached = _gpu_host_split(ctx) if ctx.is_gpu else _cpu_host_split(ctx)
+        ctx.extras["_host_split"] = cached
+    split: _HostSplit = cached
+    return split
+
+
+def _gpu_host_split(ctx: RankContext) -> _HostSplit:
+    """GPU: the ``host`` idle gaps, short (overhead) vs long inside one call (stall) vs long outside."""
+    host = idle_sets(ctx)["host"]
+    lengths = host[1] - host[0]
+    long = long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor)
+    short = lengths[~long]
+    stalls: list[tuple[int, int, int]] = []
+    gaps: list[tuple[int, int]] = []
+    for a, b in zip(host[0][long].tolist(), host[1][long].tolist()):
+        row = _covering_call(ctx, a, b)
+        if row >= 0:
+            stalls.append((a, b, row))
+        else:
+            gaps.append((a, b))
+    evidence = {
+        "host_idle_ns_per_step": int(lengths.sum() / ctx.step_count),
+        "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
+    }
+    return _HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence)
+
+
+def _covering_call(ctx: RankContext, start: int, end: int) -> int:
+    """The innermost CPU op or runtime call that covers at least half of [start, end), else -1."""
+    c = ctx.trace.columns
+    rows = ctx.extras.get("_long_calls")
+    if rows is None:
+        rows = ctx.trace.rows_of(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
+        rows = rows[c.dur[rows] * 2 >= ctx.options.stall_min_ns]  # only calls long enough to cover a stall
+        ctx.extras["_long_calls"] = rows
+    overlap = np.minimum(c.ts[rows] + c.dur[rows], end) - np.maximum(c.ts[rows], start)
+    ok = rows[overlap * 2 >= end - start]
+    return int(ok[np.argmin(c.dur[ok])]) if ok.size else -1
+
+
+def _cpu_host_split(ctx: RankContext) -> _HostSplit:
+    """CPU-only traces: tiny top-level ops and short gaps outside any op (overhead) vs long gaps outside
+    any op (host_gaps), net of data loading, collectives and sync round trips (their own rules)."""
     from aiprof.analysis.timeline import _COLLECTIVE_OP
 
     c = ctx.trace.columns
     ops = _top_level(ctx)
     if ops.size == 0:
-        return 0.0, {}
+        return _HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
     tiny = ops[c.dur[ops] < ctx.options.tiny_cpu_op_ns]
     windows = _steady_set(ctx)
     outside = iv.subtract(windows, _span_set(ctx, ops))
     outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _COLLECTIVE_OP.pattern)))
-    overhead = iv.union(_span_set(ctx, tiny), outside)
+    outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _DATALOADER)))
+    outside = iv.subtract(outside, _sync_episodes(ctx)[0])
+    lengths = outside[1] - outside[0]
+    long = long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor)
+    short_set = (outside[0][~long], outside[1][~long])
+    overhead = iv.union(_span_set(ctx, tiny), short_set)
     overhead = iv.subtract(overhead, _span_set(ctx, _annotations(ctx, _DATALOADER)))
     overhead = iv.subtract(overhead, _sync_episodes(ctx)[0])
     overhead = iv.intersect(overhead, windows)
     net = iv.total(overhead) - _ops_in(ctx, overhead, every=True) * ctx.options.profiler_ns_per_op
+    events = np.concatenate((c.dur[tiny], lengths[~long]))
     evidence = {
         "tiny_ops_per_step": round(tiny.size / ctx.step_count, 1),
         "tiny_op_ns_per_step": int(c.dur[tiny].sum() / ctx.step_count),
-        "outside_ops_ns_per_step": int(iv.total(iv.intersect(outside, windows)) / ctx.step_count),
+        "short_gap_ns_per_step": int(lengths[~long].sum() / ctx.step_count),
+        "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
         "tiny_op_threshold_ns": ctx.options.tiny_cpu_op_ns,
     }
-    return max(net, 0) / ctx.step_count, evidence
+    gaps = list(zip(outside[0][long].tolist(), outside[1][long].tolist()))
+    return _HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence)
 
 
 def _top_level(ctx: RankContext) -> I64:
@@ -190,6 +440,12 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
     k = ctx.kernels
     if k.size / ctx.step_count < ctx.options.launch_bound_min_kernels:
         return []
+    # Launch overhead is many short gaps: the timeline already moved gaps too long to be launch latency
+    # (a slow first launch, a blocking copy) to their own cause; a few gaps holding the time are not it.
+    sets = idle_sets(ctx)
+    gaps = spread(sets["launch"][1] - sets["launch"][0])
+    if gaps.count / ctx.step_count < ctx.options.launch_bound_min_kernels or gaps.concentrated(ctx.options.concentrated_share):
+        return []
     tiny = k[c.dur[k] < ctx.options.tiny_kernel_ns]
     launches = ctx.in_window(ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER))
     launches = launches[ctx.trace.name_matches(launches, "Launch")]
@@ -200,6 +456,8 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
         "tiny_kernel_threshold_ns": ctx.options.tiny_kernel_ns,
         "median_kernel_ns": int(arrays.median(c.dur[k])) if k.size else 0,
         "median_launch_call_ns": int(arrays.median(c.dur[launches])) if launches.size else 0,
+        **gaps.evidence("launch_gap", ctx.step_count),
+        "launch_stall_ns_per_step": int(iv.total(sets["launch_stall"]) / ctx.step_count),
         "top_tiny_kernels": top_ops(ctx, tiny, 3),
     }
     return [
@@ -213,7 +471,10 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
                 "graphs), torch.cuda.graphs for static parts, fused/foreach optimizers (foreach=True or "
                 "fused=True), and a larger batch per step."
             ),
-            formula="mean over steady steps of idle time between a kernel's launch call and its start",
+            formula=(
+                "mean over steady steps of idle time between a kernel's launch call and its start, in gaps no "
+                "longer than max(50 µs, 10 x the median launch call or launch gap) (longer ones are stalls)"
+            ),
             confidence="medium",
         )
     ]
@@ -223,51 +484,130 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
 # sync
 # ---------------------------------------------------------------------------------------------------
 def sync(ctx: RankContext) -> list[Finding]:
-    """Host-device round trips inside the step (``.item()``, ``.cpu()``, synchronize)."""
-    if ctx.is_gpu:
-        saving = ctx.per_step("idle_causes_ns", "sync")
-        rows = _sync_calls(ctx)
-        formula = "mean over steady steps of the idle time from a synchronising call to the next launch"
-        evidence: dict[str, Any] = {"sync_idle_ns_per_step": int(saving)}
-        evidence["sync_calls_per_step"] = round(rows.size / ctx.step_count, 1)
-        evidence["top_calls"] = top_ops(ctx, rows, 3)
-        callers = _callers(ctx, rows)
-    else:
-        cover, rows = _sync_episodes(ctx)
-        spans = iv.total(iv.intersect(cover, _steady_set(ctx)))
-        saving = max(spans - _ops_in(ctx, cover, every=True) * ctx.options.profiler_ns_per_op, 0) / ctx.step_count
-        formula = (
-            "mean over steady steps of the span of each cluster of .item()-like ops (ops closer than "
-            "sync_cluster_gap_ns), net of the profiler's own per-op cost"
-        )
-        evidence = {
-            "round_trip_ns_per_step": int(saving),
-            "item_calls_per_step": round(rows.size / ctx.step_count, 1),
-            "episodes_per_step": round(int(cover[0].size) / ctx.step_count, 1),
-        }
-        callers = rows
+    """GPU: host-device round trips inside the step (``.item()``, ``.cpu()``, synchronize). CPU-only traces:
+    element-wise tensor → Python conversions (``.item()`` in a Python loop); there is no device there."""
+    return _sync_gpu(ctx) if ctx.is_gpu else _sync_cpu(ctx)
+
+
+def _sync_gpu(ctx: RankContext) -> list[Finding]:
+    saving = ctx.per_step("idle_causes_ns", "sync")
     if ctx.share(saving) < ctx.options.sync_share or saving <= 0:
         return []
+    rows = _sync_calls(ctx)
+    pieces = idle_sets(ctx)["sync"]
+    gaps = spread(pieces[1] - pieces[0])
+    evidence: dict[str, Any] = {"sync_idle_ns_per_step": int(saving), "sync_calls_per_step": round(rows.size / ctx.step_count, 1)}
+    evidence.update(gaps.evidence("sync_gap", ctx.step_count))
+    evidence["top_calls"] = top_ops(ctx, rows, 3)
+    callers = _callers(ctx, rows)
+    _add_lines(ctx, evidence, callers)
+    title = f"Host round trips (.item()/.cpu()/synchronize) cost {ms_text(saving)} per step"
+    fix = (
+        "Keep values on the device inside the step: accumulate metrics as tensors "
+        "(total += loss.detach()) and call .item() / .cpu() once every N steps or after the loop; "
+        "convert whole tensors at once (t.tolist()) instead of element by element; use "
+        ".to(device, non_blocking=True) and avoid torch.cuda.synchronize() in the loop."
+    )
+    confidence = "medium"
+    if gaps.concentrated(ctx.options.concentrated_share):
+        # One blocking call holds the time: name it; "many small round trips" is the less likely reading.
+        i = int(np.argmax(pieces[1] - pieces[0]))
+        row = _sync_call_at(ctx, rows, int(pieces[0][i]), int(pieces[1][i]))
+        call = ctx.trace.strings[int(ctx.trace.columns.name[row])] if row >= 0 else "a synchronising call"
+        evidence["largest_call"] = call
+        title = f"One blocking call ({call}) holds {gaps.largest_share:.0%} of {ms_text(saving)} per step of sync idle"
+        lengths = pieces[1] - pieces[0]
+        if int(long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor).sum()) < max(ctx.step_count, 2):
+            fix = (_blocking_fix(call) + " Seen once in the profiled window, it may be a one-time cost instead "
+                   "(CUDA context or library initialisation: cudaFree(0) creates the context; cudnn autotuning): "
+                   "profile after a few warm-up steps. " + fix)
+        else:
+            fix = _blocking_fix(call) + " " + fix
+        confidence = "low"
+    return [
+        ctx.finding(
+            "sync",
+            title,
+            saving,
+            evidence=evidence,
+            fix=fix,
+            formula="mean over steady steps of the idle time from a synchronising call to the next launch",
+            confidence=confidence,
+        )
+    ]
+
+
+def _sync_call_at(ctx: RankContext, calls: I64, start: int, end: int) -> int:
+    """The synchronising call behind a sync gap: the one overlapping it most, else the last one that
+    returned before it (the host had not launched again since), else -1."""
+    c = ctx.trace.columns
+    if calls.size == 0:
+        return -1
+    overlap = np.minimum(c.ts[calls] + c.dur[calls], end) - np.maximum(c.ts[calls], start)
+    if overlap.max() > 0:
+        return int(calls[np.argmax(overlap)])
+    ended = calls[c.ts[calls] + c.dur[calls] <= start]
+    return int(ended[np.argmax(c.ts[ended] + c.dur[ended])]) if ended.size else -1
+
+
+def _blocking_fix(call: str) -> str:
+    if "Free" in call:
+        return ("cudaFree synchronises the whole device: the caching allocator gave memory back (an explicit "
+                "torch.cuda.empty_cache(), or a retry after an allocation failed). Keep empty_cache() out of the "
+                "loop and shapes static (or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).")
+    if "Memcpy" in call or "memcpy" in call or "copy" in call:
+        return ("A blocking copy: copy from pinned memory (pin_memory=True) with .to(device, non_blocking=True), "
+                "or move it out of the step.")
+    if "Event" in call and "conv" not in call:
+        return ("An event wait: find what it waits for (cudnn.benchmark autotuning waits on events the first time "
+                "it sees a shape; that is warm-up, profile after it).")
+    return "One explicit synchronisation: remove it from the step, or do it every N steps."
+
+
+def _sync_cpu(ctx: RankContext) -> list[Finding]:
+    cover, rows = _sync_episodes(ctx)
+    spans = iv.total(iv.intersect(cover, _steady_set(ctx)))
+    # The profiler inflates the loop: each recorded op costs it; view / scalar ops about
+    # sync_profiler_cost_share of the per-op cost calibrated on allocating ops.
+    cost = ctx.options.profiler_ns_per_op * ctx.options.sync_profiler_cost_share
+    saving = max(spans - _ops_in(ctx, cover, every=True) * cost, 0) / ctx.step_count
+    if ctx.share(saving) < ctx.options.sync_share or saving <= 0:
+        return []
+    loops = spread(cover[1] - cover[0])
+    evidence: dict[str, Any] = {
+        "conversion_loop_ns_per_step": int(saving),
+        "profiled_loop_ns_per_step": int(spans / ctx.step_count),
+        "item_calls_per_step": round(rows.size / ctx.step_count, 1),
+        **loops.evidence("loop", ctx.step_count),
+    }
+    _add_lines(ctx, evidence, rows)
+    return [
+        ctx.finding(
+            "sync",
+            f"Element-wise tensor→Python conversions (.item() in a loop) cost {ms_text(saving)} per step",
+            saving,
+            evidence=evidence,
+            fix=(
+                "Convert whole tensors at once: values = t.tolist() (one call) instead of t[i].item() per "
+                "element; keep metrics as tensors (total += loss.detach()) and convert them once per step or "
+                "every N steps; vectorise the Python loop over elements into tensor ops."
+            ),
+            formula=(
+                "mean over steady steps of the span of each loop of .item()-like ops (ops closer than "
+                "sync_cluster_gap_ns), net of the profiler's cost per recorded op (profiler_ns_per_op x "
+                "sync_profiler_cost_share: view and scalar ops cost it less than allocating ones)"
+            ),
+            kind="estimate",
+            confidence="medium",
+        )
+    ]
+
+
+def _add_lines(ctx: RankContext, evidence: dict[str, Any], callers: I64) -> None:
     evidence["top_ops"] = top_ops(ctx, callers, 3)
     lines = Counter(line for r in callers[:200].tolist() if (line := ctx.source_line(r)))
     if lines:
         evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
-    return [
-        ctx.finding(
-            "sync",
-            f"Host round trips (.item()/.cpu()/synchronize) cost {ms_text(saving)} per step",
-            saving,
-            evidence=evidence,
-            fix=(
-                "Keep values on the device inside the step: accumulate metrics as tensors "
-                "(total += loss.detach()) and call .item() / .cpu() once every N steps or after the loop; "
-                "convert whole tensors at once (t.tolist()) instead of element by element; use "
-                ".to(device, non_blocking=True) and avoid torch.cuda.synchronize() in the loop."
-            ),
-            formula=formula,
-            confidence="medium",
-        )
-    ]
 
 
 def _sync_calls(ctx: RankContext) -> I64:
@@ -321,4 +661,4 @@ def _ops_in(ctx: RankContext, cover: iv.IntervalSet, every: bool = False) -> int
 
 
 
-__all__ = ["data_loading", "host_bound", "launch_bound", "sync"]
+__all__ = ["data_loading", "host_bound", "host_gaps", "host_stall", "launch_bound", "sync"]

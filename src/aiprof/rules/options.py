@@ -23,12 +23,24 @@ class RuleOptions:
     tiny_kernel_ns: int = 10_000  # GPU kernels shorter than this are launch-latency dominated
     launch_bound_min_kernels: int = 20  # per step: a few long-queued kernels are not "launch-bound"
     tiny_cpu_op_ns: int = 20_000  # CPU ops shorter than this are dispatch-overhead dominated
-    tiny_op_share: float = 0.05  # CPU traces: tiny ops + Python gaps above this share → host_bound
+    tiny_op_share: float = 0.05  # CPU traces: tiny ops (+ short Python gaps between them) → host_bound;
+    # long gaps outside any op above this share → host_gaps
     # What torch.profiler itself adds to each recorded op on the host (record_shapes on): subtracted from
     # host-overhead savings, which the profiler inflates (measured 0.3-1.2 µs per recorded op on a shared
     # 2-core EPYC with torch 2.13, record_shapes + profile_memory; DESIGN §4 says ~1-4 µs with stacks).
     profiler_ns_per_op: int = 400
+    # A rule's evidence must be spread over the step: when one event (an idle gap, a call) holds more than
+    # this share of its time, that event is a stall with its own cause, not "many small things".
+    concentrated_share: float = 0.5
+    # An idle gap is long (a stall, or Python outside any op) from max(stall_min_ns, stall_factor x the
+    # median gap of its kind): launch and dispatch overhead are µs per op, a sleep or a 600 ms call is not.
+    stall_min_ns: int = 1_000_000
+    stall_factor: float = 20.0
     sync_share: float = 0.01
+    # What a view / scalar op (select, item) costs torch.profiler, as a share of profiler_ns_per_op (which
+    # is calibrated on allocating ops): 0.57 and 0.60 measured on the shared 2-core EPYC, torch 2.x CPU,
+    # medians of 9 interleaved rounds of a select+item loop vs the calibration loop.
+    sync_profiler_cost_share: float = 0.6
     sync_cluster_gap_ns: int = 50_000  # sync ops closer than this form one host round-trip episode
     memcpy_exposed_share: float = 0.05  # catalogue A7
     pageable_min_bytes: int = 64 * 1024  # small pageable H2D copies are exempt (nsys)

@@ -21,6 +21,8 @@ DEFAULT_RANK_RULES: list[RankRule] = [
     steps.graph_trace_incomplete,
     idle.data_loading,
     idle.host_bound,
+    idle.host_gaps,
+    idle.host_stall,
     idle.launch_bound,
     idle.sync,
     memory.pageable_memcpy,
@@ -48,7 +50,7 @@ DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
 ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "graph_capture"}
 
 # Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
-IDLE_RULES = {"host_bound", "launch_bound"}
+IDLE_RULES = {"host_bound", "host_gaps", "host_stall", "launch_bound"}
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -75,8 +77,10 @@ def diagnose_rank(
         if rule.__name__ in IDLE_RULES and _hides_kernels(findings):
             notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: graph replays hide kernels, idle is not real")
             continue
-        if rule.__name__ == "launch_bound" and _replays_graphs(findings):
-            notes.append(f"launch_bound skipped on rank {analysis.rank}: the run already replays CUDA/HIP graphs")
+        if rule.__name__ in ("launch_bound", "host_stall") and _replays_graphs(findings):
+            # launch_bound: graphs already remove launches; host_stall: a long call waits on a replay whose
+            # kernels the trace may not show.
+            notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: the run replays CUDA/HIP graphs")
             continue
         try:
             view = ctx
