@@ -253,8 +253,11 @@ class HtmlRenderer:
         if not strips or span is None:
             return ""
         total = int(span["end_ns"]) - int(span["start_ns"])
+        where = "CPU" if c.is_cpu(doc) else "device"
         note = (
-            "Each rank's primary device over its own analysed span" if multi else "Each device over the analysed steps"
+            f"Each rank's primary {where} over its own analysed span"
+            if multi
+            else ("The CPU over the analysed steps" if c.is_cpu(doc) else "Each device over the analysed steps")
         ) + "; bars show the share of each time bin; thin lines are step boundaries."
         return (
             f'<p class="mute">{esc(note)}</p>'
