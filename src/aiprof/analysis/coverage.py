@@ -11,17 +11,17 @@ A step is **incomplete** when no device activity was recorded for it (none overl
 of its launch calls is linked to any) and either
 
 * its window starts at or after the end of the last device activity in the trace (the record stops
-  before it), or
+  before it) and its CPU side ran ops or issued launch calls (work whose device side is missing), or
 * its CPU side issued launch calls (kernels, copies, memsets) whose device activity is absent.
 
-When such steps follow the last recorded step and show that work was lost (they issued launches or ran
-CPU ops), the last recorded step is incomplete too if the device record ends inside its CPU span and it
-has fewer recorded launches than the other steps (under 90 % of their median): the cut fell in that step. A trace whose only window is the whole trace has its window clipped to the end
-of the device record instead, when launches (or, in a cut-off file, CPU ops) come after that end.
+When such steps follow the last recorded step, the last recorded step is incomplete too if the device
+record ends inside its CPU span and it has fewer recorded launches than the other steps (under 90 % of
+their median): the cut fell in that step. A trace whose only window is the whole trace has its window
+clipped to the end of the device record instead, when launches (or, in a cut-off file, CPU ops) come
+after that end.
 Nothing is ever left out when it would leave no step at all. A step that issued no launch calls and ran
-between recorded steps stays complete: the device really was idle then. A step after the device record
-that ran no CPU op and issued no launch is an *empty* step (the profiler opens one more step before it
-stops; the TensorBoard plugin drops these too): it is left out, but it does not make the trace partial.
+between recorded steps stays complete: the device really was idle then; so does a step after the
+device record that ran no CPU op and issued no launch (the record of that step is whole: nothing ran).
 """
 
 from __future__ import annotations
@@ -63,16 +63,8 @@ class IncompleteStep:
     cpu_ops: int  # CPU ops its CPU side ran
 
     @property
-    def empty(self) -> bool:
-        """A step that ran no CPU op and issued no launch after the device record ended: an empty step at
-        the end of a capture (the profiler opens one more step before it stops), not lost work."""
-        return self.reason == AFTER_RECORD and self.launches == 0 and self.cpu_ops == 0
-
-    @property
     def detail(self) -> str:
         """Why, in words."""
-        if self.empty:
-            return "an empty step after the last recorded device activity: no CPU op, no launch call"
         if self.reason == RECORD_ENDS:
             return "the device record ends inside it"
         if self.reason == AFTER_RECORD:
@@ -89,7 +81,6 @@ class IncompleteStep:
             "start_ns": self.start_ns,
             "duration_ns": self.end_ns - self.start_ns,
             "incomplete": True,
-            "empty": self.empty,
             "reason": self.reason,
             "detail": self.detail,
             "launches": self.launches,
@@ -111,17 +102,14 @@ class Coverage:
 
     @property
     def partial(self) -> bool:
-        """Whether work the trace's CPU side shows is missing from its device record (or the file is cut
-        off). Empty steps at the end of a capture are left out without making the trace partial."""
-        return any(not s.empty for s in self.incomplete) or self.clipped_ns > 0 or self.cut_off
+        """Whether work the trace's CPU side shows is missing from its device record, or the file is cut off."""
+        return bool(self.incomplete) or self.clipped_ns > 0 or self.cut_off
 
     def warning(self, label: str) -> str | None:
         """One line for the user: which steps are left out and why (None when nothing is)."""
         if not self.incomplete and not self.clipped_ns:
             return None
         names = ", ".join(s.name for s in self.incomplete[:6]) + (" …" if len(self.incomplete) > 6 else "")
-        if not self.partial:
-            return f"{label}: {names}: {self.incomplete[0].detail}; left out of the step times"
         why = "the file is cut off mid-write" if self.cut_off else "the trace lacks the device side of work its CPU side issued"
         if self.clipped_ns:
             return (
@@ -129,7 +117,7 @@ class Coverage:
                 "the last recorded device activity; the accounting stops where the device record ends"
             )
         total = len(self.complete) + len(self.incomplete)
-        first = next(s for s in self.incomplete if not s.empty)
+        first = self.incomplete[0]
         return (
             f"{label}: partial trace ({why}): {len(self.incomplete)} of {total} steps are incomplete ({names}; "
             f"{first.name}: {first.detail}); they are left out of the step times, the breakdown and the findings"
@@ -169,11 +157,11 @@ def device_coverage(trace: Trace, windows: list[StepWindow]) -> Coverage:
     recorded = (iv.overlap_per_window(busy, ws, we) > 0) | (n_recorded > 0)
     reason = np.full(len(windows), "", dtype=object)
     reason[~recorded & (n_launch > 0)] = UNRECORDED
-    reason[~recorded & (ws >= dev_end)] = AFTER_RECORD
+    reason[~recorded & (ws >= dev_end) & ((n_launch > 0) | (n_ops > 0))] = AFTER_RECORD
     if recorded.any():
         last = int(np.flatnonzero(recorded)[-1])
         tail = np.arange(len(windows)) > last
-        lost = tail & (reason != "") & ((n_launch > 0) | (n_ops > 0))
+        lost = tail & (reason != "")
         if lost.any() and cpu_end[last] > dev_end and _short_record(n_recorded, recorded, last):
             reason[last] = RECORD_ENDS
     flagged = reason != ""

@@ -121,9 +121,8 @@ class RankAnalysis:
         return self.coverage is not None and self.coverage.partial
 
     def partial_warning(self) -> str | None:
-        """The warning of a partial trace: which steps are left out and why (None when it is whole; empty
-        steps at the end of a capture get a rank note only)."""
-        return self.coverage.warning(self.path.name) if self.coverage is not None and self.partial else None
+        """The warning of a partial trace: which steps are left out and why (None when none is)."""
+        return self.coverage.warning(self.path.name) if self.coverage is not None else None
 
     @property
     def primary(self) -> DeviceAccount:
