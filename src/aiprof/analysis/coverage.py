@@ -197,9 +197,7 @@ def _launch_rows(trace: Trace) -> I64:
 def _per_step_counts(trace: Trace, windows: list[StepWindow], launches: I64, gpu: I64) -> tuple[I64, I64, I64]:
     """Per window: launch calls in its CPU span, those with device activity, CPU ops in its CPU span."""
     c = trace.columns
-    launcher = links.launcher(trace)[gpu]
-    has_device = np.zeros(len(c), dtype=bool)
-    has_device[launcher[launcher >= 0]] = True
+    has_device = _launched_device_work(trace, gpu)
     cpu_start = np.array([w.cpu_start_ns for w in windows], dtype=np.int64)
     cpu_end = np.array([w.cpu_end_ns for w in windows], dtype=np.int64)
 
@@ -215,15 +213,24 @@ def _per_step_counts(trace: Trace, windows: list[StepWindow], launches: I64, gpu
     return count(launches), count(launches, recorded), count(trace.rows_of(Kind.CPU_OP))
 
 
+def _launched_device_work(trace: Trace, gpu: I64) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Per row: whether it is a launch call some recorded device activity is linked to."""
+    launcher = links.launcher(trace)[gpu]
+    out = np.zeros(len(trace.columns), dtype=bool)
+    out[launcher[launcher >= 0]] = True
+    return out
+
+
 def _clip_single(trace: Trace, base: Coverage, launches: I64) -> Coverage:
     """One window (the whole trace): stop it at the end of the device record when work after that end
-    was lost (launch calls after it, or CPU ops after it in a cut-off file)."""
+    was lost (launch calls after it without device activity, or CPU ops after it in a cut-off file)."""
     window = base.complete[0]
     dev_end = base.device_end_ns
     if window.end_ns <= dev_end or window.start_ns >= dev_end:
         return base
     c = trace.columns
-    late_launch = bool((c.ts[launches] >= dev_end).any())
+    unrecorded = launches[~_launched_device_work(trace, trace.rows_of(*GPU_WORK_KINDS))[launches]]
+    late_launch = bool((c.ts[unrecorded] >= dev_end).any())
     ops = trace.rows_of(Kind.CPU_OP)
     late_ops = base.cut_off and bool((c.ts[ops] >= dev_end).any())
     if not (late_launch or late_ops):
