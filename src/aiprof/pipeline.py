@@ -66,15 +66,24 @@ def diagnose_run(
     from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
 
     # The worker numbered its rank before the run's ranks were assigned: the final number is on ``r``.
-    per_rank = [
-        dataclasses.replace(Finding.from_dict(d), ranks=(r.rank,)) for r in run.ranks for d in r.extras.get("findings", [])
-    ]
+    per_rank = [_of_rank(Finding.from_dict(d), r) for r in run.ranks for d in r.extras.get("findings", [])]
     for r in run.ranks:
         r.notes.extend(r.extras.get("rule_notes", []))
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
     return [f.to_dict() for f in rank_findings(merged)]
+
+
+def _of_rank(f: Finding, rank: RankAnalysis) -> Finding:
+    """A rank's finding with the rank's final number; on a partial trace, the steps its numbers leave
+    out (no device record) are part of its evidence."""
+    if not rank.incomplete_steps:
+        return dataclasses.replace(f, ranks=(rank.rank,))
+    left_out = [s.name for s in rank.incomplete_steps]
+    evidence = {**f.evidence, "incomplete_steps_left_out": left_out}
+    note = f"computed from the steps with a device record; {len(left_out)} incomplete step(s) left out"
+    return dataclasses.replace(f, ranks=(rank.rank,), evidence=evidence, notes=(*f.notes, note))
 
 
 def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aiprof.analysis import forked
+from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
 from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
@@ -91,7 +92,8 @@ DEFAULT_SECTIONS: dict[str, Section] = {
 
 @dataclass
 class RankAnalysis:
-    """Everything aiprof computed for one rank."""
+    """Everything aiprof computed for one rank. ``windows`` and ``devices`` cover the steps the device
+    record covers; ``incomplete_steps`` are the steps of a partial trace left out of them (``coverage``)."""
 
     rank: int
     rank_source: str
@@ -106,6 +108,21 @@ class RankAnalysis:
     notes: list[str] = field(default_factory=list)
     # What a downstream layer (the diagnosis rules) computed from the trace while it was in memory.
     extras: dict[str, Any] = field(default_factory=dict)
+    coverage: Coverage | None = None
+
+    @property
+    def incomplete_steps(self) -> list[IncompleteStep]:
+        """Steps whose device side the trace does not hold (left out of ``windows`` and ``devices``)."""
+        return list(self.coverage.incomplete) if self.coverage is not None else []
+
+    @property
+    def partial(self) -> bool:
+        """Whether the trace is partial: cut off mid-write, or steps / time without their device side."""
+        return self.coverage is not None and self.coverage.partial
+
+    def partial_warning(self) -> str | None:
+        """The warning of a partial trace: which steps are left out and why (None when none is)."""
+        return self.coverage.warning(self.path.name) if self.coverage is not None else None
 
     @property
     def primary(self) -> DeviceAccount:
@@ -143,8 +160,10 @@ def analyze_trace(
     ``extras`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
     are computed in a forked copy of this process meanwhile (same results; done here if the child
     fails)."""
-    windows = step_windows(trace)
+    coverage = device_coverage(trace, step_windows(trace))
+    windows = coverage.complete
     devices = account(trace, windows)
+    coverage_note = coverage.warning(trace.path.name)
     result = RankAnalysis(
         rank=trace.rank,
         rank_source=trace.rank_source,
@@ -155,7 +174,8 @@ def analyze_trace(
         event_count=trace.event_count,
         windows=windows,
         devices=devices,
-        notes=list(trace.warnings) + _notes(trace),
+        notes=list(trace.warnings) + _notes(trace) + ([coverage_note] if coverage_note else []),
+        coverage=coverage,
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
@@ -195,7 +215,9 @@ def analyze(loaded: Trace | RunSet, sections: dict[str, Section] | None = None) 
     """Analyse what :func:`aiprof.load` returned."""
     traces = [loaded] if isinstance(loaded, Trace) else list(loaded.traces)
     warnings = [] if isinstance(loaded, Trace) else list(loaded.warnings)
-    return RunAnalysis([analyze_trace(t, sections) for t in traces], [str(t.path) for t in traces], warnings)
+    ranks = [analyze_trace(t, sections) for t in traces]
+    warnings += [w for r in ranks if (w := r.partial_warning())]
+    return RunAnalysis(ranks, [str(t.path) for t in traces], warnings)
 
 
 def _notes(trace: Trace) -> list[str]:
@@ -241,6 +263,7 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
         if tolerate:
             return _Loaded(path, {}, 0, "file order", None, str(err), [])
         raise
+    assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
     analysis = analyze_trace(trace, hook=hook, fork=True)
     loaded = _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
     # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
@@ -273,11 +296,12 @@ def analyze_paths(
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
-    notes = assign_ranks(loaded) if len(loaded) > 1 else []
+    notes = assign_ranks(loaded)  # one file too: a lone rank-34 trace is rank 34
     ranks: list[RankAnalysis] = []
     for item in sorted(loaded, key=lambda r: r.rank):
         assert item.analysis is not None
         item.analysis.rank, item.analysis.rank_source = item.rank, item.rank_source
         ranks.append(item.analysis)
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
+    warnings += [w for r in ranks if (w := r.partial_warning())]
     return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)

@@ -111,9 +111,10 @@ class AnalyzeCommand:
             print(f"aiprof: warning: {warning}", file=sys.stderr)
         if args.rank:
             wanted = set(args.rank)
+            present = [r.rank for r in run.ranks]
             run.ranks = [r for r in run.ranks if r.rank in wanted]
             if not run.ranks:
-                raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {_ranks(args.paths)}")
+                raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {_ranks(present)}")
         if args.rank:
             findings = [f for f in findings if not f.get("ranks") or set(f["ranks"]) & set(args.rank)]
         doc = build_document(run, findings)
@@ -167,8 +168,9 @@ def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool
     return TerminalRenderer(width=max(width, 60), is_tty=is_tty).render(doc)
 
 
-def _ranks(paths: list[str]) -> str:
-    return "see `aiprof analyze " + " ".join(paths) + "`"
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:16])
+    return shown + (f" … ({len(ranks)} ranks)" if len(ranks) > 16 else "")
 
 
 def _check_writable(path: Path) -> None:

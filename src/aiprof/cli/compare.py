@@ -44,6 +44,8 @@ class CompareCommand:
         if args.output is not None:
             _check_writable(args.output)
         cmp = compare_documents(document_for(args.before), document_for(args.after))
+        for warning in cmp.get("warnings") or []:  # a partial or salvaged input is said, not dropped
+            print(f"aiprof: warning: {warning}", file=sys.stderr)
         is_tty = args.output is None and sys.stdout.isatty()
         width = args.width or (min(os.get_terminal_size().columns, 100) if is_tty else 80)
         text = render_comparison(cmp, fmt, width=max(width, 60), is_tty=is_tty)

@@ -29,6 +29,8 @@ class ExportCommand:
             raise AiprofError(f"{out.name}: the merged trace must end in .json or .json.gz")
         _check_writable(out)
         doc = analyse_to_document(list(args.paths))
+        for warning in doc.get("warnings") or []:  # what `aiprof analyze` says about these traces, said here too
+            print(f"aiprof: warning: {warning}", file=sys.stderr)
         try:
             raws = [read_raw_trace(Path(r["path"])) for r in doc["ranks"]]
         except (OSError, ValueError) as err:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiprof.analysis.timeline import BUCKETS
+
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
@@ -35,6 +37,51 @@ def fmt_bytes(n: float) -> str:
 def util_label(doc: dict[str, Any]) -> str:
     """CPU-only traces are accounted on the CPU: say "CPU busy", not "GPU utilization"."""
     return "GPU utilization" if doc.get("summary", {}).get("device_kind") == "gpu" else "CPU busy"
+
+
+def is_cpu(doc_or_rank: dict[str, Any]) -> bool:
+    """A CPU-only report (or rank): accounted on the CPU, so no device words (copies, memsets, GPU)."""
+    if "summary" in doc_or_rank:
+        return bool(doc_or_rank.get("summary", {}).get("device_kind") == "cpu")
+    return str(doc_or_rank.get("primary_device", "")) == "cpu"
+
+
+def buckets(doc_or_rank: dict[str, Any]) -> tuple[str, ...]:
+    """The buckets worth a row: a CPU has no copy engines, so ``memcpy`` and ``memset`` (always 0 there)
+    are left out of CPU-only reports."""
+    if is_cpu(doc_or_rank):
+        return tuple(b for b in BUCKETS if b not in ("memcpy", "memset"))
+    return BUCKETS
+
+
+def partial_note(doc: dict[str, Any]) -> str | None:
+    """The summary's sentence for a partial run (None when the run is whole), with the steps left out."""
+    note = doc.get("summary", {}).get("partial_note")
+    if not note:
+        return None
+    names = [str(s.get("name")) for r in doc.get("ranks") or [] for s in r.get("incomplete_steps") or []]
+    if names:
+        note += " Left out: " + ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") + "."
+    return str(note)
+
+
+def notes(doc: dict[str, Any], focus: dict[str, Any] | None = None) -> list[str]:
+    """The run's warnings, then the rank notes (the focus rank's only when given), each once: a load
+    warning is both a rank note and a run warning."""
+    ranks = [focus] if focus is not None else list(doc.get("ranks") or [])
+    multi = focus is None and len(ranks) > 1
+    out: list[str] = []
+    seen: set[str] = set()
+    for note in doc.get("warnings") or []:
+        if str(note) not in seen:
+            seen.add(str(note))
+            out.append(str(note))
+    for r in ranks:
+        for note in r.get("notes") or []:
+            if str(note) not in seen:
+                seen.add(str(note))
+                out.append(f"rank {r['rank']}: {note}" if multi else str(note))
+    return out
 
 
 def focus_rank(doc: dict[str, Any]) -> dict[str, Any]:

@@ -100,8 +100,39 @@ def compare_documents(before: dict[str, Any], after: dict[str, Any], noise_pct: 
         "ops": _op_deltas(before, after),
         "kernels": _kernel_deltas(before, after),
         "findings": _finding_changes(before, after),
-        "verdict": _verdict(step, util, noise_pct),
+        "verdict": _verdict(step, util, noise_pct, _partial_sides(before, after)),
+        "partial": bool(_partial_sides(before, after)),
+        "warnings": _warnings(before, after),
     }
+
+
+def _is_partial(doc: dict[str, Any]) -> bool:
+    """A partial report (``summary.partial``; a report written before that key existed: any rank marked)."""
+    summary = doc.get("summary") or {}
+    if "partial" in summary:
+        return bool(summary["partial"])
+    return any((r.get("coverage") or {}).get("partial") for r in doc.get("ranks") or [])
+
+
+def _partial_sides(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return [name for name, doc in (("BEFORE", before), ("AFTER", after)) if _is_partial(doc)]
+
+
+def _warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Each side's warnings (salvaged files, incomplete steps, skipped files…), labelled, each once: what
+    `aiprof analyze` said about either input still holds for the comparison. A partial side without a
+    warning (a report from an older aiprof) gets its summary's sentence instead."""
+    out: list[str] = []
+    for name, doc in (("before", before), ("after", after)):
+        texts = [str(w) for w in doc.get("warnings") or []]
+        note = (doc.get("summary") or {}).get("partial_note")
+        if note and not any("partial" in t for t in texts):
+            texts.insert(0, str(note))
+        for text in texts:
+            line = f"{name}: {text}"
+            if line not in out:
+                out.append(line)
+    return out
 
 
 def _mean_step(doc: dict[str, Any]) -> int:
@@ -116,6 +147,8 @@ def _side(doc: dict[str, Any]) -> dict[str, Any]:
         "summary": dict(doc["summary"]),
         "schema_version": doc.get("schema_version"),
         "device": doc["ranks"][0].get("primary_device") if doc.get("ranks") else None,
+        "partial": _is_partial(doc),
+        "warnings": [str(w) for w in doc.get("warnings") or []],
     }
 
 
@@ -258,7 +291,7 @@ def _finding_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str,
     }
 
 
-def _verdict(step: dict[str, Any], util: dict[str, float], noise_pct: float) -> dict[str, Any]:
+def _verdict(step: dict[str, Any], util: dict[str, float], noise_pct: float, partial: Sequence[str] = ()) -> dict[str, Any]:
     pct = float(step["delta_pct"])
     if pct < -noise_pct:
         result = "faster"
@@ -274,8 +307,15 @@ def _verdict(step: dict[str, Any], util: dict[str, float], noise_pct: float) -> 
         "slower": f"AFTER is slower: median step {fmt_ms(step['before'])} → {fmt_ms(step['after'])} ({pct:+.1f}%)",
         "unchanged": f"No change beyond noise (±{noise_pct:g}%): median step {fmt_ms(step['before'])} → {fmt_ms(step['after'])} ({pct:+.1f}%)",
     }[result]
+    caveat = None
+    if partial:
+        caveat = (
+            f"{' and '.join(partial)} {'is a partial trace' if len(partial) == 1 else 'are partial traces'}: "
+            "the numbers compare only the steps whose device side was recorded"
+        )
     return {
         "result": result,
+        "caveat": caveat,
         "step_time_delta_pct": pct,
         "speedup": None if speedup is None else round(speedup, 4),
         "utilization_delta": round(util["delta"], 6),

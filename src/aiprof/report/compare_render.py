@@ -71,6 +71,8 @@ def _terminal(cmp: dict[str, Any], width: int, is_tty: bool) -> str:
                       color_system="standard" if is_tty else None, highlight=False, emoji=False)
     v = cmp["verdict"]
     console.print(Text(v["text"], style=_RESULT_STYLE.get(v["result"], "bold")))
+    if v.get("caveat"):
+        console.print(Text(str(v["caveat"]), style="bold yellow"))
     for side in ("before", "after"):
         console.print(Text(f"  {side + ':':<7} {_sources(cmp[side])}", style="dim"), no_wrap=True, overflow="ellipsis")
     console.print()
@@ -99,6 +101,11 @@ def _terminal(cmp: dict[str, Any], width: int, is_tty: bool) -> str:
         for r in rows:
             t.add_row(_status_name(r), fmt_ms(r["before_ns_per_step"]), fmt_ms(r["after_ns_per_step"]), _signed_ms(r["delta_ns_per_step"]))
         console.print(t)
+    warnings = cmp.get("warnings") or []
+    if warnings:
+        console.print()
+    for note in warnings:
+        console.print(Text(f"note: {note}", style="yellow"))
     return buf.getvalue()
 
 
@@ -123,6 +130,8 @@ def _md_cell(text: object) -> str:
 def _markdown(cmp: dict[str, Any]) -> str:
     v = cmp["verdict"]
     lines = [f"## aiprof compare: {v['result']}", "", f"**{_md_cell(v['text'])}**", ""]
+    if v.get("caveat"):
+        lines += [f"> **{_md_cell(v['caveat'])}**", ""]
     lines += ["| per step | before | after | change | % |", "|---|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in _rows(cmp)]
     finding_lines = _finding_lines(cmp)
@@ -136,6 +145,8 @@ def _markdown(cmp: dict[str, Any]) -> str:
             f"| {_md_cell(_status_name(r))} | {fmt_ms(r['before_ns_per_step'])} | {fmt_ms(r['after_ns_per_step'])} | {_signed_ms(r['delta_ns_per_step'])} |"
             for r in rows
         ]
+    if cmp.get("warnings"):
+        lines += ["", "Notes:", ""] + [f"- {_md_cell(n)}" for n in cmp["warnings"]]
     lines += ["", f"<sub>before: {_md_cell(_sources(cmp['before']))}; after: {_md_cell(_sources(cmp['after']))}; {_md_cell(cmp['generator'])}</sub>", ""]
     return "\n".join(lines)
 
@@ -156,7 +167,8 @@ def _html(cmp: dict[str, Any]) -> str:
     )
     findings = "".join(f"<li><b>{esc(s)}</b>: {esc(t)}</li>" for s, t in _finding_lines(cmp))
     parts = [
-        f"<h1>aiprof compare: {esc(v['result'])}</h1><p class=saving>{esc(v['text'])}</p>",
+        f"<h1>aiprof compare: {esc(v['result'])}</h1><p class=saving>{esc(v['text'])}</p>"
+        + (f'<div class="partial" role="alert">{esc(v["caveat"])}</div>' if v.get("caveat") else ""),
         f"<div class=mute>before: <code>{esc(_sources(cmp['before']))}</code><br>after: <code>{esc(_sources(cmp['after']))}</code></div>",
         "<h2>Mean step, before and after</h2>" + bars,
         "<h2>Per step</h2><table><thead><tr><th></th><th>before</th><th>after</th><th>change</th><th>%</th></tr></thead><tbody>" + table + "</tbody></table>",
@@ -172,6 +184,8 @@ def _html(cmp: dict[str, Any]) -> str:
                 for r in rows
             )
             parts.append(f"<h2>{esc(title)} (per step)</h2><table><thead><tr><th>name</th><th>before</th><th>after</th><th>change</th></tr></thead><tbody>{body}</tbody></table>")
+    if cmp.get("warnings"):
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in cmp["warnings"]) + "</ul>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'

@@ -51,6 +51,9 @@ def _rank(r: RankAnalysis) -> dict[str, Any]:
         "steps": [s.to_dict() for s in primary.steps],
         "totals": primary.totals,
         "notes": list(r.notes),
+        # A partial trace: the steps left out of the numbers above, and the span the device record covers.
+        "incomplete_steps": [s.to_dict() for s in r.incomplete_steps],
+        "coverage": r.coverage.to_dict() if r.coverage is not None else {"partial": False},
     }
     for key, value in r.sections.items():
         out[key] = value
@@ -71,7 +74,31 @@ def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "gpu_utilization": statistics.fmean(utils),
         "slowest_rank": slowest["rank"],
         "device_kind": "gpu" if any(r["primary_device"] != "cpu" for r in ranks) else "cpu",
+        **_partial(ranks),
     }
+
+
+def _partial(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Whether the run is partial (a trace cut off mid-write, or steps without their device side), how many
+    steps were left out, and one sentence that says so (None when the run is whole)."""
+    partial = [r for r in ranks if r.get("coverage", {}).get("partial")]
+    left_out = sum(len(r.get("incomplete_steps") or []) for r in ranks)
+    if not partial:
+        return {"partial": False, "incomplete_step_count": left_out, "partial_note": None}
+    cut = [r for r in partial if r["coverage"].get("cut_off")]
+    who = "" if len(ranks) == 1 else f" on rank(s) {', '.join(str(r['rank']) for r in partial[:8])}"
+    why = "the trace is cut off mid-write" if cut else "the trace lacks the device side of some steps"
+    if left_out:
+        analysed = sum(int(r["totals"]["steps"]) for r in partial)
+        what = (
+            f"{left_out} of {left_out + analysed} steps{who} have no recorded device activity and are left out "
+            "of every number and finding"
+        )
+    elif any(r["coverage"].get("clipped_ns") for r in partial):
+        what = f"the accounting{who} stops where the device record ends"
+    else:
+        what = f"every step{who} is covered by the device record, but events after the cut are missing"
+    return {"partial": True, "incomplete_step_count": left_out, "partial_note": f"Partial run: {why}; {what}."}
 
 
 def mean_per_step(totals: dict[str, Any], key: str) -> dict[str, float]:

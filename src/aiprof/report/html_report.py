@@ -40,6 +40,7 @@ nav{font-size:.9em;color:var(--mute)}nav a{color:inherit;margin-right:.9em}
 .kpi b{display:block;font-size:1.35em}.kpi span{color:var(--mute);font-size:.85em}
 .mute{color:var(--mute)}code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
 code{overflow-wrap:anywhere}pre{background:var(--card);padding:.6em .8em;border-radius:6px;overflow-x:auto;white-space:pre-wrap}
+.partial{border-left:4px solid var(--medium);background:var(--card);border-radius:6px;padding:.6em 1em;margin:.8em 0;font-weight:600}
 .finding{background:var(--card);border-left:4px solid var(--info);border-radius:6px;padding:.7em 1em;margin:.8em 0}
 .finding.high{border-color:var(--high)}.finding.medium{border-color:var(--medium)}.finding.low{border-color:var(--low)}
 .sev{font-size:.75em;font-weight:700;text-transform:uppercase;letter-spacing:.05em;margin-right:.5em}
@@ -145,8 +146,11 @@ class HtmlRenderer:
         sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc["sources"][:4])
         if len(doc["sources"]) > 4:
             sources += f'<div class="mute">… and {len(doc["sources"]) - 4} more</div>'
+        partial = c.partial_note(doc)
         return (
-            f"<h1>aiprof · {esc(device)}</h1>{sources}<div class=kpis>"
+            f"<h1>aiprof · {esc(device)}</h1>{sources}"
+            + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
+            + "<div class=kpis>"
             + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)
             + "</div>"
         )
@@ -199,16 +203,17 @@ class HtmlRenderer:
         mean = c.mean_step_ns(rank["totals"])
         table = _table(
             ["bucket", "mean per step", "share"],
-            [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in BUCKETS],
+            [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
         )
         who = f"rank {rank['rank']}, " if multi else ""
         more = f'<p class="mute">first 60 of {len(steps)} steps</p>' if len(steps) > 60 else ""
         return (
             f'<p class="mute">{esc(who + rank["primary_device"])}: every nanosecond of each step window in exactly one bucket.</p>'
-            + _legend()
+            + _legend(c.buckets(rank))
             + svg.stacked_rows(rows, BUCKETS)
             + more
             + table
+            + _incomplete(rank)
         )
 
     def _idle(self, rank: dict[str, Any]) -> str:
@@ -218,8 +223,13 @@ class HtmlRenderer:
         if not present:
             return ""
         rows = [(k, {k: causes[k]}, mean, f"{fmt_ms(causes[k])} · {fmt_pct(causes[k] / max(mean, 1))}") for k in present]
+        what = (
+            "What the process was doing outside CPU ops"
+            if c.is_cpu(rank)
+            else "What the host was doing while the device sat idle"
+        )
         return (
-            '<p class="mute">What the host was doing while the device sat idle (mean per step; bars are to the scale of a whole step).</p>'
+            f'<p class="mute">{what} (mean per step; bars are to the scale of a whole step).</p>'
             + svg.stacked_rows([(k, p, mean, r) for k, p, _, r in rows], IDLE_CAUSES, value_w=150)
         )
 
@@ -243,8 +253,11 @@ class HtmlRenderer:
         if not strips or span is None:
             return ""
         total = int(span["end_ns"]) - int(span["start_ns"])
+        where = "CPU" if c.is_cpu(doc) else "device"
         note = (
-            "Each rank's primary device over its own analysed span" if multi else "Each device over the analysed steps"
+            f"Each rank's primary {where} over its own analysed span"
+            if multi
+            else ("The CPU over the analysed steps" if c.is_cpu(doc) else "Each device over the analysed steps")
         ) + "; bars show the share of each time bin; thin lines are step boundaries."
         return (
             f'<p class="mute">{esc(note)}</p>'
@@ -477,9 +490,7 @@ class HtmlRenderer:
         return out
 
     def _notes(self, doc: dict[str, Any]) -> str:
-        notes = list(doc.get("warnings") or [])
-        for r in doc["ranks"]:
-            notes += [f"rank {r['rank']}: {n}" if len(doc["ranks"]) > 1 else str(n) for n in r.get("notes") or []]
+        notes = c.notes(doc)
         if not notes:
             return ""
         shown = notes[:50]
@@ -549,11 +560,21 @@ def _ranks(keys: list[Any]) -> list[int]:
     return out
 
 
-def _legend() -> str:
+def _legend(shown: Sequence[str] | None = None) -> str:
+    kept = [b for b in _LEGEND_BUCKETS if shown is None or b in shown]
+    return '<div class="legend">' + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in kept) + "</div>"
+
+
+def _incomplete(rank: dict[str, Any]) -> str:
+    """The steps of a partial trace left out of the numbers, each with the reason."""
+    steps = [s for s in rank.get("incomplete_steps") or [] if isinstance(s, dict)]
+    if not steps:
+        return ""
+    rows = [[esc(s.get("name")), fmt_ms(s.get("duration_ns") or 0), esc(s.get("detail", s.get("reason")))] for s in steps[:60]]
     return (
-        '<div class="legend">'
-        + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in _LEGEND_BUCKETS)
-        + "</div>"
+        f'<p class="mute">{len(steps)} incomplete step(s): the trace holds their CPU side but not their device side, '
+        "so they are left out of every number above and of the findings.</p>"
+        + _table(["incomplete step", "window", "why"], rows)
     )
 
 

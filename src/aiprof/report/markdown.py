@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.analysis.timeline import IDLE_CAUSES
 from aiprof.report.document import mean_per_step
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
@@ -26,21 +26,25 @@ class MarkdownRenderer:
             + (f", slowest rank {s['slowest_rank']}" if s["rank_count"] > 1 else "")
             + "."
         )
+        partial = common.partial_note(doc)
+        if partial:
+            lines += ["", f"> **{_cell(partial)}**"]
         lines.append("")
-        lines.append("| rank | device | median step | " + " | ".join(BUCKETS) + " | top idle cause |")
-        lines.append("|---:|---|---:|" + "---:|" * len(BUCKETS) + "---|")
+        buckets = common.buckets(doc)
+        lines.append("| rank | device | median step | " + " | ".join(buckets) + " | top idle cause |")
+        lines.append("|---:|---|---:|" + "---:|" * len(buckets) + "---|")
         for r in doc["ranks"]:
             t = r["totals"]
             per = mean_per_step(t, "breakdown_ns")
             causes = mean_per_step(t, "idle_causes_ns")
             top = max(IDLE_CAUSES, key=lambda k: causes[k])
             cells = [str(r["rank"]), _cell(r["primary_device"]), fmt_ms(t["median_step_ns"])]
-            cells += [fmt_ms(per[b]) for b in BUCKETS]
+            cells += [fmt_ms(per[b]) for b in buckets]
             cells.append(f"{top} ({fmt_ms(causes[top])})" if causes[top] > 0 else "-")
             lines.append("| " + " | ".join(cells) + " |")
         lines += _findings(doc)
         lines += _top_tables(common.focus_rank(doc), len(doc["ranks"]) > 1)
-        notes = doc.get("warnings", []) + [n for r in doc["ranks"] for n in r.get("notes", [])]
+        notes = common.notes(doc)
         if notes:
             lines += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in notes]
         lines += ["", f"<sub>{_cell(doc['generator'])}, report schema {doc['schema_version']}</sub>", ""]

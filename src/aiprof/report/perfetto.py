@@ -21,16 +21,41 @@ TELEMETRY_PID = 999_999_002
 
 
 def read_raw_trace(path: Path) -> dict[str, Any]:
-    """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list)."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    raw = msgspec.json.decode(data)
+    """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
+    to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
+    analysis read it: its complete events and the header fields written before them."""
+    try:
+        data = path.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        raw = msgspec.json.decode(data)
+    except (EOFError, OSError, ValueError, msgspec.DecodeError):
+        return _salvaged_raw_trace(path)
     if isinstance(raw, list):
         return {"traceEvents": raw}
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a trace")
     return raw
+
+
+def _salvaged_raw_trace(path: Path) -> dict[str, Any]:
+    """The loader's slow path (``trace.loader.decode``): every complete event before a cut, as dicts."""
+    from aiprof.errors import TraceError
+    from aiprof.trace.loader import decode, read_bytes
+
+    try:
+        data, _ = read_bytes(path)
+        salvaged = decode(path, data)
+    except TraceError as err:
+        raise ValueError(str(err)) from None
+    events: list[Any] = []
+    for item in salvaged.events:
+        try:
+            events.append(msgspec.json.decode(item))
+        except msgspec.DecodeError:
+            continue
+    header = {k: v for k, v in msgspec.structs.asdict(salvaged.header).items() if v is not None}
+    return {**header, "traceEvents": events}
 
 
 def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -62,7 +87,15 @@ def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, A
     out = {k: v for k, v in (raws[0] if raws else {}).items() if k not in ("traceEvents",)}
     out["baseTimeNanoseconds"] = base
     out["traceEvents"] = events
-    out["aiprof"] = {"generator": doc.get("generator"), "sources": doc.get("sources"), "findings": len(doc.get("findings") or [])}
+    summary = doc.get("summary") or {}
+    out["aiprof"] = {
+        "generator": doc.get("generator"),
+        "sources": doc.get("sources"),
+        "findings": len(doc.get("findings") or []),
+        "partial": bool(summary.get("partial")),
+        "partial_note": summary.get("partial_note"),
+        "warnings": list(doc.get("warnings") or []),
+    }
     return out
 
 
@@ -79,6 +112,12 @@ def _steps(rank: dict[str, Any], shift_us: float, multi: bool) -> list[dict[str,
         out.append(
             {"ph": "X", "cat": "aiprof", "name": f"{s['name']} · {fmt_ms(s['duration_ns'])}", "pid": ANNOTATION_PID, "tid": tid,
              "ts": s["start_ns"] / 1000.0 + shift_us, "dur": s["duration_ns"] / 1000.0, "args": args}
+        )
+    for s in rank.get("incomplete_steps") or []:  # a partial trace: no device side, left out of the numbers
+        out.append(
+            {"ph": "X", "cat": "aiprof.incomplete", "name": f"{s['name']} · incomplete (no device record)",
+             "pid": ANNOTATION_PID, "tid": tid, "ts": s["start_ns"] / 1000.0 + shift_us, "dur": s["duration_ns"] / 1000.0,
+             "args": {"why": s.get("detail", s.get("reason")), "left out of the numbers": True}}
         )
     return out
 

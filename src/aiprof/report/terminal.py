@@ -65,6 +65,9 @@ class TerminalRenderer:
             console.print(Text(f"  {_short_path(source)}", style="dim"))
         if len(doc["sources"]) > 3:
             console.print(Text(f"  … and {len(doc['sources']) - 3} more", style="dim"))
+        partial = common.partial_note(doc)
+        if partial:
+            console.print(Text(partial, style="bold yellow"))
         if len(ranks) > 1:
             console.print()
             console.print(
@@ -78,7 +81,7 @@ class TerminalRenderer:
         console.print()
         self._findings(console, doc)
         self._sections(console, focus)
-        for note in focus.get("notes", []) + doc.get("warnings", []):
+        for note in common.notes(doc, focus):
             console.print(Text(f"note: {note}", style="yellow"))
 
     def _headline(self, doc: dict[str, Any]) -> str:
@@ -134,7 +137,7 @@ class TerminalRenderer:
         table.add_column("time", justify="right")
         table.add_column("share", justify="right")
         table.add_column("bar")
-        for bucket in BUCKETS:
+        for bucket in common.buckets(rank):
             share = per_step[bucket] / mean
             table.add_row(bucket, fmt_ms(per_step[bucket]), f"{100 * share:.1f}%", _bar(share, _BUCKET_STYLE[bucket]))
         console.print(table)

@@ -133,6 +133,16 @@ class RawTrace:
     warnings: list[str]
 
 
+# The words of the salvage warnings: a trace that carries one is partial (``is_cut_off``).
+GZIP_TRUNCATED = "gzip stream is truncated"
+CUT_OFF = "cut off mid-write"
+
+
+def is_cut_off(warnings: Sequence[str]) -> bool:
+    """Whether a trace's load warnings say its file was cut off and salvaged (only a prefix was read)."""
+    return any(CUT_OFF in w or GZIP_TRUNCATED in w for w in warnings)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Reading bytes
 # ---------------------------------------------------------------------------------------------------
@@ -164,7 +174,7 @@ def _gunzip(path: Path, data: bytes) -> tuple[bytes, list[str]]:
         return out, []
     if not out:
         raise TraceError(f"{path}: the gzip file is truncated before any data; re-copy or re-record the trace")
-    note = f"{path.name}: the gzip stream is truncated ({len(data):,} compressed bytes); salvaging what it holds"
+    note = f"{path.name}: the {GZIP_TRUNCATED} ({len(data):,} compressed bytes); salvaging what it holds"
     return out, [note]
 
 
@@ -314,7 +324,7 @@ def _salvage_truncated(path: Path, data: bytes, start: int) -> RawTrace | None:
         header = _salvage_header(path, data[:begin]) if key >= 0 else TraceFile()
         pct = 100.0 * (end + 1) / len(data)
         note = (
-            f"{path.name}: the trace is cut off mid-write; salvaged {len(events):,} complete events "
+            f"{path.name}: the trace is {CUT_OFF}; salvaged {len(events):,} complete events "
             f"({pct:.1f}% of {len(data):,} bytes); results cover only what was recorded before the cut"
         )
         return RawTrace(events, header, [note])
@@ -1042,4 +1052,4 @@ def file_size(path: Path) -> int:
         return 0
 
 
-__all__ = ["RawTrace", "decode", "file_size", "load_file", "read_bytes"]
+__all__ = ["RawTrace", "decode", "file_size", "is_cut_off", "load_file", "read_bytes"]

@@ -1,6 +1,7 @@
 """Find the trace files behind a path, load them (in parallel processes when there are several), and
 number the ranks: from ``distributedInfo``, else from the file name, else by file order. Two files that
-claim the same rank are never merged: they are numbered by file order and a warning says so.
+claim the same rank are never merged: they are numbered by file order and a warning says so. A single
+file is numbered the same way (a lone ``rank-34`` trace is rank 34, never 0).
 """
 
 from __future__ import annotations
@@ -99,11 +100,11 @@ def load_paths(
     for trace in traces:
         for note in trace.warnings:
             warnings.warn(note, AiprofWarning, stacklevel=2)
-    if single_file:
-        return traces[0]
-    notes = assign_ranks(traces)
+    notes = assign_ranks(traces)  # one file too: a lone rank-34 trace is rank 34, as in its folder
     for note in notes:
         warnings.warn(note, AiprofWarning, stacklevel=2)
+    if single_file:
+        return traces[0]
     root = Path(paths[0]) if len(paths) == 1 else None
     return RunSet(sorted(traces, key=lambda t: t.rank), root=root, warnings=notes + skipped)
 
