@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.rules import comm, fusion, gpu_kernels, idle, memory, steps, telemetry
+from aiprof.rules import coldstart, comm, fusion, gpu_kernels, idle, memory, steps, telemetry
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
@@ -17,6 +17,7 @@ RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 
 DEFAULT_RANK_RULES: list[RankRule] = [
+    coldstart.cold_start,
     steps.graph_trace_incomplete,
     idle.data_loading,
     idle.host_bound,
@@ -42,7 +43,7 @@ DEFAULT_RANK_RULES: list[RankRule] = [
 DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
 
 # Rules whose finding explains others or flags a risk, with no time saving of its own.
-ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete"}
+ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "cold_start"}
 
 # Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
 IDLE_RULES = {"host_bound", "launch_bound"}
@@ -63,6 +64,8 @@ def diagnose_rank(
     findings: list[Finding] = []
     notes: list[str] = []
     for rule in rules if rules is not None else DEFAULT_RANK_RULES:
+        if rule.__name__ not in ZERO_SAVING_RULES and _cold_start_only(ctx):
+            continue  # nothing but one-time costs: no steady state for the other rules to judge
         if rule.__name__ in IDLE_RULES and _hides_kernels(findings):
             notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: graph replays hide kernels, idle is not real")
             continue
@@ -79,6 +82,10 @@ def diagnose_rank(
                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
     ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
+
+
+def _cold_start_only(ctx: RankContext) -> bool:
+    return not ctx.steps and bool(ctx.one_time_costs)
 
 
 def _hides_kernels(findings: list[Finding]) -> bool:
