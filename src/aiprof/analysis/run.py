@@ -15,7 +15,7 @@ from typing import Any
 
 from aiprof.analysis import forked
 from aiprof.analysis.overview import timeline_overview
-from aiprof.analysis.steps import StepWindow, step_windows
+from aiprof.analysis.steps import StepWindow, step_source, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
@@ -106,6 +106,12 @@ class RankAnalysis:
     notes: list[str] = field(default_factory=list)
     # What a downstream layer (the diagnosis rules) computed from the trace while it was in memory.
     extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_source(self) -> str:
+        """The marker the step windows come from ("ProfilerStep", "Optimizer.step", "DataLoader",
+        "module forward <name>", "annotation <name>", "whole trace")."""
+        return step_source(self.windows)
 
     @property
     def primary(self) -> DeviceAccount:

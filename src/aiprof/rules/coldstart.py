@@ -42,6 +42,10 @@ _CONTEXT = (
     r"|hipInit|hipGetDeviceCount|hipSetDevice|hipGetDeviceProperties|hipStreamCreate|hipFree$|hipMalloc"
     r"|hipDeviceGetStreamPriorityRange|cudaDriverGetVersion|cudaRuntimeGetVersion)"
 )
+_CONTEXT_ONLY = (
+    r"^(cuInit|cuCtxCreate|cuDevicePrimaryCtxRetain|cudaGetDeviceCount|cudaSetDevice|cudaDeviceGetStreamPriorityRange"
+    r"|hipInit|hipGetDeviceCount|hipSetDevice|hipDeviceGetStreamPriorityRange)"
+)
 _LAUNCH = r"Launch"
 _WAITS = r"(Synchronize|Memcpy|StreamWait|EventQuery|Wait)"
 _GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
@@ -181,13 +185,15 @@ def _first_kernel_launch(trace: Trace, calls: I64) -> np.ndarray:
 
 
 def _kind_of(trace: Trace, rt: I64, row: int, first_launch: bool) -> str:
+    """The process's first runtime call creates the context, whatever it is; a kernel's first launch
+    loads its module; other first calls initialise a library (cuBLAS/cuDNN handles, streams, pools)."""
     c = trace.columns
     one = np.array([row])
+    same_process = rt[c.pid[rt] == c.pid[row]]
+    if int(same_process[0]) == row or trace.name_matches(one, _CONTEXT_ONLY)[0]:
+        return "context creation"
     if trace.name_matches(one, _MODULE_LOADING)[0] or first_launch:
         return "module loading"
-    same_process = rt[c.pid[rt] == c.pid[row]]
-    if int(same_process[0]) == row or trace.name_matches(one, r"^(cuInit|cuCtxCreate|cudaGetDeviceCount|cudaSetDevice|cudaDeviceGetStreamPriorityRange|hipInit|hipGetDeviceCount|hipSetDevice|hipDeviceGetStreamPriorityRange)")[0]:
-        return "context creation"
     return "library initialisation"
 
 
