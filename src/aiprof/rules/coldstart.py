@@ -13,6 +13,7 @@ and :func:`cold_start` reports them, with no saving: they are paid once per proc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
 STALL_MIN_NS = 10_000_000  # a runtime call shorter than this is not worth calling a stall
+OP_STALL_MIN_NS = 50_000_000  # a first op this long with the device idle is initialisation, not a big input
 FAMILY_MIN_NS = 1_000_000  # module loading / context calls: one-time by nature, reported from 1 ms
 OUTLIER_RATIO = 20.0  # a stall takes this many times the median call of its name (or of all calls)
 MAX_BUSY_SHARE = 0.5  # the device did nothing during most of the stall
@@ -95,7 +97,7 @@ def _stalled_calls(trace: Trace, windows: list[StepWindow]) -> list[OneTimeCost]
         return []
     family = trace.name_matches(rt, _MODULE_LOADING) | trace.name_matches(rt, _CONTEXT)
     cand = rt[(c.dur[rt] >= STALL_MIN_NS) | (family & (c.dur[rt] >= FAMILY_MIN_NS))]
-    if cand.size == 0 or cand.size > 1000:  # thousands of long calls are the steady state, not a start
+    if cand.size == 0 or cand.size > 1000:  # a thousand long calls are the steady state, not a start
         return []
     cand = cand[_device_idle_during(trace, cand) & ~_waits_for_device(trace, rt, cand)]
     overall = float(arrays.median(c.dur[rt]))
@@ -103,17 +105,18 @@ def _stalled_calls(trace: Trace, windows: list[StepWindow]) -> list[OneTimeCost]
     multi = len(windows) > 1
     first_end = windows[0].end_ns if windows else 0
     first_launch = _first_kernel_launch(trace, cand)
+    groups = _same_name_groups(trace, rt)
     out: list[OneTimeCost] = []
     for i, row in enumerate(cand.tolist()):
         long_calls, median = medians[int(c.name[row])]
         baseline = overall if median < 0 else median
         if c.dur[row] < OUTLIER_RATIO * max(baseline, 1.0):
             continue
-        if multi:
-            one_time = int(c.ts[row]) < first_end
+        if multi:  # in the first step, and never again: a copy as long in every step is the step's own
+            one_time = int(c.ts[row]) < first_end and not _comes_back(trace, groups(row), row, first_end)
         else:
             one_time = bool(first_launch[i]) or bool(trace.name_matches(np.array([row]), _MODULE_LOADING)[0]) or (
-                long_calls <= MAX_LEADING and _leading(trace, rt, row, cand))
+                long_calls <= MAX_LEADING and _leading(trace, groups(row), row, cand))
         if one_time:
             out.append(OneTimeCost(row, trace.name_of(row), _kind_of(trace, rt, row, bool(first_launch[i])),
                                    int(c.ts[row]), int(c.ts[row] + c.dur[row]), int(median)))
@@ -160,12 +163,18 @@ def _median_per_name(trace: Trace, rows: I64, cand: I64) -> dict[int, tuple[int,
     return out
 
 
-def _leading(trace: Trace, rt: I64, row: int, cand: I64) -> bool:
-    """Every earlier call of the same name on the same thread is a long call too: the name's first calls
-    (context creation, library initialisation), not a stall in the middle of a loop."""
+def _comes_back(trace: Trace, same: I64, row: int, after: int) -> bool:
+    """A call of the same name on the same thread (``same``) starting after ``row`` and at or after
+    ``after`` (the first step's end; one window: ``row`` itself) takes a quarter of this one or more."""
     c = trace.columns
-    same = rt[(c.name[rt] == c.name[row]) & (c.pid[rt] == c.pid[row]) & (c.tid[rt] == c.tid[row])]
-    earlier = same[c.ts[same] < c.ts[row]]
+    later = same[(c.ts[same] > c.ts[row]) & (c.ts[same] >= after)]
+    return bool((c.dur[later] * 4 >= c.dur[row]).any())
+
+
+def _leading(trace: Trace, same: I64, row: int, cand: I64) -> bool:
+    """Every earlier call of the same name on the same thread (``same``, time-ordered) is a long call
+    too: the name's first calls (context creation, library initialisation), not a stall in a loop."""
+    earlier = same[trace.columns.ts[same] < trace.columns.ts[row]]
     return bool(arrays.isin(earlier, cand).all())
 
 
@@ -189,6 +198,8 @@ def _kind_of(trace: Trace, rt: I64, row: int, first_launch: bool) -> str:
     loads its module; other first calls initialise a library (cuBLAS/cuDNN handles, streams, pools)."""
     c = trace.columns
     one = np.array([row])
+    if trace.name_matches(one, _WAITS)[0]:
+        return "first copy/sync"  # a blocking first call (staging buffers, a context created lazily)
     same_process = rt[c.pid[rt] == c.pid[row]]
     if int(same_process[0]) == row or trace.name_matches(one, _CONTEXT_ONLY)[0]:
         return "context creation"
@@ -206,7 +217,7 @@ def _first_op_stalls(trace: Trace, windows: list[StepWindow], found: list[OneTim
     the runtime stalls already found do not explain most of it. Outermost such ops only."""
     c = trace.columns
     ops = trace.rows_of(Kind.CPU_OP)
-    long_ops = ops[c.dur[ops] >= STALL_MIN_NS]
+    long_ops = ops[c.dur[ops] >= OP_STALL_MIN_NS]
     rt = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
     if long_ops.size == 0 or long_ops.size > 1000 or trace.name_matches(rt, _GRAPH_LAUNCH).any():
         return []  # graph replays hide kernels: an op waiting for them would look like a stall
@@ -217,23 +228,45 @@ def _first_op_stalls(trace: Trace, windows: list[StepWindow], found: list[OneTim
     in_waits = iv.overlap_per_window(iv.merge(c.ts[waits], c.ts[waits] + c.dur[waits]), c.ts[long_ops],
                                      c.ts[long_ops] + c.dur[long_ops])
     long_ops = long_ops[in_waits < 0.5 * c.dur[long_ops]]  # a blocking copy waits for the device: not a start-up cost
+    groups = _same_name_groups(trace, ops)
+    after = windows[0].end_ns if len(windows) > 1 else np.iinfo(np.int64).min
     flagged: list[int] = []
+    medians: dict[int, float] = {}
     for row in long_ops.tolist():
-        same = ops[(c.name[ops] == c.name[row]) & (c.tid[ops] == c.tid[row]) & (c.pid[ops] == c.pid[row])]
+        same = groups(row)  # this op's name on its thread, in time order
         if same.size < 2 or int(same[0]) != row:
             continue
-        if c.dur[row] >= OUTLIER_RATIO * max(float(arrays.median(c.dur[same[1:]])), 1.0):
+        medians[row] = float(arrays.median(c.dur[same[1:]]))
+        if c.dur[row] >= OUTLIER_RATIO * max(medians[row], 1.0) and not _comes_back(trace, same, row, after):
             flagged.append(row)
     rows = _outermost(trace, np.asarray(flagged, dtype=np.int64))
     known = iv.merge(np.array([f.start_ns for f in found], dtype=np.int64), np.array([f.end_ns for f in found], dtype=np.int64))
     explained = iv.overlap_per_window(known, c.ts[rows], c.ts[rows] + c.dur[rows])
-    out: list[OneTimeCost] = []
-    for row, covered in zip(rows.tolist(), explained.tolist()):
-        if covered < 0.5 * c.dur[row]:
-            others = ops[(c.name[ops] == c.name[row]) & (c.tid[ops] == c.tid[row]) & (c.pid[ops] == c.pid[row])][1:]
-            out.append(OneTimeCost(row, trace.name_of(row), "library initialisation", int(c.ts[row]),
-                                   int(c.ts[row] + c.dur[row]), int(arrays.median(c.dur[others]))))
-    return out
+    return [
+        OneTimeCost(row, trace.name_of(row), "library initialisation", int(c.ts[row]), int(c.ts[row] + c.dur[row]),
+                    int(medians[row]))
+        for row, covered in zip(rows.tolist(), explained.tolist())
+        if covered < 0.5 * c.dur[row]
+    ]
+
+
+def _same_name_groups(trace: Trace, rows: I64) -> Callable[[int], I64]:
+    """A lookup: row → the rows (of ``rows``, time-ordered) with its name on its thread. One sort, then
+    a binary search per query."""
+    c = trace.columns
+    _, thread = np.unique((c.pid[rows] << 32) ^ (c.tid[rows] & 0xFFFFFFFF), return_inverse=True)
+    keys = c.name[rows].astype(np.int64) * (int(thread.max()) + 1 if rows.size else 1) + thread.reshape(-1)
+    order = np.argsort(keys, kind="stable")  # stable: time order kept within a key
+    sorted_keys, sorted_rows = keys[order], rows[order]
+    key_of = dict(zip(rows.tolist(), keys.tolist()))
+
+    def lookup(row: int) -> I64:
+        key = key_of[row]
+        lo, hi = np.searchsorted(sorted_keys, [key, key + 1])
+        found: I64 = sorted_rows[lo:hi]
+        return found
+
+    return lookup
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -281,11 +314,12 @@ def _calls_inside(trace: Trace, spans: I64, calls: I64) -> I64:
     c = trace.columns
     out = np.zeros(spans.size, dtype=np.int64)
     keys = (c.pid[calls] << 32) ^ (c.tid[calls] & 0xFFFFFFFF)
-    for i, row in enumerate(spans.tolist()):
-        key = (int(c.pid[row]) << 32) ^ (int(c.tid[row]) & 0xFFFFFFFF)
-        ts = c.ts[calls[keys == key]]
-        lo, hi = int(c.ts[row]), int(c.ts[row] + c.dur[row])
-        out[i] = int(np.searchsorted(ts, hi, side="left") - np.searchsorted(ts, lo, side="left"))
+    span_keys = (c.pid[spans] << 32) ^ (c.tid[spans] & 0xFFFFFFFF)
+    for key in np.unique(span_keys).tolist():
+        ts = np.sort(c.ts[calls[keys == key]])
+        mine = np.flatnonzero(span_keys == key)
+        lo, hi = c.ts[spans[mine]], c.ts[spans[mine]] + c.dur[spans[mine]]
+        out[mine] = np.searchsorted(ts, hi, side="left") - np.searchsorted(ts, lo, side="left")
     return out
 
 

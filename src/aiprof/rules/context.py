@@ -64,7 +64,8 @@ class RankContext:
     def _steady(self) -> tuple[list[StepAccount], str]:
         """The first step is warm-up when it holds one-time costs (context creation, module loading, cuDNN
         autotuning) or, among three or more, when it is an outlier; it is dropped. A single window with
-        one-time costs starts after the last of them; when nothing is left, there is no steady state."""
+        one-time costs loses their time (:meth:`_after_costs`); when too little is left, there is no
+        steady state (no steps)."""
         steps = list(self.device.steps)
         costs = self.one_time_costs
         if len(steps) == 1 and costs:
