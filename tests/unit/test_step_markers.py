@@ -240,3 +240,29 @@ def test_cudnn_autotune_burst_is_one_time(tmp_path: Path) -> None:
     (cost,) = one_time_costs(trace, step_windows(trace))
     assert cost.kind == "cudnn autotuning" and cost.calls == 60
     assert cost.end_ns >= trace.columns.ts.min() + 3000 * US
+
+
+# ---------------------------------------------------------------------------------------------------
+# The marker in the report
+# ---------------------------------------------------------------------------------------------------
+def test_the_report_says_which_marker_made_the_steps(tmp_path: Path) -> None:
+    import json
+
+    import jsonschema
+    from importlib import resources
+
+    from aiprof.analysis.run import RunAnalysis
+    from aiprof.report.document import build_document
+    from aiprof.report.terminal import TerminalRenderer
+
+    b = TraceBuilder()
+    for i in range(4):
+        _work(b, i * 1000)
+        b.annotation("Optimizer.step#SGD.step", ts=i * 1000 + 900, dur=50)
+    trace = _load(b, tmp_path)
+    analysis = analyze_trace(trace, sections={})
+    doc = build_document(RunAnalysis([analysis], [str(trace.path)]))
+    assert doc["summary"]["step_source"] == doc["ranks"][0]["step_source"] == "Optimizer.step"
+    schema = json.loads(resources.files("aiprof").joinpath("data/report.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert "4 steps (from Optimizer.step)" in TerminalRenderer(width=100).render(doc).splitlines()[0]
