@@ -85,7 +85,12 @@ def diagnose_rank(
 
 
 def _cold_start_only(ctx: RankContext) -> bool:
-    return not ctx.steps and bool(ctx.one_time_costs)
+    """Nothing but one-time costs (see RankContext.steps); a failure here must not stop the diagnosis:
+    the rules then run and report it themselves."""
+    try:
+        return not ctx.steps and bool(ctx.one_time_costs)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _hides_kernels(findings: list[Finding]) -> bool:
