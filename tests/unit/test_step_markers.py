@@ -206,6 +206,12 @@ def test_single_window_without_its_one_time_costs(tmp_path: Path) -> None:
     assert steady.idle_causes_ns["launch"] < 1000 * US
     lo, hi = ctx.window
     assert hi == ctx.device.steps[0].start_ns + ctx.device.steps[0].duration_ns
+    starts, ends = ctx.steady_set  # the span less the cut: what rules clip their intervals to
+    assert int((ends - starts).sum()) == steady.duration_ns
+    from aiprof.trace.model import Kind
+
+    launches = ctx.in_window(trace.rows_of(Kind.RUNTIME))
+    assert int(trace.columns.dur[launches].max()) < 1000 * US  # the stalled launch is no steady evidence
 
 
 def test_stalls_that_are_not_one_time(tmp_path: Path) -> None:

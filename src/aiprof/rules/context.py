@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 # A single window whose one-time costs leave less than this share of it has no steady state to judge.
-STEADY_MIN_SHARE = 0.05
+STEADY_MIN_SHARE = 0.10
 
 
 @dataclass
@@ -107,10 +107,13 @@ class RankContext:
             idle_causes_ns={k: sum(p.idle_causes_ns[k] for p in parts) for k in step.idle_causes_ns},
         )
         self._span_end = parts[-1].start_ns + parts[-1].duration_ns
+        self._cut = cut
         return [merged], note
 
-    # End of the steady span when one-time costs were cut out of a single window (set by _after_costs).
+    # End of the steady span when one-time costs were cut out of a single window, and the cut intervals
+    # (set by _after_costs): rows starting inside them are no steady-state evidence.
     _span_end: int = field(default=-1, init=False, repr=False)
+    _cut: tuple[I64, I64] | None = field(default=None, init=False, repr=False)
 
     def _work_starts_in(self, pieces: tuple[I64, I64]) -> bool:
         c = self.trace.columns
@@ -156,11 +159,28 @@ class RankContext:
             return (self.steps[0].start_ns, self._span_end)
         return (self.steps[0].start_ns, self.steps[-1].start_ns + self.steps[-1].duration_ns)
 
+    @cached_property
+    def steady_set(self) -> tuple[I64, I64]:
+        """The steady time as an interval set (starts, ends): the steady steps' windows, less the one-time
+        costs cut out of a single window. Rules that clip intervals to the steady state use this, not
+        ``start_ns + duration_ns`` (a cut step's duration is its pieces' total, shorter than its span)."""
+        from aiprof.analysis import intervals as iv
+
+        starts = np.array([s.start_ns for s in self.steps], dtype=np.int64)
+        if self._cut is not None:
+            return iv.subtract(iv.as_set([self.window[0]], [self.window[1]]), self._cut)
+        return iv.merge(starts, starts + np.array([s.duration_ns for s in self.steps], dtype=np.int64))
+
     def in_window(self, rows: I64) -> I64:
-        """Rows whose start lies inside the steady steps."""
+        """Rows whose start lies inside the steady steps (not inside a one-time cost cut out of them)."""
         ts = self.trace.columns.ts[rows]
         lo, hi = self.window
-        kept: I64 = rows[(ts >= lo) & (ts < hi)]
+        keep = (ts >= lo) & (ts < hi)
+        if self._cut is not None and self._cut[0].size:
+            idx = np.searchsorted(self._cut[0], ts, side="right") - 1
+            inside = (idx >= 0) & (ts < self._cut[1][np.maximum(idx, 0)])
+            keep &= ~inside
+        kept: I64 = rows[keep]
         return kept
 
     # ----- shared views ---------------------------------------------------------------------
