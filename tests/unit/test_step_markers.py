@@ -202,8 +202,8 @@ def test_single_window_without_its_one_time_costs(tmp_path: Path) -> None:
     (steady,) = ctx.steps
     assert steady.duration_ns < ctx.device.steps[0].duration_ns - 199_000 * US
     assert sum(steady.breakdown_ns[k] for k in BUCKETS) == steady.duration_ns
-    assert ctx.device.steps[0].idle_causes_ns["launch"] > 199_000 * US  # what launch_bound would have seen
-    assert steady.idle_causes_ns["launch"] < 1000 * US
+    assert ctx.device.steps[0].breakdown_ns["idle"] > 199_000 * US  # what the idle rules would have seen
+    assert steady.breakdown_ns["idle"] < 1000 * US
     lo, hi = ctx.window
     assert hi == ctx.device.steps[0].start_ns + ctx.device.steps[0].duration_ns
     starts, ends = ctx.steady_set  # the span less the cut: what rules clip their intervals to
