@@ -16,7 +16,7 @@ from typing import Any
 from aiprof.analysis import forked
 from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
 from aiprof.analysis.overview import timeline_overview
-from aiprof.analysis.steps import StepWindow, step_windows
+from aiprof.analysis.steps import StepWindow, step_source, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
@@ -123,6 +123,12 @@ class RankAnalysis:
     def partial_warning(self) -> str | None:
         """The warning of a partial trace: which steps are left out and why (None when none is)."""
         return self.coverage.warning(self.path.name) if self.coverage is not None else None
+
+    @property
+    def step_source(self) -> str:
+        """The marker the step windows come from ("ProfilerStep", "Optimizer.step", "DataLoader",
+        "module forward <name>", "annotation <name>", "whole trace")."""
+        return step_source(self.windows)
 
     @property
     def primary(self) -> DeviceAccount:

@@ -48,6 +48,7 @@ def _rank(r: RankAnalysis) -> dict[str, Any]:
         "device_properties": r.devices_info,
         "primary_device": primary.device,
         "devices": [d.to_dict() for d in r.devices],
+        "step_source": r.step_source,
         "steps": [s.to_dict() for s in primary.steps],
         "totals": primary.totals,
         "notes": list(r.notes),
@@ -70,6 +71,7 @@ def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "rank_count": len(ranks),
         "step_count": ranks[0]["totals"]["steps"],
+        "step_source": ranks[0].get("step_source", "ProfilerStep"),
         "median_step_ns": int(statistics.median(medians)),
         "gpu_utilization": statistics.fmean(utils),
         "slowest_rank": slowest["rank"],

@@ -92,6 +92,9 @@ class TerminalRenderer:
         where = f"{names[0]} ({device})" if names else device
         ranks = f"{s['rank_count']} ranks" if s["rank_count"] > 1 else "1 rank"
         steps = f"{s['step_count']} step" + ("s" if s["step_count"] != 1 else "")
+        source = s.get("step_source", "ProfilerStep")
+        if source != "ProfilerStep":  # say where steps came from when torch.profiler did not mark them
+            steps += f" ({source})" if source == "whole trace" else f" (from {source})"
         return f"aiprof · {ranks} · {steps} · {where}"
 
     def _ranks_table(self, ranks: list[dict[str, Any]], summary: dict[str, Any]) -> Table:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,13 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.options import RuleOptions
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind, Trace
+
+if TYPE_CHECKING:
+    from aiprof.rules.coldstart import OneTimeCost
+
+
+# A single window whose one-time costs leave less than this share of it has no steady state to judge.
+STEADY_MIN_SHARE = 0.10
 
 
 @dataclass
@@ -39,9 +46,86 @@ class RankContext:
 
     @cached_property
     def steps(self) -> list[StepAccount]:
-        """Steady-state steps: the first of several is warm-up (allocator, cuDNN autotune) and is dropped."""
-        steps = self.device.steps
-        return steps[1:] if len(steps) >= 3 else list(steps)
+        """Steady-state steps (see :meth:`_steady`): without warm-up and one-time costs."""
+        return self._steady[0]
+
+    @cached_property
+    def steady_note(self) -> str:
+        """What was left out of the steady state and why ('' when nothing was)."""
+        return self._steady[1]
+
+    @cached_property
+    def one_time_costs(self) -> list[OneTimeCost]:
+        from aiprof.rules.coldstart import one_time_costs
+
+        return one_time_costs(self.trace, self.analysis.windows)
+
+    @cached_property
+    def _steady(self) -> tuple[list[StepAccount], str]:
+        """The first step is warm-up when it holds one-time costs (context creation, module loading, cuDNN
+        autotuning) or, among three or more, when it is an outlier; it is dropped. A single window with
+        one-time costs loses their time (:meth:`_after_costs`); when too little is left, there is no
+        steady state (no steps)."""
+        steps = list(self.device.steps)
+        costs = self.one_time_costs
+        if len(steps) == 1 and costs:
+            return self._after_costs(steps[0], costs)
+        if len(steps) >= 2 and any(_overlaps(c.start_ns, c.end_ns, steps[0]) for c in costs):
+            return steps[1:], f"first step ({steps[0].name}) dropped: it holds one-time costs"
+        ratio = _first_step_outlier(steps)
+        if ratio:
+            return steps[1:], f"first step ({steps[0].name}) dropped as warm-up: {ratio:.1f}x the median step"
+        return steps, ""
+
+    def _after_costs(self, step: StepAccount, costs: list[OneTimeCost]) -> tuple[list[StepAccount], str]:
+        """The single window without its one-time costs: the pieces between them accounted anew and added
+        up into one step (its ``duration_ns`` is their total; :attr:`window` keeps the real span). None when
+        under ``STEADY_MIN_SHARE`` of the window is left or no device work (CPU: no op) starts in it."""
+        from aiprof.analysis import intervals as iv
+        from aiprof.analysis.steps import StepWindow
+        from aiprof.analysis.timeline import account
+
+        lo, hi = step.start_ns, step.start_ns + step.duration_ns
+        cut = iv.merge(np.array([c.start_ns for c in costs], dtype=np.int64), np.array([c.end_ns for c in costs], dtype=np.int64))
+        pieces = iv.subtract(iv.as_set([lo], [hi]), cut)
+        left = iv.total(pieces)
+        note = f"{(step.duration_ns - left) / 1e6:.1f} ms of one-time costs left out of the window"
+        if left < STEADY_MIN_SHARE * step.duration_ns or not self._work_starts_in(pieces):
+            return [], note + f": the {left / 1e6:.1f} ms left is no steady state"
+        source = self.analysis.windows[0].source
+        windows = [StepWindow(step.name, step.number, s, e, s, e, -1, source) for s, e in zip(*map(np.ndarray.tolist, pieces))]
+        accounts = [d for d in account(self.trace, windows) if d.device == self.device.device]
+        if not accounts:
+            return [], note
+        parts = accounts[0].steps
+        merged = StepAccount(
+            name=step.name,
+            number=step.number,
+            start_ns=parts[0].start_ns,
+            duration_ns=sum(p.duration_ns for p in parts),
+            breakdown_ns={k: sum(p.breakdown_ns[k] for p in parts) for k in step.breakdown_ns},
+            idle_causes_ns={k: sum(p.idle_causes_ns[k] for p in parts) for k in step.idle_causes_ns},
+        )
+        self._span_end = parts[-1].start_ns + parts[-1].duration_ns
+        self._cut = cut
+        return [merged], note
+
+    # End of the steady span when one-time costs were cut out of a single window, and the cut intervals
+    # (set by _after_costs): rows starting inside them are no steady-state evidence.
+    _span_end: int = field(default=-1, init=False, repr=False)
+    _cut: tuple[I64, I64] | None = field(default=None, init=False, repr=False)
+
+    def _work_starts_in(self, pieces: tuple[I64, I64]) -> bool:
+        c = self.trace.columns
+        if self.is_gpu:
+            rows = self.trace.rows_of(Kind.KERNEL)
+            rows = rows[c.device[rows] == self.device.device_index]
+        else:
+            rows = self.trace.rows_of(Kind.CPU_OP)
+        ts = c.ts[rows]
+        idx = np.searchsorted(pieces[0], ts, side="right") - 1
+        ok = idx >= 0
+        return bool((ts[ok] < pieces[1][idx[ok]]).any())
 
     @cached_property
     def step_count(self) -> int:
@@ -71,13 +155,32 @@ class RankContext:
         """First and last ns of the steady steps."""
         if not self.steps:
             return (0, 0)
+        if self._span_end >= 0:
+            return (self.steps[0].start_ns, self._span_end)
         return (self.steps[0].start_ns, self.steps[-1].start_ns + self.steps[-1].duration_ns)
 
+    @cached_property
+    def steady_set(self) -> tuple[I64, I64]:
+        """The steady time as an interval set (starts, ends): the steady steps' windows, less the one-time
+        costs cut out of a single window. Rules that clip intervals to the steady state use this, not
+        ``start_ns + duration_ns`` (a cut step's duration is its pieces' total, shorter than its span)."""
+        from aiprof.analysis import intervals as iv
+
+        starts = np.array([s.start_ns for s in self.steps], dtype=np.int64)
+        if self._cut is not None:
+            return iv.subtract(iv.as_set([self.window[0]], [self.window[1]]), self._cut)
+        return iv.merge(starts, starts + np.array([s.duration_ns for s in self.steps], dtype=np.int64))
+
     def in_window(self, rows: I64) -> I64:
-        """Rows whose start lies inside the steady steps."""
+        """Rows whose start lies inside the steady steps (not inside a one-time cost cut out of them)."""
         ts = self.trace.columns.ts[rows]
         lo, hi = self.window
-        kept: I64 = rows[(ts >= lo) & (ts < hi)]
+        keep = (ts >= lo) & (ts < hi)
+        if self._cut is not None and self._cut[0].size:
+            idx = np.searchsorted(self._cut[0], ts, side="right") - 1
+            inside = (idx >= 0) & (ts < self._cut[1][np.maximum(idx, 0)])
+            keep &= ~inside
+        kept: I64 = rows[keep]
         return kept
 
     # ----- shared views ---------------------------------------------------------------------
@@ -116,6 +219,8 @@ class RankContext:
         """A finding of this rank; severity follows the share of step unless given."""
         share = self.share(saving_ns)
         evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **evidence}
+        if self.steady_note:
+            evidence.setdefault("steps_excluded", self.steady_note)
         return Finding(
             id=id,
             title=title,
@@ -167,6 +272,24 @@ class RankContext:
     @cached_property
     def python_rows(self) -> I64:
         return self.trace.rows_of(Kind.PYTHON)
+
+
+def _overlaps(start: int, end: int, step: StepAccount) -> bool:
+    return start < step.start_ns + step.duration_ns and end > step.start_ns
+
+
+def _first_step_outlier(steps: list[StepAccount]) -> float:
+    """The first step's duration over the median of the others when it stands out (more than 25 % longer
+    and beyond their spread, robust sigma = 1.4826 MAD); 0 when it does not or there are under 3 steps."""
+    if len(steps) < 3:
+        return 0.0
+    rest = np.array([s.duration_ns for s in steps[1:]], dtype=np.float64)
+    median = float(arrays.median(rest))
+    mad = float(arrays.median(np.abs(rest - median))) * 1.4826
+    first = float(steps[0].duration_ns)
+    if median > 0 and first > median + max(0.25 * median, 3 * mad):
+        return first / median
+    return 0.0
 
 
 _LIBRARY_HINTS = ("site-packages", "dist-packages", "torch/", "<built-in", "threading.py", "/lib/python")

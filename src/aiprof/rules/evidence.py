@@ -88,16 +88,15 @@ def long_gaps(lengths_ns: I64, floor_ns: int, factor: float) -> npt.NDArray[np.b
 
 
 def idle_sets(ctx: RankContext) -> dict[str, iv.IntervalSet]:
-    """Each idle cause of the primary device as an interval set clipped to the steady steps (plus
+    """Each idle cause of the primary device as an interval set clipped to the steady time (plus
     ``launch_stall``), computed once per rank (kept in ``ctx.extras``, which is cleared after the rules)."""
     cached = ctx.extras.get("_idle_sets")
     if cached is None:
         from aiprof.analysis.timeline import idle_cause_sets
 
         sets = idle_cause_sets(ctx.trace, ctx.analysis.windows, ctx.device.device_index)
-        starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
-        steady = iv.merge(starts, starts + np.array([s.duration_ns for s in ctx.steps], dtype=np.int64))
-        cached = {name: iv.intersect(s, steady) for name, s in sets.items()}
+        # the steady steps less any one-time costs cut out of them (cold_start reports those)
+        cached = {name: iv.intersect(s, ctx.steady_set) for name, s in sets.items()}
         ctx.extras["_idle_sets"] = cached
     result: dict[str, iv.IntervalSet] = cached
     return result

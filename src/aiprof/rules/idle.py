@@ -409,8 +409,7 @@ def _top_level(ctx: RankContext) -> I64:
 
 
 def _steady_set(ctx: RankContext) -> iv.IntervalSet:
-    starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
-    return iv.merge(starts, starts + np.array([s.duration_ns for s in ctx.steps], dtype=np.int64))
+    return ctx.steady_set  # the steady steps less any one-time costs cut out of them
 
 
 def _span_set(ctx: RankContext, rows: I64) -> iv.IntervalSet:

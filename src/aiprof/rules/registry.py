@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.rules import comm, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
+from aiprof.rules import coldstart, comm, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
@@ -17,6 +17,7 @@ RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 
 DEFAULT_RANK_RULES: list[RankRule] = [
+    coldstart.cold_start,
     steps.graph_capture,
     steps.graph_trace_incomplete,
     idle.data_loading,
@@ -47,7 +48,9 @@ DEFAULT_RANK_RULES: list[RankRule] = [
 DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
 
 # Rules whose finding explains others or flags a risk, with no time saving of its own.
-ZERO_SAVING_RULES = {"memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "graph_capture"}
+ZERO_SAVING_RULES = {
+    "memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "graph_capture", "cold_start",
+}
 
 # Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
 IDLE_RULES = {"host_bound", "host_gaps", "host_stall", "launch_bound"}
@@ -70,6 +73,8 @@ def diagnose_rank(
     skipped: list[str] = []
     views: dict[str, RankContext] = {}
     for rule in rules if rules is not None else DEFAULT_RANK_RULES:
+        if rule.__name__ not in ZERO_SAVING_RULES and _cold_start_only(ctx):
+            continue  # nothing but one-time costs: no steady state for the other rules to judge
         capture = next((f for f in findings if f.id == "graph_capture"), None)
         if capture is not None and not capture.evidence["steady_state"] and rule.__name__ not in ZERO_SAVING_RULES:
             skipped.append(rule.__name__)
@@ -98,6 +103,15 @@ def diagnose_rank(
                      "graph capture, not steady-state execution")
     ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
+
+
+def _cold_start_only(ctx: RankContext) -> bool:
+    """Nothing but one-time costs (see RankContext.steps); a failure here must not stop the diagnosis:
+    the rules then run and report it themselves."""
+    try:
+        return not ctx.steps and bool(ctx.one_time_costs)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _hides_kernels(findings: list[Finding]) -> bool:
