@@ -58,6 +58,13 @@ def _launch_stall(tmp: Path) -> Path:
     return _slow_call_steps(tmp, "cudaLaunchKernel", "implicit_convolve_sgemm")
 
 
+def _repeat_launch_stall(tmp: Path) -> Path:
+    """The same 600 ms launch, of a kernel the loop already launched 90 times in µs: not module loading
+    (a first launch), so not a cold start — a stall in a steady-state call (the host lost its CPU, a
+    lock, a driver hiccup)."""
+    return _slow_call_steps(tmp, "cudaLaunchKernel", "void at::native::vectorized_elementwise_kernel<4>")
+
+
 def _blocking_copy(tmp: Path) -> Path:
     return _slow_call_steps(tmp, "cudaMemcpy", "Memcpy DtoH (Device -> Pageable)")
 
@@ -158,11 +165,15 @@ CASES: list[Case] = [
          "400 kernels of 3 µs per step, each waiting ~5 µs for its launch: the GPU idles in many short "
          "launch gaps (CUDA graphs / fusion remove them)", absent={"host_stall", "host_gaps"},
          check=_check_launch_bound),
-    case("one_slow_launch_is_a_stall", _launch_stall, "host_stall",
-         "one 600 ms cudaLaunchKernel (a lazily loaded module) holds ~all the idle that a 'launch pending' "
-         "reading would call launch overhead while the other launches take µs: a stall in one call, named "
-         "with its op, not launch_bound (a cold_start-style finding may name it too)",
-         absent={"launch_bound", "host_bound"}, check=_check_stall),
+    case("first_slow_launch_is_a_cold_start", _launch_stall, None,
+         "one 600 ms cudaLaunchKernel, the first launch of its kernel (a lazily loaded module), holds ~all the "
+         "idle that a 'launch pending' reading would call launch overhead: a one-time cost (cold_start), and "
+         "what is left of the loop is healthy",
+         present={"cold_start"}, absent={"launch_bound", "host_bound", "host_stall"}),
+    case("repeated_kernel_slow_launch_is_a_stall", _repeat_launch_stall, "host_stall",
+         "the same 600 ms launch of a kernel launched 90 times before in µs: no module to load, so a stall "
+         "in one steady-state call, named with its op, not launch_bound and not a cold start",
+         absent={"launch_bound", "host_bound", "cold_start"}, check=_check_stall),
     case("one_blocking_copy_is_sync_not_launch", _blocking_copy, "sync",
          "one 600 ms blocking cudaMemcpy holds the idle: the host blocked in a synchronising copy, named as "
          "one call with low confidence for the 'many .item()' reading, never launch-bound",
