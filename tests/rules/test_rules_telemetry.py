@@ -155,6 +155,18 @@ def test_older_telemetry_without_the_process_tree_stays_readable(tmp_path: Path)
     assert "noisy_neighbour" not in found
 
 
+def test_ranks_sampling_their_own_process_are_not_neighbours(tmp_path: Path) -> None:
+    """aiprof.profile in two ranks on one host: each rank's sampler sees only its own process, so the other
+    rank reads as "others". That is not a noisy neighbour: the split is unknown, and said so."""
+    meta = {**META_2, "mode": "api", "ranks": [{"rank": 0, "pid": 1}, {"rank": 1, "pid": 2}]}
+    b = TraceBuilder()
+    _gpu_loader_steps(b)
+    found = _diagnose(_write(tmp_path, b, meta=meta, rows=_rows(b, 95.0, 78.0, 20)))
+    assert "noisy_neighbour" not in found
+    sat = found["cpu_saturation"]
+    assert sat.confidence == "low" and "2 ranks" in sat.notes[0]
+
+
 def test_cpu_saturation_gives_no_gpu_advice_on_a_cpu_run(tmp_path: Path) -> None:
     b = TraceBuilder()
     _cpu_loader_steps(b)

@@ -123,6 +123,7 @@ class CpuView:
     tree_pct: list[float] | None  # per sample: the process tree's CPU over all cores
     cores: int  # logical cores the telemetry sampled (cpuN_pct columns); 0 when it has none
     span_ns: int  # first to last sample
+    tree_unknown: str = ""  # why ``tree_pct`` is None (empty when it is known)
 
     @property
     def samples(self) -> int:
@@ -166,7 +167,10 @@ def _build_cpu_view(ctx: RankContext) -> CpuView | None:
     if len(keep) < max(ctx.options.telemetry_min_samples, 1):
         return None
     tree_pct: list[float] | None = None
-    if tree and cores and any(not math.isnan(tree[i]) for i in keep):
+    unknown = _tree_misses_ranks(ctx.extras.get("run_meta"))
+    if not unknown and not (tree and cores and any(not math.isnan(tree[i]) for i in keep)):
+        unknown = "the telemetry has no proc_cpu_pct column: other processes may be part of the load"
+    if not unknown:
         keep = [i for i in keep if not math.isnan(tree[i])]
         if len(keep) < max(ctx.options.telemetry_min_samples, 1):
             return None
@@ -177,19 +181,25 @@ def _build_cpu_view(ctx: RankContext) -> CpuView | None:
         tree_pct=tree_pct,
         cores=cores,
         span_ns=int(times[keep[-1]] - times[keep[0]]),
+        tree_unknown=unknown,
     )
 
 
-def _run_saturated_share(view: CpuView, ctx: RankContext) -> float:
-    """Share of the samples where the machine is saturated by the run itself: CPU ≥ cpu_saturation_pct and
-    (when the tree is known) others below noisy_neighbour_pct in that sample."""
-    opts = ctx.options
-    others = view.others_pct
-    hits = 0
-    for k, m in enumerate(view.machine_pct):
-        if m >= opts.cpu_saturation_pct and (others is None or others[k] < opts.noisy_neighbour_pct):
-            hits += 1
-    return hits / view.samples
+def _tree_misses_ranks(meta: Any) -> str:
+    """Why the sampled process tree is not the whole job, or "": ``aiprof.profile`` in several ranks samples
+    from each rank's own process, so the other ranks on the host would read as other processes."""
+    if not isinstance(meta, dict) or meta.get("mode") != "api":
+        return ""
+    ranks = meta.get("ranks")
+    if isinstance(ranks, list) and len(ranks) > 1:
+        return (f"{len(ranks)} ranks each sampled their own process: the machine's CPU includes the other "
+                "ranks, so whose load it was is unknown")
+    return ""
+
+
+def _saturated_share(view: CpuView, ctx: RankContext) -> float:
+    """Share of the samples with the machine's CPU at ≥ cpu_saturation_pct."""
+    return sum(1 for m in view.machine_pct if m >= ctx.options.cpu_saturation_pct) / view.samples
 
 
 def _noisy(view: CpuView, ctx: RankContext) -> bool:
@@ -199,12 +209,13 @@ def _noisy(view: CpuView, ctx: RankContext) -> bool:
 
 def cpu_saturation(ctx: RankContext) -> list[Finding]:
     """The run's own processes saturate the host CPUs while the device (or, on CPU-only runs, the training
-    loop) waits for host work: more loader workers will not help. Not said when other processes are the load
-    (``noisy_neighbour`` speaks then) nor from fewer than ``telemetry_min_samples`` samples."""
+    loop) waits for host work: more loader workers will not help. Not said when processes outside the profiled
+    tree used ≥ ``noisy_neighbour_pct`` of the machine on average (they are part of the load, and
+    ``noisy_neighbour`` speaks instead), nor from fewer than ``telemetry_min_samples`` samples."""
     view = cpu_view(ctx)
     if view is None or _noisy(view, ctx):
         return []
-    busy = _run_saturated_share(view, ctx)
+    busy = _saturated_share(view, ctx)
     starved = _starved_share(ctx)
     if busy < ctx.options.cpu_saturation_time_share or starved < ctx.options.medium_share:
         return []
@@ -219,9 +230,7 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
         "device_starved_share": round(starved, 3),
         "process_tree_cpu_pct": round(_mean(view.tree_pct) * view.cores, 1) if view.tree_pct is not None else None,
     }
-    notes: tuple[str, ...] = ()
-    if view.tree_pct is None:
-        notes = ("the telemetry has no proc_cpu_pct column: other processes may be part of the load",)
+    notes = (view.tree_unknown,) if view.tree_unknown else ()
     if facts.is_gpu:
         fix = (
             "The run's own processes keep the CPUs busy, so more loader workers will not help: move "
@@ -247,8 +256,8 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
             evidence=evidence,
             fix=fix,
             formula="no separate saving: it explains the data_loading / host_bound time (share of samples with "
-            "CPU ≥ cpu_saturation_pct and processes outside the profiled tree < noisy_neighbour_pct, while the "
-            "device idles for host reasons)",
+            "CPU ≥ cpu_saturation_pct while the device idles for host reasons; not when processes outside the "
+            "profiled tree used ≥ noisy_neighbour_pct of the machine)",
             confidence="medium" if view.tree_pct is not None else "low",
             severity="low",
             notes=notes,
@@ -273,9 +282,7 @@ def noisy_neighbour(ctx: RankContext) -> list[Finding]:
         "mean_others_pct": round(_mean(others), 1),
         "others_cores": round(others_cores, 2),
         "process_tree_cores": round(tree_cores, 2),
-        "saturated_sample_share": round(
-            sum(1 for m in view.machine_pct if m >= ctx.options.cpu_saturation_pct) / view.samples, 3
-        ),
+        "saturated_sample_share": round(_saturated_share(view, ctx), 3),
     }
     return [
         ctx.finding(
