@@ -33,11 +33,19 @@ PLANTED = ["data_loading", "host_overhead", "attention", "elementwise", "sync"]
 # What the planted finding's evidence must name: the op (or loader, or chain) the workload planted.
 PLANTED_OPS: dict[str, tuple[str, ...]] = {
     "data_loading": ("DataLoader",),
-    "host_overhead": ("aten::mul_", "aten::add_", "aten::clamp_", "aten::select", "aten::slice"),
     "attention": ("aten::softmax", "aten::_softmax"),
     "elementwise": ("mul", "relu", "clamp"),
     "sync": ("aten::item", "aten::_local_scalar_dense"),
 }
+LOOP_COLUMNS = 1024  # host_overhead's Python loop: a few tiny ops for each of 1,024 columns per step
+
+
+def _names_the_planted_op(name: str, evidence: dict[str, Any]) -> bool:
+    """The evidence points at what was planted. host_overhead's ops are each tiny, so the top ops by time are
+    the model's GEMMs: its evidence is the count of tiny ops (thousands per step, one loop turn per column)."""
+    if name == "host_overhead":
+        return float(evidence.get("tiny_ops_per_step", 0)) >= LOOP_COLUMNS
+    return any(op in json.dumps(evidence) for op in PLANTED_OPS[name])
 # Ids a clean MLP step cannot produce whatever the load: no DataLoader, no .item(), no attention, no
 # elementwise chain. (host_bound can: on a loaded machine, time the run spends descheduled lies between ops.)
 STRUCTURAL_IDS = {"data_loading", "sync", "unfused_attention", "fusion_opportunity"}
@@ -79,8 +87,7 @@ def test_planted_problem_is_the_top_finding(name: str, tmp_path: Path, options: 
     assert actionable[0]["id"] == expected, _summary(findings)
     top = actionable[0]
     assert top["fix"] and top["est_saving_ns_per_step"] > 0 and 0 < top["share_of_step"] <= 1
-    evidence = json.dumps(top["evidence"])
-    assert any(op in evidence for op in PLANTED_OPS[name]), (name, top["evidence"])
+    assert _names_the_planted_op(name, top["evidence"]), (name, top["evidence"])
 
 
 def test_clean_baseline_shows_no_planted_problem(tmp_path: Path, options: RuleOptions) -> None:
