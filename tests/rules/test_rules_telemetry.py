@@ -167,6 +167,21 @@ def test_ranks_sampling_their_own_process_are_not_neighbours(tmp_path: Path) -> 
     assert sat.confidence == "low" and "2 ranks" in sat.notes[0]
 
 
+def test_a_run_pinned_to_some_cores_is_judged_on_its_own_cores(tmp_path: Path) -> None:
+    """taskset / a cpuset container: the run may use 2 of the machine's 4 cores. The machine at 50 % with
+    the tree on 1.9 cores is the run saturating its own cores; the other two cores' load is not a neighbour
+    in its way (not judged)."""
+    columns = ["t_unix_ns", "cpu_pct", "cpu0_pct", "cpu1_pct", "cpu2_pct", "cpu3_pct", "proc_cpu_pct"]
+    b = TraceBuilder()
+    _gpu_loader_steps(b)
+    rows = [[r[0], 50.0, 95.0, 95.0, 5.0, 5.0, 190.0] for r in _rows(b, 0, 0, 20)]
+    meta = {"format": "aiprof-run", "host": {"cores_logical": 4, "cores_available": 2}}
+    found = _diagnose(_write(tmp_path, b, meta=meta, rows=rows, columns=columns))
+    sat = found["cpu_saturation"]
+    assert sat.confidence == "medium" and "2 of the machine's 4 cores" in sat.notes[0]
+    assert "noisy_neighbour" not in found
+
+
 def test_cpu_saturation_gives_no_gpu_advice_on_a_cpu_run(tmp_path: Path) -> None:
     b = TraceBuilder()
     _cpu_loader_steps(b)

@@ -124,6 +124,7 @@ class CpuView:
     cores: int  # logical cores the telemetry sampled (cpuN_pct columns); 0 when it has none
     span_ns: int  # first to last sample
     tree_unknown: str = ""  # why ``tree_pct`` is None (empty when it is known)
+    restricted: bool = False  # the run may use fewer cores than the machine has: machine_pct is the tree's
 
     @property
     def samples(self) -> int:
@@ -170,18 +171,28 @@ def _build_cpu_view(ctx: RankContext) -> CpuView | None:
     unknown = _tree_misses_ranks(ctx.extras.get("run_meta"))
     if not unknown and not (tree and cores and any(not math.isnan(tree[i]) for i in keep)):
         unknown = "the telemetry has no proc_cpu_pct column: other processes may be part of the load"
+    machine_pct: list[float] | None = None
     if not unknown:
         keep = [i for i in keep if not math.isnan(tree[i])]
         if len(keep) < max(ctx.options.telemetry_min_samples, 1):
             return None
-        tree_pct = [min(tree[i] / cores, 100.0) for i in keep]
+        allowed = machine_facts(ctx).cores or cores
+        if allowed < cores:
+            # The run may use only some of the cores (taskset, a cpuset container): the machine's other cores
+            # are not its to saturate, nor its neighbours'. Judge the tree on the cores it may use.
+            machine_pct = [min(tree[i] / allowed, 100.0) for i in keep]
+            unknown = (f"the run may use {allowed} of the machine's {cores} cores: saturation is the process "
+                       "tree's CPU over its own cores; other processes' load is not judged")
+        else:
+            tree_pct = [min(tree[i] / cores, 100.0) for i in keep]
     times = table["t_unix_ns"]
     return CpuView(
-        machine_pct=[machine[i] for i in keep],
+        machine_pct=machine_pct if machine_pct is not None else [machine[i] for i in keep],
         tree_pct=tree_pct,
         cores=cores,
         span_ns=int(times[keep[-1]] - times[keep[0]]),
         tree_unknown=unknown,
+        restricted=machine_pct is not None,
     )
 
 
@@ -258,7 +269,7 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
             formula="no separate saving: it explains the data_loading / host_bound time (share of samples with "
             "CPU ≥ cpu_saturation_pct while the device idles for host reasons; not when processes outside the "
             "profiled tree used ≥ noisy_neighbour_pct of the machine)",
-            confidence="medium" if view.tree_pct is not None else "low",
+            confidence="medium" if view.tree_pct is not None or view.restricted else "low",
             severity="low",
             notes=notes,
         )
