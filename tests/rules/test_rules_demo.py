@@ -13,8 +13,9 @@ from aiprof.cli import main  # noqa: E402
 
 def test_demo_runs_and_resolves_the_data_loading_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--device", "cpu", "--steps", "4", "--out", str(tmp_path), "--width", "100"]) == 0
-    out = capsys.readouterr().out
-    assert "Top finding: Device idle" in out and "waiting for the next batch" in out, out
+    out = " ".join(capsys.readouterr().out.split())  # the terminal wraps lines at --width: match the words
+    # On a CPU-only run the device is the CPU itself: the title speaks of the training loop waiting.
+    assert "Top finding: Training loop waits" in out and "for the next batch" in out, out
     assert "median step" in out and "utilization" in out and "Result: median step" in out, out
     # Resolved on a quiet machine; under heavy load the workers' IPC can leave a small residue, but never
     # a high-severity one.

@@ -5,6 +5,11 @@ what the fix is expected to take off the median step; ``saving_kind`` says wheth
 ``upper_bound`` (the fix cannot give more: e.g. all exposed data-loading time) or an ``estimate`` (a
 model's prediction that may be above or below); ``confidence`` says how far to trust it. The formula of
 every rule is written in ``docs/findings.md`` and repeated in ``saving_formula``.
+
+Severity follows the saving, for every rule alike: a finding with no saving of its own (a note that explains
+another finding, a risk, a perturbed measurement) is never ``high`` or ``medium``. :class:`Finding` caps it
+at ``low`` when it is built (:func:`capped_severity`), so no rule — and no finding read back from JSON —
+can put a zero-saving note at the top of a report that orders by severity.
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ from typing import Any
 SEVERITIES = ("high", "medium", "low", "info")
 CONFIDENCES = ("high", "medium", "low")
 DOCS_BASE = "docs/findings.md"
+# The most a finding with no saving of its own may claim: it explains or warns, it does not rank.
+ZERO_SAVING_MAX_SEVERITY = "low"
+
+
+def capped_severity(severity: str, saving_ns: float) -> str:
+    """``severity``, lowered to :data:`ZERO_SAVING_MAX_SEVERITY` when the finding saves nothing
+    (``saving_ns`` ≤ 0); ``info`` and ``low`` are kept as they are."""
+    if saving_ns > 0 or SEVERITIES.index(severity) >= SEVERITIES.index(ZERO_SAVING_MAX_SEVERITY):
+        return severity
+    return ZERO_SAVING_MAX_SEVERITY
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,9 @@ class Finding:
             raise ValueError(f"confidence must be one of {CONFIDENCES}, not {self.confidence!r}")
         if self.saving_kind not in ("upper_bound", "estimate"):
             raise ValueError(f"saving_kind must be upper_bound or estimate, not {self.saving_kind!r}")
+        capped = capped_severity(self.severity, self.est_saving_ns_per_step)
+        if capped != self.severity:
+            object.__setattr__(self, "severity", capped)  # frozen: set once, while being built
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: plain types only, units in the key names."""

@@ -20,6 +20,7 @@ from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
 from aiprof.rules.context import RankContext, _first_user_frame
 from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
 from aiprof.rules.finding import Finding
+from aiprof.rules.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
 
@@ -50,22 +51,16 @@ def data_loading(ctx: RankContext) -> list[Finding]:
         "data_loader": names.most_common(1)[0][0] if names else None,
         "workers": "multi-process" if multi else "single-process (num_workers=0)",
     }
-    if multi:
-        fix = (
-            "The workers cannot keep up: raise num_workers (up to the free cores), make __getitem__ cheaper "
-            "(decode/augment on the GPU, cache decoded samples), and keep persistent_workers=True, "
-            "prefetch_factor=4, pin_memory=True."
-        )
-    else:
-        fix = (
-            "Load batches in background workers: DataLoader(dataset, batch_size=..., num_workers=4, "
-            "pin_memory=True, persistent_workers=True, prefetch_factor=2) and move batches with "
-            ".to(device, non_blocking=True)."
-        )
+    facts = machine_facts(ctx)
+    evidence["cores"] = facts.cores
+    evidence["recommended_num_workers"] = facts.loader_workers
+    fix = _data_loading_fix(facts, multi)
     return [
         ctx.finding(
             "data_loading",
-            f"Device idle {ms_text(exposed)} per step waiting for the next batch",
+            f"Device idle {ms_text(exposed)} per step waiting for the next batch"
+            if facts.is_gpu
+            else f"Training loop waits {ms_text(exposed)} per step for the next batch",
             exposed,
             evidence=evidence,
             fix=fix,
@@ -73,6 +68,48 @@ def data_loading(ctx: RankContext) -> list[Finding]:
             confidence="high",
         )
     ]
+
+
+def _data_loading_fix(facts: MachineFacts, multi: bool) -> str:
+    """The loader fix sized to the machine (:mod:`aiprof.rules.machine`): ``num_workers`` from the host's
+    cores (no number when the trace does not say them), and pinned memory, non-blocking copies and GPU
+    decoding only when the profiled device is a GPU."""
+    gpu = facts.is_gpu
+    cores = facts.cores
+    cheaper = (
+        "make __getitem__ cheaper (decode/augment on the GPU, cache decoded samples)"
+        if gpu
+        else "make __getitem__ cheaper (cache decoded samples, preprocess offline, lighter transforms)"
+    )
+    share = (
+        "" if gpu else " On a CPU-only run the workers share the cores with the model's compute threads: keep "
+        "compute threads + workers ≤ cores (torch.set_num_threads)."
+    )
+    if facts.loader_workers == 0:
+        return (
+            f"Only {cores} core: background workers cannot load while the step computes, so {cheaper}, or run "
+            "on a host with more cores."
+        )
+    if multi:
+        if cores is None:
+            more = "raise num_workers (up to the free cores; the trace does not say how many the host has)"
+        elif cores - 1 <= 1:
+            more = f"more workers will not fit on {cores} cores"
+        else:
+            more = f"raise num_workers (at most {cores - 1} on this {cores}-core host: one core stays with the training process)"
+        keep = "persistent_workers=True, prefetch_factor=4" + (", pin_memory=True" if gpu else "")
+        return f"The workers cannot keep up: {more}, {cheaper}, and keep {keep}.{share}"
+    args, why = loader_workers_text(facts), loader_workers_reason(facts)
+    if gpu:
+        return (
+            f"Load batches in background workers: DataLoader(dataset, batch_size=..., {args}, "
+            "pin_memory=True, persistent_workers=True, prefetch_factor=2) and move batches with "
+            f".to(device, non_blocking=True) ({why})."
+        )
+    return (
+        f"Load batches in background workers: DataLoader(dataset, batch_size=..., {args}, "
+        f"persistent_workers=True, prefetch_factor=2) ({why}).{share}"
+    )
 
 
 def _annotations(ctx: RankContext, pattern: str) -> I64:

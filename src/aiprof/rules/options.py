@@ -79,6 +79,11 @@ class RuleOptions:
     cpu_saturation_time_share: float = 0.5
     io_wait_pct: float = 50.0  # smdebug IOBottleneck (iowait); without iowait: disk reads + idle CPU
     io_read_bytes_per_s: float = 50e6
+    # Telemetry verdicts need this many samples inside the steady steps (4 samples at 100 ms are a guess).
+    telemetry_min_samples: int = 10
+    # Processes outside the profiled tree using at least this % of the machine's CPU (mean over the steps'
+    # samples): the timings are perturbed (noisy_neighbour) and saturation is not the run's own.
+    noisy_neighbour_pct: float = 20.0
     eta: float = 0.8  # attainable fraction of a peak (roofline gains)
 
     def severity(self, share: float) -> str:

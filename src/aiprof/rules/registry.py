@@ -42,14 +42,18 @@ DEFAULT_RANK_RULES: list[RankRule] = [
     comm.comm_bandwidth,
     steps.step_variance,
     telemetry.cpu_saturation,
+    telemetry.noisy_neighbour,
     telemetry.io_bound,
 ]
 
 DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
 
-# Rules whose finding explains others or flags a risk, with no time saving of its own.
+# Rules whose finding explains others or flags a risk, with no time saving of its own. Their findings skip
+# the min_saving_ns filter (as does any ``info`` note); their severity is capped at ``low`` by Finding itself
+# (a note with no saving is never high: see aiprof.rules.finding.capped_severity).
 ZERO_SAVING_RULES = {
-    "memory_pressure", "cpu_saturation", "io_bound", "graph_trace_incomplete", "graph_capture", "cold_start",
+    "memory_pressure", "cpu_saturation", "noisy_neighbour", "io_bound", "graph_trace_incomplete", "graph_capture",
+    "cold_start",
 }
 
 # Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
@@ -92,7 +96,8 @@ def diagnose_rank(
             if capture is not None and rule.__name__ in steps.CAPTURE_RULES:  # captured idle is not steady state
                 view = views.get("capture") or views.setdefault("capture", steps.without_capture(ctx, capture))
             findings.extend(
-                f for f in rule(view) if f.id in ZERO_SAVING_RULES or f.est_saving_ns_per_step >= options.min_saving_ns
+                f for f in rule(view)
+                if f.id in ZERO_SAVING_RULES or f.severity == "info" or f.est_saving_ns_per_step >= options.min_saving_ns
             )
         except Exception as err:  # noqa: BLE001 - a rule bug becomes a note
             where = traceback.extract_tb(err.__traceback__)[-1]
@@ -123,7 +128,8 @@ def _replays_graphs(findings: list[Finding]) -> bool:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Highest saving first; info findings (no saving) last; ties by severity then id."""
+    """Highest saving first; info findings (no saving) last; ties by severity then id. Zero-saving notes
+    therefore never come before a finding that saves time, whatever their rule asked for."""
     return sorted(
         findings,
         key=lambda f: (f.severity == "info", -f.est_saving_ns_per_step, _SEVERITY_ORDER[f.severity], f.id),
