@@ -180,6 +180,10 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
     "tracelens/torch_compile_triton/trace.json.gz": (None, NONE, NONE, "a compiled Triton model: clean"),
 }
 
+# Advice that only means something on a GPU: never in the fix of a CPU-only run's finding.
+GPU_ONLY_ADVICE = ("pin_memory", "non_blocking", "CUDA graph", "reduce-overhead", "fused=True", "torch.cuda",
+                   "FlashAttention", "tensor core")
+
 REQUIRED_FIELDS = {"id", "title", "severity", "ranks", "est_saving_ns_per_step", "share_of_step", "saving_kind",
                    "saving_formula", "confidence", "evidence", "fix", "docs"}
 
@@ -205,6 +209,9 @@ def test_findings_on_real_trace(traces_dir: Path, rel: str) -> None:
         assert REQUIRED_FIELDS <= set(f)
         assert f["docs"] == f"docs/findings.md#{f['id']}"
         assert 0 <= f["share_of_step"] <= 1
+    if all(r.primary.kind == "cpu" for r in run.ranks):  # a CPU-only run: no GPU advice in any fix
+        for f in findings:
+            assert not [w for w in GPU_ONLY_ADVICE if w in f["fix"]], f"{rel}: {f['id']} fix: {f['fix']}"
     savings = [f["est_saving_ns_per_step"] for f in findings if f["severity"] != "info"]
     assert savings == sorted(savings, reverse=True), "findings are ranked by saving"
     build_document(run, findings)  # the document accepts them

@@ -180,8 +180,10 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
             evidence=evidence,
             fix=(
                 "Replace the explicit attention with torch.nn.functional.scaled_dot_product_attention(q, k, v, "
-                "attn_mask=mask, dropout_p=p, is_causal=causal): it dispatches to FlashAttention / "
-                "memory-efficient kernels that never write the S×S scores to memory."
+                "attn_mask=mask, dropout_p=p, is_causal=causal): "
+                + ("it dispatches to FlashAttention / memory-efficient kernels that never write the S×S scores to "
+                   "memory." if ctx.is_gpu else "on the CPU it runs a fused flash-attention kernel that never "
+                   "materialises the S×S scores.")
             ),
             formula="Σ per steady step of the time of every op on the score-shaped tensors (the two GEMMs, scale, "
             "mask, softmax, dropout, and their backward) minus the fused kernel's time: the attention FLOPs "
@@ -411,7 +413,7 @@ def _fusion_finding(
             evidence=evidence,
             fix=(
                 "Fuse the chain: torch.compile(model) (or torch.compile on the function holding it) generates one "
-                "kernel per chain; otherwise use fused ops (F.gelu/F.silu, torch.addcmul, fused bias+activation, "
+                + ("kernel" if ctx.is_gpu else "vectorised C++ loop") + " per chain; otherwise use fused ops (F.gelu/F.silu, torch.addcmul, fused bias+activation, "
                 "fused optimizers) and in-place variants."
             ),
             formula="median over steady steps of Σ over the step's chains of t_chain × (1 − external bytes / Σ bytes "

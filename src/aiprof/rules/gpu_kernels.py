@@ -559,17 +559,29 @@ def optimizer_unfused(ctx: RankContext) -> list[Finding]:
             f"Per-parameter optimizer: {per_step:.0f} ops per step in {evidence['optimizer']}",
             saving,
             evidence=evidence,
-            fix=(
-                "Use the multi-tensor implementations: torch.optim.AdamW(params, lr=..., fused=True) on CUDA "
-                "(or foreach=True), and avoid custom per-parameter update loops; apex / torch fused optimizers "
-                "launch a handful of kernels for all parameters."
-            ),
+            fix=_optimizer_fix(ctx.is_gpu),
             formula="Σ per steady step of (extent of the optimizer's kernels − their union) on GPU, or (optimizer "
             "span − union of its ops) on CPU: the launch / dispatch overhead multi-tensor kernels remove",
             kind="estimate",
             confidence="low",
         )
     ]
+
+
+def _optimizer_fix(gpu: bool) -> str:
+    """The multi-tensor advice for the device the run used (``fused=True`` is a GPU kernel; on the CPU the
+    ``foreach`` path is what batches the per-parameter ops)."""
+    if gpu:
+        return (
+            "Use the multi-tensor implementations: torch.optim.AdamW(params, lr=..., fused=True) on CUDA "
+            "(or foreach=True), and avoid custom per-parameter update loops; apex / torch fused optimizers "
+            "launch a handful of kernels for all parameters."
+        )
+    return (
+        "Use the multi-tensor implementation: torch.optim.AdamW(params, lr=..., foreach=True) updates all "
+        "parameters in a few batched ops instead of several ops per parameter; avoid custom per-parameter "
+        "update loops in Python (torch.compile of the optimizer step also batches them)."
+    )
 
 
 def _inside(ts: I64, spans: I64, c: Any) -> Any:
