@@ -322,7 +322,7 @@ def _calls_inside(trace: Trace, spans: I64, calls: I64) -> I64:
     out = np.zeros(spans.size, dtype=np.int64)
     keys = (c.pid[calls] << 32) ^ (c.tid[calls] & 0xFFFFFFFF)
     span_keys = (c.pid[spans] << 32) ^ (c.tid[spans] & 0xFFFFFFFF)
-    for key in np.unique(span_keys).tolist():
+    for key in arrays.unique(span_keys).tolist():
         ts = np.sort(c.ts[calls[keys == key]])
         mine = np.flatnonzero(span_keys == key)
         lo, hi = c.ts[spans[mine]], c.ts[spans[mine]] + c.dur[spans[mine]]

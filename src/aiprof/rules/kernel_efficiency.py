@@ -144,7 +144,7 @@ def _groups(ctx: RankContext) -> list[_Group]:
     idx = result.calls_in(lo, hi)
     idx = idx[calls.cost_id[idx] >= 0]
     if matrix_units(ctx).any:
-        idx = np.setdiff1d(idx, fp32_matrix_calls(ctx)[0])  # FP32 matrix work: the precision finding's
+        idx = arrays.setdiff(idx, fp32_matrix_calls(ctx)[0])  # FP32 matrix work: the precision finding's
     idx = idx[~_has_copies(ctx, calls.op[idx])]  # a copy's time is PCIe/NVLink time, not the HBM roof's
     roof, compute, fraction, keys = _roof_per_cost(ctx, result)
     cost = calls.cost_id[idx]
