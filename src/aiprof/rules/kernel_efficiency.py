@@ -9,6 +9,7 @@ Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.g
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -159,9 +160,11 @@ def _groups(ctx: RankContext) -> list[_Group]:
     for name in arrays.unique(calls.name[idx]).tolist():
         mine = idx[calls.name[idx] == name]
         text = calls.strings[int(name)]
-        if skip:
-            mine = mine[np.array([not (t in skip or _on_scores(ctx, text, calls.texts[t][0]))
-                                  for t in calls.text_id[mine].tolist()], dtype=bool)]
+        if skip:  # once per distinct recorded input text of the name, not per call
+            texts, per_call = np.unique(calls.text_id[mine], return_inverse=True)
+            keep = np.array([not (t in skip or _on_scores(ctx, text, calls.texts[t][0])) for t in texts.tolist()],
+                            dtype=bool)
+            mine = mine[keep[per_call.reshape(-1)]] if mine.size else mine
         t = calls.time_ns[mine].astype(np.float64)
         if not mine.size or step_ns <= 0 or t.sum() < ctx.options.kernel_efficiency_share * step_ns:
             continue
@@ -283,7 +286,10 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
 
     c, opt = ctx.trace.columns, ctx.options
     k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
-    k = k[~ctx.trace.name_matches(k, _WAITS)]
+    names = arrays.unique(c.name[k])  # the pattern is tried on the kernels' own names, not every string of the trace
+    waits = re.compile(_WAITS)
+    is_wait = np.array([bool(waits.search(ctx.trace.strings[n])) for n in names.tolist()], dtype=bool)
+    k = k[~arrays.isin(c.name[k], names[is_wait])]
     if k.size < opt.kernel_variance_min_calls:
         return []
     issuer = ctx.issuing_op[k]
