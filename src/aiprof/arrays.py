@@ -66,3 +66,31 @@ def median(values: npt.ArrayLike) -> float:
     if n % 2:
         return float(ordered[n // 2])
     return (float(ordered[n // 2 - 1]) + float(ordered[n // 2])) / 2.0
+
+
+def percentiles(values: npt.ArrayLike, q: list[float]) -> list[float]:
+    """``np.percentile(values, q)`` (method ``linear``), value for value, for a non-empty 1-D array without
+    NaN, without importing ``numpy.ma`` (``np.percentile`` does on first use, through ``np.unique``)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    return [float(v) for v in sorted_percentiles(ordered, np.array([ordered.size]), np.array([0]), q)[0]]
+
+
+def sorted_percentiles(ordered: npt.NDArray[np.float64], counts: npt.NDArray[np.int64], starts: npt.NDArray[np.int64],
+                       q: list[float]) -> npt.NDArray[np.float64]:
+    """``np.percentile`` (method ``linear``) of many groups at once: group ``g`` is the ascending slice
+    ``ordered[starts[g]:starts[g] + counts[g]]`` (non-empty). Returns one row per group, one column per
+    ``q``, with NumPy's arithmetic (index ``(n - 1) * q / 100``, its two-sided linear interpolation)."""
+    quantiles = np.true_divide(np.asarray(q, dtype=np.float64), 100)
+    n = counts.astype(np.int64)[:, None]
+    virtual = (n - 1) * quantiles[None, :]
+    previous = np.floor(virtual)
+    above = virtual >= n - 1
+    previous[above] = n.repeat(len(q), axis=1)[above] - 1
+    nxt = np.where(above, previous, previous + 1)
+    gamma = virtual - np.where(above, -1.0, previous)  # NumPy indexes the last value as -1 there
+    base = starts.astype(np.int64)[:, None]
+    a = ordered[base + previous.astype(np.int64)]
+    b = ordered[base + nxt.astype(np.int64)]
+    diff = b - a
+    out: npt.NDArray[np.float64] = np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+    return out

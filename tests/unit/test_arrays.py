@@ -38,3 +38,22 @@ def test_isin_same_as_numpy() -> None:
     assert np.array_equal(isin(values, candidates), np.isin(values, candidates))
     assert np.array_equal(isin(values, []), np.isin(values, np.array([], dtype=np.int64)))
     assert isin(values.reshape(50, 100), candidates).shape == (50, 100)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 10, 11, 99, 1000])
+def test_percentiles_same_as_numpy(size: int) -> None:
+    """Value for value (kernel_variance compares p90 with p10 × a ratio: a last-bit change could flip it)."""
+    from aiprof.arrays import percentiles, sorted_percentiles
+
+    rng = np.random.default_rng(size)
+    groups = [rng.integers(0, 10**7, size).astype(np.float64), rng.exponential(1e5, size).round(),
+              np.repeat(rng.integers(0, 4, max(size // 3, 1)) * 1000.0, 3)[:size]]
+    q = [10, 50, 90]
+    for values in groups:
+        assert percentiles(values, q) == [float(v) for v in np.percentile(values, q)]
+    ordered = np.concatenate([np.sort(g) for g in groups])
+    counts = np.array([g.size for g in groups], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    batched = sorted_percentiles(ordered, counts, starts, q)
+    for row, values in zip(batched.tolist(), groups):
+        assert row == [float(v) for v in np.percentile(values, q)]

@@ -153,3 +153,31 @@ def test_next_launch_lookup_matches_a_per_thread_search() -> None:
         assert _next_on_thread(keys, times, qk, qt).tolist() == _next_on_thread_slow(keys, times, qk, qt).tolist()
 
     check()
+
+
+def test_idle_cause_sets_reuse_the_accounting_and_equal_a_fresh_computation(tmp_path: Path) -> None:
+    """The rules read the cause sets the accounting built (not a second computation); a cache must not
+    change them, and other windows are computed afresh."""
+    import numpy as np
+
+    from aiprof.analysis.timeline import idle_cause_sets
+
+    b = TraceBuilder()
+    for i in range(2):
+        base = i * 100
+        b.step(i, ts=base, dur=100)
+        a = b.cpu_op("aten::mm", ts=base + 10, dur=4)
+        b.launch(a, ts=base + 11, dur=2, kernel_ts=base + 14, kernel_dur=20)
+        b.runtime("cudaStreamSynchronize", ts=base + 40, dur=10)
+    trace = _load(b, tmp_path)
+    windows = step_windows(trace)
+    account(trace, windows)
+    reused = idle_cause_sets(trace, windows, 0)
+    assert reused.keys() == {*IDLE_CAUSES, "launch_stall"}
+    trace.cache.clear()
+    fresh = idle_cause_sets(trace, windows, 0)
+    assert all(np.array_equal(reused[k][0], fresh[k][0]) and np.array_equal(reused[k][1], fresh[k][1]) for k in fresh)
+    assert int((reused["sync"][1] - reused["sync"][0]).sum()) > 0
+    account(trace, windows)
+    one = idle_cause_sets(trace, windows[:1], 0)  # other windows: not the cached sets
+    assert int((one["sync"][1] - one["sync"][0]).sum()) < int((reused["sync"][1] - reused["sync"][0]).sum())

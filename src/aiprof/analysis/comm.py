@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from aiprof.arrays import unique
+from aiprof.arrays import isin, unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace import links
 from aiprof.trace.model import Bool, Kind, Trace
@@ -112,7 +112,7 @@ def _launched_by_comm_op(trace: Trace, kernels: Bool) -> Bool:
     if missing.any():
         launch = links.launcher(trace)[rows[missing]]
         ext[missing] = np.where(launch >= 0, c.external_id[np.maximum(launch, 0)], -1)
-    out[rows[(ext >= 0) & np.isin(ext, comm_ext)]] = True
+    out[rows[(ext >= 0) & isin(ext, comm_ext)]] = True
     return out
 
 

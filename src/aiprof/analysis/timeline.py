@@ -133,6 +133,7 @@ def _account_gpu(trace: Trace, windows: list[StepWindow], device: int) -> Device
     memset_set = _span_set(trace, np.flatnonzero(on_device & (c.kind == int(Kind.MEMSET))))
     layers = _cumulative((compute_set, comm_set, memcpy_set, memset_set))
     causes = _idle_cause_sets(trace, windows, device, layers[-1])
+    trace.cache[_causes_key(device)] = (_windows_key(windows), causes)  # the rules read them again
     info = trace.device_info(device)
     steps = _step_accounts(windows, layers, causes)
     return DeviceAccount(
@@ -250,10 +251,22 @@ def _idle_cause_sets(
 
 def idle_cause_sets(trace: Trace, windows: list[StepWindow], device: int) -> dict[str, iv.IntervalSet]:
     """The interval set of each idle cause of ``device`` over ``windows`` (what the step accounts sum), plus
-    ``launch_stall``: the launch-pending gaps too long to be launch latency, wherever they were attributed."""
+    ``launch_stall``: the launch-pending gaps too long to be launch latency, wherever they were attributed.
+    The accounting of the same device and windows already built them: they are reused (read-only)."""
+    cached: tuple[tuple[tuple[int, int], ...], dict[str, iv.IntervalSet]] | None = trace.cache.get(_causes_key(device))
+    if cached is not None and cached[0] == _windows_key(windows):
+        return dict(cached[1])
     c = trace.columns
     on_device = (c.device == device) & trace.kind_mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
     return _idle_cause_sets(trace, windows, device, _span_set(trace, np.flatnonzero(on_device)))
+
+
+def _causes_key(device: int) -> str:
+    return f"timeline.idle_cause_sets:{device}"
+
+
+def _windows_key(windows: list[StepWindow]) -> tuple[tuple[int, int], ...]:
+    return tuple((w.start_ns, w.end_ns) for w in windows)
 
 
 def launch_stall_ns(trace: Trace, launch_rows: I64, launch_idle: iv.IntervalSet) -> int:

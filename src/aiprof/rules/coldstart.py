@@ -105,7 +105,7 @@ def _stalled_calls(trace: Trace, windows: list[StepWindow]) -> list[OneTimeCost]
     multi = len(windows) > 1
     first_end = windows[0].end_ns if windows else 0
     first_launch = _first_kernel_launch(trace, cand)
-    groups = _same_name_groups(trace, rt)
+    groups = _same_name_groups(trace, rt, cand)
     out: list[OneTimeCost] = []
     for i, row in enumerate(cand.tolist()):
         long_calls, median = medians[int(c.name[row])]
@@ -133,7 +133,8 @@ def _waits_for_device(trace: Trace, rt: I64, cand: I64) -> np.ndarray:
         return waits
     if trace.name_matches(rt, _GRAPH_LAUNCH).any():
         return waits
-    first = np.array([int(rt[c.pid[rt] == p][0]) for p in c.pid[cand].tolist()], dtype=np.int64)
+    pids, first_of_pid = np.unique(c.pid[rt], return_index=True)  # rt is time-ordered: each process's first call
+    first = rt[first_of_pid[np.searchsorted(pids, c.pid[cand])]]
     result: np.ndarray = waits & (first != cand)
     return result
 
@@ -142,8 +143,10 @@ def _device_idle_during(trace: Trace, rows: I64) -> np.ndarray:
     """Whether the device (all of them) was busy for at most MAX_BUSY_SHARE of each call: a sync waiting
     for kernels is not a stall, a call that holds the device idle is."""
     c = trace.columns
-    gpu = trace.rows_of(*GPU_WORK_KINDS)
-    busy = iv.merge(c.ts[gpu], c.ts[gpu] + c.dur[gpu])
+    busy: iv.IntervalSet | None = trace.cache.get("coldstart.device_busy")
+    if busy is None:
+        gpu = trace.rows_of(*GPU_WORK_KINDS)
+        busy = trace.cache["coldstart.device_busy"] = iv.merge(c.ts[gpu], c.ts[gpu] + c.dur[gpu])
     covered = iv.overlap_per_window(busy, c.ts[rows], c.ts[rows] + c.dur[rows])
     result: np.ndarray = covered <= MAX_BUSY_SHARE * c.dur[rows]
     return result
@@ -155,7 +158,9 @@ def _median_per_name(trace: Trace, rows: I64, cand: I64) -> dict[int, tuple[int,
     (cuBLAS initialising in two cudaFree) must not make the stalls look typical."""
     c = trace.columns
     out: dict[int, tuple[int, float]] = {}
-    for name in np.unique(c.name[cand]).tolist():
+    names = arrays.unique(c.name[cand])
+    rows = rows[arrays.isin(c.name[rows], names)]  # one pass over the calls, then only the candidates' names
+    for name in names.tolist():
         same = rows[c.name[rows] == name]
         short = same[~arrays.isin(same, cand)]
         long_calls = int(same.size - short.size)
@@ -228,7 +233,7 @@ def _first_op_stalls(trace: Trace, windows: list[StepWindow], found: list[OneTim
     in_waits = iv.overlap_per_window(iv.merge(c.ts[waits], c.ts[waits] + c.dur[waits]), c.ts[long_ops],
                                      c.ts[long_ops] + c.dur[long_ops])
     long_ops = long_ops[in_waits < 0.5 * c.dur[long_ops]]  # a blocking copy waits for the device: not a start-up cost
-    groups = _same_name_groups(trace, ops)
+    groups = _same_name_groups(trace, ops, long_ops)
     after = windows[0].end_ns if len(windows) > 1 else np.iinfo(np.int64).min
     flagged: list[int] = []
     medians: dict[int, float] = {}
@@ -250,10 +255,12 @@ def _first_op_stalls(trace: Trace, windows: list[StepWindow], found: list[OneTim
     ]
 
 
-def _same_name_groups(trace: Trace, rows: I64) -> Callable[[int], I64]:
-    """A lookup: row → the rows (of ``rows``, time-ordered) with its name on its thread. One sort, then
-    a binary search per query."""
+def _same_name_groups(trace: Trace, rows: I64, queries: I64) -> Callable[[int], I64]:
+    """A lookup: row (one of ``queries``) → the rows (of ``rows``, time-ordered) with its name on its
+    thread. Only the rows with a query's name are kept (one vectorised pass), then one sort, then a binary
+    search per query."""
     c = trace.columns
+    rows = rows[arrays.isin(c.name[rows], c.name[queries])]
     _, thread = np.unique((c.pid[rows] << 32) ^ (c.tid[rows] & 0xFFFFFFFF), return_inverse=True)
     keys = c.name[rows].astype(np.int64) * (int(thread.max()) + 1 if rows.size else 1) + thread.reshape(-1)
     order = np.argsort(keys, kind="stable")  # stable: time order kept within a key
@@ -315,7 +322,7 @@ def _calls_inside(trace: Trace, spans: I64, calls: I64) -> I64:
     out = np.zeros(spans.size, dtype=np.int64)
     keys = (c.pid[calls] << 32) ^ (c.tid[calls] & 0xFFFFFFFF)
     span_keys = (c.pid[spans] << 32) ^ (c.tid[spans] & 0xFFFFFFFF)
-    for key in np.unique(span_keys).tolist():
+    for key in arrays.unique(span_keys).tolist():
         ts = np.sort(c.ts[calls[keys == key]])
         mine = np.flatnonzero(span_keys == key)
         lo, hi = c.ts[spans[mine]], c.ts[spans[mine]] + c.dur[spans[mine]]

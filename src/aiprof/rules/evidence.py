@@ -94,9 +94,16 @@ def idle_sets(ctx: RankContext) -> dict[str, iv.IntervalSet]:
     if cached is None:
         from aiprof.analysis.timeline import idle_cause_sets
 
-        sets = idle_cause_sets(ctx.trace, ctx.analysis.windows, ctx.device.device_index)
-        # the steady steps less any one-time costs cut out of them (cold_start reports those)
-        cached = {name: iv.intersect(s, ctx.steady_set) for name, s in sets.items()}
+        windows = ctx.analysis.windows
+        sets = idle_cause_sets(ctx.trace, windows, ctx.device.device_index)
+        # the steady steps less any one-time costs cut out of them (cold_start reports those); the causes lie
+        # inside the windows, so where the steady time holds every window they are already clipped
+        window_set = iv.merge(np.array([w.start_ns for w in windows], dtype=np.int64),
+                              np.array([w.end_ns for w in windows], dtype=np.int64))
+        if iv.total(iv.intersect(window_set, ctx.steady_set)) == iv.total(window_set):
+            cached = dict(sets)
+        else:
+            cached = {name: iv.intersect(s, ctx.steady_set) for name, s in sets.items()}
         ctx.extras["_idle_sets"] = cached
     result: dict[str, iv.IntervalSet] = cached
     return result

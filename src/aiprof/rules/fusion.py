@@ -341,7 +341,7 @@ def _elementwise_costs(ctx: RankContext, view: _OpView) -> list[Any]:
     out: list[Any] = [None] * len(rows)
     names = trace.columns.name[rows].astype(np.int64)
     wanted = [n for n in unique(names).tolist() if split_name(trace.strings[n])[0] in UNARY | BINARY]
-    cand = np.flatnonzero(np.isin(names, wanted))
+    cand = np.flatnonzero(arrays.isin(names, wanted))
     if not cand.size:
         return out
     sig = trace.op_signatures(rows[cand])

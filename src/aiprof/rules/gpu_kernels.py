@@ -215,9 +215,9 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32 & ~assumed)
     facts["tf32_tensor_core_ns"] = int(calls.time_ns[idx[on_tensor_cores]].sum())
     kept_calls = np.flatnonzero(keep)
-    for row in kernels[np.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
+    for row in kernels[arrays.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
         facts["fp32_kernels"][ctx.trace.name_of(row)] += int(ctx.trace.columns.dur[row])
-    facts["kernels"] = kernels[np.isin(owner, kept_calls)]
+    facts["kernels"] = kernels[arrays.isin(owner, kept_calls)]
     # FP32 convolutions the roofline measured against the TF32 roof that their kernels show they do not use
     facts["conv_on_fp32_units"] = (conv_tf32 & (fp32 > 0))[keep]
     kept: I64 = idx[keep]
@@ -348,7 +348,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
 
     gpu_total = gpu_ns_per_op(ctx.trace)[1]
     gemm_names = [i for i, name in enumerate(ctx.trace.strings) if name in _GEMM_NAMES]
-    ops = ctx.cpu_ops[np.isin(c.name[ctx.cpu_ops], gemm_names)]
+    ops = ctx.cpu_ops[arrays.isin(c.name[ctx.cpu_ops], gemm_names)]
     ops = ops[gpu_total[ops] > 0]
     attention: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
     # What an op's name and recorded inputs say (M, N, K, multiple, label) is worked out once per

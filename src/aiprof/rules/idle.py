@@ -393,8 +393,9 @@ def _covering_call(ctx: RankContext, start: int, end: int) -> int:
     c = ctx.trace.columns
     rows = ctx.extras.get("_long_calls")
     if rows is None:
-        rows = ctx.trace.rows_of(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER)
-        rows = rows[c.dur[rows] * 2 >= ctx.options.stall_min_ns]  # only calls long enough to cover a stall
+        # only calls long enough to cover a stall (filtered before the time sort, which keeps their order)
+        rows = np.flatnonzero(ctx.trace.kind_mask(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER) & (c.dur * 2 >= ctx.options.stall_min_ns))
+        rows = rows[np.argsort(c.ts[rows], kind="stable")]
         ctx.extras["_long_calls"] = rows
     overlap = np.minimum(c.ts[rows] + c.dur[rows], end) - np.maximum(c.ts[rows], start)
     ok = rows[overlap * 2 >= end - start]

@@ -9,6 +9,7 @@ Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.g
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -144,7 +145,7 @@ def _groups(ctx: RankContext) -> list[_Group]:
     idx = result.calls_in(lo, hi)
     idx = idx[calls.cost_id[idx] >= 0]
     if matrix_units(ctx).any:
-        idx = np.setdiff1d(idx, fp32_matrix_calls(ctx)[0])  # FP32 matrix work: the precision finding's
+        idx = arrays.setdiff(idx, fp32_matrix_calls(ctx)[0])  # FP32 matrix work: the precision finding's
     idx = idx[~_has_copies(ctx, calls.op[idx])]  # a copy's time is PCIe/NVLink time, not the HBM roof's
     roof, compute, fraction, keys = _roof_per_cost(ctx, result)
     cost = calls.cost_id[idx]
@@ -159,9 +160,11 @@ def _groups(ctx: RankContext) -> list[_Group]:
     for name in arrays.unique(calls.name[idx]).tolist():
         mine = idx[calls.name[idx] == name]
         text = calls.strings[int(name)]
-        if skip:
-            mine = mine[np.array([not (t in skip or _on_scores(ctx, text, calls.texts[t][0]))
-                                  for t in calls.text_id[mine].tolist()], dtype=bool)]
+        if skip:  # once per distinct recorded input text of the name, not per call
+            texts, per_call = np.unique(calls.text_id[mine], return_inverse=True)
+            keep = np.array([not (t in skip or _on_scores(ctx, text, calls.texts[t][0])) for t in texts.tolist()],
+                            dtype=bool)
+            mine = mine[keep[per_call.reshape(-1)]] if mine.size else mine
         t = calls.time_ns[mine].astype(np.float64)
         if not mine.size or step_ns <= 0 or t.sum() < ctx.options.kernel_efficiency_share * step_ns:
             continue
@@ -283,29 +286,49 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
 
     c, opt = ctx.trace.columns, ctx.options
     k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
-    k = k[~ctx.trace.name_matches(k, _WAITS)]
+    names = arrays.unique(c.name[k])  # the pattern is tried on the kernels' own names, not every string of the trace
+    waits = re.compile(_WAITS)
+    is_wait = np.array([bool(waits.search(ctx.trace.strings[n])) for n in names.tolist()], dtype=bool)
+    k = k[~arrays.isin(c.name[k], names[is_wait])]
     if k.size < opt.kernel_variance_min_calls:
         return []
     issuer = ctx.issuing_op[k]
     sig = np.where(issuer >= 0, ctx.trace.op_signatures(np.maximum(issuer, 0)), -1)
-    keys = np.stack([c.name[k].astype(np.int64), c.grid[k], c.block[k], sig], axis=1)
-    _, group, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
-    group = group.reshape(-1)
+    # Groups by (name, grid, block, signature) in lexicographic order (``np.unique(axis=0)``'s), each group's
+    # calls in time order (the sort is stable), then each group's calls by duration for its percentiles.
+    order = np.lexsort((sig, c.block[k], c.grid[k], c.name[k]))
+    name_s, grid_s, block_s, sig_s = c.name[k][order], c.grid[k][order], c.block[k][order], sig[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (name_s[1:] != name_s[:-1]) | (grid_s[1:] != grid_s[:-1]) | (block_s[1:] != block_s[:-1]) | (sig_s[1:] != sig_s[:-1])
+    starts_g = np.flatnonzero(new)
+    counts = np.diff(np.append(starts_g, order.size))
+    group = np.cumsum(new) - 1
+    dur_all = c.dur[k].astype(np.float64)
+    by_dur = order[np.lexsort((dur_all[order], group))]  # group by group, shortest first
+    big = np.flatnonzero(counts >= opt.kernel_variance_min_calls)
+    if big.size == 0:
+        return []
+    pct = arrays.sorted_percentiles(dur_all[by_dur], counts[big], starts_g[big], [10, 50, 90])
+    # The cheap tests first, on every group at once: only groups that vary enough get the per-group work.
+    varies = (pct[:, 1] >= opt.tiny_kernel_ns) & (pct[:, 0] > 0) & (pct[:, 2] >= opt.kernel_variance_ratio * pct[:, 0])
     starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    alone_all: np.ndarray | None = None
     out: list[_Spread] = []
-    for g in np.flatnonzero(counts >= opt.kernel_variance_min_calls).tolist():
-        rows = k[group == g]
-        dur = c.dur[rows].astype(np.float64)
-        p10, median, p90 = (float(v) for v in np.percentile(dur, [10, 50, 90]))
-        if median < opt.tiny_kernel_ns or p10 <= 0 or p90 < opt.kernel_variance_ratio * p10:
-            continue
+    for i in np.flatnonzero(varies).tolist():
+        g = int(big[i])
+        pos = order[starts_g[g]:starts_g[g] + counts[g]]  # this group's calls, in time order
+        rows = k[pos]
+        dur = dur_all[pos]
+        p10, median, p90 = (float(v) for v in pct[i])
         slow = dur > 2 * median
         if len(set(np.searchsorted(starts, c.ts[rows[slow]], side="right").tolist())) < min(2, len(starts)):
             continue  # one slow step, not a kernel that varies: step_variance's business
-        alone = _alone_ns(ctx, rows[slow])
+        if alone_all is None:
+            alone_all = _alone_ns(ctx, k)
+        alone = alone_all[pos[slow]]
         if alone.sum() < 0.5 * dur[slow].sum():
             continue  # most of the slow calls' time shares the GPU with other kernels: contention, not this kernel
-        out.append(_Spread(rows, median, p10, p90, float(np.maximum(dur - median, 0).sum()), bool((sig[group == g] >= 0).all())))
+        out.append(_Spread(rows, median, p10, p90, float(np.maximum(dur - median, 0).sum()), bool((sig[pos] >= 0).all())))
     out.sort(key=lambda s: -s.saving)
     return out
 
