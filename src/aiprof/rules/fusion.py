@@ -151,7 +151,7 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
     rate, basis = _gemm_rate(ctx, view, names, set(gemms))
     efficiency = ctx.options.attention_efficiency_gpu if ctx.is_gpu else ctx.options.attention_efficiency_cpu
     fused = flops / (efficiency * rate) if rate else float(view.time_ns[gemms].sum())
-    saving = max(t_attn - fused, 0.0) / ctx.step_count
+    saving = _timeline_cap(ctx, max(t_attn - fused, 0.0) / ctx.step_count, view.rows[shaped + gemms])
     if ctx.share(saving) < ctx.options.attention_share:
         return []
     top = Counter({names[i]: 0 for i in shaped + gemms})
@@ -373,6 +373,17 @@ def _chain_gain(view: _OpView, chain: list[tuple[int, Any]]) -> float:
     return t * max(1.0 - external / total, 0.0) if total else 0.0
 
 
+def _timeline_cap(ctx: RankContext, saving_ns: float, ops: I64) -> float:
+    """On a GPU, a saving on these ops' kernel time never exceeds what the timeline supports: the step's
+    idle plus those kernels' exclusive time (:func:`aiprof.rules.gpu_kernels.removable_ns`). Work on other
+    streams that runs meanwhile does not go away when these kernels get faster."""
+    if not ctx.is_gpu:
+        return saving_ns
+    from aiprof.rules.gpu_kernels import capped, kernels_of_ops
+
+    return capped(ctx, saving_ns, kernels_of_ops(ctx, ops))[0]
+
+
 def _fusion_finding(
     ctx: RankContext, view: _OpView, names: list[str], chains: list[list[tuple[int, Any]]]
 ) -> list[Finding]:
@@ -396,6 +407,8 @@ def _fusion_finding(
     # The median step: a chain's time swings with page faults and preemption from step to step, and a
     # fused kernel does not remove those.
     saving = float(arrays.median(per_step))
+    if chains:
+        saving = _timeline_cap(ctx, saving, view.rows[[i for chain in chains for i, _ in chain]])
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
     evidence: dict[str, Any] = {
