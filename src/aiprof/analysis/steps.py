@@ -25,6 +25,7 @@ nanosecond is accounted once.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,23 +141,19 @@ def iteration_markers(trace: Trace) -> tuple[str, I64, I64] | None:
     return None
 
 
-def _candidates(trace: Trace) -> list[tuple[str, I64, str]]:
-    """(label, marker rows on their main thread, how they delimit iterations), by priority. Computed
-    lazily in order would save little: each is one name match over the string table."""
+def _candidates(trace: Trace) -> Iterator[tuple[str, I64, str]]:
+    """(label, marker rows on their main thread, how they delimit iterations), by priority, each computed
+    only when the ones before it were rejected."""
     ops = trace.rows_of(Kind.USER_ANNOTATION, Kind.CPU_OP)
-    out: list[tuple[str, I64, str]] = []
-    opt = _outermost(trace, _by_name(trace, ops[trace.name_matches(ops, _OPTIMIZER)]))
-    out.append(("Optimizer.step", opt, "end"))
-    loader = _outermost(trace, _by_name(trace, ops[trace.name_matches(ops, _DATALOADER)]))
-    out.append(("DataLoader", loader, "start"))
+    yield "Optimizer.step", _outermost(trace, _by_name(trace, ops[trace.name_matches(ops, _OPTIMIZER)])), "end"
+    yield "DataLoader", _outermost(trace, _by_name(trace, ops[trace.name_matches(ops, _DATALOADER)])), "start"
     spans = trace.rows_of(Kind.USER_ANNOTATION, Kind.CPU_OP, Kind.PYTHON)
     modules = _outermost(trace, spans[trace.name_matches(spans, _MODULE)])
     if modules.size:
         modules = _by_name(trace, modules)
-        out.append((f"module forward {trace.name_of(int(modules[0]))[len('nn.Module: '):]}", modules, "start"))
+        yield f"module forward {trace.name_of(int(modules[0]))[len('nn.Module: '):]}", modules, "start"
     for label, rows in _repeating_annotations(trace):
-        out.append((f"annotation {label}", rows, "auto"))
-    return out
+        yield f"annotation {label}", rows, "auto"
 
 
 def _by_name(trace: Trace, rows: I64) -> I64:
@@ -200,16 +197,20 @@ def _repeating_annotations(trace: Trace) -> list[tuple[str, I64]]:
     ann = trace.rows_of(Kind.USER_ANNOTATION)
     if ann.size == 0:
         return []
-    par = links.parent(trace)[ann]
-    top = ann[par < 0]
-    groups: dict[str, list[int]] = {}
-    for row in top.tolist():
-        name = trace.name_of(row)
+    top = ann[links.parent(trace)[ann] < 0]
+    if top.size == 0:
+        return []
+    order = np.argsort(c.name[top], kind="stable")  # rows of one name together, in time order
+    names = c.name[top][order]
+    cuts = np.flatnonzero(np.diff(names)) + 1
+    groups: dict[str, list[I64]] = {}
+    for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), names.size]):  # one label per distinct name
+        name = trace.strings[int(names[lo])]
         if not _NOT_ITERATION.match(name):
-            groups.setdefault(re.sub(r"[\s_#:\-]*\d+$", "", name) or name, []).append(row)
+            groups.setdefault(re.sub(r"[\s_#:\-]*\d+$", "", name) or name, []).append(top[order[lo:hi]])
     found: list[tuple[bool, int, str, I64]] = []
     for label, members in groups.items():
-        rows = _outermost(trace, np.asarray(members, dtype=np.int64))
+        rows = _outermost(trace, np.sort(np.concatenate(members)))
         if rows.size >= MIN_MARKERS:
             found.append((not _ITERATION_WORD.search(label), -int(c.dur[rows].sum()), label, rows))
     found.sort(key=lambda f: (f[0], f[1], f[2]))

@@ -25,6 +25,7 @@ from aiprof.analysis.steps import StepWindow
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
+from aiprof.rules.steps import GRAPH_LAUNCH
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
@@ -50,7 +51,6 @@ _CONTEXT_ONLY = (
 )
 _LAUNCH = r"Launch"
 _WAITS = r"(Synchronize|Memcpy|StreamWait|EventQuery|Wait)"
-_GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
 _CONV = r"^(aten::)?(cudnn_convolution|miopen_convolution|cudnn_convolution_transpose|miopen_convolution_transpose|convolution_backward)$"
 _EVENT_CALL = r"^(cudaEventSynchronize|cudaEventRecord|cudaEventQuery|cudaEventElapsedTime|hipEventSynchronize|hipEventRecord|hipEventQuery|hipEventElapsedTime|cuEventSynchronize|cuEventRecord)"
 
@@ -131,7 +131,7 @@ def _waits_for_device(trace: Trace, rt: I64, cand: I64) -> np.ndarray:
     waits = trace.name_matches(cand, _WAITS)
     if not waits.any():
         return waits
-    if trace.name_matches(rt, _GRAPH_LAUNCH).any():
+    if trace.name_matches(rt, GRAPH_LAUNCH).any():
         return waits
     pids, first_of_pid = np.unique(c.pid[rt], return_index=True)  # rt is time-ordered: each process's first call
     first = rt[first_of_pid[np.searchsorted(pids, c.pid[cand])]]
@@ -224,7 +224,7 @@ def _first_op_stalls(trace: Trace, windows: list[StepWindow], found: list[OneTim
     ops = trace.rows_of(Kind.CPU_OP)
     long_ops = ops[c.dur[ops] >= OP_STALL_MIN_NS]
     rt = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    if long_ops.size == 0 or long_ops.size > 1000 or trace.name_matches(rt, _GRAPH_LAUNCH).any():
+    if long_ops.size == 0 or long_ops.size > 1000 or trace.name_matches(rt, GRAPH_LAUNCH).any():
         return []  # graph replays hide kernels: an op waiting for them would look like a stall
     if len(windows) > 1:
         long_ops = long_ops[c.ts[long_ops] < windows[0].end_ns]

@@ -16,7 +16,7 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.trace.model import Kind
 
-_GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
+GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
 # Stream capture (torch.cuda.graph, vLLM / SGLang capture phase) and graph instantiation. Not
 # cudaStreamGetCaptureInfo / cudaStreamIsCapturing: every caching-allocator call asks those.
 _BEGIN_CAPTURE = r"^(cuda|hip|cu)StreamBeginCapture"
@@ -91,7 +91,7 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
     """Graph replays launch many kernels with one call; without graph-node tracing the trace shows the
     GPU idle where it was busy. Say so, instead of reporting false idle."""
     launches = ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    graphs = launches[ctx.trace.name_matches(launches, _GRAPH_LAUNCH)]
+    graphs = launches[ctx.trace.name_matches(launches, GRAPH_LAUNCH)]
     if graphs.size == 0:
         return []
     c = ctx.trace.columns
@@ -196,7 +196,7 @@ def graph_capture(ctx: RankContext) -> list[Finding]:
     if max(share_all, steady_share) < ctx.options.min_share:
         return []
     graphs = ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    replays = int(ctx.trace.name_matches(graphs, _GRAPH_LAUNCH).sum())
+    replays = int(ctx.trace.name_matches(graphs, GRAPH_LAUNCH).sum())
     dominant = steady_share >= CAPTURE_DOMINANT_SHARE
     what = (f"{captures} capture{'s' if captures != 1 else ''}" if captures else
             f"{instantiations} graph instantiation{'s' if instantiations != 1 else ''}")
