@@ -189,6 +189,13 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     is left out; one with FP32 kernels (``sgemm``, ``xmma…ffma``, ``scudnn``) is in, even a convolution on
     Ampere+; one whose kernels do not say is in, except FP32 convolutions where TF32 exists (cuDNN runs them
     as TF32 by default) and calls whose dtype the trace did not record (the roofline assumed it)."""
+    cached: tuple[I64, dict[str, Any]] | None = ctx.extras.get("_fp32_matrix_calls")
+    if cached is None:  # precision and kernel_efficiency both ask: one pass per rank (read-only results)
+        cached = ctx.extras["_fp32_matrix_calls"] = _fp32_matrix_calls(ctx)
+    return cached
+
+
+def _fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class_codes
 
     units = matrix_units(ctx)
@@ -207,21 +214,36 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     dur = ctx.trace.columns.dur[kernels].astype(np.float64)
     tc = np.bincount(owner, weights=np.where(math == MATH_TENSOR_CORE, dur, 0.0), minlength=idx.size)
     fp32 = np.bincount(owner, weights=np.where(math == MATH_FP32, dur, 0.0), minlength=idx.size)
-    conv_tf32 = np.array([units.tf32 and calls.costs[int(k)].family == "conv" and calls.costs[int(k)].dtype == "fp32"
-                          for k in calls.cost_id[idx].tolist()], dtype=bool)
+    # per distinct cost, then per call (a cost id of -1 reads the trailing False)
+    fp32_conv = np.array([c.family == "conv" and c.dtype == "fp32" for c in calls.costs] + [False], dtype=bool)
+    conv_tf32 = fp32_conv[calls.cost_id[idx]] & bool(units.tf32)
     # A dtype the trace did not record (assumed by the roofline) is trusted only when the kernels confirm FP32
-    assumed = np.array([calls.costs[int(k)].assumed_dtype for k in calls.cost_id[idx].tolist()], dtype=bool)
+    assumed = np.array([c.assumed_dtype for c in calls.costs] + [False], dtype=bool)[calls.cost_id[idx]]
     on_tensor_cores = (tc > 0) & (fp32 == 0)
     keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32 & ~assumed)
     facts["tf32_tensor_core_ns"] = int(calls.time_ns[idx[on_tensor_cores]].sum())
     kept_calls = np.flatnonzero(keep)
-    for row in kernels[arrays.isin(owner, kept_calls) & (math == MATH_FP32)].tolist():
-        facts["fp32_kernels"][ctx.trace.name_of(row)] += int(ctx.trace.columns.dur[row])
+    _add_by_name(ctx, facts["fp32_kernels"], kernels[arrays.isin(owner, kept_calls) & (math == MATH_FP32)])
     facts["kernels"] = kernels[arrays.isin(owner, kept_calls)]
     # FP32 convolutions the roofline measured against the TF32 roof that their kernels show they do not use
     facts["conv_on_fp32_units"] = (conv_tf32 & (fp32 > 0))[keep]
     kept: I64 = idx[keep]
     return kept, facts
+
+
+def _add_by_name(ctx: RankContext, totals: Counter[str], rows: I64) -> None:
+    """``totals[name] += duration`` for each row, one addition per distinct name, names in the order they
+    first appear (as a loop over the rows would add them)."""
+    if rows.size == 0:
+        return
+    c = ctx.trace.columns
+    names = c.name[rows]
+    order = np.argsort(names, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(names[order]) != 0])
+    sums = np.add.reduceat(c.dur[rows][order], starts)
+    first = order[starts]
+    for k in np.argsort(first, kind="stable").tolist():
+        totals[ctx.trace.strings[int(names[first[k]])]] += int(sums[k])
 
 
 def _owning_call(ctx: RankContext, ops: I64, kernels: I64) -> I64:
