@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned: an unpinned `torch` makes pip resolve a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: install dev demo test typecheck unit clean bench browser sanitize
+.PHONY: install dev demo test test-fast typecheck unit clean bench browser sanitize
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,11 @@ browser:
 test: dev browser
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The developer's loop after every change: unit tests on synthetic traces, no torch runs, no subprocess
+# end-to-end tests, no browser (tests/conftest.py assigns the `slow` and `torch` markers by layer).
+test-fast: dev
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not torch"
 
 bench: dev
 	$(BIN)/python bench/run_all.py

@@ -24,3 +24,48 @@ def traces_dir() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"shared traces not found at {SHARED_TRACES.resolve()}")
     return SHARED_TRACES.resolve()
+
+
+# Test layers (docs/architecture.md, "Tests"). Markers are given by where a test lives and what it needs,
+# so a new test file is classified without anyone remembering to mark it:
+#   torch  - the module imports torch or uses the `torch_available` fixture (real PyTorch runs);
+#   slow   - end-to-end and integration tests (subprocesses, a browser, every shared trace).
+# `make test-fast` runs `-m "not slow and not torch"`: unit tests on synthetic traces, in seconds.
+_SLOW_DIRS = ("integration", "capture")
+_SLOW_FILES = {
+    "test_html_browser.py",
+    "test_rules_real_traces.py",
+    "test_rules_planted.py",
+    "test_rules_demo.py",
+    "test_cli_process.py",
+    "test_compare_export.py",
+    "test_partial_runs.py",
+    "test_loader_fuzz.py",
+    "test_native_columnar.py",
+    "test_flop_counter.py",
+}
+_TORCH_SOURCE_CACHE: dict[Path, bool] = {}
+
+
+def _uses_torch(path: Path) -> bool:
+    if path not in _TORCH_SOURCE_CACHE:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        _TORCH_SOURCE_CACHE[path] = "import torch" in text or "torch_available" in text
+    return _TORCH_SOURCE_CACHE[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        try:
+            parts = path.relative_to(tests_root).parts
+        except ValueError:
+            continue
+        if _uses_torch(path) or "torch_available" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.torch)
+        if parts[0] in _SLOW_DIRS or path.name in _SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
