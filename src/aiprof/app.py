@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiprof.errors import AiprofError
 
@@ -283,11 +283,13 @@ def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderO
     if width is None:
         width = min(_terminal_columns(), 100) if opts.is_tty else 80
     width = max(width, 60)
-    if not isinstance(doc, dict):
-        return _render_roofline(doc, fmt, width, opts)
-    if _is_comparison(doc):
-        return _render_comparison(doc, fmt, width, opts.is_tty)
-    return _render_report(doc, fmt, width, opts.is_tty)
+    roof = _as_roofline(doc)
+    if roof is not None:
+        return _render_roofline(roof, fmt, width, opts)
+    document = cast("Report | Comparison", doc)
+    if _is_comparison(document):
+        return _render_comparison(document, fmt, width, opts.is_tty)
+    return _render_report(document, fmt, width, opts.is_tty)
 
 
 def write(
@@ -324,6 +326,12 @@ def write_file(output: Path, data: bytes | str, *, what: str = "report") -> None
         atomic_write(output, data)
     except OSError as err:
         raise AiprofError(f"{output}: cannot write the {what} ({err.strerror or err})") from None
+
+
+def _as_roofline(doc: object) -> RooflineResult | None:
+    """``doc`` if it is a roofline result (its module is loaded whenever one exists: no import to tell)."""
+    module = sys.modules.get("aiprof.roofline.analysis")
+    return doc if module is not None and isinstance(doc, module.RooflineResult) else None
 
 
 def _terminal_columns() -> int:
