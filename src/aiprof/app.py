@@ -152,7 +152,16 @@ def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeO
                 f"{name} ({_sources_text(report)}): its median step is 0 ns (no step was measured), "
                 "so there is no baseline to compare; check that the trace holds complete steps"
             )
-    return _compare_reports(sides[0][1], sides[1][1])
+    try:
+        return _compare_reports(sides[0][1], sides[1][1])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        files = [str(side) for side in (before, after) if not isinstance(side, dict) and _is_report_file(Path(side))]
+        if not files:
+            raise  # two analyses that do not compare: a bug, not bad input
+        raise AiprofError(
+            f"{' or '.join(files)}: not a valid aiprof report ({type(err).__name__}: {err}); "
+            "write it again with `aiprof analyze -o X.json`"
+        ) from None
 
 
 def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
@@ -435,11 +444,28 @@ def _number(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
     )
 
 
+def _all_finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in a JSON value (walked without recursion: reports can be deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def _report_problem(report: Report) -> str | None:
     """What is wrong with the numbers a comparison reads from a report, or None."""
     summary = report.get("summary")
     if not isinstance(summary, dict):
         return "no summary"
+    if not _all_finite(report):
+        return "a NaN or infinite number: aiprof never writes one"
     if not _number(summary.get("median_step_ns")):
         return "summary.median_step_ns is not a finite number >= 0"
     if not _number(summary.get("gpu_utilization"), 0.0, 1.0):
@@ -458,6 +484,9 @@ def _report_problem(report: Report) -> str | None:
             values = totals.get(key)
             if not isinstance(values, dict) or not all(_number(v) for v in values.values()):
                 return f"rank {r['rank']}: totals.{key} is not a table of finite numbers >= 0"
+    sources = report.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        return "sources is not a list of paths"
     findings = report.get("findings")
     if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
         return "findings is not a list of findings"

@@ -215,7 +215,15 @@ def _findings_text(doc: dict[str, Any]) -> None:
     doc["findings"] = "none"
 
 
-@pytest.mark.parametrize("change", [_nan_utilization, _no_totals, _text_median, _findings_text])
+def _nan_deep(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["steps"][0]["duration_ns"] = float("nan")
+
+
+def _ops_text(doc: dict[str, Any]) -> None:
+    doc["ranks"][0]["ops"] = "x"
+
+
+@pytest.mark.parametrize("change", [_nan_utilization, _no_totals, _text_median, _findings_text, _nan_deep, _ops_text])
 def test_compare_checks_a_json_report(tmp_path: Path, change: Any, capsys: pytest.CaptureFixture[str]) -> None:
     good = _report(tmp_path, "good", 300, capsys)
     bad = _edit(good, change)
