@@ -220,7 +220,7 @@ def _nan_deep(doc: dict[str, Any]) -> None:
 
 
 def _ops_text(doc: dict[str, Any]) -> None:
-    doc["ranks"][0]["ops"] = "x"
+    doc["ranks"][0]["ops"] = {"groups": [1]}
 
 
 @pytest.mark.parametrize("change", [_nan_utilization, _no_totals, _text_median, _findings_text, _nan_deep, _ops_text])
