@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
-from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from aiprof.errors import AiprofError
@@ -97,6 +96,8 @@ def rule_options(assignments: list[str]) -> RuleOptions | None:
     when none is given); a bad one is a one-line :class:`AiprofError`."""
     if not assignments:
         return None
+    from dataclasses import fields
+
     from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 
     kinds = {f.name: type(getattr(DEFAULT_OPTIONS, f.name)) for f in fields(RuleOptions)}
