@@ -317,6 +317,17 @@ def write(
         write_file(output, text, what=what)
 
 
+def write_chart(result: RooflineResult, output: Path, *, title: str = "Roofline") -> None:
+    """The roofline chart: SVG written atomically, or PNG (needs cairosvg) when ``output`` ends in .png."""
+    from aiprof.roofline.chart import render_svg
+    from aiprof.roofline.chart import write_chart as write_png
+
+    if output.suffix.lower() == ".png":
+        write_png(result, output, title=title)
+    else:
+        write_file(output, render_svg(result, title=title), what="chart")
+
+
 def check_writable(output: Path) -> None:
     """Fail before the work when ``output`` cannot be written (no folder, read-only, a folder)."""
     from aiprof.fsutil import writable_folder_problem

@@ -30,7 +30,6 @@ class RooflineCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
-        from aiprof.roofline.chart import write_chart
 
         fmt = app.output_format(args.output, args.format)
         for path in (args.output, args.json, args.chart):
@@ -41,7 +40,7 @@ class RooflineCommand:
         if args.json:
             app.write(result, args.json, "json", what="roofline")
         if args.chart:
-            write_chart(result, args.chart, title=f"Roofline: {Path(args.path).name}")
+            app.write_chart(result, args.chart, title=f"Roofline: {Path(args.path).name}")
         is_tty = args.output is None and sys.stdout.isatty()
         app.write(result, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty, top=args.top),
                   what="roofline")
