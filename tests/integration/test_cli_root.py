@@ -314,3 +314,28 @@ def test_roofline_format_on_stdout_and_bad_extension(tmp_path: Path, capsys: pyt
     assert json.loads(capsys.readouterr().out)["mode"] == "gpu"
     one_line_error(capsys, main(["roofline", str(trace), "-o", str(tmp_path / "r.pdf")]), "r.pdf")
     one_line_error(capsys, main(["roofline", str(trace), "-o", str(tmp_path / "no" / "r.json")]), "no such folder")
+
+
+MTIA = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz"
+UNDER_A_MEMORY_LIMIT = """
+import resource, sys
+import aiprof.app, aiprof.pipeline, aiprof.report.document, msgspec, numpy  # imported before the limit
+from aiprof.cli import main
+size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (size + 5 * 2**20, resource.RLIM_INFINITY))
+sys.exit(main(["analyze", sys.argv[1], "-o", sys.argv[2]]))
+"""
+
+
+@pytest.mark.skipif(not MTIA.exists(), reason="shared traces not found")
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc")
+def test_a_real_memory_error_is_one_line(tmp_path: Path) -> None:
+    """An 87 MB trace with 5 MB of address space left: a real MemoryError, said in one line."""
+    import os
+
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, "-c", UNDER_A_MEMORY_LIMIT, str(MTIA), str(out)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, AIPROF_DECODE_WORKERS="0"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith("aiprof: error: too large for available memory: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
