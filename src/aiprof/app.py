@@ -280,9 +280,7 @@ def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineR
 # ---------------------------------------------------------------------------------------------------
 def output_format(output: Path | None, explicit: str | None) -> str:
     """``--format`` when given, else from ``-o``'s extension, else terminal."""
-    from aiprof.report import format_for
-
-    return format_for(output, explicit)
+    return _format_for(output, explicit)
 
 
 def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderOptions | None = None) -> str:
@@ -364,6 +362,12 @@ def _terminal_columns() -> int:
 # ---------------------------------------------------------------------------------------------------
 # The report layer, called from here only
 # ---------------------------------------------------------------------------------------------------
+def _format_for(output: Path | None, explicit: str | None) -> str:
+    from aiprof.report import format_for
+
+    return format_for(output, explicit)
+
+
 def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
     from aiprof.report.document import build_document
 
