@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from aiprof.cli import console_main
+import sys
 
 if __name__ == "__main__":
+    try:
+        from aiprof.cli import console_main
+    except KeyboardInterrupt:  # Ctrl-C while the CLI module itself is imported
+        print("aiprof: interrupted", file=sys.stderr)
+        sys.exit(130)
     console_main()

@@ -1,4 +1,5 @@
-"""Paths → analysis → diagnosis: what ``aiprof analyze`` (and ``aiprof demo``) run.
+"""Paths → analysis → diagnosis: the diagnosis step of :func:`aiprof.app.analyze` (which every verb
+calls; it builds the report from what this returns).
 
 Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``);
 their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. Cross-rank rules then run
@@ -12,7 +13,6 @@ import dataclasses
 import functools
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
@@ -107,11 +107,3 @@ def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
 
 def _replace(f: Finding, **changes: Any) -> Finding:
     return dataclasses.replace(f, **changes)
-
-
-def run_directory_of(path: Path) -> Path | None:
-    """The aiprof run directory holding a trace (it has ``meta.json``), or None."""
-    for folder in (path.parent, path.parent.parent):
-        if (folder / "meta.json").is_file():
-            return folder
-    return None

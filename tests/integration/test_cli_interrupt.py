@@ -77,3 +77,64 @@ def test_ctrl_c_while_primed_helpers_run_stops_them(tmp_path: Path) -> None:
     assert done.stdout.split() == ["130", "no", "children"], done.stderr
     assert done.stderr.strip() == "aiprof: interrupted"
     assert not out.exists()
+
+
+INTERRUPT_WHILE_A_VERB_IS_IMPORTED = """
+import importlib.abc, sys, time
+
+SLOW = sys.argv[1]
+
+class Slow(importlib.abc.MetaPathFinder):  # the verb's module takes long to import; Ctrl-C comes then
+    def find_spec(self, name, path=None, target=None):
+        if name == SLOW:
+            print("importing", flush=True)
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, Slow())
+sys.argv = ["aiprof", *sys.argv[2:]]
+from aiprof.cli import console_main
+console_main()
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+@pytest.mark.parametrize("module, argv", [
+    ("aiprof.cli.compare", ["compare", "a", "b"]),  # while the parser is built (the verb's module)
+    ("aiprof.app", ["analyze", "missing.json"]),  # while the command imports what it runs
+    ("aiprof.cli.peaks", ["--help"]),  # while the parser of every verb is built
+])
+def test_ctrl_c_while_the_cli_starts_is_one_line(module: str, argv: list[str]) -> None:
+    """A real SIGINT while the CLI is still importing: one line and 130, at whatever point it lands."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPT_WHILE_A_VERB_IS_IMPORTED, module, *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "importing"  # the import is under way: no timing guess
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "aiprof: interrupted"
+
+
+INTERRUPT_AT_VERB_IMPORT = """
+import importlib.abc, sys
+
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "aiprof.cli.analyze":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+from aiprof.cli import main
+print(main(["analyze", "missing.json"]))
+"""
+
+
+def test_main_reports_ctrl_c_while_building_the_parser() -> None:
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT_VERB_IMPORT], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "130", done.stderr
+    assert done.stderr.strip() == "aiprof: interrupted"

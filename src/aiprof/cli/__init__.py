@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
-from aiprof.errors import AiprofError, AiprofWarning
+from aiprof.errors import EXIT_USAGE, AiprofError, AiprofWarning
 from aiprof.heap import keep_freed_memory
 
 
@@ -60,11 +60,18 @@ _OPTIONAL_COMMANDS: list[tuple[str, str]] = [
 _VERBS = {"analyze", *(module for module, _ in _OPTIONAL_COMMANDS)}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (``aiprof: error: …``, exit 2), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"aiprof: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     """The argument parser, with every verb or only ``only`` (which must be a verb's name)."""
     from aiprof import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="aiprof", description="Profile PyTorch training and inference and say what to fix first."
     )
     parser.add_argument("--version", action="version", version=f"aiprof {__version__}")
@@ -118,15 +125,14 @@ def console_main() -> NoReturn:
     algebra, so NumPy's BLAS starts no threads."""
     argv = sys.argv[1:]
     command = next((a for a in argv if not a.startswith("-")), "")
-    if command in _QUICK_EXIT:
-        gc.disable()
-        keep_freed_memory()
-        try:
+    try:
+        if command in _QUICK_EXIT:
+            gc.disable()
+            keep_freed_memory()
             _import_numpy_without_blas_threads()
-        except KeyboardInterrupt:  # Ctrl-C right after start: as main() reports it, no traceback
-            print("aiprof: interrupted", file=sys.stderr)
-            sys.exit(130)
-    code = main(argv)
+        code = main(argv)
+    except KeyboardInterrupt:  # Ctrl-C right after start, before main() took over: one line, no traceback
+        code = _interrupted()
     if command in _QUICK_EXIT:
         try:
             sys.stdout.flush()
@@ -137,11 +143,27 @@ def console_main() -> NoReturn:
     sys.exit(code)
 
 
+def _interrupted() -> int:
+    print("aiprof: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    given = list(sys.argv[1:] if argv is None else argv)
+    """Run one command line; returns the exit status. Ctrl-C at any point, from the first import of a
+    verb's module on, is one line and 130; bad input is one line and 2; a bug is one line and 3."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _main(given: list[str]) -> int:
     # A verb first on the line: build only its parser (the other verbs' imports cost ~5 ms per run).
     parser, commands = build_parser(given[0] if given and given[0] in _VERBS else None)
-    args = parser.parse_args(given)
+    try:
+        args = parser.parse_args(given)
+    except SystemExit as done:  # --help, --version, or a usage error already said in one line
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     if args.command is None:
         parser.print_help()
         return 2
@@ -153,19 +175,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AiprofError as err:
         print(f"aiprof: error: {err}", file=sys.stderr)
         return err.exit_code
-    except KeyboardInterrupt:
-        print("aiprof: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 0
+    except MemoryError:  # a worker's MemoryError comes back as one too
+        return _usage_error(f"too large for available memory: {_inputs(args)}; try --max-events/--rank or a machine with more memory")
+    except RecursionError as err:
+        if "deserializ" not in str(err) and "decoding" not in str(err):
+            return _internal_error(err)
+        return _usage_error(f"{_inputs(args)}: JSON nested deeper than the decoder allows; not a trace or report aiprof reads")
     except Exception as err:  # a bug, not bad input: one line, and the traceback on request
-        if os.environ.get("AIPROF_DEBUG"):
-            raise
-        print(
-            f"aiprof: internal error: {type(err).__name__}: {err} "
-            "(set AIPROF_DEBUG=1 to see the traceback, and please report it)",
-            file=sys.stderr,
-        )
-        return 3
+        if type(err).__name__ == "BrokenProcessPool":  # a worker killed, the out-of-memory killer's way
+            return _usage_error(f"a worker process was killed (out of memory?) on {_inputs(args)}; try --jobs 1, --rank or a machine with more memory")
+        return _internal_error(err)
     finally:
         warnings.showwarning = previous
+
+
+def _usage_error(message: str) -> int:
+    print(f"aiprof: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _internal_error(err: BaseException) -> int:
+    if os.environ.get("AIPROF_DEBUG"):
+        raise err
+    print(
+        f"aiprof: internal error: {type(err).__name__}: {err} "
+        "(set AIPROF_DEBUG=1 to see the traceback, and please report it)",
+        file=sys.stderr,
+    )
+    return 3
+
+
+def _inputs(args: argparse.Namespace) -> str:
+    """What the command was reading, for a one-line error (its paths, shortened)."""
+    items = [*(getattr(args, "paths", None) or []), *(getattr(args, name, None) for name in ("before", "after", "path"))]
+    text = ", ".join(str(item) for item in items if item is not None) or f"aiprof {args.command}"
+    return text if len(text) <= 200 else text[:199] + "…"

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiprof.errors import AiprofError
+from aiprof.cli import args as numbers
 
 
 class _DelayedProgress:
@@ -74,9 +72,10 @@ class AnalyzeCommand:
         parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) or a folder (one file per rank)")
         parser.add_argument("-o", "--output", type=Path, help="write the report here; the format follows the extension")
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
-        parser.add_argument("--rank", type=int, action="append", help="only these rank(s) (repeatable)")
-        parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
-        parser.add_argument("--jobs", type=int, default=None, help="worker processes for multi-rank runs")
+        parser.add_argument("--rank", type=numbers.rank, action="append", help="only these rank(s) (repeatable)")
+        parser.add_argument("--width", type=numbers.width, default=None,
+                            help="terminal width, 60..1000 (default: the terminal's, max 100)")
+        parser.add_argument("--jobs", type=numbers.workers, default=None, help="worker processes for multi-rank runs (>= 1)")
         parser.add_argument(
             "--rule-option",
             action="append",
@@ -86,109 +85,35 @@ class AnalyzeCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from aiprof.report import format_for
+        from aiprof import app
 
-        fmt = format_for(args.output, args.format)
+        fmt = app.output_format(args.output, args.format)
         if args.output is not None:
-            _check_writable(args.output)
-        stop_primed = _start_loading(args.paths)
+            app.check_writable(args.output)
+        rules = numbers.rule_options(args.rule_option)
+        said: list[str] = []  # said once the progress bar is gone
         try:
-            return self._analyze(args, fmt)
+            with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
+                options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
+                                             progress=progress.update, on_warning=said.append)
+                report = app.analyze(args.paths, options)
         finally:
-            stop_primed()
-
-    def _analyze(self, args: argparse.Namespace, fmt: str) -> int:
-        from aiprof.pipeline import analyze_and_diagnose
-        from aiprof.report.document import build_document
-        from aiprof.rules.options import RuleOptions
-
-        options = RuleOptions.from_assignments(args.rule_option) if args.rule_option else None
-        with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
-            run, findings = analyze_and_diagnose(
-                args.paths, workers=args.jobs, progress=progress.update, options=options
-            )
-        for warning in run.warnings:
-            print(f"aiprof: warning: {warning}", file=sys.stderr)
-        if args.rank:
-            wanted = set(args.rank)
-            present = [r.rank for r in run.ranks]
-            run.ranks = [r for r in run.ranks if r.rank in wanted]
-            if not run.ranks:
-                raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {_ranks(present)}")
-        if args.rank:
-            findings = [f for f in findings if not f.get("ranks") or set(f["ranks"]) & set(args.rank)]
-        doc = build_document(run, findings)
-        text = render(doc, fmt, width=args.width, is_tty=args.output is None and sys.stdout.isatty())
-        if args.output is None:
-            sys.stdout.write(text)
-        else:
-            _write_new(args.output, text)
+            for message in said:
+                warn(message)
+        is_tty = args.output is None and sys.stdout.isatty()
+        app.write(report, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty))
+        if args.output is not None:
             print(f"aiprof: wrote {fmt} report to {args.output}", file=sys.stderr)
         return 0
 
 
-def _start_loading(paths: list[str]) -> Callable[[], None]:
-    """One trace file: its decode helpers start on it now, while this process imports the analyses
-    (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
-    no load took over (call it when the command ends, however it ends)."""
-    if len(paths) != 1 or not os.path.isfile(paths[0]):
-        return lambda: None
-    from aiprof.trace.stream import discard_primed, prime
-
-    try:
-        prime(Path(paths[0]))
-        import aiprof.analysis.compat  # noqa: F401 - imported now rather than during the analysis
-        import aiprof.analysis.kernels  # noqa: F401
-        import aiprof.analysis.ops  # noqa: F401
-        import aiprof.roofline.analysis  # noqa: F401
-        import aiprof.rules.registry  # noqa: F401
-    except BaseException:  # Ctrl-C during the imports: the helpers stop with this process
-        discard_primed()
-        raise
-    return discard_primed
+def warn(message: str) -> None:
+    """A warning about the inputs, on stderr (what every verb does with ``AnalyzeOptions.on_warning``)."""
+    print(f"aiprof: warning: {message}", file=sys.stderr)
 
 
 def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool = False) -> str:
-    if fmt == "json":
-        from aiprof.report.json_report import JsonRenderer
+    """A report document as text (kept for callers of the old name; it is :func:`aiprof.app.render`)."""
+    from aiprof import app
 
-        return JsonRenderer().render(doc)
-    if fmt == "md":
-        from aiprof.report.markdown import MarkdownRenderer
-
-        return MarkdownRenderer().render(doc)
-    if fmt == "html":
-        from aiprof.report.html_report import HtmlRenderer
-
-        return HtmlRenderer().render(doc)
-    from aiprof.report.terminal import TerminalRenderer
-
-    if width is None:
-        width = min(os.get_terminal_size().columns, 100) if is_tty else 80
-    return TerminalRenderer(width=max(width, 60), is_tty=is_tty).render(doc)
-
-
-def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(str(r) for r in ranks[:16])
-    return shown + (f" … ({len(ranks)} ranks)" if len(ranks) > 16 else "")
-
-
-def _check_writable(path: Path) -> None:
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise AiprofError(f"{parent}: no such folder for the report; create it or choose another -o path")
-    if not os.access(parent, os.W_OK):
-        raise AiprofError(f"{parent}: not writable; choose another -o path")
-    if path.is_dir():
-        raise AiprofError(f"{path}: is a folder; give a file name such as {path / 'report.json'}")
-
-
-def _write_new(path: Path, text: str) -> None:
-    """Write atomically: a temporary file renamed over the target, so a crash never leaves half a report."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise AiprofError(f"{path}: cannot write the report ({err.strerror})") from None
+    return app.render(doc, fmt, app.RenderOptions(width=width, is_tty=is_tty))

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiprof.errors import AiprofError
+from aiprof.cli import args as numbers
+from aiprof.errors import EXIT_FAILED_CHECK
 
 
 class CompareCommand:
@@ -24,41 +25,30 @@ class CompareCommand:
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
         parser.add_argument(
             "--fail-if-slower",
-            type=float,
+            type=numbers.percentage,
             metavar="PCT",
-            help="exit 1 when AFTER's median step is slower than BEFORE's by more than PCT percent",
+            help="exit 1 when AFTER's median step is slower than BEFORE's by more than PCT percent (finite, >= 0)",
         )
-        parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
+        parser.add_argument("--width", type=numbers.width, default=None,
+                            help="terminal width, 60..1000 (default: the terminal's, max 100)")
 
     def run(self, args: argparse.Namespace) -> int:
-        import os
+        from aiprof import app
+        from aiprof.cli.analyze import warn
 
-        from aiprof.cli.analyze import _check_writable, _write_new
-        from aiprof.report import format_for
-        from aiprof.report.compare import compare_documents, document_for
-        from aiprof.report.compare_render import render_comparison
-
-        if args.fail_if_slower is not None and args.fail_if_slower < 0:
-            raise AiprofError("--fail-if-slower takes a percentage >= 0, e.g. --fail-if-slower 5")
-        fmt = format_for(args.output, args.format)
+        fmt = app.output_format(args.output, args.format)
         if args.output is not None:
-            _check_writable(args.output)
-        cmp = compare_documents(document_for(args.before), document_for(args.after))
-        for warning in cmp.get("warnings") or []:  # a partial or salvaged input is said, not dropped
-            print(f"aiprof: warning: {warning}", file=sys.stderr)
+            app.check_writable(args.output)
+        comparison = app.compare(args.before, args.after)
+        for warning in app.warnings_of(comparison):  # each side's, labelled: a partial input is said, not dropped
+            warn(warning)
         is_tty = args.output is None and sys.stdout.isatty()
-        width = args.width or (min(os.get_terminal_size().columns, 100) if is_tty else 80)
-        text = render_comparison(cmp, fmt, width=max(width, 60), is_tty=is_tty)
-        if args.output is None:
-            sys.stdout.write(text)
-        else:
-            _write_new(args.output, text)
+        app.write(comparison, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty), what="comparison")
+        if args.output is not None:
             print(f"aiprof: wrote {fmt} comparison to {args.output}", file=sys.stderr)
-        pct = float(cmp["step_time_ns"]["delta_pct"])
-        if args.fail_if_slower is not None and pct > args.fail_if_slower:
-            print(
-                f"aiprof: AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {args.fail_if_slower:g}%)",
-                file=sys.stderr,
-            )
-            return 1
+        if args.fail_if_slower is not None:
+            failed = app.slower_than(comparison, args.fail_if_slower)
+            if failed is not None:
+                print(f"aiprof: {failed}", file=sys.stderr)
+                return EXIT_FAILED_CHECK
         return 0

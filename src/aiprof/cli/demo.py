@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from aiprof.cli import args as numbers
 from aiprof.errors import AiprofError
 
 WORKLOAD = "data_loading"
@@ -28,13 +29,12 @@ class DemoCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where to train (default: GPU if present)")
-        parser.add_argument("--steps", type=int, default=6, help="profiled steps per run (default 6)")
+        parser.add_argument("--steps", type=numbers.int_in(3, 1000), default=6, help="profiled steps per run, 3..1000 (default 6)")
         parser.add_argument("--out", type=Path, default=None, help="folder for the two traces (default: a new temporary folder)")
-        parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
+        parser.add_argument("--width", type=numbers.width, default=None,
+                            help="terminal width, 60..1000 (default: the terminal's, max 100)")
 
     def run(self, args: argparse.Namespace) -> int:
-        if args.steps < 3:
-            raise AiprofError("--steps must be at least 3 (the first profiled step is warm-up)")
         try:
             import torch
         except ImportError:
@@ -77,28 +77,25 @@ def _device(choice: str, torch: Any) -> str:
 
 
 def _profile_and_diagnose(fixed: bool, out: Path, device: str, steps: int) -> dict[str, Any]:
-    from aiprof.pipeline import analyze_and_diagnose
-    from aiprof.report.document import build_document
+    from aiprof import app
     from aiprof.workloads import profile_workload
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # torch's "more workers than cores" note: sleep-bound loading
         trace = profile_workload(WORKLOAD, fixed, out, steps=steps, warmup=3, device=device)
-    run, findings = analyze_and_diagnose([trace], workers=1)
-    return build_document(run, findings)
+    return app.analyze([trace], app.AnalyzeOptions(workers=1))
 
 
 def _render(doc: dict[str, Any], width: int, is_tty: bool) -> str:
-    from aiprof.cli.analyze import render
+    from aiprof import app
 
-    return render(doc, "terminal", width=width, is_tty=is_tty)
+    return app.render(doc, "terminal", app.RenderOptions(width=width, is_tty=is_tty))
 
 
 def _comparison(before: dict[str, Any], after: dict[str, Any], width: int, is_tty: bool) -> str:
-    from aiprof.report.compare import compare_documents
-    from aiprof.report.compare_render import render_comparison
+    from aiprof import app
 
-    return render_comparison(compare_documents(before, after), "terminal", width=width, is_tty=is_tty)
+    return app.render(app.compare(before, after), "terminal", app.RenderOptions(width=width, is_tty=is_tty))
 
 
 def _resolution(before: dict[str, Any], after: dict[str, Any], finding_id: str) -> str:

@@ -7,8 +7,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from aiprof.errors import AiprofError
-
 
 class ExportCommand:
     name = "export"
@@ -19,29 +17,10 @@ class ExportCommand:
         parser.add_argument("-o", "--output", type=Path, required=True, help="the merged trace (.json, or .json.gz to compress)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from aiprof.cli.analyze import _check_writable
-        from aiprof.report.compare import analyse_to_document
-        from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
+        from aiprof import app
+        from aiprof.cli.analyze import warn
 
-        out: Path = args.output
-        name = out.name.lower()
-        if not (name.endswith(".json") or name.endswith(".json.gz")):
-            raise AiprofError(f"{out.name}: the merged trace must end in .json or .json.gz")
-        _check_writable(out)
-        doc = analyse_to_document(list(args.paths))
-        for warning in doc.get("warnings") or []:  # what `aiprof analyze` says about these traces, said here too
-            print(f"aiprof: warning: {warning}", file=sys.stderr)
-        try:
-            raws = [read_raw_trace(Path(r["path"])) for r in doc["ranks"]]
-        except (OSError, ValueError) as err:
-            raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
-        data = encode(merged_trace(doc, raws), gz=name.endswith(".gz"))
-        tmp = out.with_name(f".{out.name}.tmp")
-        try:
-            tmp.write_bytes(data)
-            tmp.replace(out)
-        except OSError as err:
-            tmp.unlink(missing_ok=True)
-            raise AiprofError(f"{out}: cannot write the merged trace ({err.strerror})") from None
+        # What `aiprof analyze` says about these traces is said here too.
+        out = app.export(list(args.paths), args.output, app.AnalyzeOptions(on_warning=warn))
         print(f"aiprof: wrote the merged trace to {out}; open it at ui.perfetto.dev or chrome://tracing", file=sys.stderr)
         return 0

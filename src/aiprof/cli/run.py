@@ -105,12 +105,9 @@ def _recorded(meta: dict[str, Any]) -> str:
 def _print_summary(run_dir: Path) -> None:
     """The analysis summary with the diagnosis (as ``aiprof analyze`` prints it); never fails the run."""
     try:
-        from aiprof.pipeline import analyze_and_diagnose
-        from aiprof.report.document import build_document
-        from aiprof.report.terminal import render_summary
+        from aiprof import app
 
-        run, findings = analyze_and_diagnose([run_dir])
-        text = render_summary(build_document(run, findings))
+        text = app.render_summary(app.analyze([run_dir]))
     except AiprofError as err:
         print(f"aiprof: summary unavailable: {err}", file=sys.stderr)
         return

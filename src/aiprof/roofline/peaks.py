@@ -296,9 +296,9 @@ def save_measured(peaks: list[DevicePeaks], path: Path | None = None) -> Path:
     payload = {"version": 1, "devices": {k: v.to_dict() for k, v in sorted(existing.items())}}
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(file)
+        from aiprof.fsutil import atomic_write
+
+        atomic_write(file, json.dumps(payload, indent=2) + "\n")
     except OSError as err:
         raise PeaksFileError(f"cannot write peaks file {file} ({err}): pass --peaks FILE") from err
     return file

@@ -1,0 +1,534 @@
+"""The composition root: what every verb runs, in one place.
+
+``analyze(paths, options) -> Report`` loads and analyses the traces, diagnoses the run (``pipeline``) and
+builds the report; ``compare`` does it for two runs (or reads their JSON reports) and compares them;
+``export`` writes the merged trace for Perfetto; ``roofline`` computes one rank's roofline; ``render`` /
+``write`` turn any of these into text in a format and put it on stdout or into a file (atomically).
+The CLI verbs (``cli/``) parse arguments and call these; none re-implements a step.
+
+Every call into ``aiprof.report`` is in the small functions at the end of this module (``_build_report``,
+``_render_report``, ``_compare_reports``…): the report layer's types can change behind them. Heavy
+modules are imported inside the functions that need them, so ``import aiprof.app`` is cheap.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from aiprof.errors import AiprofError
+
+if TYPE_CHECKING:
+    from aiprof.analysis.run import RunAnalysis
+    from aiprof.roofline.analysis import RooflineResult
+    from aiprof.rules.options import RuleOptions
+    from aiprof.trace.runset import ProgressCallback
+
+Report = dict[str, Any]  # the report document of ``report.document.build_document``
+Comparison = dict[str, Any]  # the comparison document of ``report.compare``
+PathArg = str | os.PathLike[str]
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AnalyzeOptions:
+    """How to analyse: worker processes (None: one per core, as needed), only these ranks (empty: all),
+    rule thresholds (None: the defaults), a loading-progress callback, and where warnings about the
+    inputs go (salvaged files, skipped files, partial traces; None: dropped)."""
+
+    workers: int | None = None
+    ranks: tuple[int, ...] = ()
+    rules: RuleOptions | None = None
+    progress: ProgressCallback | None = None
+    on_warning: Warn | None = None
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """Terminal width (None: the terminal's, at most 100, or 80 when not a terminal), whether the text
+    goes to a terminal (colour), and how many rows a roofline table shows."""
+
+    width: int | None = None
+    is_tty: bool = False
+    top: int = 15
+
+
+@dataclass(frozen=True)
+class RooflineOptions:
+    """Which rank of a folder (None: the first), a measured-peaks file, a device whose spec peaks to use."""
+
+    rank: int | None = None
+    peaks_file: Path | None = None
+    device: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------
+# analyse → diagnose → report
+# ---------------------------------------------------------------------------------------------------
+def analyze(paths: Sequence[PathArg], options: AnalyzeOptions | None = None) -> Report:
+    """Analyse every trace behind ``paths`` (files, folders of ranks, run directories), diagnose the run
+    and build its report."""
+    opts = options or AnalyzeOptions()
+    stop_primed = _start_loading(paths)
+    try:
+        run, findings = _analyze_and_diagnose(paths, opts)
+    finally:
+        stop_primed()
+    for warning in run.warnings:
+        if opts.on_warning is not None:
+            opts.on_warning(warning)
+    if opts.ranks:
+        findings = _only_ranks(run, findings, opts.ranks)
+    return _build_report(run, findings)
+
+
+def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
+    from aiprof.pipeline import analyze_and_diagnose
+
+    return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules)
+
+
+def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Keep the wanted ranks in ``run`` (in place) and the findings about them."""
+    wanted = set(ranks)
+    present = [r.rank for r in run.ranks]
+    run.ranks = [r for r in run.ranks if r.rank in wanted]
+    if not run.ranks:
+        shown = ", ".join(str(r) for r in present[:16]) + (f" … ({len(present)} ranks)" if len(present) > 16 else "")
+        raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {shown}")
+    return [f for f in findings if not f.get("ranks") or set(f["ranks"]) & wanted]
+
+
+def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
+    """One trace file: its decode helpers start on it now, while this process imports the analyses
+    (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
+    no load took over (called however the analysis ends)."""
+    if len(paths) != 1 or not os.path.isfile(paths[0]):
+        return lambda: None
+    from aiprof.trace.stream import discard_primed, prime
+
+    try:
+        prime(Path(paths[0]))
+        import aiprof.analysis.compat  # noqa: F401 - imported now rather than during the analysis
+        import aiprof.analysis.kernels  # noqa: F401
+        import aiprof.analysis.ops  # noqa: F401
+        import aiprof.roofline.analysis  # noqa: F401
+        import aiprof.rules.registry  # noqa: F401
+    except BaseException:  # Ctrl-C during the imports: the helpers stop with this process
+        discard_primed()
+        raise
+    return discard_primed
+
+
+# ---------------------------------------------------------------------------------------------------
+# compare
+# ---------------------------------------------------------------------------------------------------
+def report_of(source: PathArg | Report, options: AnalyzeOptions | None = None) -> Report:
+    """A report for one side of a comparison: a report as is, an aiprof JSON report file read and
+    checked, or traces / a run directory analysed."""
+    if isinstance(source, dict):
+        return source
+    path = Path(source)
+    if not path.exists():
+        raise AiprofError(f"{source}: no such file or folder")
+    if _is_report_file(path):
+        return _read_report(path)
+    return analyze([source], options)
+
+
+def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeOptions | None = None) -> Comparison:
+    """BEFORE against AFTER. A side whose median step is 0 (nothing measured) is refused: there is no
+    baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
+    sides = [(name, report_of(side, options)) for name, side in (("BEFORE", before), ("AFTER", after))]
+    for name, report in sides:
+        if _median_step_ns(report) <= 0:
+            raise AiprofError(
+                f"{name} ({_sources_text(report)}): its median step is 0 ns (no step was measured), "
+                "so there is no baseline to compare; check that the trace holds complete steps"
+            )
+    try:
+        return _compare_reports(sides[0][1], sides[1][1])
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        files = [str(side) for side in (before, after) if not isinstance(side, dict) and _is_report_file(Path(side))]
+        if not files:
+            raise  # two analyses that do not compare: a bug, not bad input
+        raise AiprofError(
+            f"{' or '.join(files)}: not a valid aiprof report ({type(err).__name__}: {err}); "
+            "write it again with `aiprof analyze -o X.json`"
+        ) from None
+
+
+def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
+    """The CI gate: why AFTER fails it (its median step slower than BEFORE's by more than ``limit_pct``
+    percent), or None when it passes. A change that cannot be computed fails."""
+    pct = _step_delta_pct(comparison)
+    if not math.isfinite(pct):
+        return "the median step change cannot be computed (no baseline)"
+    if pct > limit_pct:
+        return f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# export
+# ---------------------------------------------------------------------------------------------------
+def export(paths: Sequence[PathArg], output: Path, options: AnalyzeOptions | None = None) -> Path:
+    """Write the merged trace of ``paths`` (every rank's events, telemetry counters, aiprof's steps and
+    findings) to ``output`` (``.json``, or ``.json.gz`` compressed). The inputs' top-level fields are
+    copied from an allow-list only (``trace_header``): free-form blocks never leave the input."""
+    name = output.name.lower()
+    if not (name.endswith(".json") or name.endswith(".json.gz")):
+        raise AiprofError(f"{output.name}: the merged trace must end in .json or .json.gz")
+    check_writable(output)
+    report = analyze(paths, options)
+    write_file(output, _merged_trace_bytes(report, gz=name.endswith(".gz")), what="merged trace")
+    return output
+
+
+# Top-level fields of a Kineto trace that the merged trace keeps: scalars (versions, flags) and the
+# device / distributed facts below, each filtered by key. Everything else (``metadata``, ``INFO``, user,
+# host and job names, whatever a tool added) is left out: public traces carry tokens there.
+_HEADER_SCALARS = (
+    "schemaVersion", "displayTimeUnit", "baseTimeNanoseconds", "trace_id", "record_shapes", "profile_memory",
+    "with_stack", "with_flops", "with_modules", "cupti_version", "cuda_runtime_version", "cuda_driver_version",
+    "roctracer_version", "hip_runtime_version", "hip_driver_version",
+)
+_DEVICE_KEYS = frozenset((
+    "id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "maxThreadsPerBlock",
+    "maxThreadsPerMultiprocessor", "regsPerBlock", "regsPerMultiprocessor", "warpSize", "sharedMemPerBlock",
+    "sharedMemPerMultiprocessor", "numSms", "sharedMemPerBlockOptin", "runtimeMajorVersion",
+    "runtimeMinorVersion", "maxGridHeight", "maxGridWidth", "maxSharedMemoryPerMultiProcessor",
+))
+_DISTRIBUTED_KEYS = frozenset(("backend", "rank", "world_size", "pg_count", "nccl_version"))
+_MAX_TEXT = 256
+# A value that looks like an environment assignment or a credential, whatever key it sits under.
+_SECRET_SHAPE = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*=|\b(?:hf_|sk-|ghp_|gho_|github_pat_|xox[abp]-|AKIA|ASIA)[A-Za-z0-9_-]{6,}|://[^/\s]*@"
+)
+
+
+def _scalar(value: Any) -> Any:
+    """``value`` when it is a plain number, boolean or short text without a secret's shape, else None."""
+    if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+        return value
+    if isinstance(value, str) and len(value) <= _MAX_TEXT and not _SECRET_SHAPE.search(value):
+        return value
+    return None
+
+
+def _known(mapping: Any, keys: frozenset[str]) -> dict[str, Any]:
+    if not isinstance(mapping, dict):
+        return {}
+    return {k: v for k, v in ((k, _scalar(mapping[k])) for k in keys if k in mapping) if v is not None}
+
+
+def trace_header(raw: dict[str, Any]) -> dict[str, Any]:
+    """The allow-listed top-level fields of a raw trace (never its events or free-form blocks)."""
+    out = {k: v for k, v in ((k, _scalar(raw[k])) for k in _HEADER_SCALARS if k in raw) if v is not None}
+    devices = raw.get("deviceProperties")
+    if isinstance(devices, list):
+        out["deviceProperties"] = [_known(d, _DEVICE_KEYS) for d in devices if isinstance(d, dict)]
+    distributed = _known(raw.get("distributedInfo"), _DISTRIBUTED_KEYS)
+    if distributed:
+        out["distributedInfo"] = distributed
+    return out
+
+
+def _safe_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    return {**trace_header(raw), "traceEvents": raw.get("traceEvents") or []}
+
+
+# ---------------------------------------------------------------------------------------------------
+# roofline
+# ---------------------------------------------------------------------------------------------------
+def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineResult:
+    """The roofline of one rank: FLOPs and bytes per op from shapes, against the device's peaks."""
+    import aiprof
+    from aiprof.roofline.analysis import roofline as compute
+    from aiprof.roofline.peaks import load_measured, resolve, spec_for
+    from aiprof.trace.model import RunSet
+
+    opts = options or RooflineOptions()
+    loaded = aiprof.load(path)
+    if isinstance(loaded, RunSet):
+        if opts.rank is not None:
+            try:
+                trace = loaded.rank(opts.rank)
+            except KeyError:
+                raise AiprofError(f"no rank {opts.rank} in {path}: ranks are {loaded.ranks}") from None
+        else:
+            trace = loaded.traces[0]
+    else:
+        trace = loaded
+    measured = load_measured(opts.peaks_file, required=opts.peaks_file is not None)
+    choice = None
+    if opts.device:
+        choice = resolve(opts.device, cpu=False, measured=measured)
+        if spec_for(opts.device) is None and choice.peaks is None:
+            raise AiprofError(f"unknown device {opts.device!r}: see docs/roofline.md for the names known")
+    return compute(trace, choice, measured=measured)
+
+
+# ---------------------------------------------------------------------------------------------------
+# render and write
+# ---------------------------------------------------------------------------------------------------
+def output_format(output: Path | None, explicit: str | None) -> str:
+    """``--format`` when given, else from ``-o``'s extension, else terminal."""
+    return _format_for(output, explicit)
+
+
+def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderOptions | None = None) -> str:
+    """A report, a comparison or a roofline as text in ``fmt`` (terminal, json, md, html)."""
+    opts = options or RenderOptions()
+    width = opts.width
+    if width is None:
+        width = min(_terminal_columns(), 100) if opts.is_tty else 80
+    width = max(width, 60)
+    roof = _as_roofline(doc)
+    if roof is not None:
+        return _render_roofline(roof, fmt, width, opts)
+    document = cast("Report | Comparison", doc)
+    if _is_comparison(document):
+        return _render_comparison(document, fmt, width, opts.is_tty)
+    return _render_report(document, fmt, width, opts.is_tty)
+
+
+def write(
+    doc: Report | Comparison | RooflineResult,
+    output: Path | None,
+    fmt: str,
+    options: RenderOptions | None = None,
+    *,
+    what: str = "report",
+) -> None:
+    """Render ``doc`` and write it to ``output`` atomically, or to stdout when ``output`` is None."""
+    text = render(doc, fmt, options)
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_file(output, text, what=what)
+
+
+def write_chart(result: RooflineResult, output: Path, *, title: str = "Roofline") -> None:
+    """The roofline chart: SVG written atomically, or PNG (needs cairosvg) when ``output`` ends in .png."""
+    from aiprof.roofline.chart import render_svg
+    from aiprof.roofline.chart import write_chart as write_png
+
+    if output.suffix.lower() == ".png":
+        write_png(result, output, title=title)
+    else:
+        write_file(output, render_svg(result, title=title), what="chart")
+
+
+def check_writable(output: Path) -> None:
+    """Fail before the work when ``output`` cannot be written (no folder, read-only, a folder)."""
+    from aiprof.fsutil import writable_folder_problem
+
+    problem = writable_folder_problem(output)
+    if problem is not None:
+        raise AiprofError(f"{problem}; choose another -o path")
+
+
+def write_file(output: Path, data: bytes | str, *, what: str = "report") -> None:
+    """Write atomically (a fresh temporary file beside ``output``, renamed over it): a crash never leaves
+    half a file, and no fixed temporary name can be redirected by a planted symlink."""
+    from aiprof.fsutil import atomic_write
+
+    try:
+        atomic_write(output, data)
+    except OSError as err:
+        raise AiprofError(f"{output}: cannot write the {what} ({err.strerror or err})") from None
+
+
+def _as_roofline(doc: object) -> RooflineResult | None:
+    """``doc`` if it is a roofline result (its module is loaded whenever one exists: no import to tell)."""
+    module = sys.modules.get("aiprof.roofline.analysis")
+    return doc if module is not None and isinstance(doc, module.RooflineResult) else None
+
+
+def _terminal_columns() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 80
+
+
+# ---------------------------------------------------------------------------------------------------
+# The report layer, called from here only
+# ---------------------------------------------------------------------------------------------------
+def _format_for(output: Path | None, explicit: str | None) -> str:
+    from aiprof.report import format_for
+
+    return format_for(output, explicit)
+
+
+def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
+    from aiprof.report.document import build_document
+
+    return build_document(run, findings)
+
+
+def _render_report(report: Report, fmt: str, width: int, is_tty: bool) -> str:
+    if fmt == "json":
+        from aiprof.report.json_report import JsonRenderer
+
+        return JsonRenderer().render(report)
+    if fmt == "md":
+        from aiprof.report.markdown import MarkdownRenderer
+
+        return MarkdownRenderer().render(report)
+    if fmt == "html":
+        from aiprof.report.html_report import HtmlRenderer
+
+        return HtmlRenderer().render(report)
+    from aiprof.report.terminal import TerminalRenderer
+
+    return TerminalRenderer(width=width, is_tty=is_tty).render(report)
+
+
+def render_summary(report: Report) -> str:
+    """The few lines ``aiprof run`` prints at the end: the headline numbers and the top findings."""
+    from aiprof.report.terminal import render_summary as summary
+
+    return str(summary(report) or "")
+
+
+def _is_comparison(doc: dict[str, Any]) -> bool:
+    return "comparison_schema_version" in doc
+
+
+def _render_comparison(comparison: Comparison, fmt: str, width: int, is_tty: bool) -> str:
+    from aiprof.report.compare_render import render_comparison
+
+    return render_comparison(comparison, fmt, width=width, is_tty=is_tty)
+
+
+def _compare_reports(before: Report, after: Report) -> Comparison:
+    from aiprof.report.compare import compare_documents
+
+    return compare_documents(before, after)
+
+
+def warnings_of(doc: Report | Comparison) -> list[str]:
+    """The warnings a report or a comparison carries (a comparison's are labelled by side)."""
+    return [str(w) for w in doc.get("warnings") or []]
+
+
+def _step_delta_pct(comparison: Comparison) -> float:
+    return float(comparison["step_time_ns"]["delta_pct"])
+
+
+def _median_step_ns(report: Report) -> float:
+    return float(report["summary"]["median_step_ns"])
+
+
+def _sources_text(report: Report) -> str:
+    sources = [str(s) for s in report.get("sources") or []]
+    return ", ".join(sources[:3]) + (" …" if len(sources) > 3 else "") if sources else "no source"
+
+
+def _is_report_file(path: Path) -> bool:
+    from aiprof.report.compare import is_report_file
+
+    return is_report_file(path)
+
+
+def _read_report(path: Path) -> Report:
+    """An aiprof JSON report, with the fields a comparison reads checked (a report is input too)."""
+    from aiprof.report.compare import load_report
+
+    try:
+        report = load_report(path)
+    except RecursionError:
+        raise AiprofError(f"{path}: JSON nested deeper than the decoder allows; not an aiprof report") from None
+    problem = _report_problem(report)
+    if problem is not None:
+        raise AiprofError(f"{path}: not a valid aiprof report ({problem}); write it again with `aiprof analyze -o X.json`")
+    return report
+
+
+def _number(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high
+    )
+
+
+def _all_finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in a JSON value (walked without recursion: reports can be deep)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def _report_problem(report: Report) -> str | None:
+    """What is wrong with the numbers a comparison reads from a report, or None."""
+    summary = report.get("summary")
+    if not isinstance(summary, dict):
+        return "no summary"
+    if not _all_finite(report):
+        return "a NaN or infinite number: aiprof never writes one"
+    if not _number(summary.get("median_step_ns")):
+        return "summary.median_step_ns is not a finite number >= 0"
+    if not _number(summary.get("gpu_utilization"), 0.0, 1.0):
+        return "summary.gpu_utilization is not a fraction from 0 to 1"
+    ranks = report.get("ranks")
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+        return "ranks is not a list of ranks"
+    for r in ranks:
+        totals = r.get("totals")
+        if not isinstance(r.get("rank"), int) or not isinstance(totals, dict):
+            return "a rank without its number or totals"
+        for key in ("median_step_ns", "mean_step_ns", "steps"):
+            if not _number(totals.get(key)):
+                return f"rank {r['rank']}: totals.{key} is not a finite number >= 0"
+        for key in ("breakdown_ns", "idle_causes_ns"):
+            values = totals.get(key)
+            if not isinstance(values, dict) or not all(_number(v) for v in values.values()):
+                return f"rank {r['rank']}: totals.{key} is not a table of finite numbers >= 0"
+    sources = report.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        return "sources is not a list of paths"
+    findings = report.get("findings")
+    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
+        return "findings is not a list of findings"
+    return None
+
+
+def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
+    from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
+
+    try:
+        raws = [_safe_raw(read_raw_trace(Path(r["path"]))) for r in report["ranks"]]
+    except (OSError, ValueError) as err:
+        raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
+    merged = merged_trace(report, raws)
+    kept = {**trace_header(merged), "baseTimeNanoseconds": merged.get("baseTimeNanoseconds", 0)}
+    out = {**kept, "traceEvents": merged["traceEvents"], "aiprof": merged.get("aiprof")}
+    return encode(out, gz=gz)
+
+
+def _render_roofline(result: RooflineResult, fmt: str, width: int, opts: RenderOptions) -> str:
+    from aiprof.roofline.formats import roofline_html, roofline_json, roofline_markdown
+    from aiprof.roofline.render import render_plain, render_rich
+
+    if fmt == "json":
+        return roofline_json(result)
+    if fmt == "md":
+        return roofline_markdown(result, opts.top)
+    if fmt == "html":
+        return roofline_html(result, opts.top)
+    return render_rich(result, opts.top, width=width) if opts.is_tty else render_plain(result, opts.top)
