@@ -1,0 +1,46 @@
+"""Read ``export_memory_timeline`` raw output: a JSON list of ``[t_ns or -1, action, bytes, category]``.
+
+torch's profiler writes it (``prof.export_memory_timeline("x.raw.json.gz")``) with its own categories,
+inferred from the data-flow graph. Actions: 1 PREEXISTING, 2 CREATE, 3 INCREMENT_VERSION (a -bytes row in
+the old category, then a +bytes row in the new one), 4 DESTROY (-bytes). Categories index
+``PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT, AUTOGRAD_DETAIL, unknown``. There are no
+addresses or stacks: the rows are category-level deltas, each kept as one event with its category.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from aiprof.memory.model import Action, Category, EventTable, MemoryData, MemoryInputError
+
+_RAW = msgspec.json.Decoder(list[tuple[int | float, int, int | float, int | None]])
+PREEXISTING = 1
+
+
+def read_timeline(path: Path, data: bytes) -> MemoryData:
+    what = str(path)
+    try:
+        rows = _RAW.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        raise MemoryInputError(f"{what}: not an export_memory_timeline raw file ({str(err)[:120]})") from None
+    if not rows:
+        raise MemoryInputError(f"{what}: the memory timeline is empty")
+    t = np.asarray([r[0] for r in rows], dtype=np.int64)
+    action = np.asarray([r[1] for r in rows], dtype=np.int64)
+    delta = np.asarray([r[2] for r in rows], dtype=np.int64)
+    cat = np.asarray([Category.UNKNOWN if r[3] is None or not 0 <= r[3] < 8 else r[3] for r in rows], dtype=np.int8)
+    if np.any((action < 1) | (action > 4)):
+        raise MemoryInputError(f"{what}: actions must be 1-4 (PREEXISTING, CREATE, INCREMENT_VERSION, DESTROY)")
+    timed = t[t >= 0]
+    t0 = int(timed.min()) if timed.size else 0
+    t = np.where((t < 0) | (action == PREEXISTING), t0 - 1, t)
+    events = EventTable.build(
+        t, np.zeros(t.size, np.int32), np.full(t.size, -1, np.int64), np.abs(delta),
+        np.where(delta >= 0, int(Action.ALLOC), int(Action.FREE)), category=cat,
+    )
+    data_ = MemoryData(source="timeline", path=what, events=events, torch_categories=True)
+    data_.seeded_blocks = int(np.sum(action == PREEXISTING))
+    return data_
