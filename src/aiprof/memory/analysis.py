@@ -45,8 +45,8 @@ _LIBRARY = ("/site-packages/", "/dist-packages/", "/torch/", "/lib/python")
 def user_site(frames: tuple[Frame, ...]) -> str:
     """The first frame in user code (not torch, not a library), else the innermost frame; ``?`` if none."""
     for f in frames:
-        path = f.filename.replace("\\", "/")
-        if path and not path.startswith("<") and not any(lib in path for lib in _LIBRARY):
+        path = "/" + f.filename.replace("\\", "/").lstrip("/")
+        if path != "/" and not path.startswith("/<") and not any(lib in path for lib in _LIBRARY):
             return f.short()
     return frames[0].short() if frames else "?"
 
