@@ -176,7 +176,8 @@ def _live_at(data: MemoryData, rows: np.ndarray, k: int, free_of: np.ndarray) ->
     upto = rows[: k + 1]
     allocs = upto[data.events.action[upto] == int(Action.ALLOC)]
     f = free_of[allocs]
-    return allocs[(f < 0) | (f > rows[k])]
+    live: np.ndarray = allocs[(f < 0) | (f > rows[k])]
+    return live
 
 
 def _reserved_series(data: MemoryData, device: int, rows: np.ndarray) -> np.ndarray | None:
@@ -201,7 +202,8 @@ def _reserved_series(data: MemoryData, device: int, rows: np.ndarray) -> np.ndar
     after = np.cumsum(change)  # reserved after segment event j = end − Σ changes after j
     start = end - int(after[-1])
     idx = np.searchsorted(seg, rows, side="right") - 1
-    return np.where(idx >= 0, start + after[np.maximum(idx, 0)], start).astype(np.int64)
+    series: np.ndarray = np.where(idx >= 0, start + after[np.maximum(idx, 0)], start).astype(np.int64)
+    return series
 
 
 def _steps(data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray) -> list[StepMemory]:

@@ -113,15 +113,15 @@ def read_kineto(path: Path, data: bytes) -> MemoryData:
             frame = Frame(m.group(1), int(m.group(2)), m.group(3)) if m else Frame("", 0, e.name)
             spans.setdefault((e.pid, e.tid), []).append(_Span(start, end, "py", e.name, frame))
     table, stacks, totals = _table(mem, spans, warnings, what)
-    data = MemoryData(
+    result = MemoryData(
         source="kineto", path=what, events=table, stacks=stacks, capacity_bytes=capacity,
         reserved_known=bool(np.any(totals[1] >= 0)), reserved_ns=totals[1], allocated_ns=totals[0],
         warnings=warnings,
     )
-    data.steps = sorted(steps, key=lambda w: w.start_ns)
-    data.phases = _phases(data.steps, backward, optimizer)
-    _seed(data, what)
-    return data
+    result.steps = sorted(steps, key=lambda w: w.start_ns)
+    result.phases = _phases(result.steps, backward, optimizer)
+    _seed(result, what)
+    return result
 
 
 def _table(

@@ -157,8 +157,8 @@ def _timeline_svg(dev: DeviceMemory) -> str:
                      f"<title>{esc(name)}</title></polygon>")
         base = upper
     if tl.reserved_bytes:
-        pts = " ".join(f"{x(t):.1f},{y(r):.1f}" for t, r in zip(tl.t_ns, tl.reserved_bytes))
-        parts.append(f'<polyline points="{pts}" fill="none" stroke="#000" stroke-dasharray="4 3"><title>reserved</title></polyline>')
+        line = " ".join(f"{x(t):.1f},{y(r):.1f}" for t, r in zip(tl.t_ns, tl.reserved_bytes))
+        parts.append(f'<polyline points="{line}" fill="none" stroke="#000" stroke-dasharray="4 3"><title>reserved</title></polyline>')
     px = x(dev.peak_t_ns)
     parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="10" y2="{H - PAD + 10}" stroke="#000"/>')
     parts.append(f'<text x="{px + 4:.1f}" y="20" font-size="12">peak {esc(binary(dev.peak_allocated_bytes))}</text>')

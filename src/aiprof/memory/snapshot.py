@@ -120,7 +120,7 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
             skipped += 1
             continue
         for i, entry in enumerate(entries):
-            action = SNAPSHOT_ACTIONS.get(entry.get("action")) if isinstance(entry, dict) else None
+            action = SNAPSHOT_ACTIONS.get(str(entry.get("action"))) if isinstance(entry, dict) else None
             if action is None:
                 skipped += 1
                 continue
