@@ -27,9 +27,9 @@ class _Checkpointed:
 
 def record(
     out: Path, story: str, *, steps: int = 5, batch: int = 256, width: int = 256, depth: int = 4,
-    checkpointing: bool = False,
+    checkpointing: bool = False, warmup: int = 1,
 ) -> Path:
-    """Profile ``steps`` training steps (after one warm-up step) of an MLP and write the Chrome trace to ``out``.
+    """Profile ``steps`` training steps (after ``warmup`` warm-up steps) of an MLP and write the Chrome trace to ``out``.
 
     story: ``leak`` keeps each step's output alive in a list (grows every step); ``activation`` has a wide
     batch so activations dominate the peak; ``optimizer`` uses Adam on wide layers with a tiny batch.
@@ -45,10 +45,10 @@ def record(
     kept: list[Any] = []
     with profile(
         activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True, record_shapes=False,
-        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        schedule=schedule(wait=0, warmup=warmup, active=steps, repeat=1),
         on_trace_ready=lambda p: p.export_chrome_trace(str(out)),
     ) as prof:
-        for _ in range(steps + 1):
+        for _ in range(steps + warmup):
             opt.zero_grad(set_to_none=True)
             y = forward(x)
             loss = y.square().mean()
