@@ -10,6 +10,7 @@ Snapshots of other torch versions are salvaged where the meaning is clear, with 
 
 from __future__ import annotations
 
+import operator
 import re
 from pathlib import Path
 from typing import Any
@@ -168,14 +169,18 @@ def _fast_columns(
 ) -> bool:
     """The columns of one device's entries when every entry is well formed (a dict with an int ``time_us``,
     ``addr``, ``size`` and a known action), at C speed; False (nothing added) otherwise."""
+    if not entries:
+        return True
     try:
         if not all(type(e) is dict for e in entries):
             return False
-        actions = [SNAPSHOT_ACTIONS[e["action"]] for e in entries]
-        t = np.asarray([e["time_us"] for e in entries], dtype=np.int64) * 1000
-        addr = np.asarray([e["addr"] for e in entries], dtype=np.int64)
-        size = np.asarray([e["size"] for e in entries], dtype=np.int64)
-        stream = np.asarray([e.get("stream", 0) for e in entries], dtype=np.int64)
+        get = operator.itemgetter("action", "time_us", "addr", "size", "stream", "frames")
+        acts, times, addrs, sizes, streams, frames = zip(*map(get, entries))
+        actions = [SNAPSHOT_ACTIONS[a] for a in acts]
+        t = np.asarray(times, dtype=np.int64) * 1000
+        addr = np.asarray(addrs, dtype=np.int64)
+        size = np.asarray(sizes, dtype=np.int64)
+        stream = np.asarray(streams, dtype=np.int64)
     except (KeyError, TypeError, ValueError, OverflowError):
         return False
     intern = stacks.intern
@@ -183,9 +188,9 @@ def _fast_columns(
     columns["dev"].extend([device] * len(entries))
     columns["addr"].extend(addr.tolist())
     columns["size"].extend(size.tolist())
-    columns["action"].extend(int(a) for a in actions)
+    columns["action"].extend(map(int, actions))
     columns["stream"].extend(stream.tolist())
-    columns["stack"].extend([intern(e.get("frames")) for e in entries])
+    columns["stack"].extend(map(intern, frames))
     for i, a in enumerate(actions):
         if a == Action.OOM:
             e = entries[i]
