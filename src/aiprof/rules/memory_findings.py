@@ -98,8 +98,9 @@ def mem_fragmentation(report: MemoryReport, opts: MemoryRuleOptions) -> list[Fin
 
 
 def checkpoint_segments(activation_blocks: int) -> int:
-    """Segments for ``checkpoint_sequential``: √n of the activation tensors live at the peak (≥ 2)."""
-    return max(2, round(math.sqrt(max(activation_blocks, 1))))
+    """Segments for ``checkpoint_sequential``: √n of the activation tensors live at the peak (≥ 4: with fewer,
+    the kept inputs, the uncheckpointed last segment and the recomputed one leave nothing to save)."""
+    return max(4, round(math.sqrt(max(activation_blocks, 1))))
 
 
 def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
@@ -112,7 +113,7 @@ def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> li
         sites = [g for g in dev.live_at_peak if g.category == "activation"][:5]
         blocks = sum(s.count for s in dev.live_at_peak_by_site if any(s.site == g.site for g in sites)) or len(sites)
         segments = checkpoint_segments(blocks)
-        saving = int(act * (1 - 2 / segments)) if segments > 2 else act // 3
+        saving = int(act * (1 - 3 / segments))
         out.append(_finding(
             "mem_activation_dominant",
             f"{dev.device}: activations are {act / dev.peak_allocated_bytes:.0%} of the peak ({binary(act)})", dev, saving,
@@ -121,7 +122,8 @@ def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> li
             f"Checkpoint the layers around {', '.join(g.site for g in sites[:3])}: "
             f"torch.utils.checkpoint.checkpoint_sequential(model, {segments}, x, use_reentrant=False) or "
             "checkpoint(block, x, use_reentrant=False) per block; their activations are recomputed in backward.",
-            "activations × (1 − 2/s): s checkpointed segments keep their s inputs and one segment's activations",
+            "activations × (1 − 3/s): of s segments, checkpoint_sequential keeps each segment's input (≈ A/s), runs "
+            "the last one uncheckpointed (A/s) and recomputes one at a time in backward (A/s)",
         ))
     return out
 
