@@ -37,6 +37,7 @@ from aiprof.memory.report import (
 )
 
 TIMELINE_POINTS = 2000
+BEFORE_RECORDING = "(allocated before recording)"
 TOP_SITES = 12
 TOP_GROUPS = 60
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/torch/", "/lib/python")
@@ -126,14 +127,20 @@ def _device(
     reserved = _reserved_series(data, device, rows)
     reserved_at_peak = int(reserved[k]) if reserved is not None and rows.size else None
     live = _live_at(data, rows, k, free_of)
+    if np.any((ev.action[rows] == int(Action.FREE)) & (ev.addr[rows] < 0)) and data.source != "timeline":
+        live = live[:0]  # frees without an address cannot be matched: what is live at the peak is unknown
+        data.warnings.append(
+            f"{'cpu' if device == CPU_DEVICE else f'cuda:{device}'}: the [memory] events carry no Addr: the peak is the running sum of Bytes, "
+            "but what is live at it cannot be attributed"
+        )
     cats = ev.category[live]
     by_cat = np.bincount(cats.astype(np.int64), weights=ev.block_size[live], minlength=len(CATEGORY_NAMES)) if live.size else np.zeros(len(CATEGORY_NAMES))
     if data.source == "timeline":  # no addresses: per-category running sums at the peak
         by_cat = np.bincount(ev.category[rows[: k + 1]].astype(np.int64), weights=delta[: k + 1], minlength=len(CATEGORY_NAMES))
     groups: dict[tuple[int, str], int] = defaultdict(int)
     sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for cat, stack, size in zip(cats.tolist(), ev.stack[live].tolist(), ev.block_size[live].tolist()):
-        site = site_of_stack[stack]
+    for row, cat, stack, size in zip(live.tolist(), cats.tolist(), ev.stack[live].tolist(), ev.block_size[live].tolist()):
+        site = BEFORE_RECORDING if stack < 0 and row < data.seeded_blocks else site_of_stack[stack]
         groups[(cat, site)] += size
         entry = sites[site]
         entry[0] += size

@@ -233,6 +233,8 @@ def _seed(data: MemoryData, what: str) -> None:
     pre_freed: dict[int, int] = {}
     for device, addr, action, size in zip(ev.device.tolist(), ev.addr.tolist(), ev.action.tolist(), ev.size.tolist()):
         key = (device, addr)
+        if addr < 0:  # no Addr (2021 traces): nothing to pair; handled by the running sum below
+            continue
         if action == Action.ALLOC:
             live.add(key)
         elif key in live:
@@ -246,6 +248,11 @@ def _seed(data: MemoryData, what: str) -> None:
         rows = np.flatnonzero((ev.device == device) & known)
         if rows.size == 0:
             missing += 1
+            on = ev.device == device
+            signed = np.where(ev.action[on] == Action.ALLOC, ev.size[on], -ev.size[on])
+            lowest = int(np.cumsum(signed).min()) + pre_freed.get(device, 0) if signed.size else 0
+            if lowest < 0:  # frees of blocks the trace never saw allocated (and has no address for)
+                seeds.append((device, -1, -lowest))
             continue
         first = int(rows[0])
         signed = int(ev.size[first]) if ev.action[first] == Action.ALLOC else -int(ev.size[first])
@@ -257,7 +264,7 @@ def _seed(data: MemoryData, what: str) -> None:
     if missing:
         data.warnings.append(
             f"{what}: the [memory] events carry no Total Allocated: totals are rebuilt from Bytes, and memory "
-            "allocated before the profiler started is not counted"
+            "allocated before the profiler started is counted only as far as the trace frees it"
         )
     if seeds:
         t0 = int(ev.t_ns.min()) - 1
