@@ -21,6 +21,7 @@ from aiprof.memory.model import (
     Category,
     Frame,
     MemoryData,
+    pair_rows,
 )
 from aiprof.memory.report import (
     AllocatorStats,
@@ -56,22 +57,7 @@ def pair_frees(data: MemoryData) -> tuple[np.ndarray, np.ndarray]:
     """``free_of[alloc row]`` and ``alloc_of[free row]`` (-1 where there is none), matched by device and
     address; rows without an address are never paired."""
     ev = data.events
-    n = len(ev)
-    free_of = np.full(n, -1, np.int64)
-    alloc_of = np.full(n, -1, np.int64)
-    rows = np.flatnonzero((ev.action <= int(Action.FREE)) & (ev.addr >= 0))
-    live: dict[tuple[int, int], int] = {}
-    for row, device, addr, action in zip(
-        rows.tolist(), ev.device[rows].tolist(), ev.addr[rows].tolist(), ev.action[rows].tolist()
-    ):
-        if action == Action.ALLOC:
-            live[(device, addr)] = row
-        else:
-            a = live.pop((device, addr), -1)
-            if a >= 0:
-                free_of[a] = row
-                alloc_of[row] = a
-    return free_of, alloc_of
+    return pair_rows(ev.device, ev.addr, ev.action)
 
 
 def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> MemoryReport:

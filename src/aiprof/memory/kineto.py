@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from aiprof.memory.model import CPU_DEVICE, Action, EventTable, Frame, MemoryData, MemoryInputError, Window
+from aiprof.memory.model import CPU_DEVICE, Action, EventTable, Frame, MemoryData, MemoryInputError, Window, pair_rows
 
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _PYFRAME = re.compile(r"(.*)\((\d+)\): (.*)")
@@ -229,19 +229,12 @@ def _seed(data: MemoryData, what: str) -> None:
     totals = data.allocated_ns
     assert totals is not None
     seeds: list[tuple[int, int, int]] = []  # device, addr, bytes
-    live: set[tuple[int, int]] = set()
     pre_freed: dict[int, int] = {}
-    for device, addr, action, size in zip(ev.device.tolist(), ev.addr.tolist(), ev.action.tolist(), ev.size.tolist()):
-        key = (device, addr)
-        if addr < 0:  # no Addr (2021 traces): nothing to pair; handled by the running sum below
-            continue
-        if action == Action.ALLOC:
-            live.add(key)
-        elif key in live:
-            live.discard(key)
-        else:
-            seeds.append((device, addr, size))
-            pre_freed[device] = pre_freed.get(device, 0) + size
+    _, alloc_of = pair_rows(ev.device, ev.addr, ev.action)
+    unseen = np.flatnonzero((ev.action == int(Action.FREE)) & (ev.addr >= 0) & (alloc_of < 0))
+    for device, addr, size in zip(ev.device[unseen].tolist(), ev.addr[unseen].tolist(), ev.size[unseen].tolist()):
+        seeds.append((device, addr, size))  # freed, never seen allocated: allocated before the profiler
+        pre_freed[device] = pre_freed.get(device, 0) + size
     known = totals >= 0
     missing = 0
     for device in np.unique(ev.device).tolist():

@@ -204,3 +204,23 @@ class MemoryData:
     torch_categories: bool = False  # the category column came from torch's own profiler
     stats: list[dict[str, Any]] = field(default_factory=list)  # capture: memory_stats() per step
     warnings: list[str] = field(default_factory=list)
+
+
+def pair_rows(device: I32, addr: I64, action: I8) -> tuple[I64, I64]:
+    """Match each free to the allocation it releases, vectorised: ``(free_of, alloc_of)`` per row, -1 where
+    there is none. Rows are grouped by (device, address) in time order; an ALLOC immediately followed, in its
+    group, by a FREE is a pair (an allocator never hands out an address twice before it is freed). Rows
+    without an address (< 0) and other actions are never paired."""
+    n = int(addr.size)
+    free_of = np.full(n, -1, np.int64)
+    alloc_of = np.full(n, -1, np.int64)
+    rows = np.flatnonzero(((action == int(Action.ALLOC)) | (action == int(Action.FREE))) & (addr >= 0))
+    if rows.size < 2:
+        return free_of, alloc_of
+    order = rows[np.lexsort((rows, addr[rows], device[rows]))]
+    a, b = order[:-1], order[1:]
+    same = (addr[a] == addr[b]) & (device[a] == device[b])
+    hit = same & (action[a] == int(Action.ALLOC)) & (action[b] == int(Action.FREE))
+    free_of[a[hit]] = b[hit]
+    alloc_of[b[hit]] = a[hit]
+    return free_of, alloc_of

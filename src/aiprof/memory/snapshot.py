@@ -19,6 +19,7 @@ import numpy as np
 
 from aiprof.memory.model import (
     BLOCK_STATES,
+    pair_rows,
     SNAPSHOT_ACTIONS,
     Action,
     BlockTable,
@@ -268,18 +269,18 @@ def _seed_and_size(data: MemoryData) -> None:
     final = {(d, a): (s, r, st) for d, a, s, r, st in zip(
         blocks.device[active].tolist(), blocks.addr[active].tolist(), blocks.size[active].tolist(),
         blocks.requested[active].tolist(), blocks.stack[active].tolist())}
-    live: dict[tuple[int, int], int] = {}  # (device, addr) -> row of its allocation
-    seed: list[tuple[int, int, int, int, int]] = []  # device, addr, size, block, stack
-    sizes = ev.size.tolist()
-    for row, (device, addr, action) in enumerate(zip(ev.device.tolist(), ev.addr.tolist(), ev.action.tolist())):
-        if action == Action.ALLOC:
-            live[(device, addr)] = row
-        elif action == Action.FREE:
-            alloc = live.pop((device, addr), None)
-            if alloc is None:  # allocated before recording started
-                seed.append((device, addr, sizes[row], round_block(sizes[row]), -1))
-            else:
-                ev.block_size[row] = ev.block_size[alloc]
+    free_of, alloc_of = pair_rows(ev.device, ev.addr, ev.action)
+    frees = np.flatnonzero(ev.action == int(Action.FREE))
+    paired = frees[alloc_of[frees] >= 0]
+    ev.block_size[paired] = ev.block_size[alloc_of[paired]]
+    unseen = frees[alloc_of[frees] < 0]  # freed, never seen allocated: allocated before recording
+    seed: list[tuple[int, int, int, int, int]] = [
+        (d, a, s, round_block(s), -1)
+        for d, a, s in zip(ev.device[unseen].tolist(), ev.addr[unseen].tolist(), ev.size[unseen].tolist())
+    ]
+    allocs = np.flatnonzero(ev.action == int(Action.ALLOC))
+    still = allocs[free_of[allocs] < 0]  # allocated in the trace, never freed: the dump may hold its block
+    live: dict[tuple[int, int], int] = dict(zip(zip(ev.device[still].tolist(), ev.addr[still].tolist()), still.tolist()))
     for key, row in live.items():
         held = final.get(key)
         if held is not None:
