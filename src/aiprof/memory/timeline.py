@@ -17,6 +17,7 @@ import numpy as np
 from aiprof.memory.model import Action, Category, EventTable, MemoryData, MemoryInputError
 
 _RAW = msgspec.json.Decoder(list[tuple[int | float, int, int | float, int | None]])
+_PLOT = msgspec.json.Decoder(tuple[list[int | float], list[list[int | float]]])
 PREEXISTING = 1
 
 
@@ -25,6 +26,10 @@ def read_timeline(path: Path, data: bytes) -> MemoryData:
     try:
         rows = _RAW.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as err:
+        try:
+            return _plot(what, *_PLOT.decode(data))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
         raise MemoryInputError(f"{what}: not an export_memory_timeline raw file ({str(err)[:120]})") from None
     if not rows:
         raise MemoryInputError(f"{what}: the memory timeline is empty")
@@ -44,3 +49,21 @@ def read_timeline(path: Path, data: bytes) -> MemoryData:
     data_ = MemoryData(source="timeline", path=what, events=events, torch_categories=True)
     data_.seeded_blocks = int(np.sum(action == PREEXISTING))
     return data_
+
+
+def _plot(what: str, times: list[int | float], sizes: list[list[int | float]]) -> MemoryData:
+    """The non-raw ``export_memory_timeline`` JSON: ``[times_us, sizes]`` where each ``sizes`` row is
+    ``[0, bytes of category 0, …, bytes of unknown]`` (cumulative): turned back into per-category deltas."""
+    if not times or len(times) != len(sizes) or any(len(row) != 9 for row in sizes):
+        raise MemoryInputError(f"{what}: an export_memory_timeline JSON needs [times, sizes] with 9 sizes per time")
+    grid = np.asarray(sizes, dtype=np.int64)[:, 1:]
+    delta = np.diff(grid, axis=0, prepend=np.zeros((1, 8), np.int64))
+    t = np.asarray(times, dtype=np.int64) * 1000
+    t[0] = t[0] - 1 if t.size > 1 else t[0]  # the first row holds what existed before: it starts first
+    rows, cats = np.nonzero(delta)
+    values = delta[rows, cats]
+    events = EventTable.build(
+        t[rows], np.zeros(rows.size, np.int32), np.full(rows.size, -1, np.int64), np.abs(values),
+        np.where(values >= 0, int(Action.ALLOC), int(Action.FREE)), category=cats.astype(np.int8),
+    )
+    return MemoryData(source="timeline", path=what, events=events, torch_categories=True)
