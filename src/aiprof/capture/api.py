@@ -38,13 +38,15 @@ class Profile(contextlib.ContextDecorator):
         step_marker: str | None = None,
         auto_step: bool = True,
         quiet: bool = False,
+        memory: bool = False,
     ) -> None:
         self.out = Path(out) if out is not None else None
         self.options = CaptureOptions(
             schedule=Schedule.coerce(schedule),
             record_shapes=record_shapes,
-            profile_memory=profile_memory,
+            profile_memory=profile_memory or memory,
             with_stack=with_stack,
+            memory=memory,
             telemetry=telemetry,
             telemetry_interval_s=telemetry_interval,
             step_marker=step_marker,

@@ -88,6 +88,7 @@ class CaptureOptions:
     telemetry_interval_s: float = 0.1
     step_marker: str | None = None  # "pkg.mod:func", "pkg.mod:Class.method" or an nn.Module class name
     auto_step: bool = True  # the global optimizer step hook
+    memory: bool = False  # CUDA allocator history + memory_stats per step (capture/memory.py)
 
     def __post_init__(self) -> None:
         if not (0.005 <= self.telemetry_interval_s <= 60):

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiprof.capture import dataloader as dl
 from aiprof.capture import rundir, steps
+from aiprof.capture.memory import MemoryCapture
 from aiprof.capture.options import CaptureOptions
 from aiprof.capture.recorder import Recorder
 from aiprof.capture.telemetry import TelemetrySampler, read_rows
@@ -67,6 +68,7 @@ class CaptureSession:
         self._busy = False
         self._deferred_signal: int | None = None
         self._old_handlers: dict[int, SignalHandler] = {}
+        self.memory = MemoryCapture(run_dir, options.schedule) if options.memory else None
 
     # --- lifecycle -------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
@@ -127,6 +129,8 @@ class CaptureSession:
                 self.recorder.step()
                 self.tracker.end_step(self.recorder.steps)
             self._note_rank()
+            if self.memory is not None:
+                _quietly(lambda: self.memory.on_step(self.recorder.steps) if self.memory else None)
         finally:
             self._busy = False
         if self._deferred_signal is not None:
@@ -208,6 +212,8 @@ class CaptureSession:
         dl.set_tracker(None)
         for uninstall in self._uninstall:
             _quietly(uninstall)
+        if self.memory is not None:
+            _quietly(lambda: self.memory.finish(self.recorder.steps) if self.memory else None)
         _quietly(self.recorder.stop)
         if self.rank is None:
             self._note_rank()

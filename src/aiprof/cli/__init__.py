@@ -56,6 +56,7 @@ _OPTIONAL_COMMANDS: list[tuple[str, str]] = [
     ("roofline", "RooflineCommand"),
     ("peaks", "PeaksCommand"),
     ("export", "ExportCommand"),
+    ("memory", "MemoryCommand"),
 ]
 _VERBS = {"analyze", *(module for module, _ in _OPTIONAL_COMMANDS)}
 
@@ -96,7 +97,7 @@ def _show_warning(
 
 # Commands that only read traces and write a report: once they are done, the interpreter's teardown
 # (freeing every object of the loaded traces, ~50 ms for a 450k-event trace) is skipped.
-_QUICK_EXIT = {"analyze", "compare", "export", "roofline"}
+_QUICK_EXIT = {"analyze", "compare", "export", "roofline", "memory"}
 
 
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -30,6 +30,7 @@ class RunCommand:
         group = parser.add_argument_group("what the profiler records")
         group.add_argument("--record-shapes", action=argparse.BooleanOptionalAction, default=o.record_shapes, help="input shapes of ops: FLOPs, roofline (default on)")
         group.add_argument("--profile-memory", action=argparse.BooleanOptionalAction, default=o.profile_memory, help="allocator events (default on)")
+        group.add_argument("--memory", action="store_true", help="CUDA allocator history around the recorded steps, dumped at the end and on OOM, and memory_stats() per step (read it with aiprof memory RUN_DIR)")
         group.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=o.with_stack, help="Python call stacks: source lines, costly (default off)")
         group = parser.add_argument_group("steps and telemetry")
         group.add_argument("--step-marker", metavar="SPEC", help="what ends a step besides optimizer.step(): an nn.Module class name (Model), or MODULE:FUNCTION")
@@ -49,8 +50,9 @@ class RunCommand:
         options = CaptureOptions(
             schedule=Schedule(args.wait, args.warmup, args.active, args.repeat, args.skip_first),
             record_shapes=args.record_shapes,
-            profile_memory=args.profile_memory,
+            profile_memory=args.profile_memory or args.memory,
             with_stack=args.with_stack,
+            memory=args.memory,
             telemetry=args.telemetry,
             telemetry_interval_s=args.telemetry_interval,
             step_marker=args.step_marker,

@@ -1,0 +1,56 @@
+"""``aiprof memory PATH``: where the memory went, what is live at the peak, and why an OOM happened."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aiprof.errors import AiprofError
+
+FORMATS = ("terminal", "json", "md", "html")
+
+
+class MemoryCommand:
+    name = "memory"
+    help = "Memory report of an allocator snapshot, a trace with [memory] events, or a run directory."
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path", type=Path, help="snapshot .pickle, trace .json[.gz], memory timeline, or run dir")
+        parser.add_argument("--format", choices=FORMATS, default=None, help="output format (default: from -o, else terminal)")
+        parser.add_argument("-o", "--output", type=Path, default=None, help="write here instead of stdout")
+        parser.add_argument("--device-memory-gib", type=float, default=None,
+                            help="device memory in GiB, when the input does not say (enables capacity findings)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from aiprof.memory import analyze_memory, load_memory
+        from aiprof.memory.render import RENDERERS, to_json
+        from aiprof.rules.memory_findings import memory_findings
+
+        gib = args.device_memory_gib
+        if gib is not None and not (0 < gib < 1 << 20):
+            raise AiprofError(f"--device-memory-gib must be a positive number of GiB, not {gib}")
+        fmt = args.format or _format_of(args.output)
+        report = analyze_memory(load_memory(args.path), int(gib * (1 << 30)) if gib else None)
+        findings = memory_findings(report)
+        if fmt == "json":
+            data = to_json(report, findings)
+        else:
+            data = RENDERERS[fmt](report, findings).encode("utf-8")
+        if args.output is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+        else:
+            try:
+                args.output.write_bytes(data)
+            except OSError as err:
+                raise AiprofError(f"{args.output}: cannot write ({err.strerror})") from None
+            print(f"aiprof: wrote {args.output}", file=sys.stderr)
+        return 0
+
+
+def _format_of(output: Path | None) -> str:
+    if output is None:
+        return "terminal"
+    suffix = output.suffix.lower()
+    return {".json": "json", ".md": "md", ".html": "html", ".htm": "html"}.get(suffix, "terminal")

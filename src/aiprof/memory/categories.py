@@ -1,0 +1,124 @@
+"""What each allocation holds, when torch did not say: inferred from stacks and lifetimes.
+
+Checked in order, for every allocation (its phase is the step's forward / backward / optimizer window it
+falls in — from the trace's autograd and ``Optimizer.step#`` spans, else from its stack's frames):
+1. torch's own category (``export_memory_timeline`` raw) when present;
+2. allocated outside every step before the first one: live to the end → ``parameter``; freed later → ``input``;
+3. allocated in the optimizer step: live past it → ``optimizer_state``, else ``temporary``;
+4. allocated in backward: live past the backward → ``gradient``; freed in the same op → ``temporary``;
+   else ``autograd_detail``;
+5. allocated in forward: freed in backward (or kept past the step) → ``activation``; freed in the same op or
+   in forward → ``temporary``;
+6. anything else → ``unknown``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aiprof.memory.model import Action, Category, Frame, MemoryData, NO_CATEGORY, Window
+
+NONE, FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2, 3
+_PHASE = {"forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER}
+
+
+def _norm(filename: str) -> str:
+    return filename.replace("\\", "/")
+
+
+def stack_phase(frames: tuple[Frame, ...]) -> int:
+    """The phase a stack shows: optimizer (``torch/optim``), backward (``torch/autograd``), else forward."""
+    paths = [_norm(f.filename) for f in frames]
+    if any("/optim/" in p for p in paths) or any(f.name.startswith("Optimizer.step") for f in frames):
+        return OPTIMIZER
+    if any("/autograd/" in p or p.endswith("/_tensor.py") and f.name == "backward" for p, f in zip(paths, frames)):
+        return BACKWARD
+    if any(f.name.startswith(("autograd::engine", "torch::autograd")) for f in frames):
+        return BACKWARD
+    return FORWARD if frames else NONE
+
+
+def _window_phase(t: np.ndarray, phases: list[Window]) -> tuple[np.ndarray, np.ndarray]:
+    """Phase and phase-window end of each time (the innermost: optimizer and backward win over forward)."""
+    phase = np.zeros(t.size, np.int8)
+    end = np.full(t.size, np.iinfo(np.int64).max, np.int64)
+    for kind in ("forward", "backward", "optimizer"):
+        for w in (p for p in phases if p.kind == kind):
+            inside = (t >= w.start_ns) & (t <= w.end_ns)
+            phase[inside] = _PHASE[kind]
+            end[inside] = w.end_ns
+    return phase, end
+
+
+def _fill_forward(phase: np.ndarray) -> np.ndarray:
+    """Rows without a Python stack (the autograd engine's thread records none) take the phase of the last
+    row that had one: after ``loss.backward()`` they are backward until a forward or optimizer frame shows."""
+    known = np.where(phase != NONE, np.arange(phase.size), -1)
+    last = np.maximum.accumulate(known) if phase.size else known
+    return np.where(last >= 0, phase[np.maximum(last, 0)], NONE).astype(np.int8)
+
+
+def step_of(t: np.ndarray, steps: list[Window]) -> np.ndarray:
+    """The step index each time falls in (-1 outside every step)."""
+    out = np.full(t.size, -1, np.int32)
+    for w in steps:
+        out[(t >= w.start_ns) & (t <= w.end_ns)] = w.index
+    return out
+
+
+def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
+    """Fill ``data.events.category`` for allocation rows (and copy it to their frees)."""
+    ev = data.events
+    alloc = np.flatnonzero(ev.action == int(Action.ALLOC))
+    if data.torch_categories:
+        ev.category[ev.category == NO_CATEGORY] = int(Category.UNKNOWN)
+        return
+    t = ev.t_ns
+    freed = free_of[alloc] >= 0
+    t_free = np.where(freed, t[np.maximum(free_of[alloc], 0)], np.iinfo(np.int64).max)
+    if data.phases:
+        phase_all, phase_end_all = _window_phase(t, data.phases)
+    else:  # a snapshot: the stacks say which phase
+        by_stack = np.asarray([stack_phase(s) for s in data.stacks] + [NONE], dtype=np.int8)
+        phase_all = _fill_forward(by_stack[ev.stack])
+        phase_end_all = np.full(t.size, -1, np.int64)
+    pa = phase_all[alloc]
+    pf = np.where(freed, phase_all[np.maximum(free_of[alloc], 0)], NONE)
+    step_all = ev.step
+    sa = step_all[alloc]
+    sf = np.where(freed, step_all[np.maximum(free_of[alloc], 0)], -2)
+    same_op = freed & (ev.op[alloc] >= 0) & (ev.op[alloc] == ev.op[np.maximum(free_of[alloc], 0)])
+    first_step = min((w.start_ns for w in data.steps), default=None)
+    cat = np.full(alloc.size, int(Category.UNKNOWN), np.int8)
+    windowed = bool(data.phases)
+    # outside every step, before the first: parameters, inputs
+    if first_step is not None:
+        before = (t[alloc] < first_step) & (sa < 0)
+        cat[before & ~freed] = Category.PARAMETER
+        cat[before & freed] = Category.INPUT
+    else:
+        before = np.zeros(alloc.size, np.bool_)
+    rest = ~before
+    past_phase = (t_free > phase_end_all[alloc]) if windowed else (pf != pa) | ~freed
+    # optimizer
+    m = rest & (pa == OPTIMIZER)
+    cat[m & past_phase] = Category.OPTIMIZER_STATE
+    cat[m & ~past_phase] = Category.TEMPORARY
+    # backward
+    m = rest & (pa == BACKWARD)
+    cat[m & past_phase & ((pf != BACKWARD) | (sf != sa))] = Category.GRADIENT
+    cat[m & ~(past_phase & ((pf != BACKWARD) | (sf != sa)))] = Category.AUTOGRAD_DETAIL
+    cat[m & same_op] = Category.TEMPORARY
+    # forward
+    m = rest & (pa == FORWARD)
+    kept = m & ((pf == BACKWARD) | ~freed | (sf != sa) & (sf != -2) & windowed)
+    cat[kept] = Category.ACTIVATION
+    cat[m & ~kept] = Category.TEMPORARY
+    # a snapshot's blocks that predate recording and stay live: parameters (or optimizer state, by stack)
+    seed = alloc < data.seeded_blocks
+    cat[seed & ~freed & (pa != OPTIMIZER) & (ev.stack[alloc] < 0)] = Category.PARAMETER
+    if not windowed:  # no step spans: a forward block never freed is persistent (a parameter or a buffer)
+        cat[seed & ~freed & (pa == FORWARD)] = Category.PARAMETER
+    ev.category[alloc] = cat
+    frees = free_of[alloc]
+    ev.category[frees[frees >= 0]] = cat[frees >= 0]

@@ -1,0 +1,85 @@
+"""Find and read the memory input at a path: a snapshot pickle, a Kineto trace with ``[memory]`` events, an
+``export_memory_timeline`` raw file, or a run directory holding any of these (capture writes
+``memory/``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aiprof.memory.model import MemoryData, MemoryInputError
+
+PICKLE_SUFFIXES = (".pickle", ".pkl", ".pickle.gz")
+STATS_FILE = "memory_stats.jsonl"
+
+
+def _read(path: Path) -> tuple[bytes, list[str]]:
+    from aiprof.trace.loader import read_bytes
+
+    try:
+        return read_bytes(path)
+    except MemoryInputError:
+        raise
+    except Exception as err:  # TraceError from the shared reader: re-raise as ours, one line
+        raise MemoryInputError(str(err)) from None
+
+
+def load_memory(path: Path) -> MemoryData:
+    """Read the memory input at ``path`` (a file, or a run directory: its snapshot, else its traces)."""
+    if path.is_dir():
+        return _load_dir(path)
+    if not path.exists():
+        raise MemoryInputError(f"{path}: no such file or folder; check the path")
+    data, notes = _read(path)
+    stripped = data.lstrip()[:1]
+    if data[:1] == b"\x80" or path.name.endswith(PICKLE_SUFFIXES):
+        from aiprof.memory.snapshot import read_snapshot
+
+        result = read_snapshot(path, data)
+    elif stripped == b"[" and data.lstrip()[1:64].lstrip()[:1] == b"[":
+        from aiprof.memory.timeline import read_timeline
+
+        result = read_timeline(path, data)
+    elif stripped in (b"{", b"["):
+        from aiprof.memory.kineto import read_kineto
+
+        result = read_kineto(path, data)
+    else:
+        raise MemoryInputError(
+            f"{path}: neither an allocator snapshot (pickle) nor a JSON trace or memory timeline"
+        )
+    result.warnings[:0] = notes
+    return result
+
+
+def _load_dir(folder: Path) -> MemoryData:
+    mem = folder / "memory"
+    candidates = sorted(mem.glob("*.pickle")) if mem.is_dir() else []
+    candidates += sorted(folder.glob("*.pickle"))
+    if not candidates:
+        traces = sorted(p for p in folder.rglob("*.json*") if "trace" in p.name and p.is_file())
+        candidates = traces
+    if not candidates:
+        raise MemoryInputError(
+            f"{folder}: no memory snapshot (*.pickle) or trace (*trace*.json[.gz]) in this folder; record with "
+            "aiprof run --memory"
+        )
+    data = load_memory(candidates[0])
+    if len(candidates) > 1:
+        data.warnings.append(f"{folder}: {len(candidates)} memory inputs; read {candidates[0].name}")
+    stats = mem / STATS_FILE
+    if stats.is_file():
+        data.stats = _stats(stats)
+    return data
+
+
+def _stats(path: Path) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

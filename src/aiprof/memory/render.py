@@ -1,0 +1,227 @@
+"""Render a :class:`MemoryReport` (and its findings) as terminal text, JSON, Markdown or offline HTML.
+
+Every string that came from the input (paths, frames, settings) is escaped for its target: control
+characters stripped for the terminal, ``| [ ] ( ) * _ ` < >`` and backslashes escaped in Markdown, HTML
+escaped in HTML. The HTML has no script and no external resource: an inline SVG timeline stacked by category
+with the peak marked, and an icicle of what is live at the peak.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from aiprof.memory.report import DeviceMemory, MemoryReport
+from aiprof.memory.units import binary
+from aiprof.rules.finding import Finding
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#|!~])")
+COLORS = {
+    "parameter": "#2e7d32", "optimizer_state": "#c9a227", "input": "#444444", "temporary": "#9575cd",
+    "activation": "#d32f2f", "gradient": "#1e50c8", "autograd_detail": "#5c8ee6", "unknown": "#9e9e9e",
+}
+
+
+def term(text: object) -> str:
+    """Text for a terminal: control and bidi characters removed, newlines flattened."""
+    return _CONTROL.sub("", str(text).replace("\n", " ").replace("\r", " "))
+
+
+def md(text: object) -> str:
+    """Text for a Markdown table cell or line."""
+    return _MD_SPECIAL.sub(r"\\\1", term(text))
+
+
+def esc(text: object) -> str:
+    return html.escape(term(text), quote=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# JSON
+# ---------------------------------------------------------------------------------------------------
+def to_json(report: MemoryReport, findings: Sequence[Finding]) -> bytes:
+    doc = {"memory": msgspec.to_builtins(report), "findings": [f.to_dict() for f in findings]}
+    return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Terminal and Markdown share one list of lines
+# ---------------------------------------------------------------------------------------------------
+def _device_rows(dev: DeviceMemory) -> list[tuple[str, str]]:
+    rows = [("peak allocated", binary(dev.peak_allocated_bytes) + (f" (step {dev.peak_step})" if dev.peak_step is not None else ""))]
+    rows.append(("  of which before recording", binary(dev.seed_bytes)))
+    rows.append(("  counting recorded events only", binary(dev.unseeded_peak_bytes)))
+    if dev.peak_reserved_bytes is not None:
+        rows.append(("peak reserved", binary(dev.peak_reserved_bytes)))
+    if dev.fragmentation_at_peak_bytes is not None:
+        rows.append(("reserved − allocated at the peak", binary(dev.fragmentation_at_peak_bytes)))
+    if dev.rounding_loss_at_peak_bytes is not None:
+        rows.append(("rounding loss at the peak", binary(dev.rounding_loss_at_peak_bytes)))
+    if dev.capacity_bytes:
+        rows.append(("device memory", binary(dev.capacity_bytes)))
+    rows.append(("allocations", f"{dev.allocations:,} ({binary(dev.allocated_bytes_total)})"))
+    rows.append(("segment allocs / frees", f"{dev.segment_allocs} / {dev.segment_frees}"))
+    if dev.snapshot:
+        s = dev.snapshot
+        rows.append(("segments at dump", f"{s.segments} ({s.large_segments} large, {s.small_segments} small)"))
+        rows.append(("  reserved = requested + rounding + cached free",
+                     f"{binary(s.reserved_bytes)} = {binary(s.requested_bytes)} + {binary(s.rounding_loss_bytes)} + {binary(s.cached_free_bytes)}"))
+    return rows
+
+
+def render_terminal(report: MemoryReport, findings: Sequence[Finding]) -> str:
+    out = [f"aiprof memory: {term(report.path)} ({report.source}, categories {report.categories_from})"]
+    for w in report.warnings:
+        out.append(f"  warning: {term(w)}")
+    for dev in report.devices:
+        out.append("")
+        out.append(f"{dev.device}")
+        width = max(len(k) for k, _ in _device_rows(dev))
+        out += [f"  {k.ljust(width)}  {v}" for k, v in _device_rows(dev)]
+        if dev.live_at_peak_by_category:
+            out.append("  live at the peak, by category:")
+            out += [f"    {c.category:<16} {binary(c.bytes):>11}  {c.bytes / max(dev.peak_allocated_bytes, 1):6.1%}"
+                    for c in dev.live_at_peak_by_category]
+        if dev.live_at_peak_by_site:
+            out.append("  live at the peak, by site:")
+            out += [f"    {binary(s.bytes):>11}  {term(s.site)} ({s.count} blocks)" for s in dev.live_at_peak_by_site[:8]]
+        if dev.steps:
+            out.append("  steps:   step   peak alloc    end alloc   allocs   alloc bytes")
+            out += [f"          {s.index:>5} {binary(s.peak_allocated_bytes):>12} {binary(s.end_allocated_bytes):>12} "
+                    f"{s.allocations:>8} {binary(s.allocated_bytes):>13}" for s in dev.steps]
+        for oom in dev.ooms:
+            out.append(f"  OOM ({oom.verdict}): {term(oom.explanation)}")
+    if findings:
+        out.append("")
+        out.append("findings:")
+        for f in findings:
+            out.append(f"  [{f.severity}] {f.id}: {term(f.title)}")
+            out.append(f"      saves ~{binary(int(f.evidence.get('est_saving_bytes', 0)))}; fix: {term(f.fix)}")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report: MemoryReport, findings: Sequence[Finding]) -> str:
+    out = [f"# Memory: {md(report.path)}", "", f"Source: {report.source}; categories: {report.categories_from}.", ""]
+    for w in report.warnings:
+        out.append(f"> warning: {md(w)}")
+    for dev in report.devices:
+        out += ["", f"## {md(dev.device)}", "", "| measure | value |", "|---|---|"]
+        out += [f"| {md(k.strip())} | {md(v)} |" for k, v in _device_rows(dev)]
+        if dev.live_at_peak:
+            out += ["", "### Live at the peak", "", "| category | site | bytes |", "|---|---|---:|"]
+            out += [f"| {md(g.category)} | {md(g.site)} | {md(binary(g.bytes))} |" for g in dev.live_at_peak[:20]]
+        if dev.steps:
+            out += ["", "### Steps", "", "| step | peak allocated | end allocated | allocations |", "|---:|---:|---:|---:|"]
+            out += [f"| {s.index} | {binary(s.peak_allocated_bytes)} | {binary(s.end_allocated_bytes)} | {s.allocations} |" for s in dev.steps]
+        for oom in dev.ooms:
+            out += ["", f"**OOM: {md(oom.verdict)}**: {md(oom.explanation)}"]
+    if findings:
+        out += ["", "## Findings", ""]
+        out += [f"- **{md(f.id)}** ({f.severity}): {md(f.title)}. Fix: {md(f.fix)}" for f in findings]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+# HTML
+# ---------------------------------------------------------------------------------------------------
+W, H, PAD = 900, 300, 50
+
+
+def _timeline_svg(dev: DeviceMemory) -> str:
+    tl = dev.timeline
+    if not tl.t_ns:
+        return "<p>No allocation events.</p>"
+    t0, t1 = tl.t_ns[0], max(tl.t_ns[-1], tl.t_ns[0] + 1)
+    totals = [sum(s[i] for s in tl.bytes) for i in range(len(tl.t_ns))]
+    top = max(max(totals), dev.peak_allocated_bytes, max(tl.reserved_bytes or [0]), 1)
+
+    def x(t: int) -> float:
+        return PAD + (t - t0) / (t1 - t0) * (W - 2 * PAD)
+
+    def y(b: float) -> float:
+        return H - PAD + 10 - b / top * (H - PAD - 20)
+
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" role="img" '
+             f'aria-label="memory over time">']
+    base = [0.0] * len(tl.t_ns)
+    for name, series in zip(tl.categories, tl.bytes):
+        upper = [b + max(v, 0) for b, v in zip(base, series)]
+        pts = [f"{x(t):.1f},{y(u):.1f}" for t, u in zip(tl.t_ns, upper)]
+        pts += [f"{x(t):.1f},{y(b):.1f}" for t, b in reversed(list(zip(tl.t_ns, base)))]
+        parts.append(f'<polygon points="{" ".join(pts)}" fill="{COLORS.get(name, "#999")}" opacity="0.85">'
+                     f"<title>{esc(name)}</title></polygon>")
+        base = upper
+    if tl.reserved_bytes:
+        line = " ".join(f"{x(t):.1f},{y(r):.1f}" for t, r in zip(tl.t_ns, tl.reserved_bytes))
+        parts.append(f'<polyline points="{line}" fill="none" stroke="#000" stroke-dasharray="4 3"><title>reserved</title></polyline>')
+    px = x(dev.peak_t_ns)
+    parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="10" y2="{H - PAD + 10}" stroke="#000"/>')
+    parts.append(f'<text x="{px + 4:.1f}" y="20" font-size="12">peak {esc(binary(dev.peak_allocated_bytes))}</text>')
+    parts.append(f'<text x="{PAD}" y="{H - 15}" font-size="11">{(t1 - t0) / 1e6:.1f} ms</text>')
+    parts.append(f'<text x="2" y="20" font-size="11">{esc(binary(top))}</text>')
+    legend_x = PAD
+    for name in tl.categories:
+        parts.append(f'<rect x="{legend_x}" y="{H - 12}" width="10" height="10" fill="{COLORS.get(name, "#999")}"/>'
+                     f'<text x="{legend_x + 13}" y="{H - 3}" font-size="11">{esc(name)}</text>')
+        legend_x += 16 + 7 * len(name)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _icicle_svg(dev: DeviceMemory) -> str:
+    """Two rows: categories, then sites within each category, widths proportional to bytes live at the peak."""
+    total = sum(c.bytes for c in dev.live_at_peak_by_category) or 1
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="90" role="img" aria-label="live at the peak">']
+    x0 = 0.0
+    for c in dev.live_at_peak_by_category:
+        w = c.bytes / total * W
+        color = COLORS.get(c.category, "#999")
+        parts.append(f'<rect x="{x0:.1f}" y="0" width="{w:.1f}" height="40" fill="{color}" stroke="#fff">'
+                     f"<title>{esc(c.category)}: {esc(binary(c.bytes))}</title></rect>")
+        if w > 60:
+            parts.append(f'<text x="{x0 + 3:.1f}" y="25" font-size="12" fill="#fff">{esc(c.category)}</text>')
+        sx = x0
+        for g in (g for g in dev.live_at_peak if g.category == c.category):
+            gw = g.bytes / total * W
+            parts.append(f'<rect x="{sx:.1f}" y="42" width="{gw:.1f}" height="40" fill="{color}" opacity="0.6" '
+                         f'stroke="#fff"><title>{esc(g.site)}: {esc(binary(g.bytes))}</title></rect>')
+            if gw > 90:
+                parts.append(f'<text x="{sx + 3:.1f}" y="66" font-size="10">{esc(g.site[: int(gw / 6)])}</text>')
+            sx += gw
+        x0 += w
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
+    body = [f"<h1>Memory: {esc(report.path)}</h1>",
+            f"<p>Source: {esc(report.source)}; categories {esc(report.categories_from)}.</p>"]
+    body += [f'<p class="warn">warning: {esc(w)}</p>' for w in report.warnings]
+    for dev in report.devices:
+        body.append(f"<h2>{esc(dev.device)}</h2><table>")
+        body += [f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in _device_rows(dev)]
+        body.append("</table><h3>Allocated over time, by category</h3>")
+        body.append(_timeline_svg(dev))
+        body.append("<h3>Live at the peak</h3>")
+        body.append(_icicle_svg(dev))
+        body.append("<table><tr><th>category</th><th>site</th><th>bytes</th></tr>")
+        body += [f"<tr><td>{esc(g.category)}</td><td>{esc(g.site)}</td><td>{esc(binary(g.bytes))}</td></tr>"
+                 for g in dev.live_at_peak[:20]]
+        body.append("</table>")
+        body += [f"<p><b>OOM: {esc(o.verdict)}</b>: {esc(o.explanation)}</p>" for o in dev.ooms]
+    if findings:
+        body.append("<h2>Findings</h2><ul>")
+        body += [f"<li><b>{esc(f.id)}</b> ({esc(f.severity)}): {esc(f.title)}. Fix: {esc(f.fix)}</li>" for f in findings]
+        body.append("</ul>")
+    style = ("body{font-family:sans-serif;max-width:960px;margin:1em auto}table{border-collapse:collapse}"
+             "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}.warn{color:#a60}")
+    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>aiprof memory</title>'
+            f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n")
+
+
+RENDERERS: dict[str, Any] = {"terminal": render_terminal, "md": render_markdown, "html": render_html}

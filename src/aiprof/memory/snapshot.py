@@ -1,0 +1,321 @@
+"""Read a CUDA caching-allocator snapshot (``torch.cuda.memory._dump_snapshot``) into a :class:`MemoryData`.
+
+The snapshot is read with the no-classes unpickler (:mod:`aiprof.memory.unpickle`). Its ``segments`` give
+the allocator state at dump time; ``device_traces`` give the recorded events (``time_us``, ``action``,
+``addr``, ``size`` = requested bytes, ``stream``, ``frames``). Blocks that already existed when recording
+started are added as allocations at the trace's first instant (the *seed*): without them the peak is low
+by every block allocated earlier (parameters, optimizer state, an unfinished step's activations).
+Snapshots of other torch versions are salvaged where the meaning is clear, with a warning.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aiprof.memory.model import (
+    BLOCK_STATES,
+    pair_rows,
+    SNAPSHOT_ACTIONS,
+    Action,
+    BlockTable,
+    EventTable,
+    Frame,
+    MemoryData,
+    MemoryInputError,
+    OomRecord,
+    SegmentTable,
+    Window,
+)
+from aiprof.memory.unpickle import loads_plain
+
+MIN_BLOCK = 512  # the caching allocator's kMinBlockSize: every block is a multiple of it
+_STEP = re.compile(r"ProfilerStep#(\d+)")
+
+
+class _Stacks:
+    """Interns stacks (lists of frame dicts) into ids; frame dicts shared by the pickle are looked up once."""
+
+    def __init__(self) -> None:
+        self.stacks: list[tuple[Frame, ...]] = []
+        self._ids: dict[tuple[Frame, ...], int] = {}
+        self._frames: dict[int, Frame] = {}
+        self._by_list: dict[tuple[int, ...], int] = {}
+        self._keep: list[Any] = []  # keeps id()-keyed objects alive
+
+    def frame(self, raw: Any) -> Frame | None:
+        cached = self._frames.get(id(raw))
+        if cached is not None:
+            return cached
+        if not isinstance(raw, dict):
+            return None
+        line = raw.get("line", 0)
+        made = Frame(str(raw.get("filename", "?"))[:500], line if isinstance(line, int) else 0, str(raw.get("name", "?"))[:200])
+        self._frames[id(raw)] = made
+        self._keep.append(raw)
+        return made
+
+    def intern(self, raw: Any) -> int:
+        if not isinstance(raw, list) or not raw:
+            return -1
+        key = tuple(map(id, raw))  # frame dicts are shared by the pickle: their ids name a stack cheaply
+        known = self._by_list.get(key)
+        if known is not None:
+            return known
+        frames = tuple(f for f in (self.frame(r) for r in raw) if f is not None)
+        sid = self._ids.get(frames)
+        if sid is None:
+            sid = self._ids[frames] = len(self.stacks)
+            self.stacks.append(frames)
+        self._by_list[key] = sid
+        self._keep.append(raw)
+        return sid
+
+
+def round_block(size: int) -> int:
+    """The caching allocator's block size for a request (kMinBlockSize granularity)."""
+    return max(MIN_BLOCK, -(-size // MIN_BLOCK) * MIN_BLOCK)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def read_snapshot(path: Path, data: bytes | None = None) -> MemoryData:
+    """A snapshot file as a :class:`MemoryData` (:class:`MemoryInputError` when it is not one)."""
+    what = str(path)
+    if data is None:
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise MemoryInputError(f"{what}: cannot read ({err.strerror}); check the path") from None
+    obj = loads_plain(data, what)
+    return snapshot_from_object(obj, what)
+
+
+def snapshot_from_object(obj: Any, what: str) -> MemoryData:
+    warnings: list[str] = []
+    if isinstance(obj, list) and all(isinstance(s, dict) and "blocks" in s for s in obj[:50]):
+        warnings.append(f"{what}: an old-style snapshot (a bare list of segments, torch < 2.0): no event trace")
+        obj = {"segments": obj}
+    if not isinstance(obj, dict) or not ("segments" in obj or "device_traces" in obj):
+        kind = type(obj).__name__
+        raise MemoryInputError(
+            f"{what}: a pickle of a {kind} with no 'segments' or 'device_traces': not an allocator snapshot "
+            "(dump one with torch.cuda.memory._dump_snapshot())"
+        )
+    stacks = _Stacks()
+    segments, blocks = _segments(obj.get("segments"), stacks, what, warnings)
+    columns: dict[str, list[int]] = {k: [] for k in ("t", "dev", "addr", "size", "action", "stream", "stack")}
+    ooms: list[OomRecord] = []
+    traces = obj.get("device_traces")
+    if traces is None:
+        traces = []
+    if not isinstance(traces, list):
+        raise MemoryInputError(f"{what}: 'device_traces' is a {type(traces).__name__}, not a list per device")
+    skipped = untimed = 0
+    for device, entries in enumerate(traces):
+        if not isinstance(entries, list):
+            skipped += 1
+            continue
+        if _fast_columns(entries, device, columns, stacks, ooms):
+            continue
+        for i, entry in enumerate(entries):
+            action = SNAPSHOT_ACTIONS.get(str(entry.get("action"))) if isinstance(entry, dict) else None
+            if action is None:
+                skipped += 1
+                continue
+            t_us = entry.get("time_us")
+            if not isinstance(t_us, (int, float)) or isinstance(t_us, bool):
+                untimed += 1
+                t_us = i
+            size = _int(entry.get("size"))
+            stack = stacks.intern(entry.get("frames"))
+            columns["t"].append(int(t_us * 1000))
+            columns["dev"].append(device)
+            columns["addr"].append(_int(entry.get("addr"), -1))
+            columns["size"].append(size)
+            columns["action"].append(int(action))
+            columns["stream"].append(_int(entry.get("stream")))
+            columns["stack"].append(stack)
+            if action == Action.OOM:
+                ooms.append(OomRecord(int(t_us * 1000), device, size, _int(entry.get("device_free")), stack))
+    if skipped:
+        warnings.append(f"{what}: {skipped} trace entries of an unknown shape or action were skipped")
+    if untimed:
+        warnings.append(f"{what}: {untimed} trace entries carry no time_us (an older torch): event order is used as time")
+    events = EventTable.build(
+        columns["t"], columns["dev"], columns["addr"], columns["size"], columns["action"],
+        stream=columns["stream"], stack=columns["stack"],
+    )
+    _free_when_requested(events)
+    settings = obj.get("allocator_settings")
+    end_t = int(events.t_ns.max()) if len(events) else 0
+    data = MemoryData(
+        source="snapshot", path=what, events=events, stacks=stacks.stacks, segments=segments, blocks=blocks,
+        snapshot_t_ns=end_t, settings=dict(settings) if isinstance(settings, dict) else {}, ooms=ooms,
+        warnings=warnings,
+    )
+    data.steps = _annotation_steps(obj.get("external_annotations"))
+    _seed_and_size(data)
+    return data
+
+
+def _fast_columns(
+    entries: list[Any], device: int, columns: dict[str, list[int]], stacks: _Stacks, ooms: list[OomRecord]
+) -> bool:
+    """The columns of one device's entries when every entry is well formed (a dict with an int ``time_us``,
+    ``addr``, ``size`` and a known action), at C speed; False (nothing added) otherwise."""
+    if not entries:
+        return True
+    try:
+        if not all(type(e) is dict for e in entries):
+            return False
+        get = operator.itemgetter("action", "time_us", "addr", "size", "stream", "frames")
+        acts, times, addrs, sizes, streams, frames = zip(*map(get, entries))
+        actions = [SNAPSHOT_ACTIONS[a] for a in acts]
+        t = np.asarray(times, dtype=np.int64) * 1000
+        addr = np.asarray(addrs, dtype=np.int64)
+        size = np.asarray(sizes, dtype=np.int64)
+        stream = np.asarray(streams, dtype=np.int64)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
+    intern = stacks.intern
+    columns["t"].extend(t.tolist())
+    columns["dev"].extend([device] * len(entries))
+    columns["addr"].extend(addr.tolist())
+    columns["size"].extend(size.tolist())
+    columns["action"].extend(map(int, actions))
+    columns["stream"].extend(stream.tolist())
+    columns["stack"].extend(map(intern, frames))
+    for i, a in enumerate(actions):
+        if a == Action.OOM:
+            e = entries[i]
+            ooms.append(OomRecord(int(t[i]), device, int(size[i]), _int(e.get("device_free")), intern(e.get("frames"))))
+    return True
+
+
+def _segments(raw: Any, stacks: _Stacks, what: str, warnings: list[str]) -> tuple[SegmentTable, BlockTable]:
+    seg_cols: dict[str, list[Any]] = {k: [] for k in ("dev", "addr", "total", "stream", "small", "exp")}
+    blk: dict[str, list[int]] = {k: [] for k in ("dev", "addr", "size", "req", "state", "stack", "seg")}
+    bad = 0
+    for seg in raw if isinstance(raw, list) else []:
+        if not isinstance(seg, dict) or not isinstance(seg.get("blocks"), list):
+            bad += 1
+            continue
+        index = len(seg_cols["dev"])
+        device, addr = _int(seg.get("device")), _int(seg.get("address"))
+        seg_cols["dev"].append(device)
+        seg_cols["addr"].append(addr)
+        seg_cols["total"].append(_int(seg.get("total_size")))
+        seg_cols["stream"].append(_int(seg.get("stream")))
+        seg_cols["small"].append(seg.get("segment_type") == "small")
+        seg_cols["exp"].append(bool(seg.get("is_expandable", False)))
+        cursor = addr
+        for block in seg["blocks"]:
+            if not isinstance(block, dict):
+                bad += 1
+                continue
+            size = _int(block.get("size"))
+            state = block.get("state")
+            if state not in BLOCK_STATES:  # torch < 2.0 spelled it with booleans
+                state = "active_allocated" if block.get("allocated") else "inactive"
+            blk["dev"].append(device)
+            blk["addr"].append(_int(block.get("address"), cursor))
+            blk["size"].append(size)
+            blk["req"].append(_int(block.get("requested_size"), size))
+            blk["state"].append(BLOCK_STATES[state])
+            blk["stack"].append(stacks.intern(block.get("frames")))
+            blk["seg"].append(index)
+            cursor += size
+    if bad:
+        warnings.append(f"{what}: {bad} segments or blocks of an unknown shape were skipped")
+    segments = SegmentTable(
+        device=np.asarray(seg_cols["dev"], dtype=np.int32), addr=np.asarray(seg_cols["addr"], dtype=np.int64),
+        total=np.asarray(seg_cols["total"], dtype=np.int64), stream=np.asarray(seg_cols["stream"], dtype=np.int64),
+        small=np.asarray(seg_cols["small"], dtype=np.bool_), expandable=np.asarray(seg_cols["exp"], dtype=np.bool_),
+    )
+    blocks = BlockTable(
+        device=np.asarray(blk["dev"], dtype=np.int32), addr=np.asarray(blk["addr"], dtype=np.int64),
+        size=np.asarray(blk["size"], dtype=np.int64), requested=np.asarray(blk["req"], dtype=np.int64),
+        state=np.asarray(blk["state"], dtype=np.int8), stack=np.asarray(blk["stack"], dtype=np.int32),
+        segment=np.asarray(blk["seg"], dtype=np.int32),
+    )
+    return segments, blocks
+
+
+def _free_when_requested(events: EventTable) -> None:
+    """Allocated bytes drop at ``free_requested`` (as ``memory_allocated`` does). A history recorded with
+    ``skip_actions=["free_requested"]`` has only ``free_completed``: those rows then are the frees."""
+    for device in np.unique(events.device).tolist():
+        rows = events.device == device
+        if not np.any(events.action[rows] == int(Action.FREE)):
+            completed = rows & (events.action == int(Action.FREE_COMPLETED))
+            events.action[completed] = int(Action.FREE)
+
+
+def _seed_and_size(data: MemoryData) -> None:
+    """Add the blocks that existed before recording started (as allocations at the first instant) and set
+    each allocation's block size: exact for blocks the snapshot still holds, else the rounded request."""
+    ev, blocks = data.events, data.blocks
+    assert blocks is not None
+    ev.block_size[:] = np.maximum(MIN_BLOCK, -(-ev.size // MIN_BLOCK) * MIN_BLOCK)
+    ev.block_size[ev.action >= int(Action.SEGMENT_ALLOC)] = ev.size[ev.action >= int(Action.SEGMENT_ALLOC)]
+    active = blocks.state != BLOCK_STATES["inactive"]
+    final = {(d, a): (s, r, st) for d, a, s, r, st in zip(
+        blocks.device[active].tolist(), blocks.addr[active].tolist(), blocks.size[active].tolist(),
+        blocks.requested[active].tolist(), blocks.stack[active].tolist())}
+    free_of, alloc_of = pair_rows(ev.device, ev.addr, ev.action)
+    frees = np.flatnonzero(ev.action == int(Action.FREE))
+    paired = frees[alloc_of[frees] >= 0]
+    ev.block_size[paired] = ev.block_size[alloc_of[paired]]
+    unseen = frees[alloc_of[frees] < 0]  # freed, never seen allocated: allocated before recording
+    seed: list[tuple[int, int, int, int, int]] = [
+        (d, a, s, round_block(s), -1)
+        for d, a, s in zip(ev.device[unseen].tolist(), ev.addr[unseen].tolist(), ev.size[unseen].tolist())
+    ]
+    allocs = np.flatnonzero(ev.action == int(Action.ALLOC))
+    still = allocs[free_of[allocs] < 0]  # allocated in the trace, never freed: the dump may hold its block
+    live: dict[tuple[int, int], int] = dict(zip(zip(ev.device[still].tolist(), ev.addr[still].tolist()), still.tolist()))
+    for key, row in live.items():
+        held = final.get(key)
+        if held is not None:
+            ev.block_size[row] = held[0]
+    for (device, addr), (size, requested, stack) in final.items():
+        if (device, addr) not in live:
+            seed.append((device, addr, requested, size, stack))
+    # a free of a block allocated before recording gets the seed's block size
+    if seed:
+        t0 = int(ev.t_ns.min()) - 1 if len(ev) else 0
+        seeded = EventTable.build(
+            [t0] * len(seed), [s[0] for s in seed], [s[1] for s in seed], [s[2] for s in seed],
+            [int(Action.ALLOC)] * len(seed), block_size=[s[3] for s in seed], stack=[s[4] for s in seed],
+        )
+        merged = EventTable(**{
+            name: np.concatenate([getattr(seeded, name), getattr(ev, name)]) for name in ev.__dataclass_fields__
+        })
+        data.events = merged
+    data.seeded_blocks = len(seed)
+
+
+def _annotation_steps(raw: Any) -> list[Window]:
+    """``ProfilerStep#N`` windows from ``external_annotations`` (START/END markers), when present."""
+    starts: dict[int, int] = {}
+    steps: list[Window] = []
+    for entry in raw if isinstance(raw, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        match = _STEP.fullmatch(str(entry.get("name", "")))
+        t_us = entry.get("time_us")
+        if match is None or not isinstance(t_us, (int, float)):
+            continue
+        index = int(match.group(1))
+        if entry.get("stage") == "START":
+            starts[index] = int(t_us * 1000)
+        elif entry.get("stage") == "END" and index in starts:
+            steps.append(Window("step", index, starts.pop(index), int(t_us * 1000)))
+    return sorted(steps, key=lambda w: w.start_ns)

@@ -1,0 +1,235 @@
+"""Memory findings, from a :class:`~aiprof.memory.report.MemoryReport` (not from a trace's time accounting).
+
+Each rule is ``rule(report, options) -> list[Finding]`` and is listed in :data:`MEMORY_RULES`. A memory fix
+saves bytes, not time: ``est_saving_ns_per_step`` is 0 and the saving is in the evidence as
+``est_saving_bytes`` (with ``saving_formula`` saying how it was estimated). Thresholds are in
+:class:`MemoryRuleOptions`; every id is documented in docs/findings.md (section "Memory").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiprof.memory.report import DeviceMemory, MemoryReport
+from aiprof.memory.units import binary
+from aiprof.rules.finding import Finding
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class MemoryRuleOptions:
+    near_capacity_fraction: float = 0.90  # reserved peak / device memory (the TensorBoard plugin's 90 %)
+    fragmentation_fraction: float = 0.20  # (reserved − allocated) at the peak / reserved
+    fragmentation_min_bytes: int = 256 << 20
+    activation_fraction: float = 0.50  # activations / peak
+    optimizer_fraction: float = 0.30  # optimizer state / peak
+    leak_min_growth_run: int = 3  # consecutive steps whose end-of-step allocated grew
+    non_pytorch_bytes: int = GiB
+    underused_fraction: float = 0.50  # peak reserved / device memory
+
+
+def _finding(
+    rule_id: str, title: str, dev: DeviceMemory, saving_bytes: int, evidence: dict[str, object], fix: str,
+    formula: str, confidence: str = "medium", severity: str = "low",
+) -> Finding:
+    evidence = {"est_saving_bytes": int(max(saving_bytes, 0)), **evidence}
+    return Finding(
+        id=rule_id, title=title, severity=severity, est_saving_ns_per_step=0, share_of_step=0.0,
+        saving_kind="estimate", saving_formula=formula, confidence=confidence, evidence=evidence, fix=fix,
+        device=dev.device,
+    )
+
+
+def _category(dev: DeviceMemory, name: str) -> int:
+    return sum(c.bytes for c in dev.live_at_peak_by_category if c.category == name)
+
+
+def _reserved_peak(dev: DeviceMemory) -> int:
+    return max(dev.peak_reserved_bytes or 0, dev.peak_allocated_bytes)
+
+
+def mem_near_capacity(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """The reserved peak is within 10 % of the device's memory: one larger batch or sequence and it OOMs."""
+    out = []
+    for dev in report.devices:
+        cap = dev.capacity_bytes
+        if not cap or _reserved_peak(dev) < opts.near_capacity_fraction * cap:
+            continue
+        peak = _reserved_peak(dev)
+        out.append(_finding(
+            "mem_near_capacity", f"{dev.device}: peak memory {binary(peak)} is {peak / cap:.0%} of {binary(cap)}", dev,
+            int(peak - opts.near_capacity_fraction * cap),
+            {"peak_reserved_bytes": peak, "capacity_bytes": cap, "peak_fraction": round(peak / cap, 4)},
+            "Make room before an OOM: activation checkpointing of the largest activation sites, bf16 autocast, or a "
+            "smaller micro-batch with gradient accumulation.",
+            "bytes above near_capacity_fraction × device memory", severity="medium",
+        ))
+    return out
+
+
+def mem_fragmentation(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """Cached but unusable memory at the peak, or cudaMalloc retries (a cache flush and a device sync each)."""
+    out = []
+    retries = report.stats.num_alloc_retries if report.stats else 0
+    for dev in report.devices:
+        frag = dev.fragmentation_at_peak_bytes or 0
+        reserved = dev.reserved_at_peak_bytes or 0
+        fragmented = reserved > 0 and frag >= opts.fragmentation_fraction * reserved and frag >= opts.fragmentation_min_bytes
+        if not fragmented and retries <= 0:
+            continue
+        if report.expandable_segments:
+            fix = ("expandable_segments is already on: keep shapes static (pad or bucket variable lengths), avoid "
+                   "torch.cuda.empty_cache() in the loop, and set max_split_size_mb for large odd-sized tensors.")
+        else:
+            fix = ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the first CUDA call: segments grow "
+                   "in place instead of leaving cached blocks that fit no request.")
+        out.append(_finding(
+            "mem_fragmentation",
+            f"{dev.device}: {binary(frag)} reserved but not allocated at the peak"
+            + (f", {retries} allocator retries" if retries else ""), dev, frag,
+            {"fragmentation_at_peak_bytes": frag, "reserved_at_peak_bytes": reserved,
+             "num_alloc_retries": retries, "expandable_segments": report.expandable_segments},
+            fix, "reserved − allocated at the allocated peak (the cached memory no request could use)",
+        ))
+    return out
+
+
+def checkpoint_segments(activation_blocks: int) -> int:
+    """Segments for ``checkpoint_sequential``: √n of the activation tensors live at the peak (≥ 4: with fewer,
+    the kept inputs, the uncheckpointed last segment and the recomputed one leave nothing to save)."""
+    return max(4, round(math.sqrt(max(activation_blocks, 1))))
+
+
+def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """Activations are most of the peak: checkpointing trades a recompute for most of them."""
+    out = []
+    for dev in report.devices:
+        act = _category(dev, "activation")
+        if dev.peak_allocated_bytes <= 0 or act < opts.activation_fraction * dev.peak_allocated_bytes:
+            continue
+        sites = [g for g in dev.live_at_peak if g.category == "activation"][:5]
+        blocks = sum(s.count for s in dev.live_at_peak_by_site if any(s.site == g.site for g in sites)) or len(sites)
+        segments = checkpoint_segments(blocks)
+        saving = int(act * (1 - 3 / segments))
+        out.append(_finding(
+            "mem_activation_dominant",
+            f"{dev.device}: activations are {act / dev.peak_allocated_bytes:.0%} of the peak ({binary(act)})", dev, saving,
+            {"activation_bytes": act, "peak_allocated_bytes": dev.peak_allocated_bytes,
+             "top_sites": [{"site": g.site, "bytes": g.bytes} for g in sites], "segments": segments},
+            f"Checkpoint the layers around {', '.join(g.site for g in sites[:3])}: "
+            f"torch.utils.checkpoint.checkpoint_sequential(model, {segments}, x, use_reentrant=False) or "
+            "checkpoint(block, x, use_reentrant=False) per block; their activations are recomputed in backward.",
+            "activations × (1 − 3/s): of s segments, checkpoint_sequential keeps each segment's input (≈ A/s), runs "
+            "the last one uncheckpointed (A/s) and recomputes one at a time in backward (A/s)",
+        ))
+    return out
+
+
+def mem_optimizer_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """Optimizer state is a large share of the peak: 8-bit states, fused optimizers or sharding shrink it."""
+    out = []
+    for dev in report.devices:
+        state = _category(dev, "optimizer_state")
+        if dev.peak_allocated_bytes <= 0 or state < opts.optimizer_fraction * dev.peak_allocated_bytes:
+            continue
+        out.append(_finding(
+            "mem_optimizer_dominant",
+            f"{dev.device}: optimizer state is {state / dev.peak_allocated_bytes:.0%} of the peak ({binary(state)})",
+            dev, int(state * 0.75),
+            {"optimizer_state_bytes": state, "peak_allocated_bytes": dev.peak_allocated_bytes},
+            "Shrink the optimizer state: 8-bit Adam (bitsandbytes.optim.AdamW8bit) keeps a quarter of it; across N "
+            "ranks, shard it (ZeroRedundancyOptimizer, FSDP) to 1/N; or use a stateless/low-state optimizer (SGD, "
+            "Adafactor).",
+            "optimizer state × 3/4 (fp32 moments → 8-bit moments)",
+        ))
+    return out
+
+
+def mem_leak(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """End-of-step allocated memory grows step after step: something keeps a reference."""
+    out = []
+    for dev in report.devices:
+        leak = dev.leak
+        if leak is None or leak.longest_growth_run < opts.leak_min_growth_run or leak.growth_bytes_per_step <= 0:
+            continue
+        grown = leak.end_of_step_bytes[-1] - leak.end_of_step_bytes[1]
+        site = leak.sites[0].site if leak.sites else "?"
+        out.append(_finding(
+            "mem_leak",
+            f"{dev.device}: memory grows {binary(leak.growth_bytes_per_step)} per step (kept by {site})", dev, grown,
+            {"growth_bytes_per_step": leak.growth_bytes_per_step, "longest_growth_run": leak.longest_growth_run,
+             "end_of_step_bytes": leak.end_of_step_bytes, "sites": [{"site": s.site, "bytes": s.bytes} for s in leak.sites[:5]]},
+            f"Release what {site} keeps across steps: store loss.item() or t.detach().cpu() instead of tensors, and "
+            "clear lists and caches that grow per step.",
+            "growth of end-of-step allocated bytes after the first step", confidence="high", severity="medium",
+        ))
+    return out
+
+
+def mem_non_pytorch(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """Memory used on the device outside PyTorch's allocator (NCCL, cuBLAS workspaces, other processes)."""
+    stats = report.stats
+    if stats is None or stats.non_pytorch_bytes is None or stats.non_pytorch_bytes < opts.non_pytorch_bytes:
+        return []
+    dev = report.devices[0] if report.devices else None
+    if dev is None:
+        return []
+    return [_finding(
+        "mem_non_pytorch", f"{binary(stats.non_pytorch_bytes)} of device memory is outside PyTorch's allocator", dev,
+        0, {"non_pytorch_bytes": stats.non_pytorch_bytes},
+        "Check other processes on the device (nvidia-smi), NCCL buffers (NCCL_BUFFSIZE) and cuBLAS/cuDNN "
+        "workspaces (CUBLAS_WORKSPACE_CONFIG); none of it can hold tensors.",
+        "NVML used − torch reserved, at its largest over the samples",
+    )]
+
+
+def mem_underused(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """The device's memory is mostly unused: a larger batch would use it (DLProf's rule)."""
+    out = []
+    for dev in report.devices:
+        cap = dev.capacity_bytes
+        if not cap or dev.device == "cpu" or _reserved_peak(dev) >= opts.underused_fraction * cap:
+            continue
+        peak = _reserved_peak(dev)
+        out.append(_finding(
+            "mem_underused", f"{dev.device}: the peak uses {peak / cap:.0%} of {binary(cap)}", dev, 0,
+            {"peak_reserved_bytes": peak, "capacity_bytes": cap, "unused_bytes": cap - peak},
+            "Use the room: a larger batch (scale the learning rate), or a larger model or sequence per device.",
+            "no saving: memory left unused at the peak",
+        ))
+    return out
+
+
+def mem_oom(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
+    """An allocation failed: the verdict says whether the device was full or the cache was fragmented."""
+    out = []
+    for dev in report.devices:
+        for oom in dev.ooms[:1]:
+            fix = ("Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or keep shapes static)"
+                   if oom.verdict == "fragmentation" else
+                   "Reduce live memory: smaller micro-batch, activation checkpointing, bf16")
+            sites = ", ".join(s.site for s in oom.top_sites) or "?"
+            out.append(_finding(
+                "mem_oom", f"{dev.device}: out of memory asking for {binary(oom.request_bytes)} ({oom.verdict})", dev,
+                oom.request_bytes, {"verdict": oom.verdict, "request_bytes": oom.request_bytes,
+                                    "cached_free_bytes": oom.cached_free_bytes, "device_free_bytes": oom.device_free_bytes,
+                                    "top_sites": [{"site": s.site, "bytes": s.bytes} for s in oom.top_sites]},
+                f"{fix}; the largest live sites: {sites}.", "the failed request", confidence="high", severity="high",
+            ))
+    return out
+
+
+MemoryRule = Callable[[MemoryReport, MemoryRuleOptions], list[Finding]]
+MEMORY_RULES: tuple[MemoryRule, ...] = (
+    mem_oom, mem_near_capacity, mem_fragmentation, mem_activation_dominant, mem_optimizer_dominant, mem_leak,
+    mem_non_pytorch, mem_underused,
+)
+
+
+def memory_findings(report: MemoryReport, opts: MemoryRuleOptions | None = None) -> list[Finding]:
+    """Every memory rule's findings, in :data:`MEMORY_RULES` order."""
+    options = opts or MemoryRuleOptions()
+    return [f for rule in MEMORY_RULES for f in rule(report, options)]

@@ -1,0 +1,118 @@
+"""Bad pickles: a clear one-line error or a salvaged result with a warning, never code execution."""
+
+from __future__ import annotations
+
+import copyreg
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+from snapshots import block, entry, segment, snapshot
+
+from aiprof.memory.load import load_memory
+from aiprof.memory.model import MemoryInputError
+from aiprof.memory.snapshot import read_snapshot
+from aiprof.memory.unpickle import loads_plain
+
+
+class _Exploit:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_reduce_to_os_system_is_refused_and_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    bad = tmp_path / "evil.pickle"
+    bad.write_bytes(pickle.dumps({"segments": [], "device_traces": [[_Exploit(marker)]]}, protocol=4))
+    assert not marker.exists()
+    with pytest.raises(MemoryInputError) as err:
+        load_memory(bad)
+    assert "refused class" in str(err.value) and "\n" not in str(err.value)
+    assert "system" in str(err.value)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+def test_every_protocol_refuses_classes(tmp_path: Path, protocol: int) -> None:
+    marker = tmp_path / "pwned"
+    with pytest.raises(MemoryInputError):
+        loads_plain(pickle.dumps(_Exploit(marker), protocol=protocol), "x")
+    assert not marker.exists()
+
+
+def test_extension_code_goes_through_find_class(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    copyreg.add_extension("os", "system", 0xAB)
+    try:
+        data = pickle.dumps(_Exploit(marker), protocol=2)
+    finally:
+        copyreg.remove_extension("os", "system", 0xAB)
+    copyreg.add_extension("os", "system", 0xAB)  # registered while loading: still refused
+    try:
+        with pytest.raises(MemoryInputError):
+            loads_plain(data, "x")
+    finally:
+        copyreg.remove_extension("os", "system", 0xAB)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_plain_snapshot_loads_in_protocols_up_to_5(tmp_path: Path, protocol: int) -> None:
+    snap = snapshot([segment(1 << 20, [block(1 << 20, 4096)])], [entry("alloc", 1 << 21, 512, 10), entry("free_requested", 1 << 21, 512, 20)])
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=protocol))
+    data = read_snapshot(path)
+    assert data.segments is not None and data.segments.total.tolist() == [4096]
+
+
+def test_protocol_above_5_is_one_line(tmp_path: Path) -> None:
+    data = bytearray(pickle.dumps({"segments": []}, protocol=5))
+    data[1] = 6
+    with pytest.raises(MemoryInputError, match="protocol 6"):
+        loads_plain(bytes(data), "x")
+
+
+def test_truncated_pickle_is_one_line(traces_dir: Path, tmp_path: Path) -> None:
+    whole = (traces_dir / "memory" / "transformer_lm_snapshot.pickle").read_bytes()
+    cut = tmp_path / "cut.pickle"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(MemoryInputError, match="truncated|not a readable") as err:
+        load_memory(cut)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("obj", [[1, 2, 3], {"a": 1}, "text", None])
+def test_not_a_snapshot_is_one_line(tmp_path: Path, obj: object) -> None:
+    path = tmp_path / "x.pickle"
+    path.write_bytes(pickle.dumps(obj))
+    with pytest.raises(MemoryInputError, match="not an allocator snapshot"):
+        load_memory(path)
+
+
+def test_garbage_bytes_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.pickle"
+    path.write_bytes(b"\x80\x04\x95garbage" * 10)
+    with pytest.raises(MemoryInputError):
+        load_memory(path)
+
+
+def test_old_torch_snapshot_is_salvaged_with_a_warning(tmp_path: Path) -> None:
+    # torch 1.13: a bare list of segments, blocks with an "allocated" boolean and no requested_size
+    old = [{"device": 0, "address": 4096, "total_size": 2048, "allocated_size": 1024, "active_size": 1024,
+            "stream": 0, "segment_type": "large",
+            "blocks": [{"size": 1024, "allocated": True, "active": True}, {"size": 1024, "allocated": False, "active": False}]}]
+    path = tmp_path / "old.pickle"
+    path.write_bytes(pickle.dumps(old, protocol=2))
+    data = load_memory(path)
+    assert any("old-style" in w for w in data.warnings)
+    assert data.blocks is not None and data.blocks.addr.tolist() == [4096, 5120]
+    # entries with no time_us (an older torch): order is used, with a warning
+    snap = snapshot([], [{"action": "alloc", "addr": 8192, "size": 512}, {"action": "free_requested", "addr": 8192, "size": 512},
+                         {"action": "mystery", "addr": 1, "size": 1}])
+    path.write_bytes(pickle.dumps(snap))
+    data = load_memory(path)
+    assert any("no time_us" in w for w in data.warnings) and any("skipped" in w for w in data.warnings)
