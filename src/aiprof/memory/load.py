@@ -24,12 +24,24 @@ def _read(path: Path) -> tuple[bytes, list[str]]:
         raise MemoryInputError(str(err)) from None
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1)
+    except OSError:
+        return b""
+
+
 def load_memory(path: Path) -> MemoryData:
     """Read the memory input at ``path`` (a file, or a run directory: its snapshot, else its traces)."""
     if path.is_dir():
         return _load_dir(path)
     if not path.exists():
         raise MemoryInputError(f"{path}: no such file or folder; check the path")
+    if path.name.endswith((".pickle", ".pkl")) and _head(path) == b"\x80":
+        from aiprof.memory.snapshot import read_snapshot
+
+        return read_snapshot(path)  # read (or streamed) there: a large snapshot is never held twice
     data, notes = _read(path)
     stripped = data.lstrip()[:1]
     if data[:1] == b"\x80" or path.name.endswith(PICKLE_SUFFIXES):
