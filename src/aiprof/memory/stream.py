@@ -37,6 +37,7 @@ from aiprof.memory.model import SNAPSHOT_ACTIONS, Action
 WINDOW = 8 << 20  # bytes parsed by NumPy at once
 MAX_KEYS = 16  # an entry with more keys than this is left to the machine
 MAX_FRAMES = 256  # a frames list longer than this is left to the machine
+MAX_SHAPES = 1024  # entry layouts tried per window (a layout that fails counts too)
 _TIME_LIMIT = 1 << 53  # time_us * 1000 must fit in int64
 
 
@@ -71,8 +72,138 @@ _NEEDED = {"action": _KEY_ACTION, "addr": _KEY_ADDR, "size": _KEY_SIZE, "stream"
 _OTHER_KEY = 6
 
 
+class _Shape:
+    """The byte layout of one entry: which bytes are fixed (opcodes, key references, lengths) and where
+    each value lies. Every candidate whose fixed bytes agree is the same shape with other values."""
+
+    def __init__(self, raw: bytes) -> None:
+        """Parse the entry at the start of ``raw`` (:class:`ValueError` when it is not of the usual shape)."""
+        fixed = bytearray(len(raw))  # 1 where the byte must match
+        self.slots: list[tuple[int, int, int, int, bool]] = []  # (key memo index, kind, offset, width, signed)
+        self.frames: list[tuple[int, int]] = []  # (offset, width) of each frames-list reference
+        self.memo_inc = 1
+        self.list_off = 0
+        self.list_slot = -1
+        self.frame_at = -1  # offset of a FRAME opcode inside the entry (before an object), -1 none
+        if raw[:3] != b"}\x94(":
+            raise ValueError("start")
+        fixed[0:3] = b"\x01\x01\x01"
+        p = 3
+        while True:
+            p = self._frame(raw, fixed, p)
+            op = raw[p]
+            if op == 0x75:
+                fixed[p] = 1
+                p += 1
+                break
+            if len(self.slots) >= MAX_KEYS:
+                raise ValueError("keys")
+            if op == 0x68:
+                key, fixed[p:p + 2], p = raw[p + 1], b"\x01\x01", p + 2
+            elif op == 0x6A:
+                key, fixed[p:p + 5], p = int.from_bytes(raw[p + 1:p + 5], "little"), b"\x01" * 5, p + 5
+            else:
+                raise ValueError("key")
+            p = self._frame(raw, fixed, p)
+            op = raw[p]
+            fixed[p] = 1
+            if op == 0x4B:
+                self.slots.append((key, _K_INT, p + 1, 1, False))
+                p += 2
+            elif op == 0x4D:
+                self.slots.append((key, _K_INT, p + 1, 2, False))
+                p += 3
+            elif op == 0x4A:
+                self.slots.append((key, _K_INT, p + 1, 4, True))
+                p += 5
+            elif op == 0x8A:
+                n = raw[p + 1]
+                if not 1 <= n <= 8:
+                    raise ValueError("long")
+                fixed[p + 1] = 1
+                self.slots.append((key, _K_INT, p + 2, n, True))
+                p += 2 + n
+            elif op == 0x68:
+                self.slots.append((key, _K_REF, p + 1, 1, False))
+                p += 2
+            elif op == 0x6A:
+                self.slots.append((key, _K_REF, p + 1, 4, False))
+                p += 5
+            elif op == 0x8C:
+                n = raw[p + 1]
+                if raw[p + 2 + n] != 0x94:
+                    raise ValueError("str")
+                fixed[p + 1] = fixed[p + 2 + n] = 1
+                self.slots.append((key, _K_STR, p, 0, False))
+                self.memo_inc += 1
+                p += 3 + n
+            elif op == 0x4E:
+                self.slots.append((key, _K_NONE, p, 0, False))
+                p += 1
+            elif op == 0x5D and raw[p + 1] == 0x94 and self.list_slot < 0:
+                fixed[p + 1] = 1
+                self.list_slot = len(self.slots)
+                self.slots.append((key, _K_LIST, p, 0, False))
+                self.list_off = self.memo_inc
+                self.memo_inc += 1
+                p += 2
+                p = self._refs(raw, fixed, p)
+            else:
+                raise ValueError("value")
+        self.length = p
+        self.raw = raw[:p]
+        self.fixed = bytes(fixed[:p])
+
+    def _frame(self, raw: bytes, fixed: bytearray, p: int) -> int:
+        """Past a FRAME opcode at ``p`` (the pickler commits frames before an object), if one stands there."""
+        if raw[p] != 0x95:
+            return p
+        if self.frame_at >= 0:
+            raise ValueError("two frames")
+        self.frame_at = p
+        fixed[p] = 1
+        return p + 9
+
+    def _refs(self, raw: bytes, fixed: bytearray, p: int) -> int:
+        """The frames list's references after ``] \\x94``: none, ``ref a``, or ``( ref ... e``."""
+        marked = raw[p] == 0x28
+        if marked:
+            fixed[p] = 1
+            p += 1
+        while True:
+            p = self._frame(raw, fixed, p)
+            op = raw[p]
+            if op == 0x68:
+                width = 1
+            elif op == 0x6A:
+                width = 4
+            elif marked and op == 0x65 and self.frames:
+                fixed[p] = 1
+                return p + 1
+            else:
+                if marked or self.frames:
+                    raise ValueError("list")
+                return p  # "] \x94": an empty list
+            fixed[p] = 1
+            self.frames.append((p + 1, width))
+            p += 1 + width
+            if not marked:
+                if raw[p] != 0x61:  # a single reference is followed by APPEND; else it was the next key
+                    self.frames.pop()
+                    return p - 1 - width
+                fixed[p] = 1
+                return p + 1
+            if len(self.frames) > MAX_FRAMES:
+                raise ValueError("frames")
+
+
 class _Window:
-    """Entries parsed from every ``}\\x94(`` position in ``[start, start + WINDOW)``, structure only."""
+    """Entries parsed from every ``}\\x94(`` position in ``[start, start + WINDOW)``, structure only.
+
+    Candidates are grouped by :class:`_Shape` (taken from the first candidate not yet matched, checked on
+    all with 8-byte words); per candidate and per ``key value`` slot: the key's memo index, the value's kind
+    and integer (or memo index), and the frames list's memo indices. A ``FRAME`` opcode between two entries
+    is recorded on the second (position and length: :meth:`_Scanner.run` checks that frames chain)."""
 
     def __init__(self, buf: Any, start: int, size: int) -> None:
         stop = min(size, start + WINDOW + (1 << 20))
@@ -80,172 +211,134 @@ class _Window:
         self.limit = min(size, start + WINDOW)
         a = np.frombuffer(buf, dtype=np.uint8, count=stop - start, offset=start)
         n = a.size
-        cand = np.flatnonzero((a[:-2] == 0x7D) & (a[1:-1] == 0x94) & (a[2:] == 0x28)) if n > 3 else np.zeros(0, np.int64)
-        cand = cand[cand < self.limit - start]
-        self.starts = cand + start
+        self.a = a
+        self.last = n - 1
+        if n > 3:
+            hits = np.flatnonzero(a[: min(n, self.limit - start + 2)] == 0x7D)
+            hits = hits[hits < n - 2]
+            cand = hits[(a[hits + 1] == 0x94) & (a[hits + 2] == 0x28)]
+        else:
+            cand = np.zeros(0, np.int64)
+        cand = cand[cand < self.limit - start].astype(np.int64)
         m = cand.size
-        ok = np.ones(m, dtype=bool)
-        end = np.zeros(m, dtype=np.int64)
-        p = cand + 3
-        alive = np.ones(m, dtype=bool)
-        last = n - 1
-
-        def at(q: npt.NDArray[np.int64], k: int = 0) -> npt.NDArray[np.int64]:
-            return a[np.minimum(q + k, last)].astype(np.int64)
-
-        def word(q: npt.NDArray[np.int64], width: int) -> npt.NDArray[np.int64]:
-            v = np.zeros(q.size, dtype=np.int64)
-            for k in range(width):
-                v |= at(q, k) << (8 * k)
-            return v
-
-        def ref(q: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-            op = at(q)
-            short = op == 0x68
-            long_ = op == 0x6A
-            idx = np.where(short, at(q, 1), word(q + 1, 4))
-            return idx, np.where(short, 2, 5), short | long_
-
-        self.keys = np.full((MAX_KEYS, m), -1, dtype=np.int64)
-        self.kind = np.zeros((MAX_KEYS, m), dtype=np.int8)
+        self.starts = cand + start
+        words = np.ndarray((max(n - 7, 0),), dtype="<u8", buffer=a, strides=(1,)) if n >= 8 else np.zeros(0, "<u8")
         self.ival = np.zeros((MAX_KEYS, m), dtype=np.int64)
-        self.memo_inc = np.ones(m, dtype=np.int64)  # the entry dict's MEMOIZE
-        self.frames = np.full((m, 0), -1, dtype=np.int64)
-        seen_list = np.zeros(m, dtype=bool)
-        self.list_off = np.zeros(m, dtype=np.int64)  # the frames list's memo slot, from the entry's first
-        for step in range(MAX_KEYS):
-            if not alive.any():
-                break
-            op = at(p)
-            done = alive & (op == 0x75)  # SETITEMS closes the entry
-            end[done] = p[done] + 1
-            alive &= ~done
-            kidx, klen, kok = ref(p)
-            ok &= ~alive | kok
-            alive &= kok
-            self.keys[step] = np.where(alive, kidx, -1)
-            p = np.where(alive, p + klen, p)
-            op = at(p)
-            kind = np.zeros(m, dtype=np.int8)
-            length = np.zeros(m, dtype=np.int64)
-            val = np.zeros(m, dtype=np.int64)
-            # integers
-            k1, k2, k4, kl = op == 0x4B, op == 0x4D, op == 0x4A, op == 0x8A
-            nl = at(p, 1)
-            kl &= (nl >= 1) & (nl <= 8)
-            val = np.where(k1, at(p, 1), val)
-            val = np.where(k2, word(p + 1, 2), val)
-            j4 = word(p + 1, 4)
-            val = np.where(k4, np.where(j4 >= 1 << 31, j4 - (1 << 32), j4), val)
-            if kl.any():
-                lv = np.zeros(m, dtype=np.uint64)
-                for k in range(8):
-                    lv |= np.where(k < nl, at(p, 2 + k), 0).astype(np.uint64) << np.uint64(8 * k)
-                bits = (8 * np.clip(nl, 1, 8)).astype(np.uint64)
-                neg = (lv >> (bits - np.uint64(1))) & np.uint64(1)
-                full = bits == 64
-                shifted = np.where(full, np.uint64(0), np.uint64(1) << np.where(full, np.uint64(0), bits))
-                signed = np.where((neg == 1) & ~full, lv - shifted, lv).view(np.int64)
-                val = np.where(kl, signed, val)
-            length = np.where(k1, 2, np.where(k2, 3, np.where(k4, 5, np.where(kl, 2 + nl, 0))))
-            kind[k1 | k2 | k4 | kl] = _K_INT
-            # a memo reference
-            ridx, rlen, rok = ref(p)
-            val = np.where(rok, ridx, val)
-            length = np.where(rok, rlen, length)
-            kind[rok] = _K_REF
-            # a short string, memoized (skipped: the keys that matter never hold one)
-            sstr = (op == 0x8C) & (at(p, 2 + at(p, 1)) == 0x94) & alive
-            length = np.where(sstr, 3 + at(p, 1), length)
-            kind[sstr] = _K_STR
-            self.memo_inc += sstr
-            none = op == 0x4E
-            length = np.where(none, 1, length)
-            kind[none] = _K_NONE
-            # a new list of memo references (the frames): ] \x94 then nothing, ref a, or ( refs e
-            lst = (op == 0x5D) & (at(p, 1) == 0x94) & alive
-            if lst.any():
-                rows_idx = np.flatnonzero(lst)
-                q = p[rows_idx] + 2
-                out = np.full((rows_idx.size, MAX_FRAMES), -1, dtype=np.int64)
-                live = np.ones(rows_idx.size, dtype=bool)
-                good = np.ones(rows_idx.size, dtype=bool)
-                width = 0
-                o = at(q)
-                marked = o == 0x28
-                si, sl, sk = ref(q)
-                single = sk & (at(q + sl) == 0x61)  # one element: ref then APPEND (else "] \x94": empty)
-                q = np.where(marked, q + 1, q)
-                if single.any():
-                    out[single, 0] = si[single]
-                    q = np.where(single, q + sl + 1, q)
-                    width = 1
-                live = marked.copy()
-                k = 0
-                while live.any():
-                    if k >= MAX_FRAMES:
-                        good &= ~live
-                        break
-                    o = at(q)
-                    fin = live & (o == 0x65)
-                    q = np.where(fin, q + 1, q)
-                    live &= ~fin
-                    ri, rl, rk = ref(q)
-                    good &= ~live | rk
-                    live &= rk
-                    out[live, k] = ri[live]
-                    q = np.where(live, q + rl, q)
-                    k += 1
-                    width = max(width, k)
-                good &= ~(marked & (out[:, 0] < 0))  # "( e": an empty batch the pickler never writes
-                full_rows = np.full((m, max(width, 1)), -1, dtype=np.int64)
-                full_rows[rows_idx] = out[:, : max(width, 1)]
-                if self.frames.shape[1] == 0:
-                    self.frames = full_rows
-                else:
-                    self.frames = np.where(lst[:, None], _widen(full_rows, self.frames.shape[1]), _widen(self.frames, full_rows.shape[1]))
-                length[rows_idx] = q - p[rows_idx]
-                bad_list = np.zeros(m, dtype=bool)
-                bad_list[rows_idx] = ~good
-                kind[lst & ~bad_list] = _K_LIST
-                self.list_off = np.where(lst, self.memo_inc, self.list_off)
-                self.memo_inc += lst
-                ok &= ~(lst & seen_list)  # one list per entry (the frames)
-                seen_list |= lst
-            kind[~alive] = 0
-            ok &= ~alive | (kind > 0)
-            alive &= kind > 0
-            self.kind[step] = kind
-            self.ival[step] = val
-            p = np.where(alive, p + length, p)
-        ok &= ~alive  # still open after MAX_KEYS pairs
-        ok &= end <= n  # not past the parsed bytes
+        self.memo_inc = np.ones(m, dtype=np.int64)
+        self.list_off = np.zeros(m, dtype=np.int64)
+        ok = np.zeros(m, dtype=bool)
+        end = np.zeros(m, dtype=np.int64)
+        frame_parts: list[tuple[Any, Any]] = []
+        inner_pos = np.full(m, -1, dtype=np.int64)
+        inner_len = np.zeros(m, dtype=np.int64)
+        shape_id = np.full(m, -1, dtype=np.int32)
+        self.shapes: list[_Shape] = []
+        todo = np.arange(m)
+        attempts = 0
+        while todo.size and attempts < MAX_SHAPES:
+            attempts += 1
+            c = int(cand[todo[0]])
+            try:
+                shape = _Shape(bytes(a[c:c + 4096]))
+            except (ValueError, IndexError):
+                todo = todo[1:]
+                continue
+            # compare the fixed bytes 8 at a time, the last word first (shapes differ mostly in length, so
+            # it rejects most other candidates at once), keeping only the survivors
+            live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
+            offsets = list(range(0, shape.length, 8))
+            for off in offsets[-1:] + offsets[:-1]:
+                width = min(8, shape.length - off)
+                mask = int.from_bytes(bytes(0xFF if f else 0 for f in shape.fixed[off:off + width]), "little")
+                if not mask or not live.size:
+                    continue
+                want = int.from_bytes(shape.raw[off:off + width], "little") & mask
+                live = live[(words[cand[todo[live]] + off] & np.uint64(mask)) == np.uint64(want)]
+            if not live.size:
+                todo = todo[1:]
+                continue
+            rows = todo[live]
+            keep_todo = np.ones(todo.size, dtype=bool)
+            keep_todo[live] = False
+            todo = todo[keep_todo]
+            base = cand[rows]
+            ok[rows] = True
+            shape_id[rows] = len(self.shapes)
+            self.shapes.append(shape)
+            end[rows] = base + shape.length
+            if shape.frame_at >= 0:
+                inner_pos[rows] = base + shape.frame_at
+                inner_len[rows] = _word(words, base + shape.frame_at + 1, 8, False)
+            self.memo_inc[rows] = shape.memo_inc
+            self.list_off[rows] = shape.list_off
+            for step, (key, kind, off, width, signed) in enumerate(shape.slots):
+                if width:
+                    self.ival[step, rows] = _word(words, base + off, width, signed)
+            if shape.frames:
+                frame_parts.append((rows, np.stack([_word(words, base + off, w, False) for off, w in shape.frames], axis=1)))
+        width = max([f.shape[1] for _, f in frame_parts] + [1])
+        self.frames = np.full((m, width), -1, dtype=np.int64)
+        for rows, f in frame_parts:
+            self.frames[rows, : f.shape[1]] = f
+        # a candidate inside an entry that parsed is no entry (a string or number that looks like one)
+        if m > 1:
+            reach = np.maximum.accumulate(np.where(ok, end, 0))
+            covered = np.zeros(m, dtype=bool)
+            covered[1:] = cand[1:] < reach[:-1]
+            keep = ~covered
+            if not keep.all():
+                cand, ok, end = cand[keep], ok[keep], end[keep]
+                inner_pos, inner_len, shape_id = inner_pos[keep], inner_len[keep], shape_id[keep]
+                self.starts = self.starts[keep]
+                self.ival = self.ival[:, keep]
+                self.memo_inc, self.list_off, self.frames = self.memo_inc[keep], self.list_off[keep], self.frames[keep]
+                m = cand.size
+        self.shape_id = shape_id
+        self.frame_pos = np.where(inner_pos >= 0, inner_pos + start, -1)
+        self.frame_len = inner_len
         self.ends = end + start
-        self.ok = ok
-        # where a chain of entries must stop: a bad entry, or the next entry does not start where this ends
+        # entries chain when the next starts where one ends, or after "e (" (a new APPENDS batch), or after a
+        # FRAME (then recorded on the next entry) before it or before the "("
         chained = np.zeros(m, dtype=bool)
         if m > 1:
-            chained[:-1] = self.ends[:-1] == self.starts[1:]
-        self.chained = chained & ok
+            e, s = end[:-1], cand[1:]
+            direct = e == s
+            batch = (e + 2 == s) & (self._at(e) == 0x65) & (self._at(e + 1) == 0x28)
+            framed = (self._at(e) == 0x95) & (e + 9 == s)
+            framed_batch = (self._at(e) == 0x65) & (self._at(e + 1) == 0x28) & (self._at(e + 2) == 0x95) & (e + 11 == s)
+            fpos = np.where(framed, e, e + 2)
+            either = framed | framed_batch
+            either &= inner_pos[1:] < 0  # one FRAME per entry at most
+            rows = np.flatnonzero(either) + 1
+            self.frame_pos[rows] = fpos[either] + start
+            self.frame_len[rows] = _word(words, fpos[either] + 1, 8, False) if words.size else 0
+            chained[:-1] = direct | batch | either
+        self.ok = ok & (end + 8 <= n)
+        self.chained = chained & self.ok
+        del self.a
 
-    def run_span(self, pos: int, frame_end: int) -> tuple[int, int]:
-        """Entries ``[i, j)`` that chain from ``pos`` and end inside the frame; (0, 0) when none."""
+    def run_span(self, pos: int) -> tuple[int, int]:
+        """Entries ``[i, j)`` that are well formed and chain from ``pos``; (0, 0) when none."""
         i = int(np.searchsorted(self.starts, pos))
         if i >= self.starts.size or self.starts[i] != pos or not self.ok[i]:
             return 0, 0
         breaks = np.flatnonzero(~self.chained[i:])  # a break after entry k ends the run with k, if k is ok
         j = i + (int(breaks[0]) + 1 if breaks.size else self.starts.size - i)
-        j = i + int(np.argmin(self.ok[i:j])) if not self.ok[i:j].all() else j
-        j = i + int(np.searchsorted(self.ends[i:j], frame_end, side="right"))
-        return i, j
+        return i, (i + int(np.argmin(self.ok[i:j])) if not self.ok[i:j].all() else j)
+
+    def _at(self, q: Any) -> Any:
+        return self.a[np.minimum(q, self.last)]
 
 
-def _widen(rows: npt.NDArray[np.int64], width: int) -> npt.NDArray[np.int64]:
-    if rows.shape[1] >= width:
-        return rows
-    out = np.full((rows.shape[0], width), -1, dtype=np.int64)
-    out[:, : rows.shape[1]] = rows
-    return out
+def _word(words: Any, at: Any, width: int, signed: bool) -> Any:
+    """Little-endian integers of ``width`` bytes at byte positions ``at`` (two's complement if ``signed``)."""
+    v = words[np.minimum(at, words.size - 1)]
+    if width < 8:
+        v = v & np.uint64((1 << (8 * width)) - 1)
+        if signed:
+            top = np.uint64(1 << (8 * width - 1))
+            return (v ^ top).view(np.int64) - np.int64(1 << (8 * width - 1))
+    return v.view(np.int64)
 
 
 class _Scanner:
@@ -257,54 +350,48 @@ class _Scanner:
         self.window: _Window | None = None
 
     def run(self, pos: int, frame_end: int, memo: dict[int, Any], memo_len: int,
-            lists: _Lists) -> tuple[Run, int, int] | None:
-        """The run starting at ``pos``: (columns, end position, memo slots it filled), or None."""
+            lists: _Lists, cut: int | None = None) -> tuple[Run, int, int, int] | None:
+        """The run starting at ``pos``: (columns, end position, memo slots it filled, the pickle frame's end
+        after it), or None."""
         w = self.window
         if w is None or not (w.start <= pos < w.limit):
             self.window = None
             if hasattr(self.buf, "madvise") and pos > (1 << 24):  # the bytes behind are done with
                 self.buf.madvise(mmap.MADV_DONTNEED, 0, (pos - (1 << 23)) & ~(mmap.PAGESIZE - 1))
             w = self.window = _Window(self.buf, pos, self.size)
-        i, j = w.run_span(pos, frame_end)
+        i, j = w.run_span(pos)
         if j <= i:
             return None
-        keys = w.keys[:, i:j]
-        kind = w.kind[:, i:j]
+        if cut is not None:
+            j = i + cut
         ival = w.ival[:, i:j]
         inc = w.memo_inc[i:j]
         memo_at = memo_len + np.concatenate([[0], np.cumsum(inc)[:-1]])  # memo size when each entry starts
         n = j - i
-        cols_n = np.arange(n)
         bad = np.zeros(n, dtype=bool)
-        # keys: every reference must name a string already in the memo
-        code = np.full(keys.shape, -1, dtype=np.int64)
-        present = keys >= 0
-        for idx in np.unique(keys[present]).tolist():
-            name = memo.get(idx, HOLE)
-            if not isinstance(name, str):
-                bad |= (keys == idx).any(axis=0)
+        cols = {key: np.zeros(n, dtype=np.int64) for key in range(6)}
+        inline = np.zeros(n, dtype=bool)
+        sid = w.shape_id[i:j]
+        for u in np.unique(sid).tolist():
+            rows = np.flatnonzero(sid == u)
+            slot_of = self._slots(w.shapes[u], memo)  # per needed key, its slot; None: not a trace entry
+            if slot_of is None:
+                bad[rows] = True
                 continue
-            code[keys == idx] = _NEEDED.get(name, _OTHER_KEY)
-        bad |= (present & (keys >= memo_at)).any(axis=0)
-        cols: dict[int, npt.NDArray[np.int64]] = {}
-        fkind = np.zeros(n, dtype=np.int8)
-        for key in range(6):
-            hit = code == key
-            count = hit.sum(axis=0)
-            bad |= count != 1
-            step = np.argmax(hit, axis=0)
-            knd = kind[step, cols_n]
-            cols[key] = ival[step, cols_n]
-            if key == _KEY_FRAMES:
-                fkind = knd
-                bad |= (knd != _K_LIST) & (knd != _K_REF)
-            elif key == _KEY_ACTION:
-                bad |= knd != _K_REF
-            else:
-                bad |= knd != _K_INT
-        # other keys may hold anything the scanner parsed; their references must exist already
-        other_ref = (code == _OTHER_KEY) & (kind == _K_REF)
-        bad |= (other_ref & (ival >= memo_at)).any(axis=0)
+            shape = w.shapes[u]
+            at = memo_at[rows]
+            # every key, and every reference in a value of another key, names an object made before
+            refs = [key for key, _, _, _, _ in shape.slots]
+            late = np.zeros(rows.size, dtype=bool)
+            if refs:
+                late |= max(refs) >= at
+            for slot, (key, kind, _, _, _) in enumerate(shape.slots):
+                if kind == _K_REF and slot not in slot_of.values():
+                    late |= ival[slot, rows] >= at
+            bad[rows[late]] = True
+            for key, slot in slot_of.items():
+                cols[key][rows] = ival[slot, rows]
+            inline[rows] = shape.slots[slot_of[_KEY_FRAMES]][1] == _K_LIST
         # the action: a memo reference to one of the known action strings (not "oom": it carries more)
         act_ref = cols[_KEY_ACTION]
         action = np.full(n, -1, dtype=np.int64)
@@ -317,7 +404,6 @@ class _Scanner:
         bad |= action < 0
         t = cols[_KEY_TIME]
         bad |= (t >= _TIME_LIMIT) | (t <= -_TIME_LIMIT)
-        inline = fkind == _K_LIST
         # inline frames lists: references to frame dicts already in the memo
         frames = w.frames[i:j]
         used = (frames >= 0) & inline[:, None]
@@ -325,6 +411,23 @@ class _Scanner:
         for idx in np.unique(frames[used]).tolist():
             if not isinstance(memo.get(idx, HOLE), dict):
                 bad |= (frames == idx).any(axis=1)
+        # FRAME opcodes inside the run must chain: each at the end of the frame before, entries inside frames
+        fpos = w.frame_pos[i:j]
+        has = fpos >= pos
+        at_f = np.flatnonzero(has)
+        nxt = fpos[at_f] + 9 + w.frame_len[i:j][at_f]
+        if at_f.size:
+            expect = np.concatenate([[frame_end], nxt[:-1]])
+            good_f = fpos[at_f] == expect
+            if frame_end == self.size:  # outside any frame: the first FRAME may stand anywhere
+                good_f[0] = True
+            if not good_f.all():
+                bad[int(at_f[int(np.argmin(good_f))]):] = True
+        count = np.cumsum(has)
+        fe_after = np.where(count == 0, frame_end, nxt[np.maximum(count - 1, 0)] if nxt.size else frame_end)
+        ends = w.ends[i:j]
+        bad |= ends > fe_after
+        bad = np.logical_or.accumulate(bad)
         if bad[0]:
             return None
         if bad.any():
@@ -342,7 +445,7 @@ class _Scanner:
         rows_ref = np.flatnonzero(~inline)
         uref, first_ref, inv_ref = np.unique(fref[rows_ref], return_index=True, return_inverse=True)
         referred: list[Any] = []
-        cut = n
+        stop = n
         for k, idx in enumerate(uref.tolist()):
             got = memo.get(idx, HOLE)
             if got is HOLE:
@@ -352,12 +455,12 @@ class _Scanner:
                 else:
                     got = lists.get(idx)
             if type(got) is not list:
-                cut = min(cut, int(rows_ref[first_ref[k]]))
+                stop = min(stop, int(rows_ref[first_ref[k]]))
             referred.append(got)
-        if cut < n:
-            if cut == 0:
+        if stop < n:  # a reference to something that is not a list: parse again, shorter (rare)
+            if stop == 0:
                 return None
-            return self._again(pos, frame_end, memo, memo_len, lists, cut)
+            return self.run(pos, frame_end, memo, memo_len, lists, stop)
         firsts = np.concatenate([rows_in[first_in], rows_ref[first_ref]])
         order = np.argsort(firsts, kind="stable")
         rank = np.empty_like(order)
@@ -372,20 +475,29 @@ class _Scanner:
             stream=cols[_KEY_STREAM][:n].copy(), action=action.astype(np.int8), rows=group, stacks=stacks,
         )
         lists.add(list_memo, group[rows_in], stacks)
-        return run, int(w.ends[i + n - 1]), int(inc.sum())
+        return run, int(ends[n - 1]), int(inc.sum()), int(fe_after[n - 1])
 
-    def _again(self, pos: int, frame_end: int, memo: dict[int, Any], memo_len: int, lists: _Lists,
-               count: int) -> tuple[Run, int, int] | None:
-        """The run from ``pos`` cut to its first ``count`` entries (parsed again: rare)."""
-        w = self.window
-        assert w is not None
-        i, _ = w.run_span(pos, frame_end)
-        saved = w.chained[i + count - 1]
-        w.chained[i + count - 1] = False
-        try:
-            return self.run(pos, frame_end, memo, memo_len, lists)
-        finally:
-            w.chained[i + count - 1] = saved
+
+    @staticmethod
+    def _slots(shape: _Shape, memo: dict[int, Any]) -> dict[int, int] | None:
+        """Which slot of ``shape`` holds each needed key, when the keys are strings in the memo, each needed
+        key comes once, and its value has the right kind (ints; the action a reference; the frames a list
+        or a reference); else None."""
+        slot_of: dict[int, int] = {}
+        for slot, (key, kind, _, _, _) in enumerate(shape.slots):
+            name = memo.get(key, HOLE)
+            if not isinstance(name, str):
+                return None
+            need = _NEEDED.get(name)
+            if need is None:
+                continue
+            if need in slot_of:
+                return None
+            want = (_K_LIST, _K_REF) if need == _KEY_FRAMES else (_K_REF,) if need == _KEY_ACTION else (_K_INT,)
+            if kind not in want:
+                return None
+            slot_of[need] = slot
+        return slot_of if len(slot_of) == len(_NEEDED) else None
 
 
 class _Lists:
@@ -453,7 +565,7 @@ class _Machine:
                         and marks[-1] > 0 and id(stack[marks[-1] - 1]) in device_lists:
                     got = scanner.run(pos - 1, frame_end, memo, memo_len, self.lists)
                     if got is not None:
-                        run, pos, filled = got
+                        run, pos, filled, frame_end = got
                         memo_len += filled
                         stack.append(run)
                         continue
