@@ -11,6 +11,7 @@ Snapshots of other torch versions are salvaged where the meaning is clear, with 
 from __future__ import annotations
 
 import operator
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,12 @@ def read_snapshot(path: Path, data: bytes | None = None, *, stream: bool | None 
 
     With ``data`` None the file is read here: a large one (``stream`` None: at least ``STREAM_MIN_BYTES``)
     through the streaming reader (:mod:`aiprof.memory.stream`), which fills the trace columns without a dict
-    per entry; a pickle it does not handle is read with the plain no-classes unpickler, with the same result."""
+    per entry; a pickle it does not handle is read with the plain no-classes unpickler, with the same result.
+    ``AIPROF_MEMORY_STREAM=0`` turns the streaming reader off (the benchmark compares the two)."""
     what = str(path)
     if data is None:
+        if stream is None and os.environ.get("AIPROF_MEMORY_STREAM") == "0":
+            stream = False
         if stream is None:
             try:
                 stream = path.stat().st_size >= STREAM_MIN_BYTES
