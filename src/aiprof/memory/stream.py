@@ -153,6 +153,36 @@ class _Shape:
         self.length = p
         self.raw = raw[:p]
         self.fixed = bytes(fixed[:p])
+        self._plan()
+
+    def _plan(self) -> None:
+        """Cover the fixed bytes and every value with 8-byte words, each value inside one word: a candidate
+        is checked, and its values read, from those words alone. ``words``: (offset, mask, wanted bits);
+        ``reads``: per slot, (word, byte shift) or None; ``first``: the word checked first (the last fixed
+        byte's: layouts differ mostly in length, so it rejects the other layouts at once)."""
+        spans = [(i, i + 1) for i, f in enumerate(self.fixed) if f]
+        spans += [(off, off + width) for _, _, off, width, _ in self.slots if width]
+        starts: list[int] = []
+        for lo, hi in sorted(spans):
+            if not (starts and starts[-1] <= lo and hi <= starts[-1] + 8):
+                starts.append(lo)
+        self.words: list[tuple[int, int, int]] = []
+        for w in starts:
+            mask = 0
+            for k in range(8):
+                if w + k < self.length and self.fixed[w + k]:
+                    mask |= 0xFF << (8 * k)
+            want = int.from_bytes(self.raw[w:w + 8].ljust(8, b"\0"), "little") & mask
+            self.words.append((w, mask, want))
+        self.reads: list[tuple[int, int] | None] = []
+        for _, _, off, width, _ in self.slots:
+            if not width:
+                self.reads.append(None)
+                continue
+            k = max(i for i, w in enumerate(starts) if w <= off and off + width <= w + 8)
+            self.reads.append((k, off - starts[k]))
+        last_fixed = max(i for i, f in enumerate(self.fixed) if f)
+        self.first = max(i for i, w in enumerate(starts) if w <= last_fixed < w + 8)
 
     def _frame(self, raw: bytes, fixed: bytearray, p: int) -> int:
         """Past a FRAME opcode at ``p`` (the pickler commits frames before an object), if one stands there."""
@@ -228,7 +258,8 @@ class _Window:
         self.list_off = np.zeros(m, dtype=np.int64)
         ok = np.zeros(m, dtype=bool)
         end = np.zeros(m, dtype=np.int64)
-        frame_parts: list[tuple[Any, Any]] = []
+        self._ids: dict[tuple[int, ...], int] = {}
+        stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
         inner_pos = np.full(m, -1, dtype=np.int64)
         inner_len = np.zeros(m, dtype=np.int64)
         shape_id = np.full(m, -1, dtype=np.int32)
@@ -243,25 +274,29 @@ class _Window:
             except (ValueError, IndexError):
                 todo = todo[1:]
                 continue
-            # compare the fixed bytes 8 at a time, the last word first (shapes differ mostly in length, so
-            # it rejects most other candidates at once), keeping only the survivors
+            # check the word holding the last fixed byte on every candidate left, then the others on the few
+            # that pass; the values are read from the same words
             live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
-            offsets = list(range(0, shape.length, 8))
-            for off in offsets[-1:] + offsets[:-1]:
-                width = min(8, shape.length - off)
-                mask = int.from_bytes(bytes(0xFF if f else 0 for f in shape.fixed[off:off + width]), "little")
-                if not mask or not live.size:
-                    continue
-                want = int.from_bytes(shape.raw[off:off + width], "little") & mask
-                live = live[(words[cand[todo[live]] + off] & np.uint64(mask)) == np.uint64(want)]
+            w0, mask0, want0 = shape.words[shape.first]
+            live = live[(words[cand[todo[live]] + w0] & np.uint64(mask0)) == np.uint64(want0)]
             if not live.size:
                 todo = todo[1:]
                 continue
+            base = cand[todo[live]]
+            got = [words[base + w] for w, _, _ in shape.words]
+            hit = np.ones(live.size, dtype=bool)
+            for (w, mask, want), g in zip(shape.words, got):
+                if mask:
+                    hit &= (g & np.uint64(mask)) == np.uint64(want)
+            if not hit.any():
+                todo = todo[1:]
+                continue
+            live, base = live[hit], base[hit]
+            got = [g[hit] for g in got]
             rows = todo[live]
             keep_todo = np.ones(todo.size, dtype=bool)
             keep_todo[live] = False
             todo = todo[keep_todo]
-            base = cand[rows]
             ok[rows] = True
             shape_id[rows] = len(self.shapes)
             self.shapes.append(shape)
@@ -272,14 +307,15 @@ class _Window:
             self.memo_inc[rows] = shape.memo_inc
             self.list_off[rows] = shape.list_off
             for step, (key, kind, off, width, signed) in enumerate(shape.slots):
-                if width:
-                    self.ival[step, rows] = _word(words, base + off, width, signed)
+                read = shape.reads[step]
+                if read is not None:
+                    self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
             if shape.frames:
-                frame_parts.append((rows, np.stack([_word(words, base + off, w, False) for off, w in shape.frames], axis=1)))
-        width = max([f.shape[1] for _, f in frame_parts] + [1])
-        self.frames = np.full((m, width), -1, dtype=np.int64)
-        for rows, f in frame_parts:
-            self.frames[rows, : f.shape[1]] = f
+                self._stacks_of(a, words, shape, rows, base, stack_of)
+            elif shape.list_slot >= 0:
+                stack_of[rows] = self._stack_id(())
+        self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
+        self.stack_max = np.array([max(r, default=-1) for r in self.stack_refs] + [-1], dtype=np.int64)
         # a candidate inside an entry that parsed is no entry (a string or number that looks like one)
         if m > 1:
             reach = np.maximum.accumulate(np.where(ok, end, 0))
@@ -291,9 +327,10 @@ class _Window:
                 inner_pos, inner_len, shape_id = inner_pos[keep], inner_len[keep], shape_id[keep]
                 self.starts = self.starts[keep]
                 self.ival = self.ival[:, keep]
-                self.memo_inc, self.list_off, self.frames = self.memo_inc[keep], self.list_off[keep], self.frames[keep]
+                self.memo_inc, self.list_off, stack_of = self.memo_inc[keep], self.list_off[keep], stack_of[keep]
                 m = cand.size
         self.shape_id = shape_id
+        self.stack_of = stack_of
         self.frame_pos = np.where(inner_pos >= 0, inner_pos + start, -1)
         self.frame_len = inner_len
         self.ends = end + start
@@ -317,6 +354,30 @@ class _Window:
         self.chained = chained & self.ok
         del self.a
 
+    def _stack_id(self, refs: tuple[int, ...]) -> int:
+        return self._ids.setdefault(refs, len(self._ids))
+
+    def _stacks_of(self, a: Any, words: Any, shape: _Shape, rows: Any, base: Any, stack_of: Any) -> None:
+        """Each matched entry's frames list as a stack id: the list's bytes (8 at a time) are compared, and
+        only the distinct ones are decoded."""
+        lo = shape.frames[0][0] - 1
+        hi = shape.frames[-1][0] + shape.frames[-1][1]
+        parts = []
+        for off in range(lo, hi, 8):
+            width = min(8, hi - off)
+            got = words[base + off]
+            parts.append(got if width == 8 else got & np.uint64((1 << (8 * width)) - 1))
+        region = np.ascontiguousarray(np.stack(parts, axis=1))
+        _, first, inverse = np.unique(region.view(np.dtype((np.void, 8 * len(parts)))).ravel(),
+                                      return_index=True, return_inverse=True)
+        ids = np.empty(first.size, dtype=np.int64)
+        for k, row in enumerate(first.tolist()):
+            c = int(base[row])
+            raw = bytes(a[c: c + hi])
+            refs = tuple(int.from_bytes(raw[off:off + width], "little") for off, width in shape.frames)
+            ids[k] = self._stack_id(refs)
+        stack_of[rows] = ids[inverse.ravel()]
+
     def run_span(self, pos: int) -> tuple[int, int]:
         """Entries ``[i, j)`` that are well formed and chain from ``pos``; (0, 0) when none."""
         i = int(np.searchsorted(self.starts, pos))
@@ -328,6 +389,17 @@ class _Window:
 
     def _at(self, q: Any) -> Any:
         return self.a[np.minimum(q, self.last)]
+
+
+def _bits(word: Any, shift: int, width: int, signed: bool) -> Any:
+    """Little-endian integers of ``width`` bytes starting ``shift`` bytes into each 8-byte ``word``."""
+    v = word >> np.uint64(8 * shift) if shift else word
+    if width < 8:
+        v = v & np.uint64((1 << (8 * width)) - 1)
+        if signed:
+            top = np.uint64(1 << (8 * width - 1))
+            return (v ^ top).view(np.int64) - np.int64(1 << (8 * width - 1))
+    return v.view(np.int64)
 
 
 def _word(words: Any, at: Any, width: int, signed: bool) -> Any:
@@ -405,12 +477,11 @@ class _Scanner:
         t = cols[_KEY_TIME]
         bad |= (t >= _TIME_LIMIT) | (t <= -_TIME_LIMIT)
         # inline frames lists: references to frame dicts already in the memo
-        frames = w.frames[i:j]
-        used = (frames >= 0) & inline[:, None]
-        bad |= (used & (frames >= memo_at[:, None])).any(axis=1)
-        for idx in np.unique(frames[used]).tolist():
-            if not isinstance(memo.get(idx, HOLE), dict):
-                bad |= (frames == idx).any(axis=1)
+        sids = w.stack_of[i:j]
+        bad |= inline & (w.stack_max[sids] >= memo_at)
+        for u in np.unique(sids[inline]).tolist():
+            if not all(isinstance(memo.get(f, HOLE), dict) for f in w.stack_refs[u]):
+                bad |= inline & (sids == u)
         # FRAME opcodes inside the run must chain: each at the end of the frame before, entries inside frames
         fpos = w.frame_pos[i:j]
         has = fpos >= pos
@@ -432,14 +503,12 @@ class _Scanner:
             return None
         if bad.any():
             n = int(np.argmax(bad))
-        frames, inline, t, action, inc = frames[:n], inline[:n], t[:n], action[:n], inc[:n]
+        sids, inline, t, action, inc = sids[:n], inline[:n], t[:n], action[:n], inc[:n]
         fref = cols[_KEY_FRAMES][:n]
         # distinct inline lists, in order of first appearance
         rows_in = np.flatnonzero(inline)
-        width = max(frames.shape[1], 1)
-        view = np.ascontiguousarray(frames[rows_in]).view(np.dtype((np.void, 8 * width))).ravel()
-        _, first_in, inv_in = np.unique(view, return_index=True, return_inverse=True)
-        made = [[memo[f] for f in frames[rows_in[k]].tolist() if f >= 0] for k in first_in.tolist()]
+        uniq_in, first_in, inv_in = np.unique(sids[rows_in], return_index=True, return_inverse=True)
+        made = [[memo[f] for f in w.stack_refs[u]] for u in uniq_in.tolist()]
         list_memo = (memo_at[:n] + w.list_off[i:i + n])[rows_in]
         # referenced lists: made by the machine, an earlier run, or this run
         rows_ref = np.flatnonzero(~inline)
