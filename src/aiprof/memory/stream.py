@@ -260,6 +260,7 @@ class _Window:
         end = np.zeros(m, dtype=np.int64)
         self._ids: dict[tuple[int, ...], int] = {}
         stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
+        blocks: dict[int, Any] = {}  # the window as overlapping records of N bytes, one per byte position
         inner_pos = np.full(m, -1, dtype=np.int64)
         inner_len = np.zeros(m, dtype=np.int64)
         shape_id = np.full(m, -1, dtype=np.int32)
@@ -283,7 +284,14 @@ class _Window:
                 todo = todo[1:]
                 continue
             base = cand[todo[live]]
-            got = [words[base + w] for w, _, _ in shape.words]
+            span = (shape.length + 15) // 8 * 8  # every word of the layout lies inside
+            live = live[base + span <= n]
+            base = base[base + span <= n]
+            if span not in blocks:
+                blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
+            entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
+            got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
+                   for w, _, _ in shape.words]
             hit = np.ones(live.size, dtype=bool)
             for (w, mask, want), g in zip(shape.words, got):
                 if mask:
@@ -291,8 +299,9 @@ class _Window:
             if not hit.any():
                 todo = todo[1:]
                 continue
-            live, base = live[hit], base[hit]
-            got = [g[hit] for g in got]
+            if not hit.all():
+                live, base, entry = live[hit], base[hit], entry[hit]
+                got = [g[hit] for g in got]
             rows = todo[live]
             keep_todo = np.ones(todo.size, dtype=bool)
             keep_todo[live] = False
@@ -311,7 +320,7 @@ class _Window:
                 if read is not None:
                     self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
             if shape.frames:
-                self._stacks_of(a, words, shape, rows, base, stack_of)
+                self._stacks_of(a, entry, shape, rows, base, stack_of)
             elif shape.list_slot >= 0:
                 stack_of[rows] = self._stack_id(())
         self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
@@ -357,18 +366,13 @@ class _Window:
     def _stack_id(self, refs: tuple[int, ...]) -> int:
         return self._ids.setdefault(refs, len(self._ids))
 
-    def _stacks_of(self, a: Any, words: Any, shape: _Shape, rows: Any, base: Any, stack_of: Any) -> None:
-        """Each matched entry's frames list as a stack id: the list's bytes (8 at a time) are compared, and
-        only the distinct ones are decoded."""
+    def _stacks_of(self, a: Any, entry: Any, shape: _Shape, rows: Any, base: Any, stack_of: Any) -> None:
+        """Each matched entry's frames list as a stack id: the lists' bytes are compared, and only the
+        distinct ones are decoded."""
         lo = shape.frames[0][0] - 1
         hi = shape.frames[-1][0] + shape.frames[-1][1]
-        parts = []
-        for off in range(lo, hi, 8):
-            width = min(8, hi - off)
-            got = words[base + off]
-            parts.append(got if width == 8 else got & np.uint64((1 << (8 * width)) - 1))
-        region = np.ascontiguousarray(np.stack(parts, axis=1))
-        _, first, inverse = np.unique(region.view(np.dtype((np.void, 8 * len(parts)))).ravel(),
+        region = np.ascontiguousarray(entry[:, lo:hi])
+        _, first, inverse = np.unique(region.view(np.dtype((np.void, hi - lo))).ravel(),
                                       return_index=True, return_inverse=True)
         ids = np.empty(first.size, dtype=np.int64)
         for k, row in enumerate(first.tolist()):
