@@ -144,6 +144,7 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
             continue
         if any(type(e) is Run for e in entries):
             _run_columns(entries, device, columns, stacks, ooms)
+            entries.clear()  # the streaming reader's list: its columns are in ``columns`` now
             continue
         if _fast_columns(entries, device, columns, stacks, ooms):
             continue
@@ -174,7 +175,10 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
         warnings.append(f"{what}: {skipped} trace entries of an unknown shape or action were skipped")
     if untimed:
         warnings.append(f"{what}: {untimed} trace entries carry no time_us (an older torch): event order is used as time")
-    joined = {name: np.concatenate(parts) if parts else np.zeros(0, np.int64) for name, parts in columns.items()}
+    joined: dict[str, Any] = {}
+    for name, parts in columns.items():  # one column at a time, letting go of its pieces
+        joined[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        parts.clear()
     events = EventTable.build(
         joined["t"], joined["dev"], joined["addr"], joined["size"], joined["action"],
         stream=joined["stream"], stack=joined["stack"],
