@@ -187,3 +187,30 @@ def test_a_large_snapshot_is_streamed_and_a_gzip_one_is_not(tmp_path: Path, monk
     plain = load_memory(tmp_path / "s.pickle.gz")
     assert streamed.events.t_ns.tolist() == plain.events.t_ns.tolist() and streamed.stacks == plain.stacks
     assert calls == [path]
+
+
+def test_streaming_reader_falls_back_where_opcodes_edit_entries(tmp_path: Path) -> None:
+    # hand-edited pickles a pickler never writes: entries popped, memoized or referenced after the fact.
+    # The streaming reader must give the plain reader's answer (it hands such files over).
+    import pickletools
+
+    snap = _big_trace(2500)
+    data = pickletools.optimize(pickle.dumps(snap, protocol=4))  # drops unused MEMOIZEs, keeps it plain
+    base = pickle.dumps(snap, protocol=4)
+    cases = [data]
+    end = base.rindex(b"uea")  # the last entry's SETITEMS, then the batch's APPENDS: edit in between
+    for edit in (b"0", b"\x94", b"\x94h\x01"):
+        cases.append(base[: end + 1] + edit + base[end + 1:])
+    for k, raw in enumerate(cases):
+        path = tmp_path / f"e{k}.pickle"
+        path.write_bytes(raw)
+        try:
+            plain = read_snapshot(path, stream=False)
+        except MemoryInputError as err:
+            with pytest.raises(MemoryInputError) as got:
+                read_snapshot(path, stream=True)
+            assert str(got.value) == str(err)
+            continue
+        streamed = read_snapshot(path, stream=True)
+        assert streamed.events.t_ns.tolist() == plain.events.t_ns.tolist()
+        assert streamed.events.addr.tolist() == plain.events.addr.tolist() and streamed.stacks == plain.stacks

@@ -538,7 +538,7 @@ class _Scanner:
                     got = made[int(inv_in.ravel()[here])]
                 else:
                     got = lists.get(idx)
-            if type(got) is not list:
+            if type(got) is not list or id(got) in lists.forbidden:
                 stop = min(stop, int(rows_ref[first_ref[k]]))
             referred.append(got)
         if stop < n:  # a reference to something that is not a list: parse again, shorter (rare)
@@ -588,6 +588,7 @@ class _Lists:
     """Frames lists that runs created (memo slot -> the list), for later references to them."""
 
     def __init__(self) -> None:
+        self.forbidden: set[int] = set()  # the trace lists: a reference to one is never read (they hold runs)
         self.firsts: list[int] = []
         self.parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], list[list[Any]]]] = []
 
@@ -634,6 +635,7 @@ class _Machine:
         memo_len = 0
         traces_outer: list[Any] | None = None
         device_lists: set[int] = set()
+        after_run = False
         scanner = self.scanner
         while True:
             if pos >= frame_end:
@@ -644,6 +646,10 @@ class _Machine:
                 raise Unsupported("truncated")
             op = buf[pos]
             pos += 1
+            if after_run:  # a run stands for several entries: only another entry, the batch's end or a frame
+                if op not in (0x7D, 0x65, 0x95):  # may follow (as pickle writes them), never a stack edit
+                    raise Unsupported("an opcode that would edit a run")
+                after_run = op == 0x95
             if op == 0x7D:  # EMPTY_DICT
                 if marks and device_lists and (len(stack) == marks[-1] or type(stack[-1]) in (dict, Run)) \
                         and marks[-1] > 0 and id(stack[marks[-1] - 1]) in device_lists:
@@ -652,6 +658,7 @@ class _Machine:
                         run, pos, filled, frame_end = got
                         memo_len += filled
                         stack.append(run)
+                        after_run = True
                         continue
                 stack.append({})
             elif op == 0x94:  # MEMOIZE
@@ -697,10 +704,12 @@ class _Machine:
                 if traces_outer is None and marks == [1] and len(stack) % 2 == 0 and type(stack[0]) is dict \
                         and stack[-1] == "device_traces":
                     traces_outer = new
+                    self.lists.forbidden.add(id(new))
                 elif traces_outer is not None and stack and (stack[-1] is traces_outer or (
                         marks and marks[-1] >= 1 and stack[marks[-1] - 1] is traces_outer
                         and (len(stack) == marks[-1] or id(stack[-1]) in device_lists))):
                     device_lists.add(id(new))
+                    self.lists.forbidden.add(id(new))
                 stack.append(new)
             elif op == 0x65:  # APPENDS
                 mark = marks.pop()
@@ -784,8 +793,8 @@ class _Machine:
         got = memo.get(idx, HOLE)
         if got is HOLE and idx < memo_len:
             got = self.lists.get(idx)
-        if got is HOLE:
-            raise Unsupported("a reference to a run's object")
+        if got is HOLE or id(got) in self.lists.forbidden:
+            raise Unsupported("a reference to a run's object or to a trace list")
         return got
 
 
