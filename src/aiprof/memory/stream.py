@@ -184,6 +184,12 @@ class _Shape:
         last_fixed = max(i for i, f in enumerate(self.fixed) if f)
         self.first = max(i for i, w in enumerate(starts) if w <= last_fixed < w + 8)
 
+    def aligned(self, span: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        """The fixed bytes as 8-byte words from the entry's start, padded to ``span``: (masks, values)."""
+        mask = np.frombuffer(bytes(0xFF if f else 0 for f in self.fixed).ljust(span, b"\0"), dtype="<u8")
+        want = np.frombuffer(self.raw.ljust(span, b"\0"), dtype="<u8") & mask
+        return mask, want
+
     def _frame(self, raw: bytes, fixed: bytearray, p: int) -> int:
         """Past a FRAME opcode at ``p`` (the pickler commits frames before an object), if one stands there."""
         if raw[p] != 0x95:
@@ -290,18 +296,15 @@ class _Window:
             if span not in blocks:
                 blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
             entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
-            got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
-                   for w, _, _ in shape.words]
-            hit = np.ones(live.size, dtype=bool)
-            for (w, mask, want), g in zip(shape.words, got):
-                if mask:
-                    hit &= (g & np.uint64(mask)) == np.uint64(want)
+            mask, want = shape.aligned(span)
+            hit = ((entry.view("<u8") & mask) == want).all(axis=1)  # every fixed byte, 8 at a time
             if not hit.any():
                 todo = todo[1:]
                 continue
             if not hit.all():
-                live, base, entry = live[hit], base[hit], entry[hit]
-                got = [g[hit] for g in got]
+                live, base, entry = live[hit], base[hit], np.ascontiguousarray(entry[hit])
+            got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
+                   for w, _, _ in shape.words]
             rows = todo[live]
             keep_todo = np.ones(todo.size, dtype=bool)
             keep_todo[live] = False
@@ -347,18 +350,20 @@ class _Window:
         # FRAME (then recorded on the next entry) before it or before the "("
         chained = np.zeros(m, dtype=bool)
         if m > 1:
-            e, s = end[:-1], cand[1:]
-            direct = e == s
+            direct = end[:-1] == cand[1:]
+            gap = np.flatnonzero(~direct)  # few: the batch ends and frames between entries
+            e, s = end[:-1][gap], cand[1:][gap]
             batch = (e + 2 == s) & (self._at(e) == 0x65) & (self._at(e + 1) == 0x28)
             framed = (self._at(e) == 0x95) & (e + 9 == s)
             framed_batch = (self._at(e) == 0x65) & (self._at(e + 1) == 0x28) & (self._at(e + 2) == 0x95) & (e + 11 == s)
             fpos = np.where(framed, e, e + 2)
             either = framed | framed_batch
-            either &= inner_pos[1:] < 0  # one FRAME per entry at most
-            rows = np.flatnonzero(either) + 1
+            either &= inner_pos[1:][gap] < 0  # one FRAME per entry at most
+            rows = gap[either] + 1
             self.frame_pos[rows] = fpos[either] + start
             self.frame_len[rows] = _word(words, fpos[either] + 1, 8, False) if words.size else 0
-            chained[:-1] = direct | batch | either
+            chained[:-1] = direct
+            chained[gap] = batch | either
         self.ok = ok & (end + 8 <= n)
         self.chained = chained & self.ok
         del self.a
