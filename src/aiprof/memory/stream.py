@@ -464,8 +464,11 @@ class _Scanner:
         cols = {key: np.zeros(n, dtype=np.int64) for key in range(6)}
         inline = np.zeros(n, dtype=bool)
         sid = w.shape_id[i:j]
-        for u in np.unique(sid).tolist():
-            rows = np.flatnonzero(sid == u)
+        by_shape = np.argsort(sid, kind="stable")
+        present, cuts = np.unique(sid[by_shape], return_index=True)
+        cuts = np.append(cuts, n)
+        for k, u in enumerate(present.tolist()):
+            rows = by_shape[cuts[k]:cuts[k + 1]]
             slot_of = self._slots(w.shapes[u], memo)  # per needed key, its slot; None: not a trace entry
             if slot_of is None:
                 bad[rows] = True
