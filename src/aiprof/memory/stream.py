@@ -8,17 +8,22 @@ itself and fills NumPy columns straight from the bytes:
   settings, annotations) and the entries of an unusual shape; it knows only plain-data opcodes of protocols
   4 and 5 (dicts, lists, tuples, strings, numbers, ``None``, booleans, the memo and frames), never resolves a
   class, and gives up (:class:`Unsupported`) on anything else;
-* where a device's list of entries starts an element, :class:`_Scanner` parses a window of the pickle with
-  NumPy: every position that starts like an entry (``EMPTY_DICT MEMOIZE MARK``) is parsed as a run of
-  ``key value`` pairs (keys are memo references, values are integers, memo references, short strings,
-  ``None`` or a list of memo references, the frames) until ``SETITEMS``. Consecutive entries that chain
-  exactly (one ends where the next starts, inside the current pickle frame) and whose references resolve
-  (keys, the action string, frame dicts) become a :class:`Run` of columns in place of the dicts.
+* where a device's list of entries starts an element, :class:`_Scanner` reads a window (8 MiB) of the
+  pickle with NumPy: every position that starts like an entry (``EMPTY_DICT MEMOIZE MARK``) is a
+  candidate; the first candidate not yet explained is parsed in Python into a :class:`_Shape` (its byte
+  layout: ``key value`` pairs whose keys are memo references and whose values are integers, memo
+  references, memoized short strings, ``None`` or the frames list of memo references, up to
+  ``SETITEMS``), and every candidate whose fixed bytes agree (compared 8 at a time) is that layout with
+  other values, which are read from the same words. Consecutive entries that chain exactly (one ends where
+  the next starts, or after ``APPENDS MARK`` or a ``FRAME`` that continues the frame chain) and whose
+  references resolve (keys and the action to strings, frames to frame dicts already in the memo, or the
+  frames value to a list) become a :class:`Run` of columns in place of their dicts.
 
 Anything else (another protocol, ``PUT`` opcodes, a reference to an object only a run created, a value of an
-unexpected type, truncation) raises :class:`Unsupported`, and the caller reads the file with the plain
-no-classes unpickler instead, so the answer never differs. Stacks keep the pickle's frame dicts: a run
-holds, per entry, a row of frame memo indices, resolved to the same dict objects the unpickler would share.
+unexpected type, an opcode that would edit a run, truncation) raises :class:`Unsupported`, and the caller
+reads the file with the plain no-classes unpickler instead, so the answer never differs. Stacks keep the
+pickle's frame dicts: a run holds its distinct frames lists as lists of the very dict objects the unpickler
+would share, so stacks are interned exactly as before.
 """
 
 from __future__ import annotations
