@@ -125,7 +125,9 @@ def check_one_program(traces: Sequence[Trace] | Sequence[_Programmed]) -> None:
     for trace in traces:
         program = program_of(trace) if isinstance(trace, Trace) else trace.program
         programs.setdefault(program, trace.path)
-    if len(programs) > 1 and any(p.startswith("nsys") for p in programs):
+    named = [p for p in programs if p != "nsys"]  # a report that names no process conflicts with none
+    mixed = "kineto" in programs and len(programs) > 1
+    if mixed or (len(named) > 1 and any(p.startswith("nsys") for p in named)):
         listed = ", ".join(f"{p.name} ({prog})" for prog, p in programs.items())
         raise TraceError(
             f"these files record different programs and are not the ranks of one run: {listed}; "
