@@ -66,19 +66,17 @@ class Strings:
         return found
 
 
-def block(n: int, **columns: npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
-    """``n`` rows: the given columns (arrays or scalars, broadcast), every other column absent (-1 / NaN)."""
-    out: dict[str, npt.NDArray[Any]] = {}
-    for name in Columns.__dataclass_fields__:
-        dtype = _DTYPES.get(name, np.int64)
-        value = columns.pop(name, None)
-        if value is None:
-            fill = np.nan if name not in _INT_COLUMNS else -1
-            out[name] = np.full(n, fill, dtype=dtype)
-        else:
-            out[name] = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), (n,))
-    if columns:
-        raise KeyError(f"no such column(s): {', '.join(columns)}")
+Block = dict[str, Any]  # column name → array of the block's length or a scalar; "ts" always an array
+
+
+def block(n: int, **columns: Any) -> Block:
+    """``n`` rows: the given columns (arrays of length ``n``, or scalars for every row); every other column
+    is absent (-1 / NaN) on these rows."""
+    unknown = set(columns) - set(Columns.__dataclass_fields__)
+    if unknown:
+        raise KeyError(f"no such column(s): {', '.join(sorted(unknown))}")
+    out: Block = dict(columns)
+    out["ts"] = np.broadcast_to(np.asarray(columns.get("ts", -1), dtype=np.int64), (n,))
     return out
 
 
@@ -86,7 +84,7 @@ def block(n: int, **columns: npt.ArrayLike) -> dict[str, npt.NDArray[Any]]:
 class TraceParts:
     """What a reader hands :func:`assemble`: blocks of rows plus the trace's side facts."""
 
-    blocks: list[dict[str, npt.NDArray[Any]]] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     devices: list[DeviceInfo] = field(default_factory=list)
     distributed: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -102,12 +100,7 @@ class TraceParts:
 def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 0) -> Trace:
     """Concatenate the blocks, put the rows in time order (stable: ties keep block order), and build the
     :class:`Trace`."""
-    blocks = parts.blocks or [block(0)]
-    merged = {name: np.concatenate([b[name] for b in blocks]) for name in Columns.__dataclass_fields__}
-    order = np.argsort(merged["ts"], kind="stable")
-    columns = Columns(**{name: np.ascontiguousarray(values[order]) for name, values in merged.items()})
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
+    columns, inverse = _columns(parts.blocks)
     op_args = (
         ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
         if parts.op_rows
@@ -134,4 +127,26 @@ def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 
     )
 
 
-__all__ = ["Reader", "ReaderOptions", "Strings", "TraceParts", "assemble", "block"]
+def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
+    """The blocks' rows in time order (stable: ties keep block order), each column written straight to its
+    place (no concatenated copy of every column first). Returns the columns and each block row's place."""
+    sizes = [len(b["ts"]) for b in blocks]
+    ts = np.concatenate([b["ts"] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
+    order = np.argsort(ts, kind="stable")
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out: dict[str, npt.NDArray[Any]] = {"ts": ts[order]}
+    for name in Columns.__dataclass_fields__:
+        if name == "ts":
+            continue
+        dtype = _DTYPES.get(name, np.int64)
+        column = np.full(len(ts), -1 if name in _INT_COLUMNS else np.nan, dtype=dtype)
+        for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()):
+            if name in b and hi > lo:
+                column[inverse[lo:hi]] = b[name]
+        out[name] = column
+    return Columns(**out), inverse
+
+
+__all__ = ["Block", "Reader", "ReaderOptions", "Strings", "TraceParts", "assemble", "block"]

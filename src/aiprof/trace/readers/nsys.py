@@ -39,7 +39,7 @@ import numpy.typing as npt
 from aiprof.arrays import unique
 from aiprof.errors import TraceError
 from aiprof.trace.model import I64, DeviceInfo, Kind, Trace
-from aiprof.trace.readers.base import ReaderOptions, Strings, TraceParts, assemble, block
+from aiprof.trace.readers.base import Block, ReaderOptions, Strings, TraceParts, assemble, block
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -84,14 +84,55 @@ class _Db:
         cols = self.columns.get(table)
         return cols is not None and (column is None or column in cols)
 
-    def ints(self, table: str, exprs: list[str], where: str = "") -> I64:
-        """Integer expressions over a whole table, one column each (NULL → -1), as an (n, k) array."""
-        sql = f"SELECT {', '.join(f'coalesce({e}, -1)' for e in exprs)} FROM {table} {where}"
-        flat = np.fromiter(itertools.chain.from_iterable(self.con.execute(sql)), dtype=np.int64)
-        return flat.reshape(-1, len(exprs))
+    def ints(self, table: str, exprs: list[str], order: str = "") -> I64:
+        """Integer expressions over a whole table, one column each (NULL → -1), as an (n, k) array. A large
+        table is read in rowid ranges by forked helpers too (each with its own connection): a Python int per
+        value is the cost of reading SQLite, and it is paid in parallel."""
+        sql = f"SELECT {', '.join(f'coalesce({e}, -1)' for e in exprs)} FROM {table}"
+        last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+        helpers = _helpers(int(last or 0)) if not order else 0
+        if not helpers:
+            return _fetch(self.con, f"{sql} {order}", (), len(exprs))
+        bounds = np.linspace(0, int(last), helpers + 2).astype(np.int64).tolist()
+        ranges = [(lo + 1, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        where = f"{sql} WHERE rowid BETWEEN ? AND ?"
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing
+
+        jobs = [(str(self.path), where, lo, hi, len(exprs)) for lo, hi in ranges[1:]]
+        with ProcessPoolExecutor(helpers, multiprocessing.get_context("fork")) as pool:
+            pending = [pool.submit(_fetch_range, job) for job in jobs]
+            first = _fetch(self.con, where, ranges[0], len(exprs))
+            return np.concatenate([first, *(f.result() for f in pending)])
 
     def name(self, string_id: int) -> str:
         return self.names.get(string_id, "")
+
+
+_PARALLEL_ROWS = 200_000  # a table this long is read by helpers too
+
+
+def _helpers(rows: int) -> int:
+    if rows < _PARALLEL_ROWS:
+        return 0
+    from aiprof.trace.parallel import worker_count
+
+    return min(worker_count(), rows // _PARALLEL_ROWS)
+
+
+def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: int) -> I64:
+    flat = np.fromiter(itertools.chain.from_iterable(con.execute(sql, params)), dtype=np.int64)
+    return flat.reshape(-1, width)
+
+
+def _fetch_range(job: tuple[str, str, int, int, int]) -> I64:
+    """In a helper: one rowid range of a query, on a connection of its own."""
+    path, sql, lo, hi, width = job
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return _fetch(con, sql, (lo, hi), width)
+    finally:
+        con.close()
 
 
 class NsysReader:
@@ -283,7 +324,7 @@ def _memory_rows(db: _Db) -> I64:
     if not all(db.has(MEMORY, c) for c in needed):
         return np.zeros((0, 5), dtype=np.int64)
     return db.ints(MEMORY, ["start", _pid("globalPid"), "deviceId", "bytes", "memoryOperationType"],
-                   "ORDER BY start")
+                   order="ORDER BY start")
 
 
 def _tables(db: _Db) -> _Tables:
@@ -418,6 +459,9 @@ def _dedupe_calls(rows: I64) -> tuple[I64, int]:
     correlation id are all kept. Returns the rows kept (in start order) and how many were dropped."""
     if not len(rows):
         return rows, 0
+    corr = np.sort(rows[:, 4])
+    if not ((corr[1:] == corr[:-1]) & (corr[1:] >= 0)).any():  # no correlation id twice: nothing to drop
+        return rows[np.argsort(rows[:, 0], kind="stable")], 0
     order = np.lexsort((rows[:, 0] - rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 4]))
     ordered = rows[order]
     corr, tid = ordered[:, 4], ordered[:, 3]
@@ -443,7 +487,7 @@ def _names(db: _Db, ids: I64, strings: Strings, clean: Any = None) -> npt.NDArra
     return mapped[inverse.reshape(-1)]
 
 
-def _api_block(db: _Db, rows: I64, kind: Kind, cat: str, strings: Strings) -> dict[str, npt.NDArray[Any]]:
+def _api_block(db: _Db, rows: I64, kind: Kind, cat: str, strings: Strings) -> Block:
     return block(
         len(rows), kind=int(kind), cat=strings(cat), ts=rows[:, 0], dur=rows[:, 1] - rows[:, 0],
         pid=rows[:, 2], tid=rows[:, 3], correlation=rows[:, 4],
@@ -456,8 +500,12 @@ def _device_columns(rows: I64) -> dict[str, Any]:
             "device": rows[:, 4], "correlation": rows[:, 5]}
 
 
-def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings) -> dict[str, npt.NDArray[Any]]:
-    sms = np.array([sm_count.get(int(d), 0) for d in rows[:, 4].tolist()], dtype=np.float64)
+def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings) -> Block:
+    table = np.zeros(max([*sm_count, 0]) + 1, dtype=np.float64)
+    for device, count in sm_count.items():
+        table[device] = count
+    devices = rows[:, 4]
+    sms = np.where((devices >= 0) & (devices < len(table)), table[np.clip(devices, 0, len(table) - 1)], 0.0)
     grid, threads = rows[:, 7].astype(np.float64), rows[:, 8].astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):  # Kineto's "blocks per SM" / "warps per SM"
         blocks_per_sm = np.where((sms > 0) & (grid >= 0), grid / sms, np.nan)
@@ -476,7 +524,7 @@ def _labels(codes: I64, label: Any, strings: Strings) -> npt.NDArray[np.int32]:
     return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse.reshape(-1)]
 
 
-def _memcpy_block(rows: I64, strings: Strings) -> dict[str, npt.NDArray[Any]]:
+def _memcpy_block(rows: I64, strings: Strings) -> Block:
     def label(code: int) -> str:
         copy, src, dst = code >> 16, (code >> 8) & 0xFF, code & 0xFF
         return (f"Memcpy {_COPY_KIND.get(copy, 'Unknown')} "
@@ -487,18 +535,18 @@ def _memcpy_block(rows: I64, strings: Strings) -> dict[str, npt.NDArray[Any]]:
                  nbytes=rows[:, 6], **_device_columns(rows))
 
 
-def _memset_block(rows: I64, strings: Strings) -> dict[str, npt.NDArray[Any]]:
+def _memset_block(rows: I64, strings: Strings) -> Block:
     names = _labels(rows[:, 7], lambda k: f"Memset ({_MEM_KIND.get(k, 'Unknown')})", strings)
     return block(len(rows), kind=int(Kind.MEMSET), cat=strings("gpu_memset"), name=names, nbytes=rows[:, 6],
                  **_device_columns(rows))
 
 
-def _sync_block(rows: I64, strings: Strings) -> dict[str, npt.NDArray[Any]]:
+def _sync_block(rows: I64, strings: Strings) -> Block:
     names = _labels(rows[:, 6], lambda k: _SYNC_NAME.get(k, "Unknown Sync"), strings)
     return block(len(rows), kind=int(Kind.SYNC), cat=strings("cuda_sync"), name=names, **_device_columns(rows))
 
 
-def _memory_block(rows: I64, pid: int, strings: Strings) -> dict[str, npt.NDArray[Any]]:
+def _memory_block(rows: I64, pid: int, strings: Strings) -> Block:
     signed = np.where(rows[:, 4] == 1, -rows[:, 3], rows[:, 3])  # operation 1: deallocation
     total = np.zeros(len(rows), dtype=np.int64)
     for device in unique(rows[:, 2]).tolist():
