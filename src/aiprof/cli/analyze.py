@@ -84,11 +84,17 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
+        parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
+                            "whose name matches REGEX are the steps (see docs/nsight.md)")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof.report import format_for
 
         fmt = format_for(args.output, args.format)
+        if args.step_range:  # set before any worker forks, so every reader sees it
+            from aiprof.trace.readers import ReaderOptions, set_default_options
+
+            set_default_options(ReaderOptions(step_range=args.step_range))
         if args.output is not None:
             _check_writable(args.output)
         stop_primed = _start_loading(args.paths)
@@ -132,6 +138,10 @@ def _start_loading(paths: list[str]) -> Callable[[], None]:
     (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
     no load took over (call it when the command ends, however it ends)."""
     if len(paths) != 1 or not os.path.isfile(paths[0]):
+        return lambda: None
+    from aiprof.trace.readers import reader_for
+
+    if reader_for(Path(paths[0])).name != "kineto":  # only the JSON loader has helpers to start early
         return lambda: None
     from aiprof.trace.stream import discard_primed, prime
 
