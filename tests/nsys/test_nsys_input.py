@@ -244,3 +244,12 @@ def test_the_reader_is_picked_by_content_not_by_name(tmp_path: Path) -> None:
     gz = tmp_path / "x.bin"
     gz.write_bytes(gzip.compress(kineto.read_bytes()))
     assert readers.reader_for(gz).name == "kineto"
+
+
+@needs_shared
+def test_aiprof_load_takes_a_step_range() -> None:
+    trace = aiprof.load(SAXPY, step_range="^saxpy$")
+    assert isinstance(trace, Trace)
+    assert len(trace.steps()) == 5
+    plain = aiprof.load(SAXPY)
+    assert isinstance(plain, Trace) and len(plain.steps()) == 0  # the option does not stick
