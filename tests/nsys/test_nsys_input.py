@@ -253,3 +253,36 @@ def test_aiprof_load_takes_a_step_range() -> None:
     assert len(trace.steps()) == 5
     plain = aiprof.load(SAXPY)
     assert isinstance(plain, Trace) and len(plain.steps()) == 0  # the option does not stick
+
+
+def test_packed_and_parallel_reads_build_the_same_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long tables are read packed (fields sharing 62-bit words, sized by each field's range) and in rowid
+    ranges by forked helpers: both give exactly what the plain row-by-row read gives."""
+    import numpy as np
+
+    from aiprof.trace.model import Columns
+    from aiprof.trace.readers import nsys
+
+    path = tmp_path / "long.sqlite"
+    _synthetic(path, [])
+    edit(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 4294967295, gridX = 3000000000 WHERE rowid = 2",
+         "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -5 WHERE rowid = 3",
+         "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL",
+         "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+
+    def read() -> Trace:
+        return nsys.read_sqlite(path)[0]
+
+    monkeypatch.setattr(nsys, "_PACK_ROWS", 10**9)
+    plain = read()
+    monkeypatch.setattr(nsys, "_PACK_ROWS", 1)
+    packed = read()
+    monkeypatch.setattr(nsys, "_PARALLEL_ROWS", 2)
+    monkeypatch.setattr(nsys, "_helpers", lambda rows: 2)
+    parallel = read()
+    assert len(plain.kernels()) == 12
+    for name in Columns.__dataclass_fields__:
+        a = getattr(plain.columns, name)
+        for other in (packed, parallel):
+            assert np.array_equal(a, getattr(other.columns, name), equal_nan=a.dtype.kind == "f"), name
+    assert plain.strings == packed.strings == parallel.strings

@@ -85,24 +85,45 @@ class _Db:
         return cols is not None and (column is None or column in cols)
 
     def ints(self, table: str, exprs: list[str], order: str = "") -> I64:
-        """Integer expressions over a whole table, one column each (NULL → -1), as an (n, k) array. A large
-        table is read in rowid ranges by forked helpers too (each with its own connection): a Python int per
-        value is the cost of reading SQLite, and it is paid in parallel."""
-        sql = f"SELECT {', '.join(f'coalesce({e}, -1)' for e in exprs)} FROM {table}"
+        """Integer expressions over a whole table, one column each (NULL → -1), as an (n, k) array.
+
+        Reading SQLite from Python costs one Python int per value fetched, so a long table is read packed:
+        one aggregate pass (in SQLite, C speed) finds each expression's range, the expressions are packed
+        into as few 62-bit words as their ranges allow (a kernel row: 11 fields in 3 words), and the words
+        are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
+        its own connection)."""
+        sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if order or self._rows(table) < _PACK_ROWS:
+            return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
+        bounds = self.con.execute(
+            f"SELECT {', '.join(f'min({e}), max({e})' for e in sql_exprs)} FROM {table}").fetchone()
+        layout = _Layout.plan(sql_exprs, [(int(bounds[2 * i]), int(bounds[2 * i + 1])) for i in range(len(exprs))])
+        words = self._words(table, layout.words)
+        return layout.unpack(words)
+
+    def _rows(self, table: str) -> int:
         last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
-        helpers = _helpers(int(last or 0)) if not order else 0
+        return int(last or 0)
+
+    def _words(self, table: str, words: list[str]) -> I64:
+        if not words:
+            count = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            return np.zeros((int(count), 0), dtype=np.int64)
+        sql = f"SELECT {', '.join(words)} FROM {table}"
+        last = self._rows(table)
+        helpers = _helpers(last)
         if not helpers:
-            return _fetch(self.con, f"{sql} {order}", (), len(exprs))
-        bounds = np.linspace(0, int(last), helpers + 2).astype(np.int64).tolist()
+            return _fetch(self.con, sql, (), len(words))
+        bounds = np.linspace(0, last, helpers + 2).astype(np.int64).tolist()
         ranges = [(lo + 1, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
         where = f"{sql} WHERE rowid BETWEEN ? AND ?"
-        from concurrent.futures import ProcessPoolExecutor
         import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-        jobs = [(str(self.path), where, lo, hi, len(exprs)) for lo, hi in ranges[1:]]
+        jobs = [(str(self.path), where, lo, hi, len(words)) for lo, hi in ranges[1:]]
         with ProcessPoolExecutor(helpers, multiprocessing.get_context("fork")) as pool:
             pending = [pool.submit(_fetch_range, job) for job in jobs]
-            first = _fetch(self.con, where, ranges[0], len(exprs))
+            first = _fetch(self.con, where, ranges[0], len(words))
             return np.concatenate([first, *(f.result() for f in pending)])
 
     def name(self, string_id: int) -> str:
@@ -110,6 +131,54 @@ class _Db:
 
 
 _PARALLEL_ROWS = 200_000  # a table this long is read by helpers too
+_PACK_ROWS = 20_000  # a table this long is read packed (one extra pass in SQLite finds the ranges)
+_WORD_BITS = 62  # SQLite integers are signed 64-bit: the packed words stay clear of the sign
+
+
+@dataclass
+class _Layout:
+    """Where each expression lives in the packed words: ``(word, shift, bits, offset)``; bits 0 = constant
+    (``offset`` is then its value) and never fetched; word -1 with bits 64: a word of its own, unshifted."""
+
+    words: list[str]
+    fields: list[tuple[int, int, int, int]]
+
+    @staticmethod
+    def plan(exprs: list[str], ranges: list[tuple[int, int]]) -> _Layout:
+        words: list[list[str]] = []
+        used: list[int] = []
+        fields: list[tuple[int, int, int, int]] = []
+        for expr, (low, high) in zip(exprs, ranges):
+            span = high - low
+            if span == 0:
+                fields.append((-1, 0, 0, low))
+                continue
+            bits = span.bit_length()
+            if bits > _WORD_BITS - 2:  # too wide to pack: fetched as is
+                words.append([expr])
+                used.append(_WORD_BITS)
+                fields.append((len(words) - 1, 0, 64, 0))
+                continue
+            slot = next((i for i, u in enumerate(used) if u + bits <= _WORD_BITS), None)
+            if slot is None:
+                words.append([])
+                used.append(0)
+                slot = len(words) - 1
+            words[slot].append(f"(({expr} - ({low})) << {used[slot]})")
+            fields.append((slot, used[slot], bits, low))
+            used[slot] += bits
+        return _Layout([" | ".join(w) for w in words], fields)
+
+    def unpack(self, words: I64) -> I64:
+        out = np.empty((len(words), len(self.fields)), dtype=np.int64)
+        for i, (word, shift, bits, offset) in enumerate(self.fields):
+            if bits == 0:
+                out[:, i] = offset
+            elif bits == 64:
+                out[:, i] = words[:, word]
+            else:
+                out[:, i] = ((words[:, word] >> shift) & ((1 << bits) - 1)) + offset
+        return out
 
 
 def _helpers(rows: int) -> int:
@@ -255,21 +324,15 @@ def _pid(expr: str) -> str:
 
 
 def _device_rows(db: _Db, table: str, extra: list[str]) -> I64:
+    """start, end, pid, stream, device, correlation, then ``extra`` (one column each)."""
     if not db.has(table):
         return np.zeros((0, 6 + len(extra)), dtype=np.int64)
-    # Two 32-bit CUPTI fields share one value where the types allow: a Python int per value is the cost.
-    packed = db.ints(table, ["start", "end", f"({_pid('globalPid')} << 32) | (streamId & {_U32})",
-                             f"(deviceId << 32) | (coalesce(correlationId, 0) & {_U32})", *extra])
-    out = np.empty((len(packed), 6 + len(extra)), dtype=np.int64)
-    out[:, 0], out[:, 1] = packed[:, 0], packed[:, 1]
-    out[:, 2], out[:, 3] = packed[:, 2] >> 32, _stream(packed[:, 2] & _U32)
-    out[:, 4], out[:, 5] = packed[:, 3] >> 32, _correlation(packed[:, 3] & _U32)
-    out[:, 6:] = packed[:, 4:]
-    return out
-
-
-def _stream(values: I64) -> I64:
-    return np.where(values == _U32, -1, values)
+    rows = db.ints(table, ["start", "end - start", _pid("globalPid"), "streamId", "deviceId",
+                           "coalesce(correlationId, 0)", *extra])
+    rows[:, 1] += rows[:, 0]
+    rows[:, 3] = np.where(rows[:, 3] == _U32, -1, rows[:, 3])  # 0xFFFFFFFF: no stream (context-wide)
+    rows[:, 5] = _correlation(rows[:, 5])
+    return rows
 
 
 def _correlation(values: I64) -> I64:
@@ -277,6 +340,7 @@ def _correlation(values: I64) -> I64:
 
 
 def _kernels(db: _Db) -> I64:
+    """start, end, pid, stream, device, correlation, name, grid, block, registers, shared memory."""
     if not db.has(KERNEL):
         return np.zeros((0, 11), dtype=np.int64)
     name = "demangledName" if db.has(KERNEL, "demangledName") else "shortName"
@@ -284,25 +348,18 @@ def _kernels(db: _Db) -> I64:
     grid = "gridX * gridY * gridZ" if db.has(KERNEL, "gridZ") else "-1"
     threads = "blockX * blockY * blockZ" if db.has(KERNEL, "blockZ") else "-1"
     regs = "registersPerThread" if db.has(KERNEL, "registersPerThread") else "-1"
-    rows = _device_rows(db, KERNEL, [f"({regs} << 48) | ({name} & {_U32})", grid, threads, smem])
-    out = np.empty((len(rows), 11), dtype=np.int64)
-    out[:, :6] = rows[:, :6]
-    out[:, 6] = rows[:, 6] & _U32
-    out[:, 7], out[:, 8] = rows[:, 7], rows[:, 8]
-    out[:, 9] = rows[:, 6] >> 48
-    out[:, 10] = rows[:, 9]
-    return out
+    return _device_rows(db, KERNEL, [name, grid, threads, regs, smem])
 
 
 def _api_rows(db: _Db, table: str) -> I64:
+    """start, end, pid, tid, correlation, name."""
     if not db.has(table):
         return np.zeros((0, 6), dtype=np.int64)
-    packed = db.ints(table, ["start", "end", "globalTid", f"(nameId << 32) | (coalesce(correlationId, 0) & {_U32})"])
-    out = np.empty((len(packed), 6), dtype=np.int64)
-    out[:, 0], out[:, 1] = packed[:, 0], packed[:, 1]
-    out[:, 2], out[:, 3] = (packed[:, 2] >> 24) & 0xFFFFFF, packed[:, 2] & 0xFFFFFF
-    out[:, 4], out[:, 5] = _correlation(packed[:, 3] & _U32), packed[:, 3] >> 32
-    return out
+    rows = db.ints(table, ["start", "end - start", _pid("globalTid"), "globalTid & 16777215",
+                           "coalesce(correlationId, 0)", "nameId"])
+    rows[:, 1] += rows[:, 0]
+    rows[:, 4] = _correlation(rows[:, 4])
+    return rows
 
 
 def _nvtx_rows(db: _Db) -> list[tuple[int, int, int, int, int, str]]:
