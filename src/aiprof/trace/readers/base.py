@@ -141,7 +141,10 @@ def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
         if name == "ts":
             continue
         dtype = _DTYPES.get(name, np.int64)
-        column = np.full(len(ts), -1 if name in _INT_COLUMNS else np.nan, dtype=dtype)
+        if sum(hi - lo for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()) if name in b) == len(ts):
+            column = np.empty(len(ts), dtype=dtype)  # every row gets a value below
+        else:
+            column = np.full(len(ts), -1 if name in _INT_COLUMNS else np.nan, dtype=dtype)
         for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()):
             if name in b and hi > lo:
                 column[inverse[lo:hi]] = b[name]

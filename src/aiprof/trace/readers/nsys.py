@@ -95,11 +95,14 @@ class _Db:
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
         if order or self._rows(table) < _PACK_ROWS:
             return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
-        bounds = self.con.execute(
-            f"SELECT {', '.join(f'min({e}), max({e})' for e in sql_exprs)} FROM {table}").fetchone()
-        layout = _Layout.plan(sql_exprs, [(int(bounds[2 * i]), int(bounds[2 * i + 1])) for i in range(len(exprs))])
-        words = self._words(table, layout.words)
-        return layout.unpack(words)
+        # The first expression (a timestamp) gets a word of its own, unbounded; the others are ids, sizes and
+        # durations, non-negative or NULL (-1): clamped at -1 in SQL, so a corrupt negative value can never
+        # spill into its neighbours, and only their maximum is needed.
+        packed = [f"max({e}, -1)" for e in sql_exprs[1:]]
+        highs = self.con.execute(f"SELECT {', '.join(f'max({e})' for e in packed)} FROM {table}").fetchone()
+        ranges = [(-1, int(h) if h is not None else -1) for h in highs]
+        layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
+        return layout.unpack(self._words(table, layout.words))
 
     def _rows(self, table: str) -> int:
         last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
@@ -170,15 +173,19 @@ class _Layout:
         return _Layout([" | ".join(w) for w in words], fields)
 
     def unpack(self, words: I64) -> I64:
-        out = np.empty((len(words), len(self.fields)), dtype=np.int64)
+        columns = np.ascontiguousarray(words.T)  # one contiguous row per word: fast shifts and masks
+        out = np.empty((len(self.fields), len(words)), dtype=np.int64)
         for i, (word, shift, bits, offset) in enumerate(self.fields):
             if bits == 0:
-                out[:, i] = offset
+                out[i] = offset
             elif bits == 64:
-                out[:, i] = words[:, word]
+                out[i] = columns[word]
             else:
-                out[:, i] = ((words[:, word] >> shift) & ((1 << bits) - 1)) + offset
-        return out
+                np.right_shift(columns[word], shift, out=out[i])
+                np.bitwise_and(out[i], (1 << bits) - 1, out=out[i])
+                if offset:
+                    out[i] += offset
+        return out.T
 
 
 def _helpers(rows: int) -> int:
