@@ -286,3 +286,24 @@ def test_packed_and_parallel_reads_build_the_same_trace(tmp_path: Path, monkeypa
         for other in (packed, parallel):
             assert np.array_equal(a, getattr(other.columns, name), equal_nan=a.dtype.kind == "f"), name
     assert plain.strings == packed.strings == parallel.strings
+
+
+@needs_shared
+def test_a_report_is_exported_with_nsys_when_it_is_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``.nsys-rep``: aiprof runs ``nsys export --type sqlite --output OUT REPORT`` (a stand-in nsys here,
+    which copies the SAXPY export to OUT) and reads the result; the trace keeps the report's path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(f'#!/bin/sh\nwhile [ "$1" != "--output" ]; do shift; done\ncp "{SAXPY}" "$2"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    report = tmp_path / "run_rank0.nsys-rep"
+    report.write_bytes(b"NVR\x00")
+    trace = aiprof.load(report)
+    assert isinstance(trace, Trace)
+    assert trace.path == report and len(trace.kernels()) == 5
+    failing = bin_dir / "nsys"
+    failing.write_text("#!/bin/sh\necho 'cannot open report' >&2\nexit 1\n")
+    with pytest.raises(TraceError, match="nsys export --type sqlite. failed .cannot open report"):
+        aiprof.load(report)

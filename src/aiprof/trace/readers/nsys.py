@@ -625,6 +625,8 @@ def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, pa
                  options: ReaderOptions) -> None:
     """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names."""
     ranges: list[tuple[int, int, int, int, str, int]] = []  # start, end, tid, kind, name, seq
+    seen: dict[str, tuple[str, int, int, bytes | None]] = {}
+    first_row = sum(len(b["ts"]) for b in parts.blocks)  # this block's first row among all the blocks
     for start, end, kind, event_pid, tid, text in events:
         if event_pid != pid:
             continue
@@ -633,12 +635,14 @@ def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, pa
         elif kind == _NVTX_MARK:
             ranges.append((start, start, tid, int(Kind.INSTANT), text, -1))
         elif kind in _NVTX_RANGES and end >= start:
-            name, seq, shapes = _nvtx_op(text)
-            is_op = shapes is not None or (seq >= 0 or name != text) and bool(_NVTX_OP_NAME.search(name))
-            if is_op and shapes is not None:
-                parts.op_rows.append(sum(len(b["ts"]) for b in parts.blocks) + len(ranges))
-                parts.op_texts.append(json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode())
-            ranges.append((start, end, tid, int(Kind.CPU_OP if is_op else Kind.USER_ANNOTATION), name, seq))
+            parsed = seen.get(text)
+            if parsed is None:  # once per distinct text: autograd-nvtx repeats the same op names and shapes
+                parsed = seen[text] = _nvtx_range(text)
+            name, seq, range_kind, inputs = parsed
+            if inputs is not None:
+                parts.op_rows.append(first_row + len(ranges))
+                parts.op_texts.append(inputs)
+            ranges.append((start, end, tid, range_kind, name, seq))
     if options.step_range:
         ranges += _step_ranges(ranges, options.step_range)
     if not ranges:
@@ -652,6 +656,14 @@ def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, pa
         name=np.array([strings(n) for n in table[4]]), ts=starts, dur=ends - starts, pid=pid,
         tid=np.array(table[2], dtype=np.int64), seq=np.array(table[5], dtype=np.int64),
     ))
+
+
+def _nvtx_range(text: str) -> tuple[str, int, int, bytes | None]:
+    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON)."""
+    name, seq, shapes = _nvtx_op(text)
+    is_op = shapes is not None or (seq >= 0 or name != text) and bool(_NVTX_OP_NAME.search(name))
+    inputs = json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode() if is_op and shapes is not None else None
+    return name, seq, int(Kind.CPU_OP if is_op else Kind.USER_ANNOTATION), inputs
 
 
 def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
