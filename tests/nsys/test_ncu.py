@@ -157,3 +157,20 @@ def test_the_shared_ncu_rep_with_the_real_module() -> None:
     assert len(results) == 6
     assert any(r.kernel.startswith("vector_add") for r in results)
     assert any(r.duration_ns == pytest.approx(4064) for r in results)
+
+
+def test_roofline_command_puts_measured_points_beside_the_estimates(tmp_path: Path) -> None:
+    import json
+    import subprocess
+
+    trace = synthetic_trace(tmp_path)
+    csv_path = tmp_path / "raw.csv"
+    csv_path.write_text(RAW)
+    out_json = tmp_path / "roofline.json"
+    done = subprocess.run([sys.executable, "-m", "aiprof", "roofline", str(trace.path), "--ncu", str(csv_path),
+                           "--json", str(out_json)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Measured by Nsight Compute (3 of 3 matched to the timeline)" in done.stdout
+    measured = json.loads(out_json.read_text())["measured"]
+    assert [m["kernel"] for m in measured] == [r.kernel for r in read_csv(csv_path)]
+    assert measured[0]["achieved_bytes_per_s"] == pytest.approx(1.5e6 / 2000e-9)
