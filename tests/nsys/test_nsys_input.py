@@ -307,3 +307,18 @@ def test_a_report_is_exported_with_nsys_when_it_is_on_path(tmp_path: Path, monke
     failing.write_text("#!/bin/sh\necho 'cannot open report' >&2\nexit 1\n")
     with pytest.raises(TraceError, match="nsys export --type sqlite. failed .cannot open report"):
         aiprof.load(report)
+
+
+@needs_shared
+def test_rank_from_the_launchers_variable_and_nothing_else_of_the_environment(tmp_path: Path) -> None:
+    """One process per report (srun nsys profile …): its rank is the launcher's rank variable, read from the
+    captured environment by name in SQL; the file name's trailing number is the fallback."""
+    path = copy(CLOVER, tmp_path / "node.sqlite")
+    edit(path, "DELETE FROM META_DATA_CAPTURE WHERE value LIKE 'PMI_RANK=%' OR value LIKE 'SLURM_PROCID=%'",
+         "INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', 'OMPI_COMM_WORLD_RANK=\"3\"')")
+    trace = load_ranks(path)[0]
+    assert trace.distributed == {"rank": 3}
+    assert load_ranks(CLOVER)[0].distributed == {"rank": 0}  # its PMI_RANK="0"
+    named = copy(CLOVER, tmp_path / "report.7.sqlite")
+    edit(named, "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE'")
+    assert load_ranks(named)[0].distributed == {"rank": 7}

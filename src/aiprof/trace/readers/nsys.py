@@ -271,7 +271,7 @@ def _open(path: Path, con: sqlite3.Connection) -> _Db:
     tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     columns = {t: {row[1] for row in con.execute(f'PRAGMA table_info("{t}")')} for t in tables
                if t in (*_ACTIVITY, SYNC, NVTX, MEMORY, "StringIds", "TARGET_INFO_GPU", "ThreadNames", "PROCESSES",
-                        "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA")}
+                        "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE")}
     if not any(t in columns for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX)):
         if "StringIds" not in columns:
             raise TraceError(
@@ -416,7 +416,7 @@ def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
                          "`nsys profile --trace=cuda,nvtx` and export again")
     shared = _shared_facts(db)
     traces = [_process_trace(db, tables, int(pid), shared, options) for pid in pids]
-    _number_ranks(db.path, traces)
+    _number_ranks(db, traces)
     return traces
 
 
@@ -696,20 +696,51 @@ def _step_ranges(ranges: list[tuple[int, int, int, int, str, int]], pattern: str
     return [(s, e, tid, int(Kind.USER_ANNOTATION), f"ProfilerStep#{i}", -1) for i, (s, e, tid, *_) in enumerate(hits)]
 
 
-def _number_ranks(path: Path, traces: list[Trace]) -> None:
-    """MPI rank from nsys's ``MPI Rank N`` thread name, else (one process) from the file name's trailing
-    number (``report.3.sqlite``, ``rank3``); otherwise left to the run's numbering (file/process order)."""
+# Launchers' rank variables, by priority. Only these rows of the captured environment are ever selected
+# (in SQL), and only the number is kept.
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+
+
+def _env_rank(db: _Db) -> int | None:
+    """The launched process's rank from its captured environment (``PMI_RANK="3"``), else None."""
+    if not (db.has("META_DATA_CAPTURE", "name") and db.has("META_DATA_CAPTURE", "value")):
+        return None
+    wanted = " OR ".join("value LIKE ?" for _ in _RANK_VARIABLES)
+    found: dict[str, set[int]] = {}
+    for (value,) in db.con.execute(
+        f"SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE' AND ({wanted})",
+        [f"{v}=%" for v in _RANK_VARIABLES],
+    ):
+        key, _, number = str(value).partition("=")
+        number = number.strip().strip('"').strip("'")
+        if key in _RANK_VARIABLES and number.isdigit():
+            found.setdefault(key, set()).add(int(number))
+    for key in _RANK_VARIABLES:
+        if len(found.get(key, ())) == 1:
+            return found[key].pop()
+    return None
+
+
+def _number_ranks(db: _Db, traces: list[Trace]) -> None:
+    """MPI rank from nsys's ``MPI Rank N`` thread name; else, for a report of one process, from the rank
+    variable of its captured environment (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID`` …), else
+    from the file name's trailing number (``report.3.sqlite``, ``rank3``); otherwise left to the run's
+    numbering (file/process order)."""
     for trace in traces:
         for name in trace.thread_names.values():
             found = _MPI_RANK.match(name)
             if found:
                 trace.distributed = {"rank": int(found.group(1)), "backend": "mpi"}
                 break
-    if len(traces) == 1 and "rank" not in traces[0].distributed:
-        stem = path.name.split(".sqlite")[0].split(".nsys-rep")[0]
-        found = _RANK_IN_NAME.search(stem)
-        if found:
-            traces[0].distributed = {"rank": int(found.group(1))}
+    if len(traces) != 1 or "rank" in traces[0].distributed:
+        return
+    rank = _env_rank(db)
+    if rank is None:
+        stem = db.path.name.split(".sqlite")[0].split(".nsys-rep")[0]
+        named = _RANK_IN_NAME.search(stem)
+        rank = int(named.group(1)) if named else None
+    if rank is not None:
+        traces[0].distributed = {"rank": rank}
 
 
 __all__ = ["NsysReader", "SQLITE_MAGIC", "read_sqlite"]
