@@ -163,8 +163,13 @@ def test_two_mpi_processes_in_one_report_are_two_ranks(tmp_path: Path) -> None:
         f"INSERT INTO PROCESSES VALUES ({other} << 24, {other}, './saxpy-mpi-cuda')",
         f"UPDATE ThreadNames SET nameId = 999999 WHERE globalTid = {shift.replace('globalTid', '0')}",
     )
+    third = 1231111
+    edit(path, "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start, end, eventClass, "
+               f"({third} << 24) | {third}, correlationId + 100000, nameId, returnValue, callchainId, name "
+               "FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 3")
     traces = load_ranks(path)
-    assert [len(t.kernels()) for t in traces] == [5, 5]
+    assert [len(t.kernels()) for t in traces] == [5, 5]  # the process with calls but no GPU work is no rank
+    assert any("1 process(es) made CUDA calls but ran no GPU work" in w for w in traces[0].warnings)
     loaded = aiprof.load(path)
     assert isinstance(loaded, RunSet)
     assert loaded.ranks == [0, 1]

@@ -408,14 +408,19 @@ def _tables(db: _Db) -> _Tables:
 
 def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
     tables = _tables(db)
-    gpu_pids = np.concatenate([tables.kernels[:, 2], tables.memcpy[:, 2], tables.memset[:, 2],
-                               tables.runtime[:, 2], tables.driver[:, 2]])
-    pids = unique(gpu_pids).tolist() or sorted({row[3] for row in tables.nvtx if row[2] in _NVTX_RANGES})
+    # The ranks: processes with GPU work; else processes with CUDA calls; else with NVTX ranges.
+    with_work = unique(np.concatenate([tables.kernels[:, 2], tables.memcpy[:, 2], tables.memset[:, 2]])).tolist()
+    with_calls = unique(np.concatenate([tables.runtime[:, 2], tables.driver[:, 2]])).tolist()
+    pids = with_work or with_calls or sorted({row[3] for row in tables.nvtx if row[2] in _NVTX_RANGES})
     if not pids:
         raise TraceError(f"{db.path}: the Nsight Systems export holds no CUDA or NVTX activity; profile with "
                          "`nsys profile --trace=cuda,nvtx` and export again")
     shared = _shared_facts(db)
     traces = [_process_trace(db, tables, int(pid), shared, options) for pid in pids]
+    idle = sorted(set(with_calls) - set(pids))
+    if idle:
+        traces[0].warnings.append(f"{len(idle)} process(es) made CUDA calls but ran no GPU work (left out: "
+                                  f"pid {', '.join(map(str, idle[:5]))})")
     _number_ranks(db, traces)
     return traces
 
