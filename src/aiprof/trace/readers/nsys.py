@@ -13,7 +13,7 @@
 - ``TARGET_INFO_GPU`` → device properties (the roofline's peaks come from the device name);
 - ``CUDA_GPU_MEMORY_USAGE_EVENTS`` → ``[memory]`` events with the running total per device.
 
-One trace per process that used CUDA (an MPI job profiled as one report gives one rank per process).
+One trace per process that ran GPU work (an MPI job profiled as one report gives one rank per process).
 Tables are read whole and joined in numpy (nsys creates no indexes). The schema is told apart by the
 columns present, never by the version number. ``META_DATA_CAPTURE``, ``EXPORT_META_DATA`` /
 ``META_DATA_EXPORT`` and ``TARGET_INFO_SYSTEM_ENV`` hold the whole process environment, the user, host
@@ -248,7 +248,7 @@ def _read_report(path: Path, options: ReaderOptions) -> list[Trace]:
 
 
 def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
-    """Read an ``nsys export --type sqlite`` database: one trace per process that used CUDA."""
+    """Read an ``nsys export --type sqlite`` database: one trace per process that ran GPU work."""
     options = options or ReaderOptions()
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
