@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
     from aiprof.roofline.analysis import RooflineResult
     from aiprof.rules.options import RuleOptions
+    from aiprof.trace.readers.ncu import MeasuredPoint
     from aiprof.trace.runset import ProgressCallback
 
 Report = dict[str, Any]  # the report document of ``report.document.build_document``
@@ -66,6 +67,7 @@ class RooflineOptions:
     rank: int | None = None
     peaks_file: Path | None = None
     device: str | None = None
+    ncu: Path | None = None  # Nsight Compute results of the same program: measured points (docs/nsight.md)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -110,6 +112,10 @@ def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
     (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
     no load took over (called however the analysis ends)."""
     if len(paths) != 1 or not os.path.isfile(paths[0]):
+        return lambda: None
+    from aiprof.trace.readers import reader_for
+
+    if reader_for(Path(paths[0])).name != "kineto":  # only the JSON loader has helpers to start early
         return lambda: None
     from aiprof.trace.stream import discard_primed, prime
 
@@ -249,6 +255,13 @@ def _safe_raw(raw: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineResult:
     """The roofline of one rank: FLOPs and bytes per op from shapes, against the device's peaks."""
+    return roofline_measured(path, options)[0]
+
+
+def roofline_measured(
+    path: PathArg, options: RooflineOptions | None = None
+) -> tuple[RooflineResult, list[MeasuredPoint] | None]:
+    """The roofline, and with ``options.ncu`` the Nsight Compute measurements matched to its kernels."""
     import aiprof
     from aiprof.roofline.analysis import roofline as compute
     from aiprof.roofline.peaks import load_measured, resolve, spec_for
@@ -272,7 +285,29 @@ def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineR
         choice = resolve(opts.device, cpu=False, measured=measured)
         if spec_for(opts.device) is None and choice.peaks is None:
             raise AiprofError(f"unknown device {opts.device!r}: see docs/roofline.md for the names known")
-    return compute(trace, choice, measured=measured)
+    result = compute(trace, choice, measured=measured)
+    if opts.ncu is None:
+        return result, None
+    from aiprof.trace.readers.ncu import measured_points, read_ncu
+
+    return result, measured_points(trace, read_ncu(opts.ncu))
+
+
+def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | None, output: Path) -> None:
+    """The roofline section as JSON, with the measured points under ``measured`` when there are some."""
+    import json
+
+    section = result.to_dict()
+    if points is not None:
+        section["measured"] = [p.to_dict() for p in points]
+    write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
+
+
+def set_step_range(regex: str) -> None:
+    """Nsight Systems reports: NVTX ranges matching ``regex`` are the steps (set before any worker forks)."""
+    from aiprof.trace.readers import ReaderOptions, set_default_options
+
+    set_default_options(ReaderOptions(step_range=regex))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -83,11 +83,15 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
+        parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
+                            "whose name matches REGEX are the steps (see docs/nsight.md)")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
 
         fmt = app.output_format(args.output, args.format)
+        if args.step_range:  # set before any worker forks, so every reader sees it
+            app.set_step_range(args.step_range)
         if args.output is not None:
             app.check_writable(args.output)
         rules = numbers.rule_options(args.rule_option)
