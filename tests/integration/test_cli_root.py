@@ -88,7 +88,7 @@ def test_roofline_goes_through_app(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     def recorded(path: Any, options: Any = None) -> Any:
         raise AiprofError(f"roofline of {path} rank {options.rank}")
 
-    monkeypatch.setattr(app, "roofline", recorded)
+    monkeypatch.setattr(app, "roofline_measured", recorded)
     assert main(["roofline", str(tmp_path / "t.json"), "--rank", "3"]) == 2
     assert "rank 3" in capsys.readouterr().err
 
