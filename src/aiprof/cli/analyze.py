@@ -9,9 +9,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.errors import AiprofError
+
+if TYPE_CHECKING:
+    from aiprof.report.model import Report
 
 
 class _DelayedProgress:
@@ -148,24 +151,11 @@ def _start_loading(paths: list[str]) -> Callable[[], None]:
     return discard_primed
 
 
-def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool = False) -> str:
-    if fmt == "json":
-        from aiprof.report.json_report import JsonRenderer
+def render(doc: Report, fmt: str, width: int | None = None, is_tty: bool = False) -> str:
+    """``report.render.render`` (kept here for callers of this name)."""
+    from aiprof.report.render import render as render_doc
 
-        return JsonRenderer().render(doc)
-    if fmt == "md":
-        from aiprof.report.markdown import MarkdownRenderer
-
-        return MarkdownRenderer().render(doc)
-    if fmt == "html":
-        from aiprof.report.html_report import HtmlRenderer
-
-        return HtmlRenderer().render(doc)
-    from aiprof.report.terminal import TerminalRenderer
-
-    if width is None:
-        width = min(os.get_terminal_size().columns, 100) if is_tty else 80
-    return TerminalRenderer(width=max(width, 60), is_tty=is_tty).render(doc)
+    return render_doc(doc, fmt, width=width, is_tty=is_tty)
 
 
 def _ranks(ranks: list[int]) -> str:

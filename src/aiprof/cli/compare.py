@@ -9,8 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiprof.errors import AiprofError
+
+if TYPE_CHECKING:
+    from aiprof.report.model import Report
 
 
 class CompareCommand:
@@ -31,30 +35,27 @@ class CompareCommand:
         parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
 
     def run(self, args: argparse.Namespace) -> int:
-        import os
-
         from aiprof.cli.analyze import _check_writable, _write_new
         from aiprof.report import format_for
-        from aiprof.report.compare import compare_documents, document_for
-        from aiprof.report.compare_render import render_comparison
+        from aiprof.report.compare import compare_reports
+        from aiprof.report.render import render
 
         if args.fail_if_slower is not None and args.fail_if_slower < 0:
             raise AiprofError("--fail-if-slower takes a percentage >= 0, e.g. --fail-if-slower 5")
         fmt = format_for(args.output, args.format)
         if args.output is not None:
             _check_writable(args.output)
-        cmp = compare_documents(document_for(args.before), document_for(args.after))
-        for warning in cmp.get("warnings") or []:  # a partial or salvaged input is said, not dropped
+        cmp = compare_reports(_report_for(args.before), _report_for(args.after))
+        for warning in cmp.warnings:  # a partial or salvaged input is said, not dropped
             print(f"aiprof: warning: {warning}", file=sys.stderr)
         is_tty = args.output is None and sys.stdout.isatty()
-        width = args.width or (min(os.get_terminal_size().columns, 100) if is_tty else 80)
-        text = render_comparison(cmp, fmt, width=max(width, 60), is_tty=is_tty)
+        text = render(cmp, fmt, width=args.width, is_tty=is_tty)
         if args.output is None:
             sys.stdout.write(text)
         else:
             _write_new(args.output, text)
             print(f"aiprof: wrote {fmt} comparison to {args.output}", file=sys.stderr)
-        pct = float(cmp["step_time_ns"]["delta_pct"])
+        pct = cmp.step_time_ns.delta_pct
         if args.fail_if_slower is not None and pct > args.fail_if_slower:
             print(
                 f"aiprof: AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {args.fail_if_slower:g}%)",
@@ -62,3 +63,20 @@ class CompareCommand:
             )
             return 1
         return 0
+
+
+def _report_for(path: str) -> Report:
+    """The report for one BEFORE/AFTER argument: a JSON report file read and validated, else the traces
+    or run directory analysed and diagnosed as `aiprof analyze` does."""
+    from aiprof.report.compare import is_report_file, load_report
+
+    p = Path(path)
+    if not p.exists():
+        raise AiprofError(f"{path}: no such file or folder")
+    if is_report_file(p):
+        return load_report(p)
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
+
+    run, findings = analyze_and_diagnose([path])
+    return build_document(run, findings)

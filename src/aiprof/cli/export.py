@@ -20,7 +20,8 @@ class ExportCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof.cli.analyze import _check_writable
-        from aiprof.report.compare import analyse_to_document
+        from aiprof.pipeline import analyze_and_diagnose
+        from aiprof.report.document import build_document
         from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
 
         out: Path = args.output
@@ -28,11 +29,11 @@ class ExportCommand:
         if not (name.endswith(".json") or name.endswith(".json.gz")):
             raise AiprofError(f"{out.name}: the merged trace must end in .json or .json.gz")
         _check_writable(out)
-        doc = analyse_to_document(list(args.paths))
-        for warning in doc.get("warnings") or []:  # what `aiprof analyze` says about these traces, said here too
+        doc = build_document(*analyze_and_diagnose(list(args.paths)))
+        for warning in doc.warnings:  # what `aiprof analyze` says about these traces, said here too
             print(f"aiprof: warning: {warning}", file=sys.stderr)
         try:
-            raws = [read_raw_trace(Path(r["path"])) for r in doc["ranks"]]
+            raws = [read_raw_trace(Path(r.path)) for r in doc.ranks]
         except (OSError, ValueError) as err:
             raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
         data = encode(merged_trace(doc, raws), gz=name.endswith(".gz"))
