@@ -9,7 +9,7 @@ metadata) passes through one of these before it reaches an output.
   ``[link=…]`` print as written); :func:`markup` when a rich markup string is needed.
 - :func:`markdown`: inline text for GitHub-flavoured Markdown: a name cannot end a table row (``|``,
   CR/LF), open a code span, a link or image (`` ` ``, ``[``, ``]``, ``!``), raw HTML (``<``, ``>``), a
-  heading (``#``), emphasis, an @mention (``@`` followed by a zero-width space) or an autolink (``://``,
+  heading or list at its start (``#``, ``-``, ``+``, ``=``), bold (``*``), an @mention (``@`` followed by a zero-width space) or an autolink (``://``,
   ``www.``).
 - :func:`html`: ``html.escape`` with quotes (the HTML report and its SVG charts).
 """
@@ -55,14 +55,15 @@ def markup(text: object) -> str:
     return _rich_escape(terminal(text))
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]!|#~])")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]!|])")
+_MD_LEADING = re.compile(r"^(\s*)([#+=-])")  # a heading, list or setext underline at the start (">" becomes &gt;)
 _MD_AUTOLINK = re.compile(r"(?i)(://|www\.)")
 
 
 def markdown(text: object) -> str:
     """Inline Markdown (a table cell, a list item, bold text) that shows ``text`` literally on GitHub."""
     s = terminal(text).replace("\u240d\u240a", " ").replace("\u240a", " ").replace("\u240d", " ")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
+    s = _MD_LEADING.sub(r"\1\\\2", _MD_SPECIAL.sub(r"\\\1", s))
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = s.replace("@", "@&#8203;")  # no @mention: the zero-width space ends the handle
     return _MD_AUTOLINK.sub(lambda m: m.group(1)[0] + "&#8203;" + m.group(1)[1:], s)
