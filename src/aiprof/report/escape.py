@@ -51,7 +51,8 @@ def terminal_text(text: object, style: str = "") -> Text:
 
 
 def markup(text: object) -> str:
-    """``text`` made safe for a terminal and escaped for rich markup (``[b]`` prints as ``[b]``)."""
+    """``text`` made safe for a terminal and escaped for rich markup (``[b]`` prints as ``[b]``; print it
+    on a console made with ``emoji=False``, as every aiprof console is)."""
     return _rich_escape(terminal(text))
 
 
