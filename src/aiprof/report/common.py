@@ -176,6 +176,16 @@ def cap_rows(rows: Sequence[RowT], first: int = ROW_CAP_FIRST, last: int = ROW_C
     return Capped(list(rows[:first]), list(rows[len(rows) - last:]), list(rows[first:len(rows) - last]))
 
 
+def cap_ranks(doc: Report) -> Capped[RankReport]:
+    """The ranks a human-facing table shows (:func:`cap_rows`), the slowest always among them: when the
+    cap would hide it, it comes first (it is the rank the others wait for)."""
+    capped = cap_rows(doc.ranks)
+    slowest = doc.summary.slowest_rank
+    if any(r.rank == slowest for r in capped.hidden):
+        return cap_rows([r for r in doc.ranks if r.rank == slowest] + [r for r in doc.ranks if r.rank != slowest])
+    return capped
+
+
 def hidden_ranks_text(hidden: Sequence[RankReport]) -> str:
     """"… 5,980 more ranks: median step 12.1 ms (max 14.0 ms), utilization median 71.2%"."""
     steps = sorted(r.totals.median_step_ns for r in hidden)

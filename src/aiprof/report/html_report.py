@@ -14,6 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report import common as c
 from aiprof.report import svg
@@ -21,7 +24,7 @@ from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
 from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
-from aiprof.report.model import IncompleteStep, RankReport, Report
+from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -90,7 +93,8 @@ class HtmlRenderer:
 
     def render(self, doc: Report) -> str:
         self._tables = 0
-        data = encode(doc).decode().replace("<", "\\u003c")
+        embedded, slimmed = _embedded(doc)
+        data = encode(embedded).decode().replace("<", "\\u003c")
         focus = c.focus_rank(doc)
         multi = len(doc.ranks) > 1
         sections = [
@@ -119,7 +123,13 @@ class HtmlRenderer:
             + body
             + f'<script type="application/json" id="aiprof-data">{data}</script>'
             + f'<footer>{esc(doc.generator)} · report schema {esc(doc.schema_version)} · '
-            "the full report is embedded as JSON (element <code>#aiprof-data</code>)</footer>"
+            + (
+                "the full report is embedded as JSON (element <code>#aiprof-data</code>)"
+                if not slimmed
+                else f"the report is embedded as JSON (element <code>#aiprof-data</code>), the {slimmed:,} ranks not "
+                "shown here with their totals only (the JSON report has their steps and sections)"
+            )
+            + "</footer>"
             + "</body></html>\n"
         )
 
@@ -244,7 +254,7 @@ class HtmlRenderer:
         strips: list[str] = []
         span = None
         order = BUCKETS[:-1]
-        capped = c.cap_rows(doc.ranks if multi else [focus])
+        capped = c.cap_ranks(doc) if multi else c.cap_rows([focus])
         for rank in capped.head + capped.tail:
             ov = rank.timeline_overview
             if not isinstance(ov, dict) or not ov.get("bins"):
@@ -311,10 +321,7 @@ class HtmlRenderer:
         slowest = doc.summary.slowest_rank
         bars = []
         rows = []
-        ranks = doc.ranks
-        capped = c.cap_rows(ranks)
-        if any(r.rank == slowest for r in capped.hidden):
-            capped = c.cap_rows([r for r in ranks if r.rank == slowest] + [r for r in ranks if r.rank != slowest])
+        capped = c.cap_ranks(doc)
         for r in capped.head + capped.tail:
             t = r.totals
             mean = c.mean_step_ns(t)
@@ -570,6 +577,24 @@ class HtmlRenderer:
 # ---------------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------------
+def _embedded(doc: Report) -> tuple[Report, int]:
+    """The document the page embeds, and how many ranks were slimmed: every rank, but those the page
+    does not show (``c.cap_ranks``) with their totals and notes only: no per-step lists and no detail
+    sections (kernels, ops, roofline…), which make most of a rank's size. A run of thousands of ranks
+    stays a page, not hundreds of MB; the JSON report keeps everything."""
+    capped = c.cap_ranks(doc)
+    if not capped.hidden:
+        return doc, 0
+    hidden = {id(r) for r in capped.hidden}
+    ranks = [_slim(r) if id(r) in hidden else r for r in doc.ranks]
+    return msgspec.structs.replace(doc, ranks=ranks), len(hidden)
+
+
+def _slim(rank: RankReport) -> RankReport:
+    devices = [msgspec.structs.replace(d, steps=[]) for d in rank.devices]
+    return msgspec.structs.replace(rank, steps=[], devices=devices, **dict.fromkeys(SECTIONS, UNSET))
+
+
 def _ranks(keys: list[Any]) -> list[int]:
     """Each row's position when sorted by this column, descending for numbers, A→Z for text."""
     numeric = all(isinstance(k, (int, float)) and not isinstance(k, bool) for k in keys)

@@ -36,7 +36,7 @@ class MarkdownRenderer:
         buckets = common.buckets(doc)
         lines.append("| rank | device | median step | " + " | ".join(buckets) + " | top idle cause |")
         lines.append("|---:|---|---:|" + "---:|" * len(buckets) + "---|")
-        capped = common.cap_rows(doc.ranks)
+        capped = common.cap_ranks(doc)
         lines += [_rank_row(r, buckets) for r in capped.head]
         if capped.hidden:
             lines.append("| … | " + _cell(common.hidden_ranks_text(capped.hidden)) + " |" + " |" * (len(buckets) + 2))

@@ -77,7 +77,7 @@ class TerminalRenderer:
                 f"Run: median step {fmt_ms(summary.median_step_ns)} (median of ranks), "
                 f"{common.util_label(doc)} {100 * summary.gpu_utilization:.1f}% (mean of ranks)"
             ))
-            table, hidden = self._ranks_table(ranks, summary)
+            table, hidden = self._ranks_table(common.cap_ranks(doc), summary)
             console.print(table)
             if hidden:
                 console.print(Text(hidden, style="dim"))
@@ -103,14 +103,13 @@ class TerminalRenderer:
             steps += f" ({source})" if source == "whole trace" else f" (from {source})"
         return f"aiprof · {ranks} · {steps} · {where}"
 
-    def _ranks_table(self, ranks: list[RankReport], summary: Summary) -> tuple[Table, str]:
+    def _ranks_table(self, capped: common.Capped[RankReport], summary: Summary) -> tuple[Table, str]:
         """One row per rank; past ``common.ROW_CAP_FIRST + ROW_CAP_LAST`` ranks, the first and last ones
         and an aggregate line (returned) for those between (the slowest rank is always shown)."""
         table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False)
         for col, justify in (("rank", "right"), ("median step", "right"), ("util", "right"),
                              ("compute", "right"), ("comm", "right"), ("idle", "right"), ("top idle cause", "left")):
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
-        capped = common.cap_rows(_slowest_kept(ranks, summary.slowest_rank))
         for r in capped.head:
             self._rank_row(table, r, summary)
         if capped.hidden:
@@ -234,15 +233,6 @@ def _stacked_bar(parts: dict[str, float], total: float, width: int) -> Text:
 def _short_path(path: str) -> str:
     p = Path(path)
     return str(p) if len(str(p)) < 74 else "…/" + "/".join(p.parts[-2:])
-
-
-def _slowest_kept(ranks: list[RankReport], slowest: int) -> list[RankReport]:
-    """``ranks`` with the slowest one moved to the front when the cap would hide it (it is the one the
-    others wait for); unchanged otherwise."""
-    capped = common.cap_rows(ranks)
-    if any(r.rank == slowest for r in capped.hidden):
-        return [r for r in ranks if r.rank == slowest] + [r for r in ranks if r.rank != slowest]
-    return ranks
 
 
 def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:
