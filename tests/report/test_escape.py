@@ -126,3 +126,22 @@ def test_html_escapes_every_hostile_name() -> None:
         text = render(_evil_report(name), "html")
         assert name not in text and "<img" not in text and "<svg onload" not in text
         assert text.count("</script>") == 1
+
+
+@pytest.mark.parametrize("name", ["[/]x", "[link=https://evil.example]x", "\x1b]52;c;ZXZpbA==\x07", "a\rb"], ids=repr)
+def test_roofline_terminal_output_escapes_op_names(tmp_path, name: str) -> None:  # type: ignore[no-untyped-def]
+    import aiprof
+    from kineto_builder import TraceBuilder
+
+    from aiprof.roofline.analysis import roofline
+    from aiprof.roofline.render import render_plain, render_rich
+
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    op = b.cpu_op(name, ts=1, dur=10)
+    b.launch(op, kernel="k", kernel_ts=5, kernel_dur=10)
+    result = roofline(aiprof.load(b.write(tmp_path / "t.json")))  # type: ignore[arg-type]
+    for text in (render_rich(result), render_plain(result)):
+        plain = SGR.sub("", text)
+        assert _unsafe(plain) == []
+        assert escape.terminal(name) in plain  # shown, as written

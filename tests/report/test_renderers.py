@@ -129,5 +129,5 @@ def test_roofline_section_from_a_real_roofline() -> None:
     modelled = [r for r in roof["rows"] if (r.get("arithmetic_intensity_flops_per_byte") or 0) > 0 and (r.get("achieved_flops_per_s") or 0) > 0]
     assert section.count("<circle") == min(len(modelled), 150) > 0
     peaks = {roof["peaks"]["flops_per_s"][r["roof_key"]] for r in modelled if r.get("roof_key")}
-    assert section.count('class=roofline') == len(peaks)
+    assert section.count('class="roofline"') == len(peaks)
     jsonschema.validate(json.loads(render(as_report(doc), "json")), schema())

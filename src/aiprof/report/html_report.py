@@ -24,6 +24,7 @@ from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
 from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
+from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
 
@@ -421,7 +422,7 @@ class HtmlRenderer:
         roof = rank.roofline
         if not isinstance(roof, dict):
             return ""
-        chart = roofline_svg(roof)
+        chart = chart_svg(roof)
         rows = []
         for r in sorted(roof.get("rows") or [], key=lambda r: -(r.get("time_ns") or 0))[: self.top]:
             pct = r.get("pct_of_roof")
@@ -723,95 +724,3 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         + "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in r) + "</tr>" for r in rows)
         + "</tbody></table>"
     )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Roofline chart from the document's ``roofline`` section
-# ---------------------------------------------------------------------------------------------------
-_RW, _RH, _RL, _RR, _RT, _RB = 760, 420, 70, 40, 20, 44
-
-
-def roofline_svg(roof: dict[str, Any], limit: int = 150) -> str:
-    """Log-log roofline: achieved FLOP/s against arithmetic intensity, one circle per op (area ~ time),
-    the memory roof and the compute roofs of the units the ops use. Empty when no op is modelled."""
-    pts = [
-        r
-        for r in roof.get("rows") or []
-        if r.get("drawn", True)  # no-ops and points above their roof are not measurements
-        and isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
-        and isinstance(r.get("achieved_flops_per_s"), (int, float))
-        and r["arithmetic_intensity_flops_per_byte"] > 0
-        and r["achieved_flops_per_s"] > 0
-    ]
-    pts = sorted(pts, key=lambda r: -(r.get("time_ns") or 0))[:limit]
-    if not pts:
-        return ""
-    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else {}
-    bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
-    flops = peaks.get("flops_per_s") or {} if peaks else {}
-    used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
-    by_peak: dict[float, list[str]] = {}
-    for k, v in flops.items():
-        if k in used and v:
-            by_peak.setdefault(float(v), []).append(str(k))
-    roofs = {" / ".join(sorted(keys)): peak for peak, keys in by_peak.items()}  # equal roofs share one line
-    xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
-    ys = [float(r["achieved_flops_per_s"]) for r in pts]
-    ridge = [p / bw for p in roofs.values()] if bw else []
-    x_lo = math.floor(math.log10(min(xs + ridge) / 2))
-    x_hi = max(math.ceil(math.log10(max(xs + ridge) * 2)), x_lo + 1)
-    y_lo = math.floor(math.log10(min(ys) / 2))
-    y_hi = max(math.ceil(math.log10(max(ys + list(roofs.values())) * 2)), y_lo + 1)
-    pw, ph = _RW - _RL - _RR, _RH - _RT - _RB
-
-    def px(v: float) -> float:
-        return _RL + pw * (math.log10(v) - x_lo) / (x_hi - x_lo)
-
-    def py(v: float) -> float:
-        return _RT + ph * (1 - (math.log10(v) - y_lo) / (y_hi - y_lo))
-
-    out = [f'<svg class="chart roof" viewBox="0 0 {_RW} {_RH}" role="img" width="100%">']
-    for e in range(x_lo, x_hi + 1):
-        out.append(f'<line class=grid x1="{px(10.0**e):.1f}" x2="{px(10.0**e):.1f}" y1="{_RT}" y2="{_RT + ph}"/>')
-        out.append(f'<text class=lbl x="{px(10.0**e):.1f}" y="{_RT + ph + 14}" text-anchor="middle">{_si(10.0**e)}</text>')
-    for e in range(y_lo, y_hi + 1):
-        out.append(f'<line class=grid x1="{_RL}" x2="{_RL + pw}" y1="{py(10.0**e):.1f}" y2="{py(10.0**e):.1f}"/>')
-        out.append(f'<text class=lbl x="{_RL - 4}" y="{py(10.0**e) + 4:.1f}" text-anchor="end">{_si(10.0**e)}</text>')
-    out.append(f'<rect class=axis x="{_RL}" y="{_RT}" width="{pw}" height="{ph}"/>')
-    out.append(f'<text class=lbl x="{_RL + pw / 2}" y="{_RH - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
-    out.append(f'<text class=lbl transform="translate(14,{_RT + ph / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
-    lo_x, hi_x = 10.0**x_lo, 10.0**x_hi
-    for key, peak in sorted(roofs.items(), key=lambda kv: -kv[1]):
-        knee = min(max(peak / bw, lo_x), hi_x)
-        start = max(lo_x, 10.0**y_lo / bw)
-        out.append(
-            f'<path class=roofline d="M{px(start):.1f} {py(bw * start):.1f}L{px(knee):.1f} {py(min(bw * knee, peak)):.1f}'
-            f'L{px(hi_x):.1f} {py(peak):.1f}"><title>{esc(key)}: {esc(_si(peak))}FLOP/s, ridge {peak / bw:.1f} FLOP/B</title></path>'
-        )
-        out.append(f'<text class=lbl x="{px(hi_x) - 4:.1f}" y="{py(peak) - 4:.1f}" text-anchor="end">{esc(key)} {esc(_si(peak))}FLOP/s</text>')
-    largest = max(float(r.get("time_ns") or 1) for r in pts)
-    for r, x, y in zip(pts, xs, ys):
-        radius = 2.5 + 12 * math.sqrt(float(r.get("time_ns") or 0) / largest)
-        bound = str(r.get("bound"))
-        cls = bound if bound in ("compute-bound", "memory-bound", "latency-bound") else "other"
-        tip = f"{r.get('name')} {r.get('input_dims') or ''} ×{r.get('count')}: {fmt_ms(r.get('time_ns') or 0)}, {bound}"
-        out.append(f'<circle class="pt {cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius:.1f}"><title>{esc(tip)}</title></circle>')
-    out.append("</svg>")
-    legend = "".join(
-        f'<span><i class="sw" style="background:var({v})"></i>{k}</span>'
-        for k, v in (("compute-bound", "--ln0"), ("memory-bound", "--ln2"), ("latency-bound", "--high"), ("other", "--mute"))
-    )
-    device = peaks.get("name") if peaks else roof.get("device_name")
-    return (
-        "".join(out)
-        + f'<div class="legend">{legend}<span>circle area ~ time</span>'
-        + (f"<span>peaks: {esc(device)}</span>" if device else "")
-        + "</div>"
-    )
-
-
-def _si(value: float) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= factor:
-            return f"{value / factor:g}{prefix}"
-    return f"{value:g}"
