@@ -121,11 +121,43 @@ def _cells(row: str) -> int:
     return len(re.findall(r"(?<!\\)\|", row))
 
 
-def test_html_escapes_every_hostile_name() -> None:
-    for name in ["<img src=x onerror=alert(1)>", "\"'><svg onload=alert(1)>", "</script><script>alert(1)</script>"]:
-        text = render(_evil_report(name), "html")
-        assert name not in text and "<img" not in text and "<svg onload" not in text
-        assert text.count("</script>") == 1
+HTML_EVIL = ["<img src=x onerror=alert(1)>", "\"'><svg onload=alert(1)>", "</script><script>alert(1)</script>"]
+
+
+def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
+    """A name in every section the HTML report has: steps, devices, notes, sources, findings, kernels,
+    ops, collectives, roofline, incomplete steps, trace and run metadata, telemetry."""
+    import msgspec
+
+    from aiprof.report.model import IncompleteStep
+
+    doc = _evil_report(name)
+    ranks = []
+    for r in doc.ranks:
+        steps = [msgspec.structs.replace(s, name=name) for s in r.steps]
+        comm = {"summary": [{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
+                             "total_ns": 1000, "busbw_gb_per_s": 1.0}],
+                "overlap": [{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}]}
+        roof = {"peaks": {"name": name, "memory_bw_bytes_per_s": 1e12, "flops_per_s": {name: 1e14}}, "peaks_note": name,
+                "notes": [name], "rows": [{"name": name, "input_dims": name, "count": 1, "time_ns": 1000, "bound": name,
+                                          "roof_key": name, "drawn": True, "arithmetic_intensity_flops_per_byte": 10.0,
+                                          "achieved_flops_per_s": 1e12, "pct_of_roof": 1.0, "saving_ns": 1}]}
+        incomplete = [IncompleteStep(name=name, number=9, start_ns=0, duration_ns=10, reason=name, detail=name)]
+        ranks.append(msgspec.structs.replace(r, steps=steps, communication=comm, roofline=roof, incomplete_steps=incomplete,
+                                             trace_metadata={name: name}, distributed={"backend": name}))
+    telemetry = {"path": name, "samples": 2, "t_unix_ns": [0, 1], "series": {"cpu_pct": [1.0, 2.0]}}
+    return msgspec.structs.replace(doc, ranks=ranks, run_metadata={name: name}, telemetry=telemetry)
+
+
+@pytest.mark.parametrize("name", HTML_EVIL, ids=repr)
+def test_html_escapes_a_hostile_name_in_every_section(name: str) -> None:
+    text = render(_evil_everywhere(name), "html")
+    assert name not in text and "<img" not in text and "<svg onload" not in text
+    assert text.count("</script>") == 1
+    body = text.split('id="aiprof-data">')[0]
+    for section in ("findings", "steps", "ranks", "collectives", "roofline", "kernels", "ops", "metadata", "notes"):
+        part = body.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
+        assert escape.html(name)[:12] in part or escape.html(name[:24])[:12] in part, section
 
 
 @pytest.mark.parametrize("name", ["[/]x", "[link=https://evil.example]x", "\x1b]52;c;ZXZpbA==\x07", "a\rb"], ids=repr)
