@@ -7,9 +7,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
+
+if TYPE_CHECKING:
+    from aiprof.report.model import Report
 
 
 class _DelayedProgress:
@@ -116,7 +119,7 @@ def warn(message: str) -> None:
     print(f"aiprof: warning: {message}", file=sys.stderr)
 
 
-def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool = False) -> str:
+def render(doc: Report, fmt: str, width: int | None = None, is_tty: bool = False) -> str:
     """A report document as text (kept for callers of the old name; it is :func:`aiprof.app.render`)."""
     from aiprof import app
 
