@@ -148,7 +148,7 @@ def find_attention(ctx: RankContext) -> Attention:
 
 
 @rank_rule(saving=Saving.TIME, options=("attention_efficiency_gpu", "attention_efficiency_cpu", "attention_share"),
-           needs=("shaped_ops", "attention", "roofline", "source_lines", "kernels", "steps"))
+           needs=("shaped_ops", "attention", "op_costs", "source_lines", "kernels", "steps"))
 def unfused_attention(ctx: RankContext) -> list[Finding]:
     """matmul → softmax → matmul on materialised [.., S, S] scores instead of a fused attention kernel."""
     view = ctx.views.shaped_ops
@@ -309,7 +309,7 @@ def _numel(shape: list[int]) -> int:
 # fusion_opportunity
 # ---------------------------------------------------------------------------------------------------
 @rank_rule(saving=Saving.TIME, options=("fusion_chain_min", "fusion_share"),
-           needs=("shaped_ops", "roofline", "source_lines", "kernels", "steps"))
+           needs=("shaped_ops", "op_costs", "source_lines", "kernels", "steps"))
 def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     """Chains of memory-bound elementwise ops that one fused kernel would do in one pass."""
     view = ctx.views.shaped_ops

@@ -350,7 +350,7 @@ def precision(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # tensor_core_alignment
 # ---------------------------------------------------------------------------------------------------
-@rank_rule(saving=Saving.TIME, options=("alignment_share",), needs=("cpu_ops", "attention", "kernels", "steps"))
+@rank_rule(saving=Saving.TIME, options=("alignment_share",), needs=("cpu_ops", "attention", "shaped_ops", "kernels", "steps"))
 def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
     """16-bit / 8-bit GEMMs whose M, N or K is not a multiple of 8 (16-bit) or 16 (8-bit)."""
     if not ctx.is_gpu:

@@ -248,7 +248,9 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
     ]
 
 
-@rank_rule(saving=Saving.IDLE, options=("host_bound_share", "stall_min_ns", "stall_factor"),
+@rank_rule(saving=Saving.IDLE,
+           options=("host_bound_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns", "profiler_ns_per_op",
+                    "sync_cluster_gap_ns"),
            needs=("idle_causes", "host_split", "idle_sets", "long_calls", "source_lines"),
            graph_replays=ReplayPolicy.NEVER)
 def host_stall(ctx: RankContext) -> list[Finding]:

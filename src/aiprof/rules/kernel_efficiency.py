@@ -221,7 +221,7 @@ def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
 @rank_rule(saving=Saving.TIME,
            options=("eta", "roof_fraction_compute", "roof_fraction_attention", "tiny_kernel_ns",
                     "kernel_efficiency_share", "min_share"),
-           needs=("roofline", "fp32_matrix_calls", "attention", "kernels", "steps"))
+           needs=("roofline", "fp32_matrix_calls", "attention", "shaped_ops", "kernels", "steps"))
 def kernel_efficiency(ctx: RankContext) -> list[Finding]:
     """A dominant op (≥ ``kernel_efficiency_share`` of the step) that reaches so little of its roofline
     that a realistic fraction of the roof would at least halve its time."""

@@ -52,6 +52,7 @@ NEEDS: dict[str, str] = {
     "trace": "other events of the trace (runtime calls, copies, annotations, memory events)",
     "source_lines": "user source lines of ops (stacks or python_function events)",
     "one_time_costs": "one-time start-up costs (RankContext.one_time_costs)",
+    "op_costs": "FLOPs and bytes of ops from their recorded shapes (aiprof.roofline.analysis.cached_op_cost)",
     "roofline": "RankViews.roofline",
     "comm": "RankViews.comm",
     "fp32_matrix_calls": "RankViews.fp32_matrix_calls",

@@ -277,7 +277,7 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
 
 
 @rank_rule(saving=Saving.NONE, options=("noisy_neighbour_pct", "cpu_saturation_pct", "telemetry_min_samples"),
-           needs=("cpu_view", "telemetry", "run_meta"))
+           needs=("cpu_view", "machine", "telemetry", "run_meta"))
 def noisy_neighbour(ctx: RankContext) -> list[Finding]:
     """Processes outside the profiled tree used a sizeable part of the machine's CPU during the steps: the
     timings (and every host-side verdict) were measured on a shared machine. A note (``info``), no saving."""
