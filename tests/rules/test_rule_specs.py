@@ -215,3 +215,27 @@ def test_the_static_reader_sees_through_helpers() -> None:
     reads = _closure("aiprof.rules.idle", "host_stall")
     assert {"host_bound_share", "stall_min_ns", "stall_factor"} <= reads.options
     assert {"host_split", "idle_sets", "long_calls"} <= reads.views
+
+
+def test_the_trace_is_freed_after_the_rules_without_the_cycle_collector(tmp_path: Path) -> None:
+    """Views refer back to their context: diagnose_rank drops them, so reference counting frees the trace
+    (a worker holds one trace at a time; a cycle would keep each until the collector runs)."""
+    import gc
+    import weakref
+
+    from aiprof.rules import diagnose_rank
+    from corpus import cases_comm as cc
+
+    path = cc._capture_then_replays(tmp_path)  # the capture-adjusted context shares the views too
+    gc.disable()
+    try:
+        trace = aiprof.load(path)
+        assert isinstance(trace, Trace)
+        analysis = analyze_trace(trace)
+        ref = weakref.ref(trace)
+        found, _ = diagnose_rank(trace, analysis)
+        assert "graph_capture" in [f.id for f in found]
+        del trace, analysis
+        assert ref() is None
+    finally:
+        gc.enable()
