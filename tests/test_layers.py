@@ -149,6 +149,25 @@ def test_every_known_exception_still_happens() -> None:
     assert not gone, f"fixed, remove from KNOWN_EXCEPTIONS in tests/test_layers.py: {sorted(gone)}"
 
 
+# Bottom modules load in every process ``aiprof run`` injects into, and in ``aiprof --help``: neither torch
+# nor NumPy at import (NumPy is the point of ``arrays``); import them inside the function that needs them.
+HEAVY = {"numpy", "torch"}
+HEAVY_ALLOWED = {"arrays": {"numpy"}}
+
+
+def test_bottom_modules_import_neither_torch_nor_numpy() -> None:
+    members, _ = LAYERS["base"]
+    for path in sorted(SRC.glob("*.py")):
+        name = "aiprof" if path.name == "__init__.py" else path.stem
+        if name not in members:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        top |= {(node.module or "").split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom)}
+        heavy = (top & HEAVY) - HEAVY_ALLOWED.get(name, set())
+        assert not heavy, f"src/aiprof/{path.name} imports {sorted(heavy)} at import; import it where it is used"
+
+
 def _doc_table() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     """The "Layers" table of docs/architecture.md: | layer | modules | may import | job |."""
     text = DOC.read_text(encoding="utf-8")
