@@ -43,6 +43,10 @@ _SLOW_FILES = {
     "test_loader_fuzz.py",
     "test_native_columnar.py",
     "test_flop_counter.py",
+    "test_rule_order.py",  # every corpus case and every shared trace, rules reversed and shuffled
+    "test_nsys_shared.py",  # every shared Nsight sample against independent SQL
+    "test_capture.py",  # memory/: real PyTorch runs through aiprof.profile (pytest.importorskip("torch"))
+    "test_kineto.py",  # memory/: PyTorch runs and shared real traces
 }
 _TORCH_SOURCE_CACHE: dict[Path, bool] = {}
 
