@@ -18,6 +18,7 @@ from typing import Any
 from aiprof.capture import rundir
 from aiprof.capture import session as session_mod
 from aiprof.capture.options import CaptureOptions, Schedule
+from aiprof.capture.recorder import discard_empty_log
 from aiprof.capture.rundir import RunDirError
 from aiprof.errors import AiprofError, AiprofWarning
 
@@ -102,6 +103,7 @@ class Profile(contextlib.ContextDecorator):
         session_mod.set_current(None)
         assert self.run_dir is not None
         meta = rundir.update_meta(self.run_dir, lambda m: settle(m, time.time_ns()))
+        discard_empty_log(self.run_dir)
         if not self.quiet:
             print(f"aiprof: {meta.get('status')} run in {self.run_dir}  (next: aiprof analyze {self.run_dir})", file=sys.stderr)
 

@@ -23,6 +23,7 @@ from typing import Any
 from aiprof.capture import bootstrap, procstate, rundir
 from aiprof.capture.api import run_header, settle, telemetry_header
 from aiprof.capture.options import CaptureOptions
+from aiprof.capture.recorder import discard_empty_log
 from aiprof.capture.session import finish_trace
 from aiprof.capture.supervise import DEFAULT_GRACE_S, Supervisor
 from aiprof.errors import AiprofError
@@ -235,6 +236,7 @@ class Runner:
             elif state.imported_torch:
                 idle.append({"pid": pid, "argv0": None, "flushed": False})
         procstate.remove_all(run_dir)
+        discard_empty_log(run_dir)
         escalated = self.supervisor.escalated if self.supervisor is not None else None
 
         def final(m: dict[str, Any]) -> None:
