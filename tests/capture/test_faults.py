@@ -188,3 +188,63 @@ def test_pool_workers_are_not_ranks(tmp_path: Path, context: str, teardown: str)
     assert sorted(p.name for p in out.glob("dataloader*.csv")) == ["dataloader.rank0.csv"]
     steps = [line.split(",")[0] for line in (out / "dataloader.rank0.csv").read_text().split()[1:]]
     assert steps[:2] == ["-1", "0"]  # the main process's steps, not a helper's single setup row
+
+
+# --- in a terminal -----------------------------------------------------------------------------------
+
+
+def test_in_a_terminal_ctrl_c_reaches_the_script_once_and_it_shares_the_group(tmp_path: Path) -> None:
+    """Typed at a prompt, the script stays in aiprof's (foreground) process group, so the terminal's
+    keys and ``input()`` work as without aiprof; Ctrl-C reaches it from the terminal and from aiprof
+    and it still flushes once and exits 130."""
+    import pty
+    import re
+    import select
+
+    out = tmp_path / "run"
+    cmd = aiprof_cmd("run", "--out", str(out), *FAST, "--no-summary", "--", "python", FAULTY, "--steps", "9", "--end", "hang", "--at", "6")
+    env = child_env()
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child execs at once
+        os.chdir(ROOT)
+        os.execve(cmd[0], cmd, env)
+    output = b""
+
+    def read_for(seconds: float, until: bytes | None = None) -> None:
+        nonlocal output
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and (until is None or until not in output):
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                output += chunk
+
+    status: int | None = None
+    try:
+        read_for(120, until=b"READY pid=")
+        read_for(1, until=b"\n")
+        match = re.search(rb"READY pid=(\d+)", output)
+        assert match, output.decode(errors="replace")
+        script = int(match.group(1))
+        assert os.getpgid(script) == pid  # aiprof leads the terminal's session and foreground group
+        os.write(fd, b"\x03")  # Ctrl-C at the terminal: SIGINT to the whole foreground group
+        deadline = time.monotonic() + 120
+        while status is None and time.monotonic() < deadline:
+            read_for(0.5)
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            status = raw if done else None
+        assert status is not None, output.decode(errors="replace")
+    finally:
+        if status is None:
+            _kill_quietly(pid)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 130, output.decode(errors="replace")
+    meta = meta_of(out)
+    assert meta["status"] == "incomplete" and "SIGINT" in meta["reason"]
+    assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]

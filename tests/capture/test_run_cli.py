@@ -154,6 +154,8 @@ def test_too_few_steps_says_so_and_writes_what_exists(tmp_path: Path) -> None:
         (["--", "python", "missing_script.py"], "missing_script.py: no such script"),
         (["--", "python", str(SCRIPTS / "bad_syntax.py")], "bad_syntax.py:2: syntax error"),
         ([], "no command given"),
+        (["--kill-grace", "nan", "--", "python", TINY], "--kill-grace: expected a number of seconds >= 0"),
+        (["--kill-grace", "-1", "--", "python", TINY], "--kill-grace: expected a number of seconds >= 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], needle: str) -> None:

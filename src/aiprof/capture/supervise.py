@@ -36,12 +36,15 @@ _PR_SET_PDEATHSIG = 1
 
 
 def foreground_terminal() -> bool:
-    """aiprof runs in the foreground process group of the terminal on its standard input."""
-    try:
-        fd = sys.stdin.fileno()
-        return os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp()
-    except (AttributeError, OSError, ValueError):
-        return False
+    """aiprof runs in the foreground process group of a terminal on its standard input, output or error
+    (``aiprof run ... | tee log`` typed at a prompt counts: Ctrl-C there reaches aiprof's group)."""
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def _prctl() -> Any:
