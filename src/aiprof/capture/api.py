@@ -226,7 +226,8 @@ def settle(meta: dict[str, Any], now_ns: int) -> None:
     meta["finished_unix_ns"] = now_ns
     meta["trace_files"] = sorted(traces)
     if bad:
-        meta["status"], meta["reason"] = "incomplete", f"rank {bad[0].get('rank')}: {bad[0].get('reason')}"
+        who = f"rank {bad[0]['rank']}" if bad[0].get("rank") is not None else f"process {bad[0].get('pid')}"
+        meta["status"], meta["reason"] = "incomplete", f"{who}: {bad[0].get('reason')}"
     elif not traces:
         meta["status"], meta["reason"] = "incomplete", "no steps recorded"
     else:
