@@ -77,7 +77,12 @@ def output_to(path: Path | None) -> Iterator[None]:
     except OSError:
         yield
         return
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)  # fails when the process has no standard error at all
+    except OSError:
+        os.close(fd)
+        yield
+        return
     try:
         os.dup2(fd, 2)
         yield

@@ -87,6 +87,8 @@ class Supervisor:
         self.escalated: str | None = None  # what aiprof did when the script ignored a signal
         self._deadline: float | None = None
         self._waited_for_flush = False
+        self._flush_cap_at: float | None = None
+        self._exit_grace_given = False
 
     def start(self) -> int:
         """Start the command; returns its pid. Raises OSError when it cannot be started."""
@@ -126,16 +128,25 @@ class Supervisor:
         if self._deadline is None or self.escalated is not None or time.monotonic() < self._deadline:
             return
         first = signal.Signals(self.signals[0]).name
-        late = time.monotonic() - self._deadline
-        if self.run_dir is not None and late < self.flush_cap_s and procstate.any_flushing(self.run_dir):
+        if self._still_flushing():
             if not self._waited_for_flush:
                 self._waited_for_flush = True
+                self._flush_cap_at = time.monotonic() + self.flush_cap_s
                 print(f"aiprof: the script is still writing its trace {self.grace_s:g} s after {first}; "
                       f"waiting for it (up to {self.flush_cap_s:g} s more)", file=sys.stderr, flush=True)
+            return
+        if self._waited_for_flush and not self._exit_grace_given:
+            self._exit_grace_given = True  # the write has ended: the usual grace to exit after it
+            self._deadline = time.monotonic() + self.grace_s
             return
         self.escalated = f"did not exit within {self.grace_s:g} s of {first}; killed with SIGKILL"
         print(f"aiprof: the script {self.escalated}", file=sys.stderr, flush=True)
         self.kill()
+
+    def _still_flushing(self) -> bool:
+        if self.run_dir is None or (self._flush_cap_at is not None and time.monotonic() >= self._flush_cap_at):
+            return False
+        return procstate.any_flushing(self.run_dir)
 
     def _send(self, signum: int) -> None:
         assert self.child is not None
