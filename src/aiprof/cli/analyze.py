@@ -77,6 +77,8 @@ class AnalyzeCommand:
         parser.add_argument("--rank", type=int, action="append", help="only these rank(s) (repeatable)")
         parser.add_argument("--width", type=int, default=None, help="terminal width (default: the terminal's, max 100)")
         parser.add_argument("--jobs", type=int, default=None, help="worker processes for multi-rank runs")
+        parser.add_argument("--max-trace-mb", type=float, help="largest trace text to read, in MB (docs/performance.md)")
+        parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
         parser.add_argument(
             "--rule-option",
             action="append",
@@ -91,6 +93,9 @@ class AnalyzeCommand:
         fmt = format_for(args.output, args.format)
         if args.output is not None:
             _check_writable(args.output)
+        from aiprof.trace import source
+
+        source.configure(source.LoadLimits.from_options(args.max_trace_mb, args.max_events))
         stop_primed = _start_loading(args.paths)
         try:
             return self._analyze(args, fmt)

@@ -41,6 +41,7 @@ from aiprof.trace.model import (
     Trace,
     kind_of_category,
 )
+from aiprof.trace import suspect
 from aiprof.trace.source import LoadLimits, not_a_trace, read_all
 from aiprof.trace.source import current as current_limits
 from aiprof.trace.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
@@ -559,7 +560,11 @@ class _Builder:
                     "this is not a Kineto/Chrome trace"
                 )
             raise TraceError(f"{self.path}: the trace holds no timed events (only metadata); re-record it")
-        return self._trace(rank, rank_source, count)
+        trace = self._trace(rank, rank_source, count)
+        note = suspect.warning(trace)  # device events a clock glitch put far outside the host activity
+        if note:
+            trace.warnings.append(note)
+        return trace
 
     def _decode_chunk(self, chunk: list[msgspec.Raw]) -> list[Event]:
         try:

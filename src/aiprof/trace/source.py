@@ -18,6 +18,7 @@ once from its options and the worker processes it forks inherit them.
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiprof.errors import TraceError
+from aiprof.errors import AiprofError, TraceError
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
 PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
@@ -51,6 +52,19 @@ class LoadLimits:
         whatever the compression ratio."""
         size = max(1, int(megabytes * _MB))
         return cls(max_bytes=size, ratio_floor_bytes=size, max_events=max_events)
+
+    @classmethod
+    def from_options(cls, max_trace_mb: float | None, max_events: int | None) -> LoadLimits:
+        """The limits a command's options ask for (``--max-trace-mb``, ``--max-events``); None or 0: the
+        default. Raises :class:`AiprofError` for a value that is not a positive finite number."""
+        events = int(max_events or 0)
+        if events < 0:
+            raise AiprofError(f"--max-events must be 0 (no limit) or a positive count, not {max_events}")
+        if max_trace_mb is None:
+            return cls(max_events=events)
+        if not math.isfinite(max_trace_mb) or max_trace_mb <= 0:
+            raise AiprofError(f"--max-trace-mb must be a positive number of megabytes, not {max_trace_mb}")
+        return cls.with_max_mb(max_trace_mb, events)
 
     def allowed_bytes(self, file_bytes: int) -> int:
         """How far the decompressed text of a file of ``file_bytes`` bytes may grow."""
@@ -100,11 +114,13 @@ def inflate_errors() -> tuple[type[BaseException], ...]:
     return (zlib.error, isal_error)
 
 
-def too_large(path: Path, allowed: int, file_bytes: int) -> TraceError:
+def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
     """The one-line error past the size limit."""
-    ratio = f", over {allowed // max(file_bytes, 1):,}x its {file_bytes:,} bytes" if allowed < (32 << 30) else ""
+    allowed = limits.allowed_bytes(file_bytes)
+    by_ratio = allowed < limits.max_bytes and allowed > limits.ratio_floor_bytes
+    why = f", over {limits.max_ratio:g}x the {file_bytes:,}-byte file" if by_ratio else ""
     return TraceError(
-        f"{path}: the trace text is larger than {allowed / _MB:,.0f} MB{ratio} (a gzip bomb, or an unusually "
+        f"{path}: the trace text is larger than {allowed / _MB:,.0f} MB{why} (a gzip bomb, or an unusually "
         "large trace); if the file is a real trace, raise the limit with --max-trace-mb"
     )
 
@@ -125,7 +141,7 @@ def pieces(
     limits = limits or _limits
     with open(path, "rb") as fh:
         size = _file_size(fh)
-        sniff = _Sniff(path, limits.allowed_bytes(size), size)
+        sniff = _Sniff(path, limits, size)
         head = fh.read(2)
         if head != b"\x1f\x8b":
             yield sniff(head)
@@ -155,9 +171,10 @@ def pieces(
 class _Sniff:
     """Checks each piece as it passes: the first non-whitespace byte, and the running size."""
 
-    def __init__(self, path: Path, allowed: int, file_bytes: int) -> None:
+    def __init__(self, path: Path, limits: LoadLimits, file_bytes: int) -> None:
         self.path = path
-        self.allowed = allowed
+        self.limits = limits
+        self.allowed = limits.allowed_bytes(file_bytes)
         self.file_bytes = file_bytes
         self.total = 0
         self.started = False
@@ -165,7 +182,7 @@ class _Sniff:
     def __call__(self, piece: bytes) -> bytes:
         self.total += len(piece)
         if self.total > self.allowed:
-            raise too_large(self.path, self.allowed, self.file_bytes)
+            raise too_large(self.path, self.limits, self.file_bytes)
         if not self.started:
             match = _NON_SPACE.search(piece)
             if match is not None:

@@ -35,8 +35,11 @@ MAX_CANDIDATES = 32
 RETRY_CANDIDATES = 4  # cuts tried again once a buffer with no decodable cut has doubled
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_CUT = re.compile(rb"\}\s*,\s*(?=\{)")
-_ARRAY_END = re.compile(rb"\}\s*\]")
+_CUT = re.compile(rb"\}\s*+,\s*+(?=\{)")
+_ARRAY_END = re.compile(rb"\}\s*+\]")
+# A cut's "}", "," and "{" lie at most this far apart: whitespace between two events beyond it (a
+# hostile run of spaces) is no cut, and is not rescanned at every attempt; a later cut takes it along.
+MAX_CUT_GAP = 4096
 _WS = b" \t\r\n"
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _RUN_CHECK = msgspec.json.Decoder(list[msgspec.Raw])  # a run handed to a helper must be whole events
@@ -121,7 +124,7 @@ def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
         pos = buf.rfind(b"}", lo, end)
         if pos < 0:
             break
-        if _CUT.match(buf, pos):
+        if _CUT.match(buf, pos, min(len(buf), pos + MAX_CUT_GAP)):
             found.append(pos)
         end = pos
     return found
