@@ -146,7 +146,7 @@ def many_names(path: Path, events: int, gz: bool = False) -> Path:
 def deep_nesting(path: Path, depth: int, gz: bool = False) -> Path:
     """``depth`` CPU ops on one thread, each nested inside the previous (a stack ``depth`` deep)."""
     total = 2.0 * depth + 10
-    return _write(path, _trace(_op(f"op_{i}", float(i), total - 2.0 * i) for i in range(depth)), gz)
+    return _write(path, _trace(_op("aten::linear", float(i), total - 2.0 * i) for i in range(depth)), gz)
 
 
 def deep_json(path: Path, depth: int) -> Path:

@@ -181,7 +181,8 @@ def _latest_one_level_up(thread: I64, depth: I64, nonzero: np.ndarray) -> I64:
     if cand.size == 0 or query.size == 0:
         return parent
     # Dense group numbers, so that (group, position) fits one int64 key: group * n + position.
-    groups = np.unique(group[cand])
+    groups = np.sort(group[cand])  # np.unique's hash table is slow on these keys (1.9 s for 160k)
+    groups = groups[np.concatenate(([True], groups[1:] != groups[:-1]))]
     cand_key = np.searchsorted(groups, group[cand]) * n + cand  # ascending: cand is, within a group
     order = np.argsort(cand_key, kind="stable")
     cand_key, cand = cand_key[order], cand[order]

@@ -117,7 +117,7 @@ def inflate_errors() -> tuple[type[BaseException], ...]:
 def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
     """The one-line error past the size limit."""
     allowed = limits.allowed_bytes(file_bytes)
-    by_ratio = allowed < limits.max_bytes and allowed > limits.ratio_floor_bytes
+    by_ratio = allowed < limits.max_bytes  # else the size limit itself (or --max-trace-mb) stopped it
     why = f", over {limits.max_ratio:g}x the {file_bytes:,}-byte file" if by_ratio else ""
     return TraceError(
         f"{path}: the trace text is larger than {allowed / _MB:,.0f} MB{why} (a gzip bomb, or an unusually "

@@ -212,17 +212,26 @@ class _Stream:
                     self.opened = True
             if len(self.buf) > MAX_PREFIX_BYTES:
                 raise _Fallback
-            if len(self.buf) < search_at:
-                continue
-            self.work += len(self.buf)
-            match = _EVENTS_KEY.search(self.buf)
-            if match:
-                prefix = bytes(self.buf[: match.end() - 1])
-                del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
-                self.offset += match.end() - 1
-                return prefix
-            search_at = 2 * len(self.buf)
-        raise _Fallback
+            if len(self.buf) >= search_at:
+                prefix = self._split_header()
+                if prefix is not None:
+                    return prefix
+                search_at = 2 * len(self.buf)
+        prefix = self._split_header() if search_at else None  # the text ended before the buffer doubled
+        if prefix is None:
+            raise _Fallback
+        return prefix
+
+    def _split_header(self) -> bytes | None:
+        """The header text before ``"traceEvents": [`` (dropped from the buffer), or None if not there."""
+        self.work += len(self.buf)
+        match = _EVENTS_KEY.search(self.buf)
+        if match is None:
+            return None
+        prefix = bytes(self.buf[: match.end() - 1])
+        del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
+        self.offset += match.end() - 1
+        return prefix
 
     def _decode_complete_events(self) -> None:
         """Decode the longest decodable run of whole events at the front of the buffer.
