@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -40,7 +40,6 @@ _ARRAY_END = re.compile(rb"\}\s*+\]")
 # A cut's "}", "," and "{" lie at most this far apart: whitespace between two events beyond it (a
 # hostile run of spaces) is no cut, and is not rescanned at every attempt; a later cut takes it along.
 MAX_CUT_GAP = 4096
-_WS = b" \t\r\n"
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _RUN_CHECK = msgspec.json.Decoder(list[msgspec.Raw])  # a run handed to a helper must be whole events
 
@@ -292,28 +291,42 @@ class _Stream:
             self.buf[close_at] = saved
 
     def _finish_array(self, prefix: bytes) -> None:
-        """The buffer holds the last events, ``]``, and the rest of the top-level object."""
-        tail = bytes(self.buf[1:])
-        self.buf = bytearray()
+        """The buffer holds ``[``, the last events, ``]``, and the rest of the top-level object. The
+        events are decoded in place (no copy of what may be a large buffer: one huge event)."""
+        buf = self.buf
         # The array ends with "}" then "]" (or is empty: "]" first). Later header fields may hold many
-        # other "]" (Kineto's INFO log lines): only these candidates are tried, last first.
-        ends = [m.end() - 1 for m in _ARRAY_END.finditer(tail)]
-        if tail.lstrip(_WS)[:1] == b"]":
-            ends.insert(0, tail.index(b"]"))
+        # other "]" (Kineto's INFO log lines): only the last of these candidates are tried, last first.
+        ends = list(deque((m.end() - 1 for m in _ARRAY_END.finditer(buf, 1)), maxlen=4 * MAX_CANDIDATES))
+        first = _NON_SPACE.search(buf, 1)
+        if first is not None and buf[first.start()] == ord("]"):
+            ends.insert(0, first.start())
         for end in reversed(ends[-4 * MAX_CANDIDATES :]):
             # Both sides must decode: a "]" that closes some other list (a later header field, an
-            # event's "grid") leaves one side malformed. feed_text adds nothing unless it decodes.
+            # event's "grid") leaves one side malformed. feed_array adds nothing unless it decodes.
             try:
-                header = _HEADER_DECODER.decode(prefix + b"[]" + tail[end + 1 :])
-                events = tail[:end].strip(_WS)
-                if events:
+                header = _HEADER_DECODER.decode(prefix + b"[]" + bytes(buf[end + 1 :]))
+                if _NON_SPACE.search(buf, 1, end) is not None:
                     self.builder.run_index = self.run
-                    self.count += self.builder.feed_text(events)
+                    self.count += self._feed_until(end)
             except msgspec.MsgspecError:
                 continue
+            self.buf = bytearray()
             typed, notes = _typed_header(header, self.path)
             self.builder.header = typed
             self.builder.warnings.extend(notes)
             self._check_count()
             return
         raise _Fallback
+
+    def _feed_until(self, end: int) -> int:
+        """Decode ``buf[: end + 1]`` (``[``, events, ``]``) in place; return how many events."""
+        view = memoryview(self.buf)
+        part = view[: end + 1]
+        try:
+            return self.builder.feed_array(part)
+        finally:
+            try:
+                part.release()
+                view.release()
+            except BufferError:  # an interrupted decode left events pointing into the buffer
+                pass
