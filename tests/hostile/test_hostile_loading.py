@@ -215,3 +215,29 @@ def test_deep_nesting_completes_and_links_every_level(tmp_path: Path) -> None:
     order = np.argsort(trace.columns.ts, kind="stable")
     assert parent[order[0]] == -1
     assert (parent[order[1:]] == order[:-1]).all()
+
+
+# --- the command line ----------------------------------------------------------------------------
+def _cli(*args: str | Path) -> tuple[int, list[str]]:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(aiprof.__file__).resolve().parents[1]))
+    run = subprocess.run(
+        [sys.executable, "-m", "aiprof", "analyze", *map(str, args)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, [line for line in run.stderr.splitlines() if line.strip()]
+
+
+def test_cli_limits_end_in_one_line_and_exit_2(tmp_path: Path) -> None:
+    path = normal_trace(tmp_path / "t.json", 2000)
+    code, lines = _cli(path, "--max-events", "100")
+    assert code == 2 and len(lines) == 1 and "more than 100 events" in lines[0], lines
+    code, lines = _cli(path, "--max-trace-mb", "0.01")
+    assert code == 2 and len(lines) == 1 and "--max-trace-mb" in lines[0], lines
+    code, lines = _cli(path, "--max-trace-mb", "nan")
+    assert code == 2 and len(lines) == 1, lines
+    code, lines = _cli(gzip_bomb(tmp_path / "bomb.json.gz", 4 << 20))
+    assert code == 2 and len(lines) == 1 and "not a Kineto trace" in lines[0], lines
