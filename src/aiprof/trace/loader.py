@@ -121,7 +121,7 @@ _T_INT = {name: i for i, name in enumerate(_TIMED_NAMES) if 10 <= i < 28}
 _T_FLOAT = {name: i for i, name in enumerate(_TIMED_NAMES) if i >= 28}
 
 
-MAX_NAME_CHARS = 4096  # longer names (and categories) are shortened at load: classifiers scan every name
+MAX_NAME_CHARS = 65_536  # longer names are shortened at load (classifiers scan every name); real ones reach ~5k
 _NAME_HASH_CHARS = 12
 _NAME_KEPT_CHARS = MAX_NAME_CHARS - _NAME_HASH_CHARS - 1
 
