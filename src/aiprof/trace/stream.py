@@ -8,7 +8,11 @@ and an earlier candidate is tried: a run that decodes always ends on a real even
 
 Anything unusual — not an object with ``traceEvents``, a truncated or corrupt file, NaN literals,
 concatenated gzip members — makes :func:`stream_load` return None, and the caller uses the whole-file
-path, which salvages and explains.
+path, which salvages and explains. A file that is no trace at all, or past the load limits, stops here
+with a one-line TraceError (:mod:`aiprof.trace.source`).
+
+Work is linear in the text: a buffer with no decodable cut (one huge event, a run of whitespace) is
+looked at again only once it has doubled, and the last run is decoded in place.
 """
 
 from __future__ import annotations
