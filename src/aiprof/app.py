@@ -303,6 +303,14 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
     write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
 
 
+def set_load_limits(max_trace_mb: float | None, max_events: int | None) -> None:
+    """How much trace text and how many events a load may take (``--max-trace-mb``, ``--max-events``;
+    None or 0: the defaults). A process setting, inherited by the workers forked after it."""
+    from aiprof.trace import source
+
+    source.configure(source.LoadLimits.from_options(max_trace_mb, max_events))
+
+
 def set_step_range(regex: str) -> None:
     """Nsight Systems reports: NVTX ranges matching ``regex`` are the steps (set before any worker forks)."""
     from aiprof.trace.readers import ReaderOptions, set_default_options
