@@ -57,7 +57,9 @@ def _uses_torch(path: Path) -> bool:
             text = path.read_text(encoding="utf-8")
         except OSError:
             text = ""
-        _TORCH_SOURCE_CACHE[path] = "import torch" in text or "torch_available" in text
+        _TORCH_SOURCE_CACHE[path] = any(
+            marker in text for marker in ("import torch", "torch_available", 'importorskip("torch")')
+        )
     return _TORCH_SOURCE_CACHE[path]
 
 
