@@ -1,0 +1,126 @@
+"""False-alarm and detection rates of ``aiprof compare --fail-if-slower`` (issue 16, "Trust").
+
+Each run is a fresh ``aiprof run`` of a small CPU training loop (the planted workloads' MLP training
+step, width 256, one intra-op thread, fixed allocator thresholds as ``aiprof.workloads.isolated`` sets
+them), so every comparison sees what a CI job sees: two processes, two run directories, whole-run step
+times from the data-loader table (``dataloader.rank0.csv``) and a few recorded steps.
+
+* identical pairs: BEFORE and AFTER run the same command; the gate at ``--threshold`` (5 %) must pass
+  (goal: no false alarm in ``--pairs`` pairs);
+* planted pairs: AFTER sleeps ``--slowdown`` (10 %) of each step's own compute time after the step, so
+  every step is that much slower (same command line: the slowdown comes through the environment);
+  the gate must fail every time.
+
+Runs alternate (before, after, before, after…) so both sides see the same background load. Prints one
+line per pair and a summary; ``--json FILE`` writes every comparison's numbers.
+
+    PYTHONPATH=src python bench/compare_gate.py --pairs 20 --steps 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_SCRIPT = '''
+import os, sys, time
+import torch
+from aiprof.workloads.base import _Threads
+from aiprof.workloads.planted import _mlp, _train_step
+
+steps, slow = int(sys.argv[1]), float(os.environ.get("AIPROF_BENCH_SLOWDOWN", "0"))
+with _Threads("cpu"):
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, "cpu", width=256, depth=3)
+    x, y = torch.randn(256, 256), torch.randint(0, 10, (256,))
+    for _ in range(steps):
+        start = time.perf_counter()
+        _train_step(torch, model, opt, x, y)
+        if slow:
+            time.sleep(slow * (time.perf_counter() - start))
+'''
+_ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
+def _run(work: Path, name: str, steps: int, slow: float) -> Path:
+    out = work / name
+    cmd = [
+        sys.executable, "-m", "aiprof", "run", "--out", str(out), "--no-summary", "--no-telemetry",
+        "--wait", "5", "--warmup", "2", "--active", "5",
+        "--", sys.executable, str(work / "loop.py"), str(steps),
+    ]
+    env = {**_ALLOCATOR_ENV, **os.environ, "AIPROF_BENCH_SLOWDOWN": str(slow)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"aiprof run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return out
+
+
+def _compare(before: Path, after: Path, threshold: float) -> dict[str, Any]:
+    from aiprof import app
+
+    cmp = app.compare(before, after)
+    gate = app.slower_than(cmp, threshold)
+    used = cmp.steps_used
+    return {
+        "change_pct": cmp.step_time_change_pct,
+        "ci_pct": cmp.step_time_ci_pct,
+        "significant": cmp.significant,
+        "steps_used": None if used is None else {"before": used.before, "after": used.after, "source": used.source},
+        "recorded_median_delta_pct": cmp.step_time_ns.delta_pct,
+        "program_differences": cmp.program_differences,
+        "gate_fails": gate is not None,
+        "gate_message": gate,
+        "verdict": cmp.verdict.text,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=200, help="training steps per run")
+    parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower PCT")
+    parser.add_argument("--slowdown", type=float, default=0.10, help="planted slowdown (fraction of each step)")
+    parser.add_argument("--json", type=Path, help="write every comparison here")
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, Any]]] = {"identical": [], "planted": []}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="aiprof-gate-") as tmp:
+        work = Path(tmp)
+        (work / "loop.py").write_text(_SCRIPT)
+        for i in range(args.pairs):
+            a = _run(work, f"a{i}", args.steps, 0.0)
+            b = _run(work, f"b{i}", args.steps, 0.0)
+            c = _run(work, f"c{i}", args.steps, args.slowdown)
+            for kind, before, after in (("identical", a, b), ("planted", a, c)):
+                r = _compare(before, after, args.threshold)
+                results[kind].append(r)
+                ci = r["ci_pct"]
+                ci_text = f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "n/a"
+                print(f"pair {i:2d} {kind:9s} change {r['change_pct']:+6.2f}% CI {ci_text:16s} "
+                      f"recorded-median {r['recorded_median_delta_pct']:+6.2f}% gate {'FAIL' if r['gate_fails'] else 'pass'}",
+                      flush=True)
+    ident, plant = results["identical"], results["planted"]
+    false_alarms = sum(r["gate_fails"] for r in ident)
+    caught = sum(r["gate_fails"] for r in plant)
+    old_false = sum(r["recorded_median_delta_pct"] > args.threshold for r in ident)
+    old_caught = sum(r["recorded_median_delta_pct"] > args.threshold for r in plant)
+    print(f"\nidentical pairs: {false_alarms}/{len(ident)} false alarms at {args.threshold:g} % "
+          f"(old gate on the recorded median: {old_false}/{len(ident)})")
+    print(f"planted +{100 * args.slowdown:g} %: caught {caught}/{len(plant)} "
+          f"(old gate: {old_caught}/{len(plant)})")
+    print(f"elapsed {time.monotonic() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
