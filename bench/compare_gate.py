@@ -52,7 +52,7 @@ _ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOL
 def _run(work: Path, name: str, steps: int, slow: float) -> Path:
     out = work / name
     cmd = [
-        sys.executable, "-m", "aiprof", "run", "--out", str(out), "--no-summary", "--no-telemetry",
+        sys.executable, "-m", "aiprof", "run", "--out", str(out), "--no-summary",
         "--wait", "5", "--warmup", "2", "--active", "5",
         "--", sys.executable, str(work / "loop.py"), str(steps),
     ]
@@ -76,6 +76,7 @@ def _compare(before: Path, after: Path, threshold: float) -> dict[str, Any]:
         "steps_used": None if used is None else {"before": used.before, "after": used.after, "source": used.source},
         "recorded_median_delta_pct": cmp.step_time_ns.delta_pct,
         "program_differences": cmp.program_differences,
+        "shared_machine": any("the machine was shared" in w for w in cmp.warnings),
         "gate_fails": gate is not None,
         "gate_message": gate,
         "verdict": cmp.verdict.text,
@@ -105,7 +106,8 @@ def main() -> int:
                 ci = r["ci_pct"]
                 ci_text = f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "n/a"
                 print(f"pair {i:2d} {kind:9s} change {r['change_pct']:+6.2f}% CI {ci_text:16s} "
-                      f"recorded-median {r['recorded_median_delta_pct']:+6.2f}% gate {'FAIL' if r['gate_fails'] else 'pass'}",
+                      f"recorded-median {r['recorded_median_delta_pct']:+6.2f}% gate {'FAIL' if r['gate_fails'] else 'pass'}"
+                      f"{' (shared machine)' if r['shared_machine'] else ''}", 
                       flush=True)
     ident, plant = results["identical"], results["planted"]
     false_alarms = sum(r["gate_fails"] for r in ident)
@@ -116,7 +118,11 @@ def main() -> int:
           f"(old gate on the recorded median: {old_false}/{len(ident)})")
     print(f"planted +{100 * args.slowdown:g} %: caught {caught}/{len(plant)} "
           f"(old gate: {old_caught}/{len(plant)})")
-    print(f"elapsed {time.monotonic() - started:.0f} s")
+    for kind, rows in results.items():
+        quiet = [r for r in rows if not r["shared_machine"]]
+        print(f"{kind}: {len(quiet)}/{len(rows)} pairs without a noisy_neighbour warning; gate failed on "
+              f"{sum(r['gate_fails'] for r in quiet)} of them")
+    print(f"elapsed {time.monotonic() - started:.0f} s; load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

@@ -255,7 +255,8 @@ def compare_reports(
         findings=_finding_changes(before, after),
         verdict=_verdict(step, util, noise_pct, partial, stats, sample_b, sample_a),
         partial=bool(partial),
-        warnings=[f"different programs: {d}" for d in differences] + _too_few_warning(stats, sample_b, sample_a) + _warnings(before, after),
+        warnings=[f"different programs: {d}" for d in differences] + _too_few_warning(stats, sample_b, sample_a)
+        + shared_machine(before, after) + _warnings(before, after),
         step_time_change_pct=round(stats.change_pct, 4),
         step_time_ci_pct=None if stats.ci_pct is None else [round(stats.ci_pct[0], 4), round(stats.ci_pct[1], 4)],
         significant=stats.significant,
@@ -283,6 +284,24 @@ def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[
         f"at least {MIN_STEPS} each): the verdict and --fail-if-slower use the point estimate only; "
         "record more steps (aiprof run --active N) or compare run directories"
     ]
+
+
+def shared_machine(before: Report, after: Report) -> list[str]:
+    """A warning per side whose run shared the machine with other processes (the ``noisy_neighbour``
+    finding from its telemetry): their load is in its step times, and no statistic over one run can
+    tell it from the change being measured."""
+    out = []
+    for name, doc in (("before", before), ("after", after)):
+        for f in doc.findings:
+            if f.id == "noisy_neighbour":
+                cores = f.evidence.get("others_cores") if isinstance(f.evidence, dict) else None
+                used = f"other processes used {cores} cores" if cores is not None else "other processes used the cores"
+                out.append(
+                    f"{name}: the machine was shared ({used} during the recorded steps): their load is in the step "
+                    "times and can look like a change; compare runs made on a quiet machine"
+                )
+                break
+    return out
 
 
 def program_differences(before: Report, after: Report, b: StepSample | None = None, a: StepSample | None = None) -> list[str]:
@@ -553,9 +572,9 @@ def _verdict(
     elif result == "slower":
         text = f"AFTER is slower: {change}"
     elif stats.enough and not stats.significant:
-        text = f"No significant change: {change}"
+        text = f"No change beyond noise: {change}"
     else:
-        text = f"No change beyond noise (±{noise_pct:g}%): {change}"
+        text = f"No change beyond ±{noise_pct:g} %: {change}"
     caveats = []
     if partial:
         caveats.append(
