@@ -11,8 +11,11 @@ times from the data-loader table (``dataloader.rank0.csv``) and a few recorded s
   every step is that much slower (same command line: the slowdown comes through the environment);
   the gate must fail every time.
 
-Runs alternate (before, after, before, after…) so both sides see the same background load. Prints one
-line per pair and a summary; ``--json FILE`` writes every comparison's numbers.
+Each pair's two runs go one after the other (what a CI job does: its load can change in between), or
+with ``--side-by-side`` both at once, so both see the same background load and the rates measure the
+statistic rather than the machine. Each comparison also says whether a side's telemetry found the
+machine shared (``noisy_neighbour``). Prints one line per pair and a summary; ``--json FILE`` writes
+every comparison's numbers.
 
     PYTHONPATH=src python bench/compare_gate.py --pairs 20 --steps 40
 """
@@ -49,7 +52,7 @@ with _Threads("cpu"):
 _ALLOCATOR_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
-def _run(work: Path, name: str, steps: int, slow: float) -> Path:
+def _start(work: Path, name: str, steps: int, slow: float) -> tuple[Path, subprocess.Popen[str]]:
     out = work / name
     cmd = [
         sys.executable, "-m", "aiprof", "run", "--out", str(out), "--no-summary",
@@ -57,10 +60,26 @@ def _run(work: Path, name: str, steps: int, slow: float) -> Path:
         "--", sys.executable, str(work / "loop.py"), str(steps),
     ]
     env = {**_ALLOCATOR_ENV, **os.environ, "AIPROF_BENCH_SLOWDOWN": str(slow)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return out, proc
+
+
+def _wait(started: tuple[Path, subprocess.Popen[str]]) -> Path:
+    out, proc = started
+    _, err = proc.communicate(timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"aiprof run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"aiprof run failed ({proc.returncode}): {err[-2000:]}")
     return out
+
+
+def _pair(work: Path, names: tuple[str, str], steps: int, slow: float, side_by_side: bool) -> tuple[Path, Path]:
+    """BEFORE (no slowdown) and AFTER (``slow``): one after the other, or both at once (side by side:
+    both see the same background load)."""
+    if side_by_side:
+        first, second = _start(work, names[0], steps, 0.0), _start(work, names[1], steps, slow)
+        return _wait(first), _wait(second)
+    before = _wait(_start(work, names[0], steps, 0.0))
+    return before, _wait(_start(work, names[1], steps, slow))
 
 
 def _compare(before: Path, after: Path, threshold: float) -> dict[str, Any]:
@@ -89,6 +108,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200, help="training steps per run")
     parser.add_argument("--threshold", type=float, default=5.0, help="--fail-if-slower PCT")
     parser.add_argument("--slowdown", type=float, default=0.10, help="planted slowdown (fraction of each step)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="run each pair's two runs at the same time (both see the same background load)")
     parser.add_argument("--json", type=Path, help="write every comparison here")
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {"identical": [], "planted": []}
@@ -97,10 +118,8 @@ def main() -> int:
         work = Path(tmp)
         (work / "loop.py").write_text(_SCRIPT)
         for i in range(args.pairs):
-            a = _run(work, f"a{i}", args.steps, 0.0)
-            b = _run(work, f"b{i}", args.steps, 0.0)
-            c = _run(work, f"c{i}", args.steps, args.slowdown)
-            for kind, before, after in (("identical", a, b), ("planted", a, c)):
+            for kind, slow in (("identical", 0.0), ("planted", args.slowdown)):
+                before, after = _pair(work, (f"{kind}{i}a", f"{kind}{i}b"), args.steps, slow, args.side_by_side)
                 r = _compare(before, after, args.threshold)
                 results[kind].append(r)
                 ci = r["ci_pct"]

@@ -286,22 +286,44 @@ def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[
     ]
 
 
+SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
+
+
 def shared_machine(before: Report, after: Report) -> list[str]:
-    """A warning per side whose run shared the machine with other processes (the ``noisy_neighbour``
-    finding from its telemetry): their load is in its step times, and no statistic over one run can
+    """A warning per side whose run shared the machine with other processes: its whole-run telemetry
+    (other processes' mean CPU at least ``SHARED_PCT`` % of the machine) or, without it, the
+    ``noisy_neighbour`` finding. Their load is in its step times, and no statistic over one run can
     tell it from the change being measured."""
     out = []
     for name, doc in (("before", before), ("after", after)):
-        for f in doc.findings:
-            if f.id == "noisy_neighbour":
-                cores = f.evidence.get("others_cores") if isinstance(f.evidence, dict) else None
-                used = f"other processes used {cores} cores" if cores is not None else "other processes used the cores"
-                out.append(
-                    f"{name}: the machine was shared ({used} during the recorded steps): their load is in the step "
-                    "times and can look like a change; compare runs made on a quiet machine"
-                )
-                break
+        cores = others_cores(doc)
+        if cores is None:
+            cores = next((f.evidence.get("others_cores") for f in doc.findings if f.id == "noisy_neighbour"), None)
+        if isinstance(cores, (int, float)):
+            out.append(
+                f"{name}: the machine was shared (other processes used {cores:.1f} cores on average while it ran): "
+                "their load is in the step times and can look like a change; compare runs made on a quiet machine"
+            )
     return out
+
+
+def others_cores(doc: Report) -> float | None:
+    """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU
+    minus the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
+    series = (doc.telemetry or {}).get("series") or {}
+    host = (doc.run_metadata or {}).get("host") or {}
+    cores = host.get("cores_logical") if isinstance(host, dict) else None
+    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
+    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
+        return None
+    others = [
+        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
+        if isinstance(m, (int, float)) and isinstance(t, (int, float))
+    ]
+    if not others:
+        return None
+    pct = sum(others) / len(others)
+    return pct / 100.0 * cores if pct >= SHARED_PCT else None
 
 
 def program_differences(before: Report, after: Report, b: StepSample | None = None, a: StepSample | None = None) -> list[str]:
