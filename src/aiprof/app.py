@@ -184,28 +184,23 @@ def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
         return "the median step change cannot be computed (no baseline)"
     if pct <= limit_pct:
         return None
-    ci = comparison.step_time_ci_pct
-    if comparison.steps_used is None:
-        return f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
-    used = comparison.steps_used
+    ci = getattr(comparison, "step_time_ci_pct", None)
+    used = getattr(comparison, "steps_used", None)
+    head = f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
+    if used is None:
+        return head
     steps = f"{used.before} + {used.after} {used.source} steps"
     if ci is None:
-        return (
-            f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%; point estimate "
-            f"only: too few steps to tell a change from noise, {steps})"
-        )
+        return f"{head}: point estimate only, too few steps to tell a change from noise ({steps})"
     if not comparison.significant:
         return None
-    return (
-        f"AFTER's median step is {pct:.1f}% slower than BEFORE's (95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, "
-        f"significant; limit {limit_pct:g}%; {steps})"
-    )
+    return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps})"
 
 
 def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
     """Why a change beyond ``limit_pct`` did not fail the gate (not significant), or None."""
     pct = _gate_pct(comparison)
-    ci = comparison.step_time_ci_pct
+    ci = getattr(comparison, "step_time_ci_pct", None)
     if not math.isfinite(pct) or pct <= limit_pct or ci is None or comparison.significant:
         return None
     return (
@@ -215,7 +210,9 @@ def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
 
 
 def _gate_pct(comparison: Comparison) -> float:
-    pct = comparison.step_time_change_pct
+    """The change the gate judges: over every step; a comparison without it (written before these
+    statistics): its recorded median step's."""
+    pct = getattr(comparison, "step_time_change_pct", None)
     return float(pct) if pct is not None else _step_delta_pct(comparison)
 
 

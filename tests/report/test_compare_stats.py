@@ -132,7 +132,6 @@ def test_a_comparison_written_before_the_statistics_still_decodes_and_gates() ->
         old["findings"].pop(key)
     decoded = msgspec.json.decode(json.dumps(old).encode(), type=Comparison)
     assert decoded.steps_used is None and decoded.step_time_change_pct is None and decoded.findings.grew == []
-    assert app.slower_than(decoded, 5.0) == app.slower_than(msgspec.structs.replace(decoded), 5.0)
     failed = app.slower_than(decoded, 5.0)
     assert failed is not None  # gated on the recorded median, as before
 
