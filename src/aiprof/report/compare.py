@@ -40,6 +40,7 @@ COMPARISON_SCHEMA_VERSION = "1.0"
 NOISE_PCT = 2.0  # step-time changes within ±2 % are reported as unchanged
 TOP_DELTAS = 25
 FINDING_FACTOR = 1.5  # a finding in both runs is "unchanged" while its savings are within this factor
+SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
@@ -128,7 +129,7 @@ class FindingChanges(msgspec.Struct, kw_only=True):
 
 
 class StepsUsed(msgspec.Struct, kw_only=True):
-    """The steps the step-time statistics rest on: how many per side, from where ("whole run": every
+    """The steps the step-time statistics rest on: how many per side, from where ("whole-run": every
     step, from the run directories' data-loader tables; "recorded": the profiler's recorded steps),
     and each side's median over them."""
 
@@ -284,9 +285,6 @@ def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[
         f"at least {MIN_STEPS} each): the verdict and --fail-if-slower use the point estimate only; "
         "record more steps (aiprof run --active N) or compare run directories"
     ]
-
-
-SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 
 def shared_machine(before: Report, after: Report) -> list[str]:
