@@ -239,3 +239,13 @@ def test_a_run_on_a_shared_machine_is_warned_about() -> None:
     warnings = compare_reports(quiet, busy).warnings
     shared = [w for w in warnings if "the machine was shared" in w]
     assert len(shared) == 1 and shared[0].startswith("after:") and "0.8 cores" in shared[0]
+
+
+def test_a_very_long_run_is_resampled_from_evenly_spaced_steps() -> None:
+    from aiprof.report import compare_stats
+
+    before = noisy(compare_stats.MAX_STEPS * 3, 100, seed=17)
+    after = [int(d * 1.04) for d in noisy(compare_stats.MAX_STEPS * 3, 100, seed=18)]
+    result = median_change(before, after)
+    assert result.before_median_ns == float(np.median(before))  # the medians are every step's
+    assert result.significant and result.ci_pct is not None and result.ci_pct[0] < 4 < result.ci_pct[1]
