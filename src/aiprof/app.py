@@ -26,12 +26,13 @@ from aiprof.errors import AiprofError
 
 if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
+    from aiprof.report.compare import Comparison
+    from aiprof.report.model import Report
     from aiprof.roofline.analysis import RooflineResult
     from aiprof.rules.options import RuleOptions
+    from aiprof.trace.readers.ncu import MeasuredPoint
     from aiprof.trace.runset import ProgressCallback
 
-Report = dict[str, Any]  # the report document of ``report.document.build_document``
-Comparison = dict[str, Any]  # the comparison document of ``report.compare``
 PathArg = str | os.PathLike[str]
 Warn = Callable[[str], None]
 
@@ -66,6 +67,7 @@ class RooflineOptions:
     rank: int | None = None
     peaks_file: Path | None = None
     device: str | None = None
+    ncu: Path | None = None  # Nsight Compute results of the same program: measured points (docs/nsight.md)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -111,6 +113,10 @@ def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
     no load took over (called however the analysis ends)."""
     if len(paths) != 1 or not os.path.isfile(paths[0]):
         return lambda: None
+    from aiprof.trace.readers import reader_for
+
+    if reader_for(Path(paths[0])).name != "kineto":  # only the JSON loader has helpers to start early
+        return lambda: None
     from aiprof.trace.stream import discard_primed, prime
 
     try:
@@ -132,7 +138,7 @@ def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
 def report_of(source: PathArg | Report, options: AnalyzeOptions | None = None) -> Report:
     """A report for one side of a comparison: a report as is, an aiprof JSON report file read and
     checked, or traces / a run directory analysed."""
-    if isinstance(source, dict):
+    if not isinstance(source, (str, os.PathLike)):
         return source
     path = Path(source)
     if not path.exists():
@@ -143,7 +149,9 @@ def report_of(source: PathArg | Report, options: AnalyzeOptions | None = None) -
 
 
 def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeOptions | None = None) -> Comparison:
-    """BEFORE against AFTER. A side whose median step is 0 (nothing measured) is refused: there is no
+    """BEFORE against AFTER, over every step of both runs (whole-run step times when both are run
+    directories that have them, else the recorded steps), with the median change's confidence
+    interval. A side whose median step is 0 (nothing measured) is refused: there is no
     baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
     sides = [(name, report_of(side, options)) for name, side in (("BEFORE", before), ("AFTER", after))]
     for name, report in sides:
@@ -155,7 +163,7 @@ def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeO
     try:
         return _compare_reports(sides[0][1], sides[1][1])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
-        files = [str(side) for side in (before, after) if not isinstance(side, dict) and _is_report_file(Path(side))]
+        files = [str(side) for side in (before, after) if isinstance(side, (str, os.PathLike)) and _is_report_file(Path(side))]
         if not files:
             raise  # two analyses that do not compare: a bug, not bad input
         raise AiprofError(
@@ -165,14 +173,47 @@ def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeO
 
 
 def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
-    """The CI gate: why AFTER fails it (its median step slower than BEFORE's by more than ``limit_pct``
-    percent), or None when it passes. A change that cannot be computed fails."""
-    pct = _step_delta_pct(comparison)
+    """The CI gate: why AFTER fails it, or None when it passes. It fails when the median step's change
+    over every step (``step_time_change_pct``) is beyond ``limit_pct`` percent AND significant (its
+    confidence interval excludes 0): noise between two runs of one program never fails it. With too
+    few steps to tell (no interval) it falls back to the point estimate, and says so. A comparison
+    written before these statistics is gated on its recorded median step. A change that cannot be
+    computed fails."""
+    pct = _gate_pct(comparison)
     if not math.isfinite(pct):
         return "the median step change cannot be computed (no baseline)"
-    if pct > limit_pct:
-        return f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
-    return None
+    if pct <= limit_pct:
+        return None
+    ci = getattr(comparison, "step_time_ci_pct", None)
+    used = getattr(comparison, "steps_used", None)
+    head = f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
+    if used is None:
+        return head
+    steps = f"{used.before} + {used.after} {used.source} steps"
+    if ci is None:
+        return f"{head}: point estimate only, too few steps to tell a change from noise ({steps})"
+    if not comparison.significant:
+        return None
+    return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps})"
+
+
+def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
+    """Why a change beyond ``limit_pct`` did not fail the gate (not significant), or None."""
+    pct = _gate_pct(comparison)
+    ci = getattr(comparison, "step_time_ci_pct", None)
+    if not math.isfinite(pct) or pct <= limit_pct or ci is None or comparison.significant:
+        return None
+    return (
+        f"AFTER's median step is {pct:.1f}% slower, beyond the limit of {limit_pct:g}%, but within noise "
+        f"(95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%): the gate passes"
+    )
+
+
+def _gate_pct(comparison: Comparison) -> float:
+    """The change the gate judges: over every step; a comparison without it (written before these
+    statistics): its recorded median step's."""
+    pct = getattr(comparison, "step_time_change_pct", None)
+    return float(pct) if pct is not None else _step_delta_pct(comparison)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,6 +290,13 @@ def _safe_raw(raw: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------
 def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineResult:
     """The roofline of one rank: FLOPs and bytes per op from shapes, against the device's peaks."""
+    return roofline_measured(path, options)[0]
+
+
+def roofline_measured(
+    path: PathArg, options: RooflineOptions | None = None
+) -> tuple[RooflineResult, list[MeasuredPoint] | None]:
+    """The roofline, and with ``options.ncu`` the Nsight Compute measurements matched to its kernels."""
     import aiprof
     from aiprof.roofline.analysis import roofline as compute
     from aiprof.roofline.peaks import load_measured, resolve, spec_for
@@ -272,7 +320,37 @@ def roofline(path: PathArg, options: RooflineOptions | None = None) -> RooflineR
         choice = resolve(opts.device, cpu=False, measured=measured)
         if spec_for(opts.device) is None and choice.peaks is None:
             raise AiprofError(f"unknown device {opts.device!r}: see docs/roofline.md for the names known")
-    return compute(trace, choice, measured=measured)
+    result = compute(trace, choice, measured=measured)
+    if opts.ncu is None:
+        return result, None
+    from aiprof.trace.readers.ncu import measured_points, read_ncu
+
+    return result, measured_points(trace, read_ncu(opts.ncu))
+
+
+def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | None, output: Path) -> None:
+    """The roofline section as JSON, with the measured points under ``measured`` when there are some."""
+    import json
+
+    section = result.to_dict()
+    if points is not None:
+        section["measured"] = [p.to_dict() for p in points]
+    write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
+
+
+def set_load_limits(max_trace_mb: float | None, max_events: int | None) -> None:
+    """How much trace text and how many events a load may take (``--max-trace-mb``, ``--max-events``;
+    None or 0: the defaults). A process setting, inherited by the workers forked after it."""
+    from aiprof.trace import source
+
+    source.configure(source.LoadLimits.from_options(max_trace_mb, max_events))
+
+
+def set_step_range(regex: str) -> None:
+    """Nsight Systems reports: NVTX ranges matching ``regex`` are the steps (set before any worker forks)."""
+    from aiprof.trace.readers import ReaderOptions, set_default_options
+
+    set_default_options(ReaderOptions(step_range=regex))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -293,10 +371,9 @@ def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderO
     roof = _as_roofline(doc)
     if roof is not None:
         return _render_roofline(roof, fmt, width, opts)
-    document = cast("Report | Comparison", doc)
-    if _is_comparison(document):
-        return _render_comparison(document, fmt, width, opts.is_tty)
-    return _render_report(document, fmt, width, opts.is_tty)
+    from aiprof.report.render import render as render_document
+
+    return render_document(cast("Report | Comparison", doc), fmt, width=width, is_tty=opts.is_tty)
 
 
 def write(
@@ -374,24 +451,6 @@ def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
     return build_document(run, findings)
 
 
-def _render_report(report: Report, fmt: str, width: int, is_tty: bool) -> str:
-    if fmt == "json":
-        from aiprof.report.json_report import JsonRenderer
-
-        return JsonRenderer().render(report)
-    if fmt == "md":
-        from aiprof.report.markdown import MarkdownRenderer
-
-        return MarkdownRenderer().render(report)
-    if fmt == "html":
-        from aiprof.report.html_report import HtmlRenderer
-
-        return HtmlRenderer().render(report)
-    from aiprof.report.terminal import TerminalRenderer
-
-    return TerminalRenderer(width=width, is_tty=is_tty).render(report)
-
-
 def render_summary(report: Report) -> str:
     """The few lines ``aiprof run`` prints at the end: the headline numbers and the top findings."""
     from aiprof.report.terminal import render_summary as summary
@@ -399,37 +458,30 @@ def render_summary(report: Report) -> str:
     return str(summary(report) or "")
 
 
-def _is_comparison(doc: dict[str, Any]) -> bool:
-    return "comparison_schema_version" in doc
-
-
-def _render_comparison(comparison: Comparison, fmt: str, width: int, is_tty: bool) -> str:
-    from aiprof.report.compare_render import render_comparison
-
-    return render_comparison(comparison, fmt, width=width, is_tty=is_tty)
-
-
 def _compare_reports(before: Report, after: Report) -> Comparison:
-    from aiprof.report.compare import compare_documents
+    """The comparison over every step: whole-run step times from both run directories when both have
+    them, else the recorded steps (``report.compare_steps``)."""
+    from aiprof.report.compare import compare_reports
+    from aiprof.report.compare_steps import step_samples
 
-    return compare_documents(before, after)
+    return compare_reports(before, after, steps=step_samples(before, after))
 
 
 def warnings_of(doc: Report | Comparison) -> list[str]:
     """The warnings a report or a comparison carries (a comparison's are labelled by side)."""
-    return [str(w) for w in doc.get("warnings") or []]
+    return [str(w) for w in doc.warnings]
 
 
 def _step_delta_pct(comparison: Comparison) -> float:
-    return float(comparison["step_time_ns"]["delta_pct"])
+    return float(comparison.step_time_ns.delta_pct)
 
 
 def _median_step_ns(report: Report) -> float:
-    return float(report["summary"]["median_step_ns"])
+    return float(report.summary.median_step_ns)
 
 
 def _sources_text(report: Report) -> str:
-    sources = [str(s) for s in report.get("sources") or []]
+    sources = [str(s) for s in report.sources]
     return ", ".join(sources[:3]) + (" …" if len(sources) > 3 else "") if sources else "no source"
 
 
@@ -453,58 +505,24 @@ def _read_report(path: Path) -> Report:
     return report
 
 
-def _number(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and low <= value <= high
-    )
-
-
-def _all_finite(value: Any) -> bool:
-    """No NaN or infinity anywhere in a JSON value (walked without recursion: reports can be deep)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
+def _number(value: float, low: float = 0.0, high: float = math.inf) -> bool:
+    return math.isfinite(value) and low <= value <= high
 
 
 def _report_problem(report: Report) -> str | None:
-    """What is wrong with the numbers a comparison reads from a report, or None."""
-    summary = report.get("summary")
-    if not isinstance(summary, dict):
-        return "no summary"
-    if not _all_finite(report):
-        return "a NaN or infinite number: aiprof never writes one"
-    if not _number(summary.get("median_step_ns")):
-        return "summary.median_step_ns is not a finite number >= 0"
-    if not _number(summary.get("gpu_utilization"), 0.0, 1.0):
+    """What is wrong with the numbers a comparison reads from a decoded report (its types are checked
+    by the decoder; a JSON number too large for a double decodes as infinity), or None."""
+    if not _number(report.summary.gpu_utilization, 0.0, 1.0):
         return "summary.gpu_utilization is not a fraction from 0 to 1"
-    ranks = report.get("ranks")
-    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
-        return "ranks is not a list of ranks"
-    for r in ranks:
-        totals = r.get("totals")
-        if not isinstance(r.get("rank"), int) or not isinstance(totals, dict):
-            return "a rank without its number or totals"
-        for key in ("median_step_ns", "mean_step_ns", "steps"):
-            if not _number(totals.get(key)):
-                return f"rank {r['rank']}: totals.{key} is not a finite number >= 0"
-        for key in ("breakdown_ns", "idle_causes_ns"):
-            values = totals.get(key)
-            if not isinstance(values, dict) or not all(_number(v) for v in values.values()):
-                return f"rank {r['rank']}: totals.{key} is not a table of finite numbers >= 0"
-    sources = report.get("sources", [])
-    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
-        return "sources is not a list of paths"
-    findings = report.get("findings")
-    if not isinstance(findings, list) or not all(isinstance(f, dict) for f in findings):
-        return "findings is not a list of findings"
+    for r in report.ranks:
+        if not _number(r.totals.gpu_utilization, 0.0, 1.0):
+            return f"rank {r.rank}: totals.gpu_utilization is not a fraction from 0 to 1"
+        for key, values in (("breakdown_ns", r.totals.breakdown_ns), ("idle_causes_ns", r.totals.idle_causes_ns)):
+            if any(v < 0 for v in values.values()):
+                return f"rank {r.rank}: totals.{key} has a negative number"
+    for f in report.findings:
+        if not (_number(f.share_of_step) and f.est_saving_ns_per_step >= 0):
+            return f"finding {f.id}: its saving is not a finite number >= 0"
     return None
 
 
@@ -512,7 +530,7 @@ def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
     from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
 
     try:
-        raws = [_safe_raw(read_raw_trace(Path(r["path"]))) for r in report["ranks"]]
+        raws = [_safe_raw(read_raw_trace(Path(r.path))) for r in report.ranks]
     except (OSError, ValueError) as err:
         raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
     merged = merged_trace(report, raws)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import json
 import importlib
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+
+from aiprof.report.model import Report
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 
@@ -32,19 +36,33 @@ def shared_path(key: str) -> Path:
 
 
 @functools.cache
-def document_of(key: str) -> dict[str, Any]:
+def document_of(key: str) -> Report:
     """The report document of a real trace, findings included when the diagnosis layer is installed."""
     return document_for_paths((str(shared_path(key)),))
 
 
-def document_for_paths(paths: tuple[str, ...]) -> dict[str, Any]:
-    from aiprof.report.compare import analyse_to_document
+def document_for_paths(paths: tuple[str, ...]) -> Report:
+    """What `aiprof analyze` builds for ``paths``: analysis, diagnosis, the typed report."""
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
 
-    return analyse_to_document(list(paths))
+    return build_document(*analyze_and_diagnose(list(paths)))
+
+
+def as_dict(doc: Report) -> dict[str, Any]:
+    """The report as the JSON file holds it (plain dicts and lists), to edit in a test."""
+    from aiprof.report.json_report import encode
+
+    return json.loads(encode(doc))  # type: ignore[no-any-return]
+
+
+def as_report(data: dict[str, Any]) -> Report:
+    """An edited plain report back as the typed report (validated, as a JSON report file is read)."""
+    return msgspec.convert(data, Report)
 
 
 @pytest.fixture(params=RENDERED)
-def real_doc(request: pytest.FixtureRequest) -> dict[str, Any]:
+def real_doc(request: pytest.FixtureRequest) -> Report:
     return document_of(request.param)
 
 

@@ -15,8 +15,9 @@ import pytest
 from conftest import document_for_paths, document_of, shared_path
 from test_renderers import schema
 
-from aiprof.report.compare import compare_documents
-from aiprof.report.compare_render import render_comparison
+from aiprof.report.compare import compare_reports
+from aiprof.report.model import Report
+from aiprof.report.render import render
 
 
 def aiprof(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -25,21 +26,21 @@ def aiprof(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 def test_resnet_num_workers_0_vs_4_matches_the_manifest() -> None:
     """MANIFEST (TensorBoard plugin): average step 177,592 → 141,068 µs, GPU utilization 55.51 → 70.27 %."""
-    cmp = compare_documents(document_of("resnet50_nw0"), document_of("resnet50_nw4"))
-    mean = cmp["mean_step_time_ns"]
-    assert abs(mean["before"] / 1e3 - 177_592) <= 1 and abs(mean["after"] / 1e3 - 141_068) <= 1
-    assert mean["delta_pct"] == pytest.approx(100 * (141_068 - 177_592) / 177_592, abs=0.01)
-    assert cmp["utilization"]["before"] == pytest.approx(0.5551, abs=5e-4)
-    assert cmp["utilization"]["after"] == pytest.approx(0.7027, abs=5e-4)
-    assert cmp["verdict"]["result"] == "faster"
-    assert cmp["idle_causes_ns_per_step"]["data_loading"]["delta"] < -50_000_000
-    if not document_of("resnet50_nw0")["findings"]:
+    cmp = compare_reports(document_of("resnet50_nw0"), document_of("resnet50_nw4"))
+    mean = cmp.mean_step_time_ns
+    assert abs(mean.before / 1e3 - 177_592) <= 1 and abs(mean.after / 1e3 - 141_068) <= 1
+    assert mean.delta_pct == pytest.approx(100 * (141_068 - 177_592) / 177_592, abs=0.01)
+    assert cmp.utilization.before == pytest.approx(0.5551, abs=5e-4)
+    assert cmp.utilization.after == pytest.approx(0.7027, abs=5e-4)
+    assert cmp.verdict.result == "faster"
+    assert cmp.idle_causes_ns_per_step["data_loading"].delta < -50_000_000
+    if not document_of("resnet50_nw0").findings:
         pytest.skip("the diagnosis rules are not installed")
-    assert "data_loading" in [f["id"] for f in cmp["findings"]["resolved"]]
+    assert "data_loading" in [f.id for f in cmp.findings.resolved]
     for fmt in ("terminal", "md", "html"):
-        text = render_comparison(cmp, fmt)
+        text = render(cmp, fmt)
         assert "data_loading" in text and "faster" in text
-    assert max(len(line) for line in render_comparison(cmp, "terminal").splitlines()) <= 80
+    assert max(len(line) for line in render(cmp, "terminal").splitlines()) <= 80
 
 
 def test_compare_cli_gate_and_json_report_inputs(tmp_path: Path) -> None:
@@ -61,11 +62,11 @@ def test_compare_cli_gate_and_json_report_inputs(tmp_path: Path) -> None:
 
 
 def test_per_op_deltas_are_matched_by_name() -> None:
-    cmp = compare_documents(document_of("resnet50_nw0"), document_of("resnet50_nw4"))
-    rows = {r["name"]: r for r in cmp["ops"]["rows"]}
-    assert cmp["ops"]["metric"] == "gpu_total_ns"
+    cmp = compare_reports(document_of("resnet50_nw0"), document_of("resnet50_nw4"))
+    rows = {r.name: r for r in cmp.ops.rows}
+    assert cmp.ops.metric == "gpu_total_ns"
     copy = rows["aten::copy_"]  # 4 workers pin and copy more per step: H2D memcpy grew
-    assert copy["status"] == "matched" and copy["delta_ns_per_step"] > 0
+    assert copy.status == "matched" and copy.delta_ns_per_step > 0
 
 
 def test_export_merges_ranks_findings_and_opens_as_chrome_trace(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ def test_export_merges_ranks_findings_and_opens_as_chrome_trace(tmp_path: Path) 
     steps = [e for e in events if e.get("cat") == "aiprof"]
     assert len(steps) == 8 and all(e["dur"] > 0 for e in steps)
     findings = [e for e in events if e.get("cat") == "aiprof.finding"]
-    assert len(findings) == len(document_of("dlrm_8rank")["findings"])
+    assert len(findings) == len(document_of("dlrm_8rank").findings)
     original = sum(len(json.loads(gzip.decompress(p.read_bytes()))["traceEvents"]) for p in sorted(folder.glob("*.json.gz")))
     kineto = [e for e in events if e.get("pid") not in (999_999_001, 999_999_002)]
     assert len(kineto) == original
@@ -105,16 +106,17 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(trace, run_dir / "rank0.pt.trace.json.gz")
-    ov = document_of("resnet50_nw0")["ranks"][0]["timeline_overview"]
+    ov = document_of("resnet50_nw0").ranks[0].timeline_overview
+    assert isinstance(ov, dict)
     base = int(ov["base_time_ns"])
     n = _write_telemetry(run_dir / "telemetry.csv", base + ov["start_ns"], base + ov["end_ns"])
     (run_dir / "meta.json").write_text(json.dumps({"command": ["python", "train.py"], "world_size": 1}))
 
-    doc: dict[str, Any] = document_for_paths((str(run_dir),))
-    jsonschema.validate(doc, schema())
-    assert doc["telemetry"]["samples"] == n and doc["run_metadata"]["world_size"] == 1
-    assert len(doc["telemetry"]["series"]["cpu_pct"]) == n
-    from aiprof.cli.analyze import render
+    doc: Report = document_for_paths((str(run_dir),))
+    jsonschema.validate(json.loads(render(doc, "json")), schema())
+    assert doc.telemetry is not None and doc.run_metadata is not None
+    assert doc.telemetry["samples"] == n and doc.run_metadata["world_size"] == 1
+    assert len(doc.telemetry["series"]["cpu_pct"]) == n
 
     html = render(doc, "html")
     assert "<h3 style=\"margin-top:1em\">Telemetry</h3>" in html and f"{n} of {n} samples" in html

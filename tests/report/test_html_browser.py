@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from browser import Browser, install_sentinel, why_no_browser
-from conftest import RENDERED, document_of
+from conftest import RENDERED, as_report, document_of
 from kineto_builder import TraceBuilder
 
-from aiprof.cli.analyze import render
+from aiprof.report.render import render
 from aiprof.report.common import findings
 
 pytestmark = pytest.mark.skipif(why_no_browser() is not None, reason=why_no_browser() or "")
@@ -46,8 +46,8 @@ def test_report_renders_cleanly_offline(browser: Browser, tmp_path: Path, key: s
     )
     assert state["findings"] == len(findings(doc))
     assert {"steps", "timeline", "metadata"} <= set(state["sections"])
-    assert state["strips"] >= 1 and state["bars"] >= len(doc["ranks"][0]["steps"][:1])
-    assert state["data"] == doc["summary"]["median_step_ns"]
+    assert state["strips"] >= 1 and state["bars"] >= len(doc.ranks[0].steps[:1])
+    assert state["data"] == doc.summary.median_step_ns
     assert state["width"] <= 1280  # no horizontal scrolling on a laptop-sized window
     shot = browser.screenshot(tmp_path / f"{key}.png")
     assert shot.stat().st_size > 20_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -89,14 +89,14 @@ def test_kernel_named_like_markup_does_not_run(browser: Browser, tmp_path: Path)
         [sys.executable, "-m", "aiprof", "analyze", str(trace), "-o", str(page)], capture_output=True, text=True, timeout=120
     )
     assert run.returncode == 0, run.stderr
-    doc = json.loads(render(json.loads(_embedded(page)), "json"))
+    doc = json.loads(_embedded(page))
     doc["findings"] = [
         {"id": "evil", "title": evil, "severity": "high", "est_saving_ns_per_step": 5, "share_of_step": 0.1,
          "confidence": "low", "evidence": {"kernel": evil}, "fix": evil}
     ]
     doc["ranks"][0]["trace_metadata"]["path"] = evil
     page2 = tmp_path / "evil2.html"
-    page2.write_text(render(doc, "html"), encoding="utf-8")
+    page2.write_text(render(as_report(doc), "html"), encoding="utf-8")
     for p in (page, page2):
         log = browser.open(p)
         assert log.dialogs == [] and browser.evaluate("window.__aiprof_xss") == []

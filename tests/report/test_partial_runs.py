@@ -17,9 +17,9 @@ from conftest import document_of, shared_path
 from corpus.cases_numbers import busy_steps, write_cut_off
 from test_renderers import schema
 
-from aiprof.cli.analyze import render
-from aiprof.report.compare import analyse_to_document, compare_documents
-from aiprof.report.compare_render import render_comparison
+from aiprof.report.compare import compare_reports
+from aiprof.report.model import Report
+from aiprof.report.render import render
 
 
 def aiprof(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -37,14 +37,16 @@ def whole(tmp_path: Path) -> Path:
     return busy_steps(loader_us=400).write(tmp_path / "whole.pt.trace.json.gz")
 
 
-def _doc(path: Path) -> dict[str, Any]:
-    return analyse_to_document([str(path)])
+def _doc(path: Path) -> Report:
+    from conftest import document_for_paths
+
+    return document_for_paths((str(path),))
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "md", "html", "json"])
 def test_every_format_says_the_run_is_partial(cut_off: Path, fmt: str) -> None:
     doc = _doc(cut_off)
-    assert doc["summary"]["partial"] and doc["summary"]["incomplete_step_count"] == 2
+    assert doc.summary.partial and doc.summary.incomplete_step_count == 2
     text = render(doc, fmt)
     if fmt == "json":
         data = json.loads(text)
@@ -66,22 +68,22 @@ def test_every_format_says_the_run_is_partial(cut_off: Path, fmt: str) -> None:
 
 def test_a_whole_run_is_not_partial(whole: Path) -> None:
     doc = _doc(whole)
-    assert doc["summary"]["partial"] is False and doc["summary"]["partial_note"] is None
+    assert doc.summary.partial is False and doc.summary.partial_note is None
     for fmt in ("terminal", "md", "html"):
         assert "Partial run" not in render(doc, fmt)
 
 
 def test_compare_carries_the_partial_warning(cut_off: Path, whole: Path) -> None:
-    cmp = compare_documents(_doc(whole), _doc(cut_off))
-    assert cmp["partial"] is True and cmp["after"]["partial"] is True and cmp["before"]["partial"] is False
-    assert cmp["verdict"]["caveat"].startswith("AFTER is a partial trace")
-    assert any(w.startswith("after: ") and "cut off mid-write" in w for w in cmp["warnings"])
+    cmp = compare_reports(_doc(whole), _doc(cut_off))
+    assert cmp.partial is True and cmp.after.partial is True and cmp.before.partial is False
+    assert cmp.verdict.caveat is not None and cmp.verdict.caveat.startswith("AFTER is a partial trace")
+    assert any(w.startswith("after: ") and "cut off mid-write" in w for w in cmp.warnings)
     # only the complete steps are compared: the same workload, so no change
-    assert cmp["verdict"]["result"] == "unchanged"
+    assert cmp.verdict.result == "unchanged"
     for fmt in ("terminal", "md", "html"):
-        text = render_comparison(cmp, fmt)
+        text = render(cmp, fmt)
         assert "AFTER is a partial trace" in text and "cut off mid-write" in text
-    assert json.loads(render_comparison(cmp, "json"))["warnings"] == cmp["warnings"]
+    assert json.loads(render(cmp, "json"))["warnings"] == cmp.warnings
 
 
 def test_compare_cli_warns_about_a_partial_input(cut_off: Path, whole: Path, tmp_path: Path) -> None:
@@ -127,7 +129,7 @@ def test_single_rank_34_file(tmp_path: Path) -> None:
 
 def test_cpu_only_summary_has_no_device_words() -> None:
     doc = document_of("cpu_only")
-    assert doc["summary"]["device_kind"] == "cpu"
+    assert doc.summary.device_kind == "cpu"
     terminal = render(doc, "terminal")
     summary = terminal.split("Top ops")[0]
     for word in ("GPU", "memcpy", "memset", "kernel"):

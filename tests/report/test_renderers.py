@@ -11,10 +11,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from conftest import REAL, document_of, shared_path
+from conftest import REAL, as_dict, as_report, document_of, shared_path
 
-from aiprof.cli.analyze import render
 from aiprof.report.common import findings, focus_rank, top_kernels
+from aiprof.report.escape import markdown
+from aiprof.report.model import Report
+from aiprof.report.render import render
 
 FORMATS = ("terminal", "json", "md", "html")
 
@@ -24,32 +26,28 @@ def schema() -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_renderer_on_real_traces(real_doc: dict[str, Any], fmt: str) -> None:
+def test_every_renderer_on_real_traces(real_doc: Report, fmt: str) -> None:
     text = render(real_doc, fmt)
     assert text.strip()
     if fmt == "json":
         doc = json.loads(text)
         jsonschema.validate(doc, schema())
-        assert doc == json.loads(json.dumps(real_doc))
+        assert doc == as_dict(real_doc)
     elif fmt == "terminal":
         assert max(len(line) for line in text.splitlines()) <= 80
         assert "\x1b[" not in text
-        assert f"{100 * real_doc['summary']['gpu_utilization']:.1f}%" in text
+        assert f"{100 * real_doc.summary.gpu_utilization:.1f}%" in text
     elif fmt == "md":
         for f in findings(real_doc):
-            assert _md(f["title"]) in text
+            assert markdown(f.title) in text
     else:
         assert 'id="aiprof-data"' in text and "http://" not in text.replace("http://www.w3.org", "")
         embedded = re.search(r'<script type="application/json" id="aiprof-data">(.*?)</script>', text, re.S)
-        assert embedded is not None and json.loads(embedded.group(1)) == json.loads(json.dumps(real_doc))
+        assert embedded is not None and json.loads(embedded.group(1)) == as_dict(real_doc)
         assert '<section id="steps">' in text and '<section id="timeline">' in text
         assert ('<section id="findings">' in text) == bool(findings(real_doc))
-        assert ('<section id="ranks">' in text) == (len(real_doc["ranks"]) > 1)
+        assert ('<section id="ranks">' in text) == (len(real_doc.ranks) > 1)
         assert ('<section id="kernels">' in text) == bool(top_kernels(focus_rank(real_doc)))
-
-
-def _md(title: str) -> str:
-    return title.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def test_terminal_shows_findings_with_savings() -> None:
@@ -58,7 +56,7 @@ def test_terminal_shows_findings_with_savings() -> None:
     top = findings(doc)
     if not top:
         pytest.skip("the diagnosis rules are not installed")
-    assert top[0]["title"][:40] in text and "saves" in text
+    assert top[0].title[:40] in text and "saves" in text
 
 
 def test_ranks_view_for_eight_ranks() -> None:
@@ -73,10 +71,10 @@ def test_ranks_view_for_eight_ranks() -> None:
 
 def test_megatron_tp8_per_rank_view() -> None:
     doc = document_of("megatron_tp8")
-    assert len(doc["ranks"]) == 8
+    assert len(doc.ranks) == 8
     html = render(doc, "html")
     assert html.count("<svg class=\"chart strip\"") == 8  # one timeline strip per rank
-    jsonschema.validate(json.loads(render(doc, "json")), schema())
+    jsonschema.validate(json.loads(render(as_report(doc), "json")), schema())
 
 
 @pytest.mark.parametrize("key", sorted(REAL))
@@ -85,21 +83,22 @@ def test_timeline_overview_bins_add_up(key: str) -> None:
     compute inside the steps plus the compute between steps (never less)."""
     shared_path(key)
     doc = document_of(key)
-    for rank in doc["ranks"]:
-        ov = rank["timeline_overview"]
+    for rank in doc.ranks:
+        ov = rank.timeline_overview
+        assert isinstance(ov, dict)
         edges = ov["start_ns"] + (np.arange(ov["bins"] + 1) * (ov["end_ns"] - ov["start_ns"])) // ov["bins"]
         for dev in ov["devices"]:
             total = sum(np.array(dev[f"{b}_ns"]) for b in ("compute", "communication", "memcpy", "memset", "idle"))
             assert (total == np.diff(edges)).all()
             assert min(min(dev[f"{b}_ns"]) for b in ("compute", "idle")) >= 0
-        primary = next(d for d in ov["devices"] if d["device"] == rank["primary_device"])
-        steps_compute = rank["totals"]["breakdown_ns"]["compute"]
+        primary = next(d for d in ov["devices"] if d["device"] == rank.primary_device)
+        steps_compute = rank.totals.breakdown_ns["compute"]
         assert sum(primary["compute_ns"]) >= steps_compute
 
 
 def test_html_escapes_trace_strings_everywhere() -> None:
     """A finding, an op, a kernel and metadata carrying markup come out as text."""
-    doc = json.loads(json.dumps(document_of("resnet50_nw0")))
+    doc = as_dict(document_of("resnet50_nw0"))
     evil = "<img src=x onerror=alert(1)>"
     rank = doc["ranks"][0]
     rank["kernels"]["devices"][0]["kernels"][0]["name"] = evil
@@ -110,9 +109,9 @@ def test_html_escapes_trace_strings_everywhere() -> None:
          "confidence": "high", "evidence": {"kernel": evil, "rows": [{"name": evil}]}, "fix": evil, "docs": evil}
     ]
     for fmt in ("html", "md"):
-        text = render(doc, fmt)
+        text = render(as_report(doc), fmt)
         assert evil not in text
-    html = render(doc, "html")
+    html = render(as_report(doc), "html")
     assert html.count("&lt;img src=x onerror=alert(1)&gt;") >= 5
 
 
@@ -123,12 +122,12 @@ def test_roofline_section_from_a_real_roofline() -> None:
 
     trace = aiprof.load(shared_path("resnet50_nw0"))
     roof = roofline.roofline(trace).to_dict()
-    doc = json.loads(json.dumps(document_of("resnet50_nw0")))
+    doc = as_dict(document_of("resnet50_nw0"))
     doc["ranks"][0]["roofline"] = roof
-    html = render(doc, "html")
+    html = render(as_report(doc), "html")
     section = html.split('<section id="roofline">', 1)[1].split("</section>", 1)[0]
     modelled = [r for r in roof["rows"] if (r.get("arithmetic_intensity_flops_per_byte") or 0) > 0 and (r.get("achieved_flops_per_s") or 0) > 0]
     assert section.count("<circle") == min(len(modelled), 150) > 0
     peaks = {roof["peaks"]["flops_per_s"][r["roof_key"]] for r in modelled if r.get("roof_key")}
-    assert section.count('class=roofline') == len(peaks)
-    jsonschema.validate(json.loads(render(doc, "json")), schema())
+    assert section.count('class="roofline"') == len(peaks)
+    jsonschema.validate(json.loads(render(as_report(doc), "json")), schema())

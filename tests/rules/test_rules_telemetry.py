@@ -16,7 +16,7 @@ import pytest
 import aiprof
 from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
-from aiprof.rules.context import RankContext
+from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import capped_severity
 from aiprof.rules.machine import MachineFacts, machine_facts
 from aiprof.rules.registry import rank_findings
@@ -198,7 +198,7 @@ def _facts(tmp_path: Path, build: Callable[[TraceBuilder], None], meta: dict[str
     path = _write(tmp_path, b, meta=meta, rows=_rows(b, 50.0, 50.0, 12) if rows else None)
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    return machine_facts(RankContext(trace, analyze_trace(trace), DEFAULT_OPTIONS, load_run_inputs(path)))
+    return machine_facts(RankContext(trace, analyze_trace(trace), DEFAULT_OPTIONS, RunInputs.from_mapping(load_run_inputs(path))))
 
 
 def test_machine_facts_come_from_the_run_directory(tmp_path: Path) -> None:

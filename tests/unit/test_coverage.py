@@ -158,11 +158,12 @@ def test_a_single_file_without_distributed_info_follows_the_folder_convention(tm
 
 def test_report_json_of_a_partial_run(tmp_path: Path) -> None:
     from aiprof.report.document import build_document
+    from aiprof.report.json_report import JsonRenderer
 
     b = busy_steps()
     drop_device_side(b, from_step=4)
     run, findings = analyze_and_diagnose([b.write(tmp_path / "t.json")], workers=1)
-    doc = json.loads(json.dumps(build_document(run, findings)))
+    doc = json.loads(JsonRenderer().render(build_document(run, findings)))
     s = doc["summary"]
     assert s["partial"] is True and s["incomplete_step_count"] == 2 and s["step_count"] == 4
     assert "Partial run" in s["partial_note"]

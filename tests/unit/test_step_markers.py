@@ -259,6 +259,7 @@ def test_the_report_says_which_marker_made_the_steps(tmp_path: Path) -> None:
 
     from aiprof.analysis.run import RunAnalysis
     from aiprof.report.document import build_document
+    from aiprof.report.json_report import JsonRenderer
     from aiprof.report.terminal import TerminalRenderer
 
     b = TraceBuilder()
@@ -268,7 +269,7 @@ def test_the_report_says_which_marker_made_the_steps(tmp_path: Path) -> None:
     trace = _load(b, tmp_path)
     analysis = analyze_trace(trace, sections={})
     doc = build_document(RunAnalysis([analysis], [str(trace.path)]))
-    assert doc["summary"]["step_source"] == doc["ranks"][0]["step_source"] == "Optimizer.step"
+    assert doc.summary.step_source == doc.ranks[0].step_source == "Optimizer.step"
     schema = json.loads(resources.files("aiprof").joinpath("data/report.schema.json").read_text())
-    jsonschema.validate(doc, schema)
+    jsonschema.validate(json.loads(JsonRenderer().render(doc)), schema)
     assert "4 steps (from Optimizer.step)" in TerminalRenderer(width=100).render(doc).splitlines()[0]

@@ -21,9 +21,9 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
-from aiprof.trace.loader import load_file
 from aiprof.trace.model import RunSet, Trace
-from aiprof.trace.runset import ProgressCallback, assign_ranks, find_trace_files, map_files
+from aiprof.trace.readers import load_ranks, program_of
+from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 Section = Callable[[Trace], Any]
 
@@ -259,23 +259,29 @@ class _Loaded:
     analysis: RankAnalysis | None
     error: str | None
     warnings: list[str]
+    program: str = ""
 
 
-def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> _Loaded:
+def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]:
     path, tolerate, hook = args
     try:
-        trace = load_file(path)
+        traces = load_ranks(path)  # one per rank the file holds (an nsys report of an MPI job: several)
     except TraceError as err:
         if tolerate:
-            return _Loaded(path, {}, 0, "file order", None, str(err), [])
+            return [_Loaded(path, {}, 0, "file order", None, str(err), [])]
         raise
-    assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
-    analysis = analyze_trace(trace, hook=hook, fork=True)
-    loaded = _Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings))
-    # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
-    # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.
-    trace.cache.clear()
-    return loaded
+    out: list[_Loaded] = []
+    while traces:
+        trace = traces.pop(0)
+        assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
+        analysis = analyze_trace(trace, hook=hook, fork=True)
+        out.append(_Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
+                           program_of(trace)))
+        # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
+        # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.
+        trace.cache.clear()
+        del trace
+    return out
 
 
 def analyze_paths(
@@ -297,8 +303,9 @@ def analyze_paths(
         path = Path(raw)
         for found in find_trace_files(path):
             jobs.append((found, path.is_dir(), rank_hook))
-    results = map_files(_load_and_analyze, jobs, workers, progress)
+    results = [r for rs in map_files(_load_and_analyze, jobs, workers, progress) for r in rs]
     loaded = [r for r in results if r.analysis is not None]
+    check_one_program(loaded)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")

@@ -7,9 +7,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
+
+if TYPE_CHECKING:
+    from aiprof.report.model import Report
 
 
 class _DelayedProgress:
@@ -76,6 +79,9 @@ class AnalyzeCommand:
         parser.add_argument("--width", type=numbers.width, default=None,
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
         parser.add_argument("--jobs", type=numbers.workers, default=None, help="worker processes for multi-rank runs (>= 1)")
+        parser.add_argument("--max-trace-mb", type=float,
+                            help="largest trace text to read, in MB (docs/performance.md)")
+        parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
         parser.add_argument(
             "--rule-option",
             action="append",
@@ -83,15 +89,20 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
+        parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
+                            "whose name matches REGEX are the steps (see docs/nsight.md)")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
 
         fmt = app.output_format(args.output, args.format)
+        if args.step_range:  # set before any worker forks, so every reader sees it
+            app.set_step_range(args.step_range)
         if args.output is not None:
             app.check_writable(args.output)
         rules = numbers.rule_options(args.rule_option)
         said: list[str] = []  # said once the progress bar is gone
+        app.set_load_limits(args.max_trace_mb, args.max_events)
         try:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
@@ -112,7 +123,7 @@ def warn(message: str) -> None:
     print(f"aiprof: warning: {message}", file=sys.stderr)
 
 
-def render(doc: dict[str, Any], fmt: str, width: int | None = None, is_tty: bool = False) -> str:
+def render(doc: Report, fmt: str, width: int | None = None, is_tty: bool = False) -> str:
     """A report document as text (kept for callers of the old name; it is :func:`aiprof.app.render`)."""
     from aiprof import app
 

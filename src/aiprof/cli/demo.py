@@ -15,10 +15,13 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
 from aiprof.errors import AiprofError
+
+if TYPE_CHECKING:
+    from aiprof.report.model import Report
 
 WORKLOAD = "data_loading"
 
@@ -51,14 +54,14 @@ class DemoCommand:
         say.line("1. Profiling the job as written …")
         before = _profile_and_diagnose(False, out / "before", device, args.steps)
         say.text(_render(before, width, is_tty))
-        top = before["findings"][0] if before["findings"] else None
+        top = before.findings[0] if before.findings else None
         if top is None:
             say.line("No finding on this run (the machine may be too busy to show the bottleneck); nothing to fix.")
             return 0
-        say.line(f"2. Top finding: {top['title']}")
+        say.line(f"2. Top finding: {top.title}")
         say.line(f"   Applying its fix: {job.fix}")
-        if top["id"] != job.finding_id:
-            say.line(f"   (the job was built to show '{job.finding_id}'; this run ranked '{top['id']}' first)")
+        if top.id != job.finding_id:
+            say.line(f"   (the job was built to show '{job.finding_id}'; this run ranked '{top.id}' first)")
         say.line("3. Profiling again with the fix …")
         after = _profile_and_diagnose(True, out / "after", device, args.steps)
         say.line("4. Before → after:")
@@ -76,7 +79,7 @@ def _device(choice: str, torch: Any) -> str:
     return str(choice)
 
 
-def _profile_and_diagnose(fixed: bool, out: Path, device: str, steps: int) -> dict[str, Any]:
+def _profile_and_diagnose(fixed: bool, out: Path, device: str, steps: int) -> Report:
     from aiprof import app
     from aiprof.workloads import profile_workload
 
@@ -86,24 +89,24 @@ def _profile_and_diagnose(fixed: bool, out: Path, device: str, steps: int) -> di
     return app.analyze([trace], app.AnalyzeOptions(workers=1))
 
 
-def _render(doc: dict[str, Any], width: int, is_tty: bool) -> str:
+def _render(doc: Report, width: int, is_tty: bool) -> str:
     from aiprof import app
 
     return app.render(doc, "terminal", app.RenderOptions(width=width, is_tty=is_tty))
 
 
-def _comparison(before: dict[str, Any], after: dict[str, Any], width: int, is_tty: bool) -> str:
+def _comparison(before: Report, after: Report, width: int, is_tty: bool) -> str:
     from aiprof import app
 
     return app.render(app.compare(before, after), "terminal", app.RenderOptions(width=width, is_tty=is_tty))
 
 
-def _resolution(before: dict[str, Any], after: dict[str, Any], finding_id: str) -> str:
+def _resolution(before: Report, after: Report, finding_id: str) -> str:
     """One line: the step time change, and whether the planted finding is gone."""
-    b, a = before["summary"]["median_step_ns"], after["summary"]["median_step_ns"]
-    est = next((f["est_saving_ns_per_step"] for f in before["findings"] if f["id"] == finding_id), None)
-    left = next((f for f in after["findings"] if f["id"] == finding_id), None)
-    status = "resolved" if left is None else f"still reported ({left['severity']}, {left['est_saving_ns_per_step'] / 1e6:.1f} ms)"
+    b, a = before.summary.median_step_ns, after.summary.median_step_ns
+    est = next((f.est_saving_ns_per_step for f in before.findings if f.id == finding_id), None)
+    left = next((f for f in after.findings if f.id == finding_id), None)
+    status = "resolved" if left is None else f"still reported ({left.severity}, {left.est_saving_ns_per_step / 1e6:.1f} ms)"
     estimate = f", estimated {est / 1e6:.1f} ms" if est else ""
     return (f"Result: median step {b / 1e6:.1f} ms → {a / 1e6:.1f} ms (saved {(b - a) / 1e6:.1f} ms{estimate}); "
             f"'{finding_id}' {status}.")

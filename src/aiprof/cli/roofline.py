@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiprof.cli import args as numbers
 
@@ -27,6 +28,8 @@ class RooflineCommand:
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
         parser.add_argument("--json", type=Path, help="also write the roofline as JSON here (the same as -o FILE.json)")
         parser.add_argument("--chart", type=Path, help="write the roofline chart here (.svg, or .png with cairosvg)")
+        parser.add_argument("--ncu", type=Path, help="Nsight Compute results (ncu --csv export or .ncu-rep) of the "
+                                                     "same program: measured points beside the estimates")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
@@ -35,15 +38,33 @@ class RooflineCommand:
         for path in (args.output, args.json, args.chart):
             if path is not None:
                 app.check_writable(path)
-        options = app.RooflineOptions(rank=args.rank, peaks_file=args.peaks, device=args.device)
-        result = app.roofline(args.path, options)
+        options = app.RooflineOptions(rank=args.rank, peaks_file=args.peaks, device=args.device, ncu=args.ncu)
+        result, points = app.roofline_measured(args.path, options)
         if args.json:
-            app.write(result, args.json, "json", what="roofline")
+            app.write_roofline_json(result, points, args.json)
         if args.chart:
             app.write_chart(result, args.chart, title=f"Roofline: {Path(args.path).name}")
         is_tty = args.output is None and sys.stdout.isatty()
         app.write(result, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty, top=args.top),
                   what="roofline")
+        if points is not None and args.output is None:
+            sys.stdout.write(_measured_text(points, args.top))
         if args.output is not None:
             print(f"aiprof: wrote {fmt} roofline to {args.output}", file=sys.stderr)
         return 0
+
+
+def _measured_text(points: list[Any], top: int) -> str:
+    """Measured points (docs/nsight.md): kernel, its op, time, achieved GFLOP/s and GB/s, SOL %, estimate."""
+    def num(value: float | None, scale: float = 1.0, digits: int = 1) -> str:
+        return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+    lines = ["", f"Measured by Nsight Compute ({sum(p.row >= 0 for p in points)} of {len(points)} matched to the "
+             "timeline)", f"{'kernel':<40} {'op':<16} {'µs':>8} {'GFLOP/s':>9} {'GB/s':>8} {'SM%':>5} {'mem%':>5} "
+             f"{'est GFLOP':>9} {'meas GFLOP':>10}"]
+    for p in points[:top]:
+        lines.append(f"{p.kernel[:40]:<40} {(p.op or '-')[:16]:<16} {num(p.duration_ns, 1e3):>8} "
+                     f"{num(p.achieved_flops_per_s, 1e9):>9} {num(p.achieved_bytes_per_s, 1e9):>8} "
+                     f"{num(p.sm_sol_pct, digits=0):>5} {num(p.memory_sol_pct, digits=0):>5} "
+                     f"{num(p.est_flops, 1e9, 3):>9} {num(p.flops, 1e9, 3):>10}")
+    return "\n".join(lines) + "\n"

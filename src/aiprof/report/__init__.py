@@ -1,7 +1,10 @@
-"""Renderers: they format the report document (``report.document``) and nothing else.
+"""The report: the typed document (``report.model``, built by ``report.document.build_document``), the
+comparison of two reports (``report.compare``), and the renderers that format them and nothing else.
 
-Each renderer validates its options in ``__init__`` and has ``render(document) -> str``; the format of
-``aiprof analyze -o FILE`` follows the file's extension (``renderer_for``).
+Entry points for a verb: ``report.render.render(doc, fmt, width=None, is_tty=False)`` for a ``Report`` or
+a ``Comparison`` in any of :data:`FORMATS`, and :func:`format_for` to pick the format from ``--format``
+or the output file's extension. Each renderer validates its options in ``__init__`` and has
+``render(document) -> str``; trace strings are escaped per sink by ``report.escape``.
 """
 
 from __future__ import annotations

@@ -6,11 +6,19 @@ once, so the terminal, Markdown and HTML reports always agree.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from aiprof.analysis.timeline import BUCKETS
+from aiprof.report.model import RankReport, Report, Step, Totals
+from aiprof.rules.finding import FindingRecord
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+# Human-facing tables (terminal, Markdown, HTML) show at most the first and last rows of a long list
+# (ranks, steps) and one aggregate line for the rest; the JSON keeps every row.
+ROW_CAP_FIRST = 16
+ROW_CAP_LAST = 4
 
 
 def fmt_ms(ns: float) -> str:
@@ -34,19 +42,19 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def util_label(doc: dict[str, Any]) -> str:
+def util_label(doc: Report) -> str:
     """CPU-only traces are accounted on the CPU: say "CPU busy", not "GPU utilization"."""
-    return "GPU utilization" if doc.get("summary", {}).get("device_kind") == "gpu" else "CPU busy"
+    return "GPU utilization" if doc.summary.device_kind == "gpu" else "CPU busy"
 
 
-def is_cpu(doc_or_rank: dict[str, Any]) -> bool:
+def is_cpu(doc_or_rank: Report | RankReport) -> bool:
     """A CPU-only report (or rank): accounted on the CPU, so no device words (copies, memsets, GPU)."""
-    if "summary" in doc_or_rank:
-        return bool(doc_or_rank.get("summary", {}).get("device_kind") == "cpu")
-    return str(doc_or_rank.get("primary_device", "")) == "cpu"
+    if isinstance(doc_or_rank, Report):
+        return doc_or_rank.summary.device_kind == "cpu"
+    return doc_or_rank.primary_device == "cpu"
 
 
-def buckets(doc_or_rank: dict[str, Any]) -> tuple[str, ...]:
+def buckets(doc_or_rank: Report | RankReport) -> tuple[str, ...]:
     """The buckets worth a row: a CPU has no copy engines, so ``memcpy`` and ``memset`` (always 0 there)
     are left out of CPU-only reports."""
     if is_cpu(doc_or_rank):
@@ -54,59 +62,54 @@ def buckets(doc_or_rank: dict[str, Any]) -> tuple[str, ...]:
     return BUCKETS
 
 
-def partial_note(doc: dict[str, Any]) -> str | None:
+def partial_note(doc: Report) -> str | None:
     """The summary's sentence for a partial run (None when the run is whole), with the steps left out."""
-    note = doc.get("summary", {}).get("partial_note")
+    note = doc.summary.partial_note
     if not note:
         return None
-    names = [str(s.get("name")) for r in doc.get("ranks") or [] for s in r.get("incomplete_steps") or []]
+    names = [s.name for r in doc.ranks for s in r.incomplete_steps]
     if names:
         note += " Left out: " + ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "") + "."
-    return str(note)
+    return note
 
 
-def notes(doc: dict[str, Any], focus: dict[str, Any] | None = None) -> list[str]:
+def notes(doc: Report, focus: RankReport | None = None) -> list[str]:
     """The run's warnings, then the rank notes (the focus rank's only when given), each once: a load
     warning is both a rank note and a run warning."""
-    ranks = [focus] if focus is not None else list(doc.get("ranks") or [])
+    ranks = [focus] if focus is not None else doc.ranks
     multi = focus is None and len(ranks) > 1
     out: list[str] = []
     seen: set[str] = set()
-    for note in doc.get("warnings") or []:
-        if str(note) not in seen:
-            seen.add(str(note))
-            out.append(str(note))
+    for note in doc.warnings:
+        if note not in seen:
+            seen.add(note)
+            out.append(note)
     for r in ranks:
-        for note in r.get("notes") or []:
-            if str(note) not in seen:
-                seen.add(str(note))
-                out.append(f"rank {r['rank']}: {note}" if multi else str(note))
+        for note in r.notes:
+            if note not in seen:
+                seen.add(note)
+                out.append(f"rank {r.rank}: {note}" if multi else note)
     return out
 
 
-def focus_rank(doc: dict[str, Any]) -> dict[str, Any]:
+def focus_rank(doc: Report) -> RankReport:
     """The rank the detail sections describe: the slowest (the one the others wait for)."""
-    ranks: list[dict[str, Any]] = doc["ranks"]
-    slowest = doc.get("summary", {}).get("slowest_rank")
-    return next((r for r in ranks if r["rank"] == slowest), ranks[0])
+    slowest = doc.summary.slowest_rank
+    return next((r for r in doc.ranks if r.rank == slowest), doc.ranks[0])
 
 
-def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
+def findings(doc: Report) -> list[FindingRecord]:
     """Findings, most useful first: severity, then the saving per step."""
-    items = [f for f in doc.get("findings") or [] if isinstance(f, dict)]
-    return sorted(
-        items,
-        key=lambda f: (SEVERITY_ORDER.get(str(f.get("severity")), 9), -_num(f.get("est_saving_ns_per_step"))),
-    )
+    return sorted(doc.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -f.est_saving_ns_per_step))
 
 
 def _num(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
-def primary_index(rank: dict[str, Any]) -> int | None:
+def primary_index(rank: RankReport) -> int | None:
     """The device index of the rank's primary device (``gpu:3`` → 3), None for the CPU."""
-    device = str(rank.get("primary_device", ""))
+    device = rank.primary_device
     if device.startswith("gpu:"):
         try:
             return int(device[4:])
@@ -115,9 +118,9 @@ def primary_index(rank: dict[str, Any]) -> int | None:
     return None
 
 
-def top_kernels(rank: dict[str, Any], n: int = 10) -> list[dict[str, Any]]:
+def top_kernels(rank: RankReport, n: int = 10) -> list[dict[str, Any]]:
     """The primary device's kernels by total time (the ``kernels`` section), longest first."""
-    section = rank.get("kernels")
+    section = rank.kernels
     if not isinstance(section, dict):
         return []
     devices = [d for d in section.get("devices") or [] if isinstance(d, dict)]
@@ -129,9 +132,9 @@ def top_kernels(rank: dict[str, Any], n: int = 10) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda k: -_num(k.get("total_ns")))[:n]
 
 
-def top_ops(rank: dict[str, Any], n: int = 10) -> tuple[list[dict[str, Any]], str]:
+def top_ops(rank: RankReport, n: int = 10) -> tuple[list[dict[str, Any]], str]:
     """Ops by GPU time when the trace has GPU work, else by self CPU time; and the key used."""
-    section = rank.get("ops")
+    section = rank.ops
     if not isinstance(section, dict):
         return [], ""
     rows = [g for g in section.get("groups") or [] if isinstance(g, dict)]
@@ -139,15 +142,61 @@ def top_ops(rank: dict[str, Any], n: int = 10) -> tuple[list[dict[str, Any]], st
     return sorted(rows, key=lambda r: -_num(r.get(key)))[:n], key
 
 
-def mean_step_ns(totals: dict[str, Any]) -> float:
-    return float(totals.get("duration_ns", 0)) / max(int(totals.get("steps", 0)), 1)
+def mean_step_ns(totals: Totals) -> float:
+    return totals.duration_ns / max(totals.steps, 1)
 
 
-def saving_text(f: dict[str, Any]) -> str:
+def saving_text(f: FindingRecord) -> str:
     """"saves ≈ 58.7 ms/step (33.1% of step)", or "" when the finding has no saving."""
-    saving = _num(f.get("est_saving_ns_per_step"))
+    saving = f.est_saving_ns_per_step
     if saving <= 0:
         return ""
-    share = _num(f.get("share_of_step"))
-    bound = "up to " if f.get("saving_kind") == "upper_bound" else "≈ "
+    share = f.share_of_step
+    bound = "up to " if f.saving_kind == "upper_bound" else "≈ "
     return f"saves {bound}{fmt_ms(saving)}/step" + (f" ({fmt_pct(share)} of step)" if share > 0 else "")
+
+
+RowT = TypeVar("RowT")
+
+
+@dataclass(frozen=True)
+class Capped(Generic[RowT]):
+    """The rows a human-facing table shows (the first and last few) and those left out between them."""
+
+    head: list[RowT]
+    tail: list[RowT]
+    hidden: list[RowT]
+
+
+def cap_rows(rows: Sequence[RowT], first: int = ROW_CAP_FIRST, last: int = ROW_CAP_LAST) -> Capped[RowT]:
+    """``rows`` when there are at most ``first + last`` (+1: one hidden row is shown rather than summed),
+    else the first ``first``, the last ``last`` and the rows in between (for one aggregate line)."""
+    if len(rows) <= first + last + 1:
+        return Capped(list(rows), [], [])
+    return Capped(list(rows[:first]), list(rows[len(rows) - last:]), list(rows[first:len(rows) - last]))
+
+
+def cap_ranks(doc: Report) -> Capped[RankReport]:
+    """The ranks a human-facing table shows (:func:`cap_rows`), the slowest always among them: when the
+    cap would hide it, it comes first (it is the rank the others wait for)."""
+    capped = cap_rows(doc.ranks)
+    slowest = doc.summary.slowest_rank
+    if any(r.rank == slowest for r in capped.hidden):
+        return cap_rows([r for r in doc.ranks if r.rank == slowest] + [r for r in doc.ranks if r.rank != slowest])
+    return capped
+
+
+def hidden_ranks_text(hidden: Sequence[RankReport]) -> str:
+    """"… 5,980 more ranks: median step 12.1 ms (max 14.0 ms), utilization median 71.2%"."""
+    steps = sorted(r.totals.median_step_ns for r in hidden)
+    utils = sorted(r.totals.gpu_utilization for r in hidden)
+    return (
+        f"… {len(hidden):,} more ranks: median step {fmt_ms(steps[len(steps) // 2])} (max {fmt_ms(steps[-1])}), "
+        f"utilization median {fmt_pct(utils[len(utils) // 2])}"
+    )
+
+
+def hidden_steps_text(hidden: Sequence[Step]) -> str:
+    """"… 940 more steps: median 12.1 ms, max 14.0 ms"."""
+    durations = sorted(s.duration_ns for s in hidden)
+    return f"… {len(hidden):,} more steps: median {fmt_ms(durations[len(durations) // 2])}, max {fmt_ms(durations[-1])}"

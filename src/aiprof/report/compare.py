@@ -1,32 +1,187 @@
-"""Compare two report documents (BEFORE, AFTER): did the fix work?
+"""Compare two reports (BEFORE, AFTER): did the fix work?
 
-``compare_documents`` is pure: two documents in, one versioned comparison document out (schema in
-docs/json-schema.md), which the renderers in ``report.compare_render`` format. Numbers compared:
+``compare_reports(before, after) -> Comparison`` is pure: two typed reports in, one versioned comparison
+out (schema in docs/json-schema.md), which ``report.render`` formats like any report. Numbers compared:
 the median step (the run's summary), utilisation, the mean per-step breakdown and idle causes (averaged
 over ranks), ops and kernels matched by name (and input shapes when the ops were grouped by shapes),
-and findings by id: resolved (only before), new (only after), unchanged (both).
+and findings by id and size: resolved (only before), new (only after), unchanged (both, savings within
+``FINDING_FACTOR`` of each other), grew / shrank (both, the saving moved by more than that).
+
+The step-time verdict rests on every step of both runs (``compare_steps.step_samples``: whole-run step
+times from the run directories when both have them, else the recorded steps): the median change with a
+95 % bootstrap confidence interval (``compare_stats``), significant when the interval excludes 0.
+``program_differences`` says when the two runs are not the same program (command, ranks, devices,
+step source): their numbers then compare different things.
+
+Inputs: ``load_report(path)`` reads and validates a JSON report file (one written by this or an older
+aiprof; anything else is a one-line ``AiprofError``); ``is_report_file`` tells such a file from a trace.
+Analysing traces or run directories into a report is the composition root's job, not this module's.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
+from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change
+from aiprof.report.compare_steps import StepSample, recorded_steps
+from aiprof.report.common import fmt_ms
+from aiprof.report.model import Report, Summary
+from aiprof.rules.finding import FindingRecord
 
 COMPARISON_SCHEMA_VERSION = "1.0"
 NOISE_PCT = 2.0  # step-time changes within ±2 % are reported as unchanged
 TOP_DELTAS = 25
+FINDING_FACTOR = 1.5  # a finding in both runs is "unchanged" while its savings are within this factor
+SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
 
 # ---------------------------------------------------------------------------------------------------
-# Inputs: JSON reports, traces or run directories
+# The comparison document
+# ---------------------------------------------------------------------------------------------------
+class Delta(msgspec.Struct, kw_only=True):
+    """A number before and after; ``delta_pct`` is 0 when ``before`` is 0."""
+
+    before: int
+    after: int
+    delta: int
+    delta_pct: float
+
+
+class RankDelta(Delta, kw_only=True):
+    rank: int
+    utilization_before: float
+    utilization_after: float
+
+
+class Utilization(msgspec.Struct, kw_only=True):
+    before: float
+    after: float
+    delta: float
+
+
+class PerStep(msgspec.Struct, kw_only=True):
+    """A bucket's or idle cause's mean per step (ns), averaged over ranks."""
+
+    before: int
+    after: int
+    delta: int
+
+
+class Side(msgspec.Struct, kw_only=True):
+    """What the comparison keeps of each input report."""
+
+    sources: list[str]
+    summary: Summary
+    schema_version: str | None
+    device: str | None
+    partial: bool
+    warnings: list[str]
+
+
+class DeltaRow(msgspec.Struct, kw_only=True):
+    """An op (matched by name and input shapes) or a kernel (by name): time and calls per step."""
+
+    name: str
+    input_shapes: str | None | UnsetType = UNSET  # ops only
+    status: Literal["added", "removed", "matched"]
+    before_ns_per_step: int
+    after_ns_per_step: int
+    delta_ns_per_step: int
+    before_calls_per_step: float
+    after_calls_per_step: float
+
+
+class DeltaTable(msgspec.Struct, kw_only=True):
+    metric: str
+    matched_by: str
+    rows: list[DeltaRow]
+
+
+class FindingBrief(msgspec.Struct, kw_only=True):
+    id: str
+    title: str
+    severity: str
+    est_saving_ns_per_step: int
+    share_of_step: float
+    before_saving_ns_per_step: int | UnsetType = UNSET  # unchanged findings only
+    after_saving_ns_per_step: int | UnsetType = UNSET
+
+
+class FindingChanges(msgspec.Struct, kw_only=True):
+    """Findings by id: only before, only after, in both with about the same saving (within
+    ``FINDING_FACTOR``), in both with a saving that grew or shrank beyond it (both savings given)."""
+
+    resolved: list[FindingBrief]
+    new: list[FindingBrief]
+    unchanged: list[FindingBrief]
+    grew: list[FindingBrief] = msgspec.field(default_factory=list)
+    shrank: list[FindingBrief] = msgspec.field(default_factory=list)
+
+
+class StepsUsed(msgspec.Struct, kw_only=True):
+    """The steps the step-time statistics rest on: how many per side, from where ("whole-run": every
+    step, from the run directories' data-loader tables; "recorded": the profiler's recorded steps),
+    and each side's median over them."""
+
+    before: int
+    after: int
+    source: str
+    before_median_ns: int
+    after_median_ns: int
+
+
+class Verdict(msgspec.Struct, kw_only=True):
+    result: Literal["faster", "slower", "unchanged"]
+    caveat: str | None
+    step_time_delta_pct: float
+    speedup: float | None
+    utilization_delta: float
+    noise_pct: float
+    text: str
+
+
+class Comparison(msgspec.Struct, kw_only=True):
+    """BEFORE against AFTER (``aiprof compare``)."""
+
+    comparison_schema_version: str
+    generator: str
+    before: Side
+    after: Side
+    step_time_ns: Delta
+    mean_step_time_ns: Delta
+    utilization: Utilization
+    breakdown_ns_per_step: dict[str, PerStep]
+    idle_causes_ns_per_step: dict[str, PerStep]
+    ranks: list[RankDelta]
+    ops: DeltaTable
+    kernels: DeltaTable
+    findings: FindingChanges
+    verdict: Verdict
+    partial: bool
+    warnings: list[str]
+    # Statistics over every step (absent in comparisons written before them): the median step's change
+    # in percent, its confidence interval (None with fewer than MIN_STEPS steps on a side), whether the
+    # interval excludes 0, and the steps used.
+    step_time_change_pct: float | None = None
+    step_time_ci_pct: list[float] | None = None
+    confidence: float = CONFIDENCE
+    significant: bool = False
+    steps_used: StepsUsed | None = None
+    program_differences: list[str] = msgspec.field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs: JSON reports
 # ---------------------------------------------------------------------------------------------------
 def is_report_file(path: Path) -> bool:
     """A JSON report written by aiprof (its first key is ``schema_version``), not a Kineto trace."""
@@ -36,98 +191,210 @@ def is_report_file(path: Path) -> bool:
         return bool(_REPORT_HEAD.match(fh.read(256)))
 
 
-def load_report(path: Path) -> dict[str, Any]:
+_DECODER = msgspec.json.Decoder(Report)
+
+
+def load_report(path: Path) -> Report:
+    """The report in an ``aiprof analyze -o X.json`` file (this version's or an older one's), validated:
+    a file that is not one raises a one-line ``AiprofError`` saying what is wrong."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise AiprofError(f"{path}: not a readable aiprof JSON report ({err})") from None
-    if not isinstance(doc, dict) or "ranks" not in doc or "summary" not in doc:
-        raise AiprofError(f"{path}: not an aiprof report (no summary/ranks); pass a trace, a run directory or a report from `aiprof analyze -o X.json`")
-    return doc
+        data = path.read_bytes()
+    except OSError as err:
+        raise AiprofError(f"{path}: cannot read the report ({err.strerror})") from None
+    return decode_report(data, str(path))
 
 
-def analyse_to_document(paths: Sequence[str]) -> dict[str, Any]:
-    """Analyse traces / run directories exactly as `aiprof analyze` does, diagnosis included when the
-    rules are installed, and return the report document."""
-    import importlib
-
-    from aiprof.report.document import build_document
-
+def decode_report(data: bytes, name: str = "report") -> Report:
+    """A report from JSON bytes (see :func:`load_report`)."""
+    hint = "pass a trace, a run directory or a report from `aiprof analyze -o X.json`"
     try:
-        pipeline = importlib.import_module("aiprof.pipeline")
-    except ModuleNotFoundError:
-        pipeline = None
-    if pipeline is not None and hasattr(pipeline, "analyze_and_diagnose"):
-        run, findings = pipeline.analyze_and_diagnose(list(paths))
-        return build_document(run, findings)
-    from aiprof.analysis.run import analyze_paths
+        report = _DECODER.decode(data)
+    except msgspec.ValidationError as err:
+        raise AiprofError(f"{name}: not an aiprof report ({_one_line(err)}); {hint}") from None
+    except (msgspec.DecodeError, RecursionError) as err:
+        raise AiprofError(f"{name}: not readable JSON ({_one_line(err)}); {hint}") from None
+    if report.schema_version.split(".")[0] != "1":
+        raise AiprofError(f"{name}: report schema {report.schema_version!r} is newer than this aiprof reads (1.x)")
+    return report
 
-    return build_document(analyze_paths(list(paths)))
 
-
-def document_for(path: str) -> dict[str, Any]:
-    """A report document for one BEFORE/AFTER argument."""
-    p = Path(path)
-    if not p.exists():
-        raise AiprofError(f"{path}: no such file or folder")
-    return load_report(p) if is_report_file(p) else analyse_to_document([path])
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
 
 
 # ---------------------------------------------------------------------------------------------------
 # The comparison
 # ---------------------------------------------------------------------------------------------------
-def compare_documents(before: dict[str, Any], after: dict[str, Any], noise_pct: float = NOISE_PCT) -> dict[str, Any]:
+def compare_reports(
+    before: Report, after: Report, noise_pct: float = NOISE_PCT, steps: tuple[StepSample, StepSample] | None = None
+) -> Comparison:
+    """BEFORE against AFTER. ``steps``: the step durations of each run (``compare_steps.step_samples``
+    reads whole-run times from the run directories); None: the reports' recorded steps. A change
+    is "faster"/"slower" only when significant and beyond ±``noise_pct`` %."""
     from aiprof import __version__
 
-    b_step, a_step = int(before["summary"]["median_step_ns"]), int(after["summary"]["median_step_ns"])
-    step = _delta(b_step, a_step)
-    util = {
-        "before": float(before["summary"]["gpu_utilization"]),
-        "after": float(after["summary"]["gpu_utilization"]),
-    }
-    util["delta"] = util["after"] - util["before"]
-    return {
-        "comparison_schema_version": COMPARISON_SCHEMA_VERSION,
-        "generator": f"aiprof {__version__}",
-        "before": _side(before),
-        "after": _side(after),
-        "step_time_ns": step,
-        "mean_step_time_ns": _delta(_mean_step(before), _mean_step(after)),
-        "utilization": util,
-        "breakdown_ns_per_step": _per_step_deltas(before, after, "breakdown_ns", BUCKETS),
-        "idle_causes_ns_per_step": _per_step_deltas(before, after, "idle_causes_ns", IDLE_CAUSES),
-        "ranks": _rank_deltas(before, after),
-        "ops": _op_deltas(before, after),
-        "kernels": _kernel_deltas(before, after),
-        "findings": _finding_changes(before, after),
-        "verdict": _verdict(step, util, noise_pct, _partial_sides(before, after)),
-        "partial": bool(_partial_sides(before, after)),
-        "warnings": _warnings(before, after),
-    }
+    step = _delta(before.summary.median_step_ns, after.summary.median_step_ns)
+    util_b, util_a = before.summary.gpu_utilization, after.summary.gpu_utilization
+    util = Utilization(before=util_b, after=util_a, delta=util_a - util_b)
+    partial = _partial_sides(before, after)
+    sample_b, sample_a = steps if steps is not None else (recorded_steps(before), recorded_steps(after))
+    stats = _median_change(sample_b, sample_a, step)
+    differences = program_differences(before, after, sample_b, sample_a)
+    return Comparison(
+        comparison_schema_version=COMPARISON_SCHEMA_VERSION,
+        generator=f"aiprof {__version__}",
+        before=_side(before),
+        after=_side(after),
+        step_time_ns=step,
+        mean_step_time_ns=_delta(_mean_step(before), _mean_step(after)),
+        utilization=util,
+        breakdown_ns_per_step=_per_step_deltas(before, after, "breakdown_ns", BUCKETS),
+        idle_causes_ns_per_step=_per_step_deltas(before, after, "idle_causes_ns", IDLE_CAUSES),
+        ranks=_rank_deltas(before, after),
+        ops=_op_deltas(before, after),
+        kernels=_kernel_deltas(before, after),
+        findings=_finding_changes(before, after),
+        verdict=_verdict(step, util, noise_pct, partial, stats, sample_b, sample_a),
+        partial=bool(partial),
+        warnings=[f"different programs: {d}" for d in differences] + _too_few_warning(stats, sample_b, sample_a)
+        + shared_machine(before, after) + _warnings(before, after),
+        step_time_change_pct=round(stats.change_pct, 4),
+        step_time_ci_pct=None if stats.ci_pct is None else [round(stats.ci_pct[0], 4), round(stats.ci_pct[1], 4)],
+        significant=stats.significant,
+        steps_used=StepsUsed(
+            before=len(sample_b.durations_ns), after=len(sample_a.durations_ns), source=sample_b.source,
+            before_median_ns=int(round(stats.before_median_ns)), after_median_ns=int(round(stats.after_median_ns)),
+        ),
+        program_differences=differences,
+    )
 
 
-def _is_partial(doc: dict[str, Any]) -> bool:
+def _median_change(b: StepSample, a: StepSample, step: Delta) -> MedianChange:
+    """The statistics over both samples; a side without a positive step (a report that lists no step
+    durations) falls back to the summaries' medians, as a point estimate."""
+    if any(d > 0 for d in b.durations_ns) and any(d > 0 for d in a.durations_ns):
+        return median_change(b.durations_ns, a.durations_ns)
+    return MedianChange(float(step.before), float(step.after), step.delta_pct, None, False, False)
+
+
+def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[str]:
+    if stats.enough:
+        return []
+    return [
+        f"too few steps to tell a change from noise ({len(b.durations_ns)} before, {len(a.durations_ns)} after; "
+        f"at least {MIN_STEPS} each): the verdict and --fail-if-slower use the point estimate only; "
+        "record more steps (aiprof run --active N) or compare run directories"
+    ]
+
+
+def shared_machine(before: Report, after: Report) -> list[str]:
+    """A warning per side whose run shared the machine with other processes: its whole-run telemetry
+    (other processes' mean CPU at least ``SHARED_PCT`` % of the machine) or, without it, the
+    ``noisy_neighbour`` finding. Their load is in its step times, and no statistic over one run can
+    tell it from the change being measured."""
+    out = []
+    for name, doc in (("before", before), ("after", after)):
+        cores = others_cores(doc)
+        if cores is None:
+            cores = next((f.evidence.get("others_cores") for f in doc.findings if f.id == "noisy_neighbour"), None)
+        if isinstance(cores, (int, float)):
+            out.append(
+                f"{name}: the machine was shared (other processes used {cores:.1f} cores on average while it ran): "
+                "their load is in the step times and can look like a change; compare runs made on a quiet machine"
+            )
+    return out
+
+
+def others_cores(doc: Report) -> float | None:
+    """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU
+    minus the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
+    series = (doc.telemetry or {}).get("series") or {}
+    host = (doc.run_metadata or {}).get("host") or {}
+    cores = host.get("cores_logical") if isinstance(host, dict) else None
+    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
+    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
+        return None
+    others = [
+        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
+        if isinstance(m, (int, float)) and isinstance(t, (int, float))
+    ]
+    if not others:
+        return None
+    pct = sum(others) / len(others)
+    return pct / 100.0 * cores if pct >= SHARED_PCT else None
+
+
+def program_differences(before: Report, after: Report, b: StepSample | None = None, a: StepSample | None = None) -> list[str]:
+    """What says the two runs are not the same program: the command (run metadata), the number of
+    ranks, the devices (kind and names), how steps were found. Empty when nothing differs."""
+    out: list[str] = []
+    cmd_b, cmd_a = _command(before), _command(after)
+    if cmd_b is not None and cmd_a is not None and cmd_b != cmd_a:
+        out.append(f"command {_shorten(cmd_b)!r} vs {_shorten(cmd_a)!r}")
+    ranks_b, ranks_a = len(before.ranks), len(after.ranks)
+    if ranks_b != ranks_a:
+        out.append(f"{ranks_b} rank(s) vs {ranks_a}")
+    kind_b, kind_a = before.summary.device_kind, after.summary.device_kind
+    if kind_b != kind_a:
+        out.append(f"device kind {kind_b} vs {kind_a}")
+    names_b, names_a = _device_names(before), _device_names(after)
+    if names_b and names_a and names_b != names_a:
+        out.append(f"devices {', '.join(sorted(names_b))} vs {', '.join(sorted(names_a))}")
+    src_b, src_a = before.summary.step_source, after.summary.step_source
+    if src_b != src_a:
+        out.append(f"steps found by {src_b} vs {src_a}")
+    if b is not None and a is not None and b.source != a.source:
+        out.append(f"step times from the {b.source} vs the {a.source}")
+    return out
+
+
+def _command(doc: Report) -> str | None:
+    meta = doc.run_metadata or {}
+    cmd = meta.get("command")
+    if isinstance(cmd, list):
+        return " ".join(str(c) for c in cmd)
+    return str(cmd) if isinstance(cmd, str) else None
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _device_names(doc: Report) -> set[str]:
+    """Accelerator names (``NVIDIA H100 80GB HBM3``…) of every rank's non-CPU devices, else the
+    run metadata's device names; empty when neither says."""
+    names = {d.name for r in doc.ranks for d in r.devices if d.kind != "cpu" and d.name}
+    if names:
+        return names
+    meta = doc.run_metadata or {}
+    out: set[str] = set()
+    for rank in meta.get("ranks") or []:
+        devices = rank.get("devices") if isinstance(rank, dict) else None
+        for dev in devices if isinstance(devices, list) else []:
+            if isinstance(dev, dict) and dev.get("type") != "cpu" and dev.get("name"):
+                out.add(str(dev["name"]))
+    return out
+
+
+def _is_partial(doc: Report) -> bool:
     """A partial report (``summary.partial``; a report written before that key existed: any rank marked)."""
-    summary = doc.get("summary") or {}
-    if "partial" in summary:
-        return bool(summary["partial"])
-    return any((r.get("coverage") or {}).get("partial") for r in doc.get("ranks") or [])
+    return doc.summary.partial or any(r.coverage.partial for r in doc.ranks)
 
 
-def _partial_sides(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def _partial_sides(before: Report, after: Report) -> list[str]:
     return [name for name, doc in (("BEFORE", before), ("AFTER", after)) if _is_partial(doc)]
 
 
-def _warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def _warnings(before: Report, after: Report) -> list[str]:
     """Each side's warnings (salvaged files, incomplete steps, skipped files…), labelled, each once: what
     `aiprof analyze` said about either input still holds for the comparison. A partial side without a
     warning (a report from an older aiprof) gets its summary's sentence instead."""
     out: list[str] = []
     for name, doc in (("before", before), ("after", after)):
-        texts = [str(w) for w in doc.get("warnings") or []]
-        note = (doc.get("summary") or {}).get("partial_note")
+        texts = list(doc.warnings)
+        note = doc.summary.partial_note
         if note and not any("partial" in t for t in texts):
-            texts.insert(0, str(note))
+            texts.insert(0, note)
         for text in texts:
             line = f"{name}: {text}"
             if line not in out:
@@ -135,58 +402,62 @@ def _warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return out
 
 
-def _mean_step(doc: dict[str, Any]) -> int:
+def _mean_step(doc: Report) -> int:
     """Mean step over ranks (the TensorBoard plugin's "average step time" on one rank)."""
-    ranks = doc.get("ranks") or []
-    return int(sum(int(r["totals"]["mean_step_ns"]) for r in ranks) / len(ranks)) if ranks else 0
+    ranks = doc.ranks
+    return int(sum(r.totals.mean_step_ns for r in ranks) / len(ranks)) if ranks else 0
 
 
-def _side(doc: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "sources": list(doc.get("sources", [])),
-        "summary": dict(doc["summary"]),
-        "schema_version": doc.get("schema_version"),
-        "device": doc["ranks"][0].get("primary_device") if doc.get("ranks") else None,
-        "partial": _is_partial(doc),
-        "warnings": [str(w) for w in doc.get("warnings") or []],
-    }
+def _side(doc: Report) -> Side:
+    return Side(
+        sources=list(doc.sources),
+        summary=msgspec.structs.replace(doc.summary),
+        schema_version=doc.schema_version,
+        device=doc.ranks[0].primary_device if doc.ranks else None,
+        partial=_is_partial(doc),
+        warnings=list(doc.warnings),
+    )
 
 
-def _delta(before: float, after: float) -> dict[str, Any]:
+def _delta(before: int, after: int) -> Delta:
     pct = 100.0 * (after - before) / before if before else 0.0
-    return {"before": before, "after": after, "delta": after - before, "delta_pct": round(pct, 4)}
+    return Delta(before=before, after=after, delta=after - before, delta_pct=round(pct, 4))
 
 
-def _mean_per_step(doc: dict[str, Any], key: str, names: Sequence[str]) -> dict[str, float]:
+def _mean_per_step(doc: Report, key: str, names: Sequence[str]) -> dict[str, float]:
     """Per-step mean of each bucket or cause, averaged over ranks."""
-    ranks = doc.get("ranks") or []
+    ranks = doc.ranks
     out = {n: 0.0 for n in names}
     for r in ranks:
-        t = r["totals"]
-        steps = max(int(t.get("steps", 0)), 1)
+        t = r.totals
+        values = t.breakdown_ns if key == "breakdown_ns" else t.idle_causes_ns
+        steps = max(t.steps, 1)
         for n in names:
-            out[n] += float(t[key].get(n, 0)) / steps / len(ranks)
+            out[n] += float(values.get(n, 0)) / steps / len(ranks)
     return out
 
 
-def _per_step_deltas(before: dict[str, Any], after: dict[str, Any], key: str, names: Sequence[str]) -> dict[str, Any]:
+def _per_step_deltas(before: Report, after: Report, key: str, names: Sequence[str]) -> dict[str, PerStep]:
     b, a = _mean_per_step(before, key, names), _mean_per_step(after, key, names)
-    return {n: {"before": int(round(b[n])), "after": int(round(a[n])), "delta": int(round(a[n] - b[n]))} for n in names}
+    return {n: PerStep(before=int(round(b[n])), after=int(round(a[n])), delta=int(round(a[n] - b[n]))) for n in names}
 
 
-def _rank_deltas(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+def _rank_deltas(before: Report, after: Report) -> list[RankDelta]:
     """Per rank, when both runs have the same ranks."""
-    b = {r["rank"]: r for r in before.get("ranks") or []}
-    a = {r["rank"]: r for r in after.get("ranks") or []}
+    b = {r.rank: r for r in before.ranks}
+    a = {r.rank: r for r in after.ranks}
     if len(b) < 2 or set(b) != set(a):
         return []
     out = []
     for rank in sorted(b):
-        d = _delta(int(b[rank]["totals"]["median_step_ns"]), int(a[rank]["totals"]["median_step_ns"]))
-        d["rank"] = rank
-        d["utilization_before"] = float(b[rank]["totals"]["gpu_utilization"])
-        d["utilization_after"] = float(a[rank]["totals"]["gpu_utilization"])
-        out.append(d)
+        d = _delta(b[rank].totals.median_step_ns, a[rank].totals.median_step_ns)
+        out.append(
+            RankDelta(
+                before=d.before, after=d.after, delta=d.delta, delta_pct=d.delta_pct, rank=rank,
+                utilization_before=b[rank].totals.gpu_utilization,
+                utilization_after=a[rank].totals.gpu_utilization,
+            )
+        )
     return out
 
 
@@ -194,15 +465,15 @@ def _op_key(group: dict[str, Any]) -> tuple[str, str]:
     return str(group.get("name")), str(group.get("input_shapes") or "")
 
 
-def _op_times(doc: dict[str, Any], metric: str) -> dict[tuple[str, str], dict[str, float]]:
+def _op_times(doc: Report, metric: str) -> dict[tuple[str, str], dict[str, float]]:
     """Per op (name, shapes): time per step and calls per step, averaged over ranks."""
-    ranks = doc.get("ranks") or []
+    ranks = doc.ranks
     out: dict[tuple[str, str], dict[str, float]] = {}
     for r in ranks:
-        section = r.get("ops")
+        section = r.ops
         if not isinstance(section, dict):
             continue
-        steps = max(int(r["totals"].get("steps", 0)), 1)
+        steps = max(r.totals.steps, 1)
         for g in section.get("groups") or []:
             entry = out.setdefault(_op_key(g), {"ns": 0.0, "calls": 0.0})
             entry["ns"] += float(g.get(metric) or 0) / steps / len(ranks)
@@ -210,8 +481,8 @@ def _op_times(doc: dict[str, Any], metric: str) -> dict[tuple[str, str], dict[st
     return out
 
 
-def _metric(before: dict[str, Any], after: dict[str, Any]) -> str:
-    gpu = any(d["summary"].get("device_kind") == "gpu" for d in (before, after))
+def _metric(before: Report, after: Report) -> str:
+    gpu = any(d.summary.device_kind == "gpu" for d in (before, after))
     return "gpu_total_ns" if gpu else "cpu_self_ns"
 
 
@@ -219,23 +490,23 @@ def _matched(b: dict[Any, dict[str, float]], a: dict[Any, dict[str, float]]) -> 
     return [(k, b.get(k), a.get(k)) for k in sorted(set(b) | set(a), key=str)]
 
 
-def _op_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def _op_deltas(before: Report, after: Report) -> DeltaTable:
     metric = _metric(before, after)
     rows = []
     for (name, shapes), b, a in _matched(_op_times(before, metric), _op_times(after, metric)):
-        rows.append(_row({"name": name, "input_shapes": shapes or None}, b, a))
-    rows = [r for r in rows if r["before_ns_per_step"] or r["after_ns_per_step"]]
-    rows.sort(key=lambda r: -abs(r["delta_ns_per_step"]))
-    return {"metric": metric, "matched_by": "name and input shapes", "rows": rows[:TOP_DELTAS]}
+        rows.append(_row(name, b, a, shapes or None))
+    rows = [r for r in rows if r.before_ns_per_step or r.after_ns_per_step]
+    rows.sort(key=lambda r: -abs(r.delta_ns_per_step))
+    return DeltaTable(metric=metric, matched_by="name and input shapes", rows=rows[:TOP_DELTAS])
 
 
-def _kernel_times(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
+def _kernel_times(doc: Report) -> dict[str, dict[str, float]]:
     from aiprof.report.common import top_kernels
 
-    ranks = doc.get("ranks") or []
+    ranks = doc.ranks
     out: dict[str, dict[str, float]] = {}
     for r in ranks:
-        steps = max(int(r["totals"].get("steps", 0)), 1)
+        steps = max(r.totals.steps, 1)
         for k in top_kernels(r, 10_000):
             entry = out.setdefault(str(k.get("name")), {"ns": 0.0, "calls": 0.0})
             entry["ns"] += float(k.get("total_ns") or 0) / steps / len(ranks)
@@ -243,82 +514,117 @@ def _kernel_times(doc: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def _kernel_deltas(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    rows = [_row({"name": name}, b, a) for name, b, a in _matched(_kernel_times(before), _kernel_times(after))]
-    rows.sort(key=lambda r: -abs(r["delta_ns_per_step"]))
-    return {"metric": "total_ns", "matched_by": "name", "rows": rows[:TOP_DELTAS]}
+def _kernel_deltas(before: Report, after: Report) -> DeltaTable:
+    rows = [_row(name, b, a, UNSET) for name, b, a in _matched(_kernel_times(before), _kernel_times(after))]
+    rows.sort(key=lambda r: -abs(r.delta_ns_per_step))
+    return DeltaTable(metric="total_ns", matched_by="name", rows=rows[:TOP_DELTAS])
 
 
-def _row(head: dict[str, Any], b: dict[str, float] | None, a: dict[str, float] | None) -> dict[str, Any]:
+def _row(name: str, b: dict[str, float] | None, a: dict[str, float] | None, shapes: str | None | UnsetType) -> DeltaRow:
     b_ns = int(round(b["ns"])) if b else 0
     a_ns = int(round(a["ns"])) if a else 0
-    status = "added" if b is None else "removed" if a is None else "matched"
-    return {
-        **head,
-        "status": status,
-        "before_ns_per_step": b_ns,
-        "after_ns_per_step": a_ns,
-        "delta_ns_per_step": a_ns - b_ns,
-        "before_calls_per_step": round(b["calls"], 3) if b else 0.0,
-        "after_calls_per_step": round(a["calls"], 3) if a else 0.0,
-    }
+    return DeltaRow(
+        name=name,
+        input_shapes=shapes,
+        status="added" if b is None else "removed" if a is None else "matched",
+        before_ns_per_step=b_ns,
+        after_ns_per_step=a_ns,
+        delta_ns_per_step=a_ns - b_ns,
+        before_calls_per_step=round(b["calls"], 3) if b else 0.0,
+        after_calls_per_step=round(a["calls"], 3) if a else 0.0,
+    )
 
 
-def _finding_brief(f: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": f.get("id"),
-        "title": f.get("title"),
-        "severity": f.get("severity"),
-        "est_saving_ns_per_step": f.get("est_saving_ns_per_step"),
-        "share_of_step": f.get("share_of_step"),
-    }
+def _finding_brief(f: FindingRecord) -> FindingBrief:
+    return FindingBrief(
+        id=f.id, title=f.title, severity=f.severity, est_saving_ns_per_step=f.est_saving_ns_per_step,
+        share_of_step=f.share_of_step,
+    )
 
 
-def _finding_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """By finding id (a rule fires once per run): resolved, new, unchanged."""
-    b = {str(f.get("id")): f for f in before.get("findings") or [] if isinstance(f, dict)}
-    a = {str(f.get("id")): f for f in after.get("findings") or [] if isinstance(f, dict)}
-    unchanged = []
+def _finding_changes(before: Report, after: Report) -> FindingChanges:
+    """By finding id (a rule fires once per run) and size: resolved, new, and for an id in both runs
+    unchanged (savings within ``FINDING_FACTOR`` of each other), grew or shrank (both savings kept)."""
+    b = {f.id: f for f in before.findings}
+    a = {f.id: f for f in after.findings}
+    both: dict[str, list[FindingBrief]] = {"unchanged": [], "grew": [], "shrank": []}
     for k in sorted(set(b) & set(a)):
         item = _finding_brief(a[k])
-        item["before_saving_ns_per_step"] = b[k].get("est_saving_ns_per_step")
-        item["after_saving_ns_per_step"] = a[k].get("est_saving_ns_per_step")
-        unchanged.append(item)
-    return {
-        "resolved": [_finding_brief(b[k]) for k in sorted(set(b) - set(a))],
-        "new": [_finding_brief(a[k]) for k in sorted(set(a) - set(b))],
-        "unchanged": unchanged,
-    }
+        item.before_saving_ns_per_step = b[k].est_saving_ns_per_step
+        item.after_saving_ns_per_step = a[k].est_saving_ns_per_step
+        both[saving_change(b[k].est_saving_ns_per_step, a[k].est_saving_ns_per_step)].append(item)
+    return FindingChanges(
+        resolved=[_finding_brief(b[k]) for k in sorted(set(b) - set(a))],
+        new=[_finding_brief(a[k]) for k in sorted(set(a) - set(b))],
+        unchanged=both["unchanged"],
+        grew=both["grew"],
+        shrank=both["shrank"],
+    )
 
 
-def _verdict(step: dict[str, Any], util: dict[str, float], noise_pct: float, partial: Sequence[str] = ()) -> dict[str, Any]:
-    pct = float(step["delta_pct"])
-    if pct < -noise_pct:
-        result = "faster"
-    elif pct > noise_pct:
-        result = "slower"
+def saving_change(before_ns: int, after_ns: int, factor: float = FINDING_FACTOR) -> Literal["unchanged", "grew", "shrank"]:
+    """A finding's saving per step before and after: "unchanged" while within ``factor`` of each other
+    (8 ms and 64 ms are not the same problem), else "grew" or "shrank"."""
+    lo, hi = sorted((max(before_ns, 0), max(after_ns, 0)))
+    if hi <= lo * factor:
+        return "unchanged"
+    return "grew" if after_ns > before_ns else "shrank"
+
+
+def _verdict(
+    step: Delta, util: Utilization, noise_pct: float, partial: Sequence[str], stats: MedianChange,
+    b: StepSample, a: StepSample,
+) -> Verdict:
+    """Faster / slower when the change is beyond ±``noise_pct`` % and significant (with too few steps:
+    beyond ±``noise_pct`` % on the point estimate alone); else unchanged."""
+    pct = stats.change_pct
+    result: Literal["faster", "slower", "unchanged"] = "unchanged"
+    if stats.significant or not stats.enough:
+        if pct < -noise_pct:
+            result = "faster"
+        elif pct > noise_pct:
+            result = "slower"
+    speedup = stats.before_median_ns / stats.after_median_ns if stats.after_median_ns else None
+    change = f"median step {fmt_ms(stats.before_median_ns)} → {fmt_ms(stats.after_median_ns)}, {change_text(pct, stats)}"
+    steps = f"{len(b.durations_ns)} + {len(a.durations_ns)} {b.source} steps"
+    if result == "faster":
+        text = f"AFTER is faster: {change}" + (f", {speedup:.2f}× speed-up" if speedup else "")
+    elif result == "slower":
+        text = f"AFTER is slower: {change}"
+    elif stats.enough and not stats.significant:
+        text = f"No change beyond noise: {change}"
     else:
-        result = "unchanged"
-    speedup = step["before"] / step["after"] if step["after"] else None
-    from aiprof.report.common import fmt_ms
-
-    text = {
-        "faster": f"AFTER is faster: median step {fmt_ms(step['before'])} → {fmt_ms(step['after'])} ({pct:+.1f}%, {speedup:.2f}× speed-up)" if speedup else "AFTER is faster",
-        "slower": f"AFTER is slower: median step {fmt_ms(step['before'])} → {fmt_ms(step['after'])} ({pct:+.1f}%)",
-        "unchanged": f"No change beyond noise (±{noise_pct:g}%): median step {fmt_ms(step['before'])} → {fmt_ms(step['after'])} ({pct:+.1f}%)",
-    }[result]
-    caveat = None
+        text = f"No change beyond ±{noise_pct:g} %: {change}"
+    caveats = []
     if partial:
-        caveat = (
+        caveats.append(
             f"{' and '.join(partial)} {'is a partial trace' if len(partial) == 1 else 'are partial traces'}: "
             "the numbers compare only the steps whose device side was recorded"
         )
-    return {
-        "result": result,
-        "caveat": caveat,
-        "step_time_delta_pct": pct,
-        "speedup": None if speedup is None else round(speedup, 4),
-        "utilization_delta": round(util["delta"], 6),
-        "noise_pct": noise_pct,
-        "text": text,
-    }
+    if not stats.enough:
+        caveats.append(f"too few steps to tell a change from noise ({steps}): point estimate only")
+    return Verdict(
+        result=result,
+        caveat="; ".join(caveats) or None,
+        step_time_delta_pct=round(pct, 4),
+        speedup=None if speedup is None else round(speedup, 4),
+        utilization_delta=round(util.delta, 6),
+        noise_pct=noise_pct,
+        text=f"{text} ({steps})",
+    )
+
+
+def change_text(pct: float, stats: MedianChange) -> str:
+    """"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"; without an interval, the estimate alone."""
+    if stats.ci_pct is None:
+        return f"{_signed_pct(pct)} %"
+    lo, hi = stats.ci_pct
+    verdict = "significant" if stats.significant else "not significant"
+    return f"{_signed_pct(pct)} % ({round(100 * CONFIDENCE)} % CI {_signed_pct(lo)} … {_signed_pct(hi)} %), {verdict}"
+
+
+def _signed_pct(value: float) -> str:
+    text = f"{abs(value):.1f}"
+    if text.strip("0.") == "":
+        return "±0.0"
+    return ("+" if value > 0 else "−") + text

@@ -1,14 +1,15 @@
-"""Renderers for the comparison document (``report.compare``): terminal, Markdown, HTML, JSON.
+"""Renderers for the comparison document (``report.compare.Comparison``): terminal, Markdown, HTML, JSON.
+``report.render.render`` picks among them; strings from traces are escaped per sink (``report.escape``).
 
-They say the verdict first, then what moved: step time, utilisation, breakdown and idle causes per
-step, findings resolved / new / unchanged, and the ops and kernels that changed most.
+They say the verdict first (the median step's change over every step with its confidence interval:
+"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"), then whether the runs are different programs, then
+what moved: step time, utilisation, breakdown and idle causes per step, findings resolved / new / grew /
+shrank / unchanged (with both savings), and the ops and kernels that changed most.
 """
 
 from __future__ import annotations
 
 import io
-import json
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +17,10 @@ from rich.text import Text
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report.common import fmt_ms
-from aiprof.report.svg import esc
+from aiprof.report.compare import Comparison, DeltaRow, FindingBrief, Side
+from aiprof.report.escape import html as esc
+from aiprof.report.escape import markdown, terminal_text
+from aiprof.report.json_report import JsonRenderer, encode
 
 _RESULT_STYLE = {"faster": "bold green", "slower": "bold red", "unchanged": "bold"}
 
@@ -31,9 +35,9 @@ def _pct_change(before: float, after: float) -> str:
     return f"{100 * (after - before) / before:+.1f}%"
 
 
-def render_comparison(cmp: dict[str, Any], fmt: str, width: int = 80, is_tty: bool = False) -> str:
+def render_comparison(cmp: Comparison, fmt: str, width: int = 80, is_tty: bool = False) -> str:
     if fmt == "json":
-        return json.dumps(cmp, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        return JsonRenderer().render(cmp)
     if fmt == "md":
         return _markdown(cmp)
     if fmt == "html":
@@ -41,40 +45,66 @@ def render_comparison(cmp: dict[str, Any], fmt: str, width: int = 80, is_tty: bo
     return _terminal(cmp, width, is_tty)
 
 
-def _rows(cmp: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
     """(what, before, after, change, percent) for the headline numbers and every bucket/cause."""
-    s, m, u = cmp["step_time_ns"], cmp["mean_step_time_ns"], cmp["utilization"]
-    out = [
-        ("median step", fmt_ms(s["before"]), fmt_ms(s["after"]), _signed_ms(s["delta"]), f"{s['delta_pct']:+.1f}%"),
-        ("mean step", fmt_ms(m["before"]), fmt_ms(m["after"]), _signed_ms(m["delta"]), f"{m['delta_pct']:+.1f}%"),
-        ("utilization", f"{100 * u['before']:.1f}%", f"{100 * u['after']:.1f}%", f"{100 * u['delta']:+.1f} pt", ""),
-    ]
-    for title, key, names in (("", "breakdown_ns_per_step", BUCKETS), ("idle: ", "idle_causes_ns_per_step", IDLE_CAUSES)):
-        for n in names:
-            d = cmp[key][n]
-            if d["before"] or d["after"]:
-                out.append((f"{title}{n}", fmt_ms(d["before"]), fmt_ms(d["after"]), _signed_ms(d["delta"]), _pct_change(d["before"], d["after"])))
-    return out
-
-
-def _finding_lines(cmp: dict[str, Any]) -> list[tuple[str, str]]:
+    s, m, u = cmp.step_time_ns, cmp.mean_step_time_ns, cmp.utilization
     out = []
-    for status in ("resolved", "new", "unchanged"):
-        for f in cmp["findings"][status]:
-            out.append((status, f"{f.get('title') or f.get('id')} ({f.get('id')})"))
+    used = cmp.steps_used
+    if used is not None and cmp.step_time_change_pct is not None:
+        ci = cmp.step_time_ci_pct
+        pct = f"{cmp.step_time_change_pct:+.1f}%" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
+        out.append((
+            f"median step, {used.before}+{used.after} {used.source} steps", fmt_ms(used.before_median_ns),
+            fmt_ms(used.after_median_ns), _signed_ms(used.after_median_ns - used.before_median_ns), pct,
+        ))
+    out += [
+        ("median step" + (", recorded" if used is not None and used.source != "recorded" else ""),
+         fmt_ms(s.before), fmt_ms(s.after), _signed_ms(s.delta), f"{s.delta_pct:+.1f}%"),
+        ("mean step", fmt_ms(m.before), fmt_ms(m.after), _signed_ms(m.delta), f"{m.delta_pct:+.1f}%"),
+        ("utilization", f"{100 * u.before:.1f}%", f"{100 * u.after:.1f}%", f"{100 * u.delta:+.1f} pt", ""),
+    ]
+    for title, table, names in (("", cmp.breakdown_ns_per_step, BUCKETS), ("idle: ", cmp.idle_causes_ns_per_step, IDLE_CAUSES)):
+        for n in names:
+            d = table.get(n)
+            if d is not None and (d.before or d.after):
+                out.append((f"{title}{n}", fmt_ms(d.before), fmt_ms(d.after), _signed_ms(d.delta), _pct_change(d.before, d.after)))
     return out
 
 
-def _terminal(cmp: dict[str, Any], width: int, is_tty: bool) -> str:
+def _finding_lines(cmp: Comparison) -> list[tuple[str, str]]:
+    """(status, text) per finding; one in both runs shows both savings per step."""
+    fc = cmp.findings
+    out = []
+    for status, items in (("resolved", fc.resolved), ("new", fc.new), ("grew", fc.grew), ("shrank", fc.shrank), ("unchanged", fc.unchanged)):
+        for f in items:
+            out.append((status, f"{_savings(f)}{f.title or f.id} ({f.id})"))
+    return out
+
+
+def _savings(f: FindingBrief) -> str:
+    b, a = f.before_saving_ns_per_step, f.after_saving_ns_per_step
+    if isinstance(b, int) and isinstance(a, int):
+        return f"[{fmt_ms(b)} → {fmt_ms(a)}/step] "
+    return f"[{fmt_ms(f.est_saving_ns_per_step)}/step] " if f.est_saving_ns_per_step else ""
+
+
+def _notes(cmp: Comparison) -> list[str]:
+    """The warnings not already said at the top (program differences are)."""
+    return [w for w in cmp.warnings if not w.startswith("different programs: ")]
+
+
+def _terminal(cmp: Comparison, width: int, is_tty: bool) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, force_terminal=is_tty, no_color=not is_tty,
                       color_system="standard" if is_tty else None, highlight=False, emoji=False)
-    v = cmp["verdict"]
-    console.print(Text(v["text"], style=_RESULT_STYLE.get(v["result"], "bold")))
-    if v.get("caveat"):
-        console.print(Text(str(v["caveat"]), style="bold yellow"))
-    for side in ("before", "after"):
-        console.print(Text(f"  {side + ':':<7} {_sources(cmp[side])}", style="dim"), no_wrap=True, overflow="ellipsis")
+    v = cmp.verdict
+    console.print(Text(v.text, style=_RESULT_STYLE.get(v.result, "bold")))
+    if v.caveat:
+        console.print(terminal_text(v.caveat, style="bold yellow"))
+    for d in cmp.program_differences:
+        console.print(terminal_text(f"different programs: {d}", style="bold yellow"))
+    for name, side in (("before", cmp.before), ("after", cmp.after)):
+        console.print(terminal_text(f"  {name + ':':<7} {_sources(side)}", style="dim"), no_wrap=True, overflow="ellipsis")
     console.print()
     table = Table(title="Per step (mean over ranks)", title_justify="left", box=None, pad_edge=False)
     for col in ("", "before", "after", "change", "%"):
@@ -87,10 +117,10 @@ def _terminal(cmp: dict[str, Any], width: int, is_tty: bool) -> str:
         console.print()
         console.print(Text("Findings", style="bold"))
         for status, text in lines:
-            style = {"resolved": "green", "new": "red"}.get(status, "")
-            console.print(Text(f"  {status:<9} ", style=style) + Text(text), no_wrap=True, overflow="ellipsis")
-    for title, key in (("Ops that changed most (per step)", "ops"), ("Kernels that changed most (per step)", "kernels")):
-        rows = [r for r in cmp[key]["rows"] if r["delta_ns_per_step"]][:5]
+            style = {"resolved": "green", "new": "red", "grew": "red", "shrank": "green"}.get(status, "")
+            console.print(Text(f"  {status:<9} ", style=style) + terminal_text(text), no_wrap=True, overflow="ellipsis")
+    for title, changes in (("Ops that changed most (per step)", cmp.ops), ("Kernels that changed most (per step)", cmp.kernels)):
+        rows = [r for r in changes.rows if r.delta_ns_per_step][:5]
         if not rows:
             continue
         console.print()
@@ -99,23 +129,23 @@ def _terminal(cmp: dict[str, Any], width: int, is_tty: bool) -> str:
         for col in ("before", "after", "change"):
             t.add_column(col, justify="right")
         for r in rows:
-            t.add_row(_status_name(r), fmt_ms(r["before_ns_per_step"]), fmt_ms(r["after_ns_per_step"]), _signed_ms(r["delta_ns_per_step"]))
+            t.add_row(terminal_text(_status_name(r)), fmt_ms(r.before_ns_per_step), fmt_ms(r.after_ns_per_step), _signed_ms(r.delta_ns_per_step))
         console.print(t)
-    warnings = cmp.get("warnings") or []
+    warnings = _notes(cmp)
     if warnings:
         console.print()
     for note in warnings:
-        console.print(Text(f"note: {note}", style="yellow"))
+        console.print(terminal_text(f"note: {note}", style="yellow"))
     return buf.getvalue()
 
 
-def _status_name(r: dict[str, Any]) -> str:
-    tag = {"added": " (new)", "removed": " (gone)"}.get(r["status"], "")
-    return f"{r['name']}{tag}"
+def _status_name(r: DeltaRow) -> str:
+    tag = {"added": " (new)", "removed": " (gone)"}.get(r.status, "")
+    return f"{r.name}{tag}"
 
 
-def _sources(side: dict[str, Any]) -> str:
-    src = side.get("sources") or []
+def _sources(side: Side) -> str:
+    src = side.sources
     first = src[0] if src else "?"
     parts = first.split("/")
     if len(first) > 60 and len(parts) > 2:
@@ -123,75 +153,77 @@ def _sources(side: dict[str, Any]) -> str:
     return first + (f" (+{len(src) - 1} more)" if len(src) > 1 else "")
 
 
-def _md_cell(text: object) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+_md_cell = markdown
 
 
-def _markdown(cmp: dict[str, Any]) -> str:
-    v = cmp["verdict"]
-    lines = [f"## aiprof compare: {v['result']}", "", f"**{_md_cell(v['text'])}**", ""]
-    if v.get("caveat"):
-        lines += [f"> **{_md_cell(v['caveat'])}**", ""]
+def _markdown(cmp: Comparison) -> str:
+    v = cmp.verdict
+    lines = [f"## aiprof compare: {v.result}", "", f"**{_md_cell(v.text)}**", ""]
+    if v.caveat:
+        lines += [f"> **{_md_cell(v.caveat)}**", ""]
+    for d in cmp.program_differences:
+        lines += [f"> **different programs:** {_md_cell(d)}", ""]
     lines += ["| per step | before | after | change | % |", "|---|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in _rows(cmp)]
     finding_lines = _finding_lines(cmp)
     if finding_lines:
         lines += ["", "### Findings", ""]
         lines += [f"- **{status}**: {_md_cell(text)}" for status, text in finding_lines]
-    rows = [r for r in cmp["ops"]["rows"] if r["delta_ns_per_step"]][:10]
+    rows = [r for r in cmp.ops.rows if r.delta_ns_per_step][:10]
     if rows:
         lines += ["", "### Ops that changed most (per step)", "", "| op | before | after | change |", "|---|---:|---:|---:|"]
         lines += [
-            f"| {_md_cell(_status_name(r))} | {fmt_ms(r['before_ns_per_step'])} | {fmt_ms(r['after_ns_per_step'])} | {_signed_ms(r['delta_ns_per_step'])} |"
+            f"| {_md_cell(_status_name(r))} | {fmt_ms(r.before_ns_per_step)} | {fmt_ms(r.after_ns_per_step)} | {_signed_ms(r.delta_ns_per_step)} |"
             for r in rows
         ]
-    if cmp.get("warnings"):
-        lines += ["", "Notes:", ""] + [f"- {_md_cell(n)}" for n in cmp["warnings"]]
-    lines += ["", f"<sub>before: {_md_cell(_sources(cmp['before']))}; after: {_md_cell(_sources(cmp['after']))}; {_md_cell(cmp['generator'])}</sub>", ""]
+    if _notes(cmp):
+        lines += ["", "Notes:", ""] + [f"- {_md_cell(n)}" for n in _notes(cmp)]
+    lines += ["", f"<sub>before: {_md_cell(_sources(cmp.before))}; after: {_md_cell(_sources(cmp.after))}; {_md_cell(cmp.generator)}</sub>", ""]
     return "\n".join(lines)
 
 
-def _html(cmp: dict[str, Any]) -> str:
+def _html(cmp: Comparison) -> str:
     from aiprof.report import svg
     from aiprof.report.html_report import _CSS, CSP
 
-    v = cmp["verdict"]
-    data = json.dumps(cmp, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
+    v = cmp.verdict
+    data = encode(cmp).decode().replace("<", "\\u003c")
     table = "".join("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in row) + "</tr>" for row in _rows(cmp))
     bars = svg.stacked_rows(
         [
-            ("before", {b: float(cmp["breakdown_ns_per_step"][b]["before"]) for b in BUCKETS}, float(cmp["step_time_ns"]["before"]), fmt_ms(cmp["step_time_ns"]["before"])),
-            ("after", {b: float(cmp["breakdown_ns_per_step"][b]["after"]) for b in BUCKETS}, float(cmp["step_time_ns"]["after"]), fmt_ms(cmp["step_time_ns"]["after"])),
+            ("before", {b: float(d.before) for b, d in cmp.breakdown_ns_per_step.items()}, float(cmp.step_time_ns.before), fmt_ms(cmp.step_time_ns.before)),
+            ("after", {b: float(d.after) for b, d in cmp.breakdown_ns_per_step.items()}, float(cmp.step_time_ns.after), fmt_ms(cmp.step_time_ns.after)),
         ],
         BUCKETS,
     )
     findings = "".join(f"<li><b>{esc(s)}</b>: {esc(t)}</li>" for s, t in _finding_lines(cmp))
     parts = [
-        f"<h1>aiprof compare: {esc(v['result'])}</h1><p class=saving>{esc(v['text'])}</p>"
-        + (f'<div class="partial" role="alert">{esc(v["caveat"])}</div>' if v.get("caveat") else ""),
-        f"<div class=mute>before: <code>{esc(_sources(cmp['before']))}</code><br>after: <code>{esc(_sources(cmp['after']))}</code></div>",
+        f"<h1>aiprof compare: {esc(v.result)}</h1><p class=saving>{esc(v.text)}</p>"
+        + (f'<div class="partial" role="alert">{esc(v.caveat)}</div>' if v.caveat else "")
+        + "".join(f'<div class="partial" role="alert">different programs: {esc(d)}</div>' for d in cmp.program_differences),
+        f"<div class=mute>before: <code>{esc(_sources(cmp.before))}</code><br>after: <code>{esc(_sources(cmp.after))}</code></div>",
         "<h2>Mean step, before and after</h2>" + bars,
         "<h2>Per step</h2><table><thead><tr><th></th><th>before</th><th>after</th><th>change</th><th>%</th></tr></thead><tbody>" + table + "</tbody></table>",
     ]
     if findings:
         parts.append(f"<h2>Findings</h2><ul>{findings}</ul>")
-    for title, key in (("Ops that changed most", "ops"), ("Kernels that changed most", "kernels")):
-        rows = [r for r in cmp[key]["rows"] if r["delta_ns_per_step"]]
+    for heading, changes in (("Ops that changed most", cmp.ops), ("Kernels that changed most", cmp.kernels)):
+        rows = [r for r in changes.rows if r.delta_ns_per_step]
         if rows:
             body = "".join(
-                f"<tr><td class=name>{esc(_status_name(r))}</td><td>{fmt_ms(r['before_ns_per_step'])}</td>"
-                f"<td>{fmt_ms(r['after_ns_per_step'])}</td><td>{esc(_signed_ms(r['delta_ns_per_step']))}</td></tr>"
+                f"<tr><td class=name>{esc(_status_name(r))}</td><td>{fmt_ms(r.before_ns_per_step)}</td>"
+                f"<td>{fmt_ms(r.after_ns_per_step)}</td><td>{esc(_signed_ms(r.delta_ns_per_step))}</td></tr>"
                 for r in rows
             )
-            parts.append(f"<h2>{esc(title)} (per step)</h2><table><thead><tr><th>name</th><th>before</th><th>after</th><th>change</th></tr></thead><tbody>{body}</tbody></table>")
-    if cmp.get("warnings"):
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in cmp["warnings"]) + "</ul>")
+            parts.append(f"<h2>{esc(heading)} (per step)</h2><table><thead><tr><th>name</th><th>before</th><th>after</th><th>change</th></tr></thead><tbody>{body}</tbody></table>")
+    if _notes(cmp):
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in _notes(cmp)) + "</ul>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        f"<title>aiprof compare: {esc(v['result'])}</title><style>{_CSS}</style></head><body>"
+        f"<title>aiprof compare: {esc(v.result)}</title><style>{_CSS}</style></head><body>"
         + "".join(parts)
         + f'<script type="application/json" id="aiprof-comparison">{data}</script>'
-        + f"<footer>{esc(cmp['generator'])} · comparison schema {esc(cmp['comparison_schema_version'])}</footer></body></html>\n"
+        + f"<footer>{esc(cmp.generator)} · comparison schema {esc(cmp.comparison_schema_version)}</footer></body></html>\n"
     )

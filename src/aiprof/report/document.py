@@ -1,110 +1,165 @@
 """The report document: the versioned JSON every renderer starts from (schema in docs/json-schema.md).
 
-``build_document`` turns analysis results into plain JSON-ready data. Renderers (terminal, Markdown,
-HTML, JSON) only format this document, so all formats say the same thing.
+``build_document`` turns analysis results into the typed :class:`~aiprof.report.model.Report`.
+Renderers (terminal, Markdown, HTML, JSON) only format this document, so all formats say the same thing.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+import msgspec
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.errors import AiprofError
+from aiprof.report.model import (
+    SCHEMA_VERSION,
+    SECTIONS,
+    Coverage,
+    Device,
+    IncompleteStep,
+    RankReport,
+    Report,
+    Step,
+    Summary,
+    Totals,
+)
+from aiprof.rules.finding import Finding, FindingRecord, as_record
 
-SCHEMA_VERSION = "1.0"
+__all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
 
 
-def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The JSON report for a run (one or more ranks)."""
+def build_document(
+    run: RunAnalysis, findings: Iterable[FindingRecord | Finding | Mapping[str, Any]] | None = None
+) -> Report:
+    """The typed report for a run (one or more ranks). ``findings`` may be the rules' :class:`Finding`
+    objects, their ``to_dict()`` forms or records; a section the analysis did not compute is left out."""
     from aiprof import __version__
 
     from aiprof.report.runcontext import run_context
 
     ranks = [_rank(r) for r in run.ranks]
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": f"aiprof {__version__}",
-        "sources": list(run.sources),
-        "summary": _summary(ranks),
-        "ranks": ranks,
-        "findings": list(findings or []),
-        "warnings": list(run.warnings),
-    }
-    # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
-    doc.update(run_context(list(run.sources)))
-    return doc
+    try:
+        records = [as_record(dict(f) if isinstance(f, Mapping) else f) for f in findings or ()]
+    except msgspec.ValidationError as err:
+        raise AiprofError(f"a finding does not fit the report: {err}") from None
+    context = run_context(list(run.sources))
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        generator=f"aiprof {__version__}",
+        sources=list(run.sources),
+        summary=_summary(ranks),
+        ranks=ranks,
+        findings=records,
+        warnings=list(run.warnings),
+        # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
+        run_metadata=context.get("run_metadata"),
+        telemetry=context.get("telemetry"),
+    )
 
 
-def _rank(r: RankAnalysis) -> dict[str, Any]:
+def _step(d: dict[str, Any]) -> Step:
+    return Step(
+        name=d["name"],
+        number=d["number"],
+        start_ns=d["start_ns"],
+        duration_ns=d["duration_ns"],
+        breakdown_ns=d["breakdown_ns"],
+        idle_causes_ns=d["idle_causes_ns"],
+    )
+
+
+def _totals(t: dict[str, Any]) -> Totals:
+    return Totals(
+        steps=t["steps"],
+        duration_ns=t["duration_ns"],
+        mean_step_ns=t["mean_step_ns"],
+        median_step_ns=t["median_step_ns"],
+        breakdown_ns=t["breakdown_ns"],
+        idle_causes_ns=t["idle_causes_ns"],
+        gpu_utilization=t["gpu_utilization"],
+    )
+
+
+def _rank(r: RankAnalysis) -> RankReport:
     primary = r.primary
-    out: dict[str, Any] = {
-        "rank": r.rank,
-        "rank_source": r.rank_source,
-        "path": str(r.path),
-        "event_count": r.event_count,
-        "distributed": r.distributed,
-        "trace_metadata": r.metadata,
-        "device_properties": r.devices_info,
-        "primary_device": primary.device,
-        "devices": [d.to_dict() for d in r.devices],
-        "step_source": r.step_source,
-        "steps": [s.to_dict() for s in primary.steps],
-        "totals": primary.totals,
-        "notes": list(r.notes),
+    unknown = set(r.sections) - set(SECTIONS)
+    if unknown:  # a new section is a new typed field of RankReport (report/model.py), not a free key
+        raise ValueError(f"the report has no field for the section(s) {sorted(unknown)}")
+    return RankReport(
+        rank=r.rank,
+        rank_source=r.rank_source,
+        path=str(r.path),
+        event_count=r.event_count,
+        distributed=r.distributed,
+        trace_metadata=r.metadata,
+        device_properties=r.devices_info,
+        primary_device=primary.device,
+        devices=[
+            Device(device=d.device, index=d.device_index, kind=d.kind, name=d.name,
+                   steps=[_step(s.to_dict()) for s in d.steps], totals=_totals(d.totals))
+            for d in r.devices
+        ],
+        step_source=r.step_source,
+        steps=[_step(s.to_dict()) for s in primary.steps],
+        totals=_totals(primary.totals),
+        notes=list(r.notes),
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
-        "incomplete_steps": [s.to_dict() for s in r.incomplete_steps],
-        "coverage": r.coverage.to_dict() if r.coverage is not None else {"partial": False},
-    }
-    for key, value in r.sections.items():
-        out[key] = value
-    return out
+        incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
+        coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
+        **r.sections,
+    )
 
 
-def _summary(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(ranks: list[RankReport]) -> Summary:
     """Run-level facts: the median step over ranks and the slowest rank (the one others wait for)."""
     if not ranks:
-        return {}
-    medians = [r["totals"]["median_step_ns"] for r in ranks]
-    utils = [r["totals"]["gpu_utilization"] for r in ranks]
-    slowest = max(ranks, key=lambda r: r["totals"]["median_step_ns"])
-    return {
-        "rank_count": len(ranks),
-        "step_count": ranks[0]["totals"]["steps"],
-        "step_source": ranks[0].get("step_source", "ProfilerStep"),
-        "median_step_ns": int(statistics.median(medians)),
-        "gpu_utilization": statistics.fmean(utils),
-        "slowest_rank": slowest["rank"],
-        "device_kind": "gpu" if any(r["primary_device"] != "cpu" for r in ranks) else "cpu",
-        **_partial(ranks),
-    }
+        return Summary()
+    slowest = max(ranks, key=lambda r: r.totals.median_step_ns)
+    partial, left_out, note = _partial(ranks)
+    return Summary(
+        rank_count=len(ranks),
+        step_count=ranks[0].totals.steps,
+        step_source=ranks[0].step_source,
+        median_step_ns=int(statistics.median([r.totals.median_step_ns for r in ranks])),
+        gpu_utilization=statistics.fmean([r.totals.gpu_utilization for r in ranks]),
+        slowest_rank=slowest.rank,
+        device_kind="gpu" if any(r.primary_device != "cpu" for r in ranks) else "cpu",
+        partial=partial,
+        incomplete_step_count=left_out,
+        partial_note=note,
+    )
 
 
-def _partial(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def _partial(ranks: list[RankReport]) -> tuple[bool, int, str | None]:
     """Whether the run is partial (a trace cut off mid-write, or steps without their device side), how many
     steps were left out, and one sentence that says so (None when the run is whole)."""
-    partial = [r for r in ranks if r.get("coverage", {}).get("partial")]
-    left_out = sum(len(r.get("incomplete_steps") or []) for r in ranks)
+    partial = [r for r in ranks if r.coverage.partial]
+    left_out = sum(len(r.incomplete_steps) for r in ranks)
     if not partial:
-        return {"partial": False, "incomplete_step_count": left_out, "partial_note": None}
-    cut = [r for r in partial if r["coverage"].get("cut_off")]
-    who = "" if len(ranks) == 1 else f" on rank(s) {', '.join(str(r['rank']) for r in partial[:8])}"
+        return False, left_out, None
+    cut = [r for r in partial if r.coverage.cut_off]
+    who = "" if len(ranks) == 1 else f" on rank(s) {', '.join(str(r.rank) for r in partial[:8])}"
     why = "the trace is cut off mid-write" if cut else "the trace lacks the device side of some steps"
     if left_out:
-        analysed = sum(int(r["totals"]["steps"]) for r in partial)
+        analysed = sum(r.totals.steps for r in partial)
         what = (
             f"{left_out} of {left_out + analysed} steps{who} have no recorded device activity and are left out "
             "of every number and finding"
         )
-    elif any(r["coverage"].get("clipped_ns") for r in partial):
+    elif any(r.coverage.clipped_ns for r in partial):
         what = f"the accounting{who} stops where the device record ends"
     else:
         what = f"every step{who} is covered by the device record, but events after the cut are missing"
-    return {"partial": True, "incomplete_step_count": left_out, "partial_note": f"Partial run: {why}; {what}."}
+    return True, left_out, f"Partial run: {why}; {what}."
 
 
-def mean_per_step(totals: dict[str, Any], key: str) -> dict[str, float]:
-    """Per-step means of a totals dict's ``breakdown_ns`` or ``idle_causes_ns``."""
-    steps = max(int(totals.get("steps", 0)), 1)
+def mean_per_step(totals: Totals, key: str) -> dict[str, float]:
+    """Per-step means of a totals' ``breakdown_ns`` or ``idle_causes_ns``."""
+    steps = max(totals.steps, 1)
+    values = totals.breakdown_ns if key == "breakdown_ns" else totals.idle_causes_ns
     names = BUCKETS if key == "breakdown_ns" else IDLE_CAUSES
-    return {name: totals[key][name] / steps for name in names}
+    return {name: values.get(name, 0) / steps for name in names}

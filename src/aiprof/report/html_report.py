@@ -14,12 +14,19 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
+
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report import common as c
 from aiprof.report import svg
 from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
 from aiprof.report.document import mean_per_step
-from aiprof.report.svg import esc
+from aiprof.report.escape import html as esc
+from aiprof.report.json_report import encode
+from aiprof.roofline.chart import chart_svg
+from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
+from aiprof.rules.finding import FindingRecord
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -85,11 +92,12 @@ class HtmlRenderer:
         self.top = top
         self._tables = 0
 
-    def render(self, doc: dict[str, Any]) -> str:
+    def render(self, doc: Report) -> str:
         self._tables = 0
-        data = json.dumps(doc, ensure_ascii=False, allow_nan=False).replace("<", "\\u003c")
+        embedded, slimmed = _embedded(doc)
+        data = encode(embedded).decode().replace("<", "\\u003c")
         focus = c.focus_rank(doc)
-        multi = len(doc["ranks"]) > 1
+        multi = len(doc.ranks) > 1
         sections = [
             ("findings", "Findings", self._findings(doc)),
             ("steps", "Step breakdown", self._steps(focus, multi)),
@@ -115,37 +123,42 @@ class HtmlRenderer:
             + nav
             + body
             + f'<script type="application/json" id="aiprof-data">{data}</script>'
-            + f'<footer>{esc(doc.get("generator", "aiprof"))} · report schema {esc(doc.get("schema_version", "?"))} · '
-            "the full report is embedded as JSON (element <code>#aiprof-data</code>)</footer>"
+            + f'<footer>{esc(doc.generator)} · report schema {esc(doc.schema_version)} · '
+            + (
+                "the full report is embedded as JSON (element <code>#aiprof-data</code>)"
+                if not slimmed
+                else f"the report is embedded as JSON (element <code>#aiprof-data</code>), the {slimmed:,} ranks not "
+                "shown here with their totals only (the JSON report has their steps and sections)"
+            )
+            + "</footer>"
             + "</body></html>\n"
         )
 
     # -------------------------------------------------------------------------------------------
     # Header and findings
     # -------------------------------------------------------------------------------------------
-    def _title(self, doc: dict[str, Any]) -> str:
-        s = doc["summary"]
-        return f"aiprof report · {fmt_ms(s.get('median_step_ns', 0))} median step"
+    def _title(self, doc: Report) -> str:
+        return f"aiprof report · {fmt_ms(doc.summary.median_step_ns)} median step"
 
-    def _header(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
-        s = doc["summary"]
-        names = [d.get("name") for d in focus.get("devices", []) if d.get("name")]
-        device = f"{names[0]} ({focus['primary_device']})" if names else focus["primary_device"]
-        causes = mean_per_step(focus["totals"], "idle_causes_ns")
+    def _header(self, doc: Report, focus: RankReport) -> str:
+        s = doc.summary
+        names = [d.name for d in focus.devices if d.name]
+        device = f"{names[0]} ({focus.primary_device})" if names else focus.primary_device
+        causes = mean_per_step(focus.totals, "idle_causes_ns")
         top_cause = max(IDLE_CAUSES, key=lambda k: causes[k])
-        mean = c.mean_step_ns(focus["totals"])
+        mean = c.mean_step_ns(focus.totals)
         kpis = [
-            (fmt_ms(s["median_step_ns"]), "median step"),
-            (fmt_pct(s["gpu_utilization"]), c.util_label(doc)),
-            (f"{s['step_count']}", "steps analysed"),
+            (fmt_ms(s.median_step_ns), "median step"),
+            (fmt_pct(s.gpu_utilization), c.util_label(doc)),
+            (f"{s.step_count}", "steps analysed"),
         ]
-        if s["rank_count"] > 1:
-            kpis.append((f"{s['rank_count']}", f"ranks · slowest is rank {s['slowest_rank']}"))
+        if s.rank_count > 1:
+            kpis.append((f"{s.rank_count}", f"ranks · slowest is rank {s.slowest_rank}"))
         if causes[top_cause] > 0:
             kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), f"of a step idle on {top_cause}"))
-        sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc["sources"][:4])
-        if len(doc["sources"]) > 4:
-            sources += f'<div class="mute">… and {len(doc["sources"]) - 4} more</div>'
+        sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc.sources[:4])
+        if len(doc.sources) > 4:
+            sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
         return (
             f"<h1>aiprof · {esc(device)}</h1>{sources}"
@@ -155,34 +168,34 @@ class HtmlRenderer:
             + "</div>"
         )
 
-    def _findings(self, doc: dict[str, Any]) -> str:
+    def _findings(self, doc: Report) -> str:
         items = c.findings(doc)
         if not items:
             return ""
         return "".join(self._finding(f) for f in items)
 
-    def _finding(self, f: dict[str, Any]) -> str:
-        sev = str(f.get("severity", "info"))
+    def _finding(self, f: FindingRecord) -> str:
+        sev = f.severity
         sev_class = sev if sev in c.SEVERITY_ORDER else "info"
         facts = [c.saving_text(f)]
-        if f.get("confidence"):
-            facts.append(f"confidence {f['confidence']}")
-        ranks = f.get("ranks") or []
+        if f.confidence:
+            facts.append(f"confidence {f.confidence}")
+        ranks = f.ranks
         if ranks:
             facts.append("rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(str(r) for r in ranks[:16]))
-        if f.get("device"):
-            facts.append(str(f["device"]))
-        evidence = f.get("evidence")
-        fix = str(f.get("fix", "")).strip()
-        docs = str(f.get("docs", ""))
-        notes = [str(n) for n in f.get("notes") or []]
+        if f.device:
+            facts.append(f.device)
+        evidence = f.evidence
+        fix = f.fix.strip()
+        docs = f.docs
+        notes = f.notes
         return (
-            f'<article class="finding {sev_class}"><h3><span class=sev>{esc(sev)}</span>{esc(f.get("title", f.get("id", "")))}'
-            f' <span class=mute>({esc(f.get("id", ""))})</span></h3>'
+            f'<article class="finding {sev_class}"><h3><span class=sev>{esc(sev)}</span>{esc(f.title or f.id)}'
+            f' <span class=mute>({esc(f.id)})</span></h3>'
             f'<div class=saving>{esc(" · ".join(x for x in facts if x))}</div>'
             + (f"<details open><summary>Evidence</summary>{_evidence(evidence)}</details>" if evidence else "")
             + (f"<div><b>Fix</b><pre>{esc(fix)}</pre></div>" if fix else "")
-            + (f'<div class="mute">how the saving is estimated: {esc(f["saving_formula"])}</div>' if f.get("saving_formula") else "")
+            + (f'<div class="mute">how the saving is estimated: {esc(f.saving_formula)}</div>' if f.saving_formula else "")
             + "".join(f'<div class="mute">note: {esc(n)}</div>' for n in notes)
             + (f'<div class="mute">more: <code>{esc(docs)}</code></div>' if docs else "")
             + "</article>"
@@ -191,24 +204,28 @@ class HtmlRenderer:
     # -------------------------------------------------------------------------------------------
     # Steps, idle, timeline
     # -------------------------------------------------------------------------------------------
-    def _steps(self, rank: dict[str, Any], multi: bool) -> str:
-        steps = rank.get("steps") or []
+    def _steps(self, rank: RankReport, multi: bool) -> str:
+        steps = rank.steps
         if not steps:
             return ""
         rows = [
-            (str(s["name"]), {b: float(s["breakdown_ns"][b]) for b in BUCKETS}, float(s["duration_ns"]), fmt_ms(s["duration_ns"]))
+            (s.name, {b: float(s.breakdown_ns.get(b, 0)) for b in BUCKETS}, float(s.duration_ns), fmt_ms(s.duration_ns))
             for s in steps[:60]
         ]
-        per = mean_per_step(rank["totals"], "breakdown_ns")
-        mean = c.mean_step_ns(rank["totals"])
+        per = mean_per_step(rank.totals, "breakdown_ns")
+        mean = c.mean_step_ns(rank.totals)
         table = _table(
             ["bucket", "mean per step", "share"],
             [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
         )
-        who = f"rank {rank['rank']}, " if multi else ""
-        more = f'<p class="mute">first 60 of {len(steps)} steps</p>' if len(steps) > 60 else ""
+        who = f"rank {rank.rank}, " if multi else ""
+        more = (
+            f'<p class="mute">first 60 of {len(steps):,} steps; {esc(c.hidden_steps_text(steps[60:]))}</p>'
+            if len(steps) > 60
+            else ""
+        )
         return (
-            f'<p class="mute">{esc(who + rank["primary_device"])}: every nanosecond of each step window in exactly one bucket.</p>'
+            f'<p class="mute">{esc(who + rank.primary_device)}: every nanosecond of each step window in exactly one bucket.</p>'
             + _legend(c.buckets(rank))
             + svg.stacked_rows(rows, BUCKETS)
             + more
@@ -216,9 +233,9 @@ class HtmlRenderer:
             + _incomplete(rank)
         )
 
-    def _idle(self, rank: dict[str, Any]) -> str:
-        causes = mean_per_step(rank["totals"], "idle_causes_ns")
-        mean = c.mean_step_ns(rank["totals"])
+    def _idle(self, rank: RankReport) -> str:
+        causes = mean_per_step(rank.totals, "idle_causes_ns")
+        mean = c.mean_step_ns(rank.totals)
         present = [k for k in sorted(IDLE_CAUSES, key=lambda k: -causes[k]) if causes[k] > 0]
         if not present:
             return ""
@@ -233,23 +250,26 @@ class HtmlRenderer:
             + svg.stacked_rows([(k, p, mean, r) for k, p, _, r in rows], IDLE_CAUSES, value_w=150)
         )
 
-    def _timeline(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
-        multi = len(doc["ranks"]) > 1
+    def _timeline(self, doc: Report, focus: RankReport) -> str:
+        multi = len(doc.ranks) > 1
         strips: list[str] = []
         span = None
         order = BUCKETS[:-1]
-        for rank in doc["ranks"] if multi else [focus]:
-            ov = rank.get("timeline_overview")
+        capped = c.cap_ranks(doc) if multi else c.cap_rows([focus])
+        for rank in capped.head + capped.tail:
+            ov = rank.timeline_overview
             if not isinstance(ov, dict) or not ov.get("bins"):
                 continue
             span = span or ov
             marks = _step_marks(rank, ov)
             for dev in ov.get("devices") or []:
-                if multi and dev.get("device") != rank.get("primary_device"):
+                if multi and dev.get("device") != rank.primary_device:
                     continue
                 series = {b: dev.get(f"{b}_ns") or [] for b in order}
-                label = f"rank {rank['rank']}" if multi else str(dev.get("device"))
+                label = f"rank {rank.rank}" if multi else str(dev.get("device"))
                 strips.append(svg.occupancy_strip(series, order, int(ov["bin_ns"]), marks, label))
+            if capped.hidden and rank is capped.head[-1]:
+                strips.append(f'<p class="mute">… {len(capped.hidden):,} more ranks (every rank is in the JSON report)</p>')
         if not strips or span is None:
             return ""
         total = int(span["end_ns"]) - int(span["start_ns"])
@@ -267,9 +287,9 @@ class HtmlRenderer:
             + self._telemetry(doc, focus)
         )
 
-    def _telemetry(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
-        tel = doc.get("telemetry")
-        ov = focus.get("timeline_overview")
+    def _telemetry(self, doc: Report, focus: RankReport) -> str:
+        tel = doc.telemetry
+        ov = focus.timeline_overview
         if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
             return ""
         start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
@@ -296,24 +316,27 @@ class HtmlRenderer:
     # -------------------------------------------------------------------------------------------
     # Ranks and collectives
     # -------------------------------------------------------------------------------------------
-    def _ranks(self, doc: dict[str, Any]) -> str:
-        slowest = doc["summary"].get("slowest_rank")
+    def _ranks(self, doc: Report) -> str:
+        """A bar and a row per rank; past ``c.ROW_CAP_FIRST + ROW_CAP_LAST`` ranks, the first and last
+        ones (the slowest always among them) and one aggregate line for the rest."""
+        slowest = doc.summary.slowest_rank
         bars = []
         rows = []
-        for r in doc["ranks"]:
-            t = r["totals"]
+        capped = c.cap_ranks(doc)
+        for r in capped.head + capped.tail:
+            t = r.totals
             mean = c.mean_step_ns(t)
             per = mean_per_step(t, "breakdown_ns")
             causes = mean_per_step(t, "idle_causes_ns")
             top = max(IDLE_CAUSES, key=lambda k: causes[k])
-            tag = " (slowest)" if r["rank"] == slowest else ""
-            bars.append((f"rank {r['rank']}{tag}", per, mean, fmt_ms(t["median_step_ns"])))
+            tag = " (slowest)" if r.rank == slowest else ""
+            bars.append((f"rank {r.rank}{tag}", per, mean, fmt_ms(t.median_step_ns)))
             rows.append(
                 [
-                    (esc(f"{r['rank']}{tag}"), r["rank"]),
-                    (esc(r["primary_device"]), str(r["primary_device"])),
-                    (fmt_ms(t["median_step_ns"]), t["median_step_ns"]),
-                    (fmt_pct(t["gpu_utilization"]), t["gpu_utilization"]),
+                    (esc(f"{r.rank}{tag}"), r.rank),
+                    (esc(r.primary_device), r.primary_device),
+                    (fmt_ms(t.median_step_ns), t.median_step_ns),
+                    (fmt_pct(t.gpu_utilization), t.gpu_utilization),
                     (fmt_ms(per["compute"]), per["compute"]),
                     (fmt_ms(per["communication"]), per["communication"]),
                     (fmt_ms(per["idle"]), per["idle"]),
@@ -321,18 +344,21 @@ class HtmlRenderer:
                 ]
             )
         head = ["rank", "device", "median step", "util", "compute", "comm", "idle", "top idle cause"]
+        hidden = f'<p class="mute">{esc(c.hidden_ranks_text(capped.hidden))} (every rank is in the JSON report)</p>' if capped.hidden else ""
         return (
             '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
             + _legend()
             + svg.stacked_rows(bars, BUCKETS)
             + self._sortable(head, rows, "minmax(6em,1fr) minmax(5em,auto) repeat(5,minmax(5.5em,auto)) minmax(9em,1.4fr)")
+            + hidden
         )
 
-    def _collectives(self, doc: dict[str, Any]) -> str:
+    def _collectives(self, doc: Report) -> str:
         groups: dict[tuple[Any, ...], dict[str, Any]] = {}
-        overlap_rows = []
-        for r in doc["ranks"]:
-            comm = r.get("communication")
+        overlap_rows: list[list[tuple[str, Any]]] = []
+        hidden_overlap = 0
+        for r in doc.ranks:
+            comm = r.communication
             if not isinstance(comm, dict):
                 continue
             for s in comm.get("summary") or []:
@@ -340,14 +366,17 @@ class HtmlRenderer:
                 g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
                 g["count"] += int(s.get("count") or 0)
                 g["total_ns"] += int(s.get("total_ns") or 0)
-                g["ranks"].add(r["rank"])
+                g["ranks"].add(r.rank)
                 if isinstance(s.get("busbw_gb_per_s"), (int, float)):
                     g["busbw"].append(float(s["busbw_gb_per_s"]))
             for o in comm.get("overlap") or []:
                 if o.get("comm_ns"):
+                    if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
+                        hidden_overlap += 1
+                        continue
                     overlap_rows.append(
                         [
-                            (str(r["rank"]), r["rank"]),
+                            (str(r.rank), r.rank),
                             (esc(o.get("device")), o.get("device")),
                             (fmt_ms(o["comm_ns"]), o["comm_ns"]),
                             (fmt_ms(o.get("exposed_ns", 0)), o.get("exposed_ns", 0)),
@@ -382,16 +411,18 @@ class HtmlRenderer:
                 overlap_rows,
                 "minmax(4em,1fr) repeat(4,minmax(6em,auto))",
             )
+            if hidden_overlap:
+                out += f'<p class="mute">… {hidden_overlap:,} more rows (every rank is in the JSON report)</p>'
         return out
 
     # -------------------------------------------------------------------------------------------
     # Roofline, kernels, ops
     # -------------------------------------------------------------------------------------------
-    def _roofline(self, rank: dict[str, Any]) -> str:
-        roof = rank.get("roofline")
+    def _roofline(self, rank: RankReport) -> str:
+        roof = rank.roofline
         if not isinstance(roof, dict):
             return ""
-        chart = roofline_svg(roof)
+        chart = chart_svg(roof)
         rows = []
         for r in sorted(roof.get("rows") or [], key=lambda r: -(r.get("time_ns") or 0))[: self.top]:
             pct = r.get("pct_of_roof")
@@ -417,7 +448,7 @@ class HtmlRenderer:
         extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.get("notes") or [])  # assumed dtypes, no-ops
         return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table
 
-    def _kernels(self, rank: dict[str, Any]) -> str:
+    def _kernels(self, rank: RankReport) -> str:
         rows = []
         for k in c.top_kernels(rank, self.top):
             rows.append(
@@ -439,7 +470,7 @@ class HtmlRenderer:
             "minmax(16em,1fr) repeat(6,minmax(4.8em,auto))",
         )
 
-    def _ops(self, rank: dict[str, Any]) -> str:
+    def _ops(self, rank: RankReport) -> str:
         ops, key = c.top_ops(rank, self.top)
         if not ops:
             return ""
@@ -465,31 +496,31 @@ class HtmlRenderer:
     # -------------------------------------------------------------------------------------------
     # Metadata and notes
     # -------------------------------------------------------------------------------------------
-    def _metadata(self, doc: dict[str, Any], focus: dict[str, Any]) -> str:
-        pairs: list[tuple[str, Any]] = [("generator", doc.get("generator")), ("report schema", doc.get("schema_version"))]
-        pairs.append(("rank numbering", focus.get("rank_source")))
-        pairs.append(("events (rank shown)", f"{int(focus.get('event_count') or 0):,}"))
-        for k, v in (focus.get("distributed") or {}).items():
+    def _metadata(self, doc: Report, focus: RankReport) -> str:
+        pairs: list[tuple[str, Any]] = [("generator", doc.generator), ("report schema", doc.schema_version)]
+        pairs.append(("rank numbering", focus.rank_source))
+        pairs.append(("events (rank shown)", f"{focus.event_count:,}"))
+        for k, v in focus.distributed.items():
             pairs.append((f"distributed.{k}", v))
-        for k, v in (focus.get("trace_metadata") or {}).items():
+        for k, v in focus.trace_metadata.items():
             pairs.append((f"trace.{k}", v))
-        props = [p for p in focus.get("device_properties") or [] if isinstance(p, dict)]
+        props = [p for p in focus.device_properties if isinstance(p, dict)]
         index = c.primary_index(focus)
         prop = next((p for p in props if p.get("index") == index), None)
         for k, v in (prop or {}).items():
             pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
-        run = doc.get("run_metadata")
+        run = doc.run_metadata
         if isinstance(run, dict):
             for k, v in run.items():
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
-        compat = focus.get("compat")
+        compat = focus.compat
         if isinstance(compat, dict) and compat:
             out += "<details><summary>Peer-convention numbers (HTA, TraceLens, TensorBoard plugin)</summary>"
             out += _evidence(compat) + "</details>"
         return out
 
-    def _notes(self, doc: dict[str, Any]) -> str:
+    def _notes(self, doc: Report) -> str:
         notes = c.notes(doc)
         if not notes:
             return ""
@@ -547,6 +578,24 @@ class HtmlRenderer:
 # ---------------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------------
+def _embedded(doc: Report) -> tuple[Report, int]:
+    """The document the page embeds, and how many ranks were slimmed: every rank, but those the page
+    does not show (``c.cap_ranks``) with their totals and notes only: no per-step lists and no detail
+    sections (kernels, ops, roofline…), which make most of a rank's size. A run of thousands of ranks
+    stays a page, not hundreds of MB; the JSON report keeps everything."""
+    capped = c.cap_ranks(doc)
+    if not capped.hidden:
+        return doc, 0
+    hidden = {id(r) for r in capped.hidden}
+    ranks = [_slim(r) if id(r) in hidden else r for r in doc.ranks]
+    return msgspec.structs.replace(doc, ranks=ranks), len(hidden)
+
+
+def _slim(rank: RankReport) -> RankReport:
+    devices = [msgspec.structs.replace(d, steps=[]) for d in rank.devices]
+    return msgspec.structs.replace(rank, steps=[], devices=devices, **dict.fromkeys(SECTIONS, UNSET))
+
+
 def _ranks(keys: list[Any]) -> list[int]:
     """Each row's position when sorted by this column, descending for numbers, A→Z for text."""
     numeric = all(isinstance(k, (int, float)) and not isinstance(k, bool) for k in keys)
@@ -565,12 +614,12 @@ def _legend(shown: Sequence[str] | None = None) -> str:
     return '<div class="legend">' + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in kept) + "</div>"
 
 
-def _incomplete(rank: dict[str, Any]) -> str:
+def _incomplete(rank: RankReport) -> str:
     """The steps of a partial trace left out of the numbers, each with the reason."""
-    steps = [s for s in rank.get("incomplete_steps") or [] if isinstance(s, dict)]
+    steps: list[IncompleteStep] = rank.incomplete_steps
     if not steps:
         return ""
-    rows = [[esc(s.get("name")), fmt_ms(s.get("duration_ns") or 0), esc(s.get("detail", s.get("reason")))] for s in steps[:60]]
+    rows = [[esc(s.name), fmt_ms(s.duration_ns), esc(s.detail or s.reason)] for s in steps[:60]]
     return (
         f'<p class="mute">{len(steps)} incomplete step(s): the trace holds their CPU side but not their device side, '
         "so they are left out of every number above and of the findings.</p>"
@@ -578,12 +627,12 @@ def _incomplete(rank: dict[str, Any]) -> str:
     )
 
 
-def _step_marks(rank: dict[str, Any], ov: dict[str, Any]) -> list[float]:
+def _step_marks(rank: RankReport, ov: dict[str, Any]) -> list[float]:
     start, end = int(ov["start_ns"]), int(ov["end_ns"])
     span = max(end - start, 1)
     marks = []
-    for s in rank.get("steps") or []:
-        x = (int(s["start_ns"]) - start) / span
+    for s in rank.steps:
+        x = (s.start_ns - start) / span
         if 0 < x < 1:
             marks.append(x)
     return marks[:200]
@@ -675,95 +724,3 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         + "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in r) + "</tr>" for r in rows)
         + "</tbody></table>"
     )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Roofline chart from the document's ``roofline`` section
-# ---------------------------------------------------------------------------------------------------
-_RW, _RH, _RL, _RR, _RT, _RB = 760, 420, 70, 40, 20, 44
-
-
-def roofline_svg(roof: dict[str, Any], limit: int = 150) -> str:
-    """Log-log roofline: achieved FLOP/s against arithmetic intensity, one circle per op (area ~ time),
-    the memory roof and the compute roofs of the units the ops use. Empty when no op is modelled."""
-    pts = [
-        r
-        for r in roof.get("rows") or []
-        if r.get("drawn", True)  # no-ops and points above their roof are not measurements
-        and isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
-        and isinstance(r.get("achieved_flops_per_s"), (int, float))
-        and r["arithmetic_intensity_flops_per_byte"] > 0
-        and r["achieved_flops_per_s"] > 0
-    ]
-    pts = sorted(pts, key=lambda r: -(r.get("time_ns") or 0))[:limit]
-    if not pts:
-        return ""
-    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else {}
-    bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
-    flops = peaks.get("flops_per_s") or {} if peaks else {}
-    used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
-    by_peak: dict[float, list[str]] = {}
-    for k, v in flops.items():
-        if k in used and v:
-            by_peak.setdefault(float(v), []).append(str(k))
-    roofs = {" / ".join(sorted(keys)): peak for peak, keys in by_peak.items()}  # equal roofs share one line
-    xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
-    ys = [float(r["achieved_flops_per_s"]) for r in pts]
-    ridge = [p / bw for p in roofs.values()] if bw else []
-    x_lo = math.floor(math.log10(min(xs + ridge) / 2))
-    x_hi = max(math.ceil(math.log10(max(xs + ridge) * 2)), x_lo + 1)
-    y_lo = math.floor(math.log10(min(ys) / 2))
-    y_hi = max(math.ceil(math.log10(max(ys + list(roofs.values())) * 2)), y_lo + 1)
-    pw, ph = _RW - _RL - _RR, _RH - _RT - _RB
-
-    def px(v: float) -> float:
-        return _RL + pw * (math.log10(v) - x_lo) / (x_hi - x_lo)
-
-    def py(v: float) -> float:
-        return _RT + ph * (1 - (math.log10(v) - y_lo) / (y_hi - y_lo))
-
-    out = [f'<svg class="chart roof" viewBox="0 0 {_RW} {_RH}" role="img" width="100%">']
-    for e in range(x_lo, x_hi + 1):
-        out.append(f'<line class=grid x1="{px(10.0**e):.1f}" x2="{px(10.0**e):.1f}" y1="{_RT}" y2="{_RT + ph}"/>')
-        out.append(f'<text class=lbl x="{px(10.0**e):.1f}" y="{_RT + ph + 14}" text-anchor="middle">{_si(10.0**e)}</text>')
-    for e in range(y_lo, y_hi + 1):
-        out.append(f'<line class=grid x1="{_RL}" x2="{_RL + pw}" y1="{py(10.0**e):.1f}" y2="{py(10.0**e):.1f}"/>')
-        out.append(f'<text class=lbl x="{_RL - 4}" y="{py(10.0**e) + 4:.1f}" text-anchor="end">{_si(10.0**e)}</text>')
-    out.append(f'<rect class=axis x="{_RL}" y="{_RT}" width="{pw}" height="{ph}"/>')
-    out.append(f'<text class=lbl x="{_RL + pw / 2}" y="{_RH - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
-    out.append(f'<text class=lbl transform="translate(14,{_RT + ph / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
-    lo_x, hi_x = 10.0**x_lo, 10.0**x_hi
-    for key, peak in sorted(roofs.items(), key=lambda kv: -kv[1]):
-        knee = min(max(peak / bw, lo_x), hi_x)
-        start = max(lo_x, 10.0**y_lo / bw)
-        out.append(
-            f'<path class=roofline d="M{px(start):.1f} {py(bw * start):.1f}L{px(knee):.1f} {py(min(bw * knee, peak)):.1f}'
-            f'L{px(hi_x):.1f} {py(peak):.1f}"><title>{esc(key)}: {esc(_si(peak))}FLOP/s, ridge {peak / bw:.1f} FLOP/B</title></path>'
-        )
-        out.append(f'<text class=lbl x="{px(hi_x) - 4:.1f}" y="{py(peak) - 4:.1f}" text-anchor="end">{esc(key)} {esc(_si(peak))}FLOP/s</text>')
-    largest = max(float(r.get("time_ns") or 1) for r in pts)
-    for r, x, y in zip(pts, xs, ys):
-        radius = 2.5 + 12 * math.sqrt(float(r.get("time_ns") or 0) / largest)
-        bound = str(r.get("bound"))
-        cls = bound if bound in ("compute-bound", "memory-bound", "latency-bound") else "other"
-        tip = f"{r.get('name')} {r.get('input_dims') or ''} ×{r.get('count')}: {fmt_ms(r.get('time_ns') or 0)}, {bound}"
-        out.append(f'<circle class="pt {cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius:.1f}"><title>{esc(tip)}</title></circle>')
-    out.append("</svg>")
-    legend = "".join(
-        f'<span><i class="sw" style="background:var({v})"></i>{k}</span>'
-        for k, v in (("compute-bound", "--ln0"), ("memory-bound", "--ln2"), ("latency-bound", "--high"), ("other", "--mute"))
-    )
-    device = peaks.get("name") if peaks else roof.get("device_name")
-    return (
-        "".join(out)
-        + f'<div class="legend">{legend}<span>circle area ~ time</span>'
-        + (f"<span>peaks: {esc(device)}</span>" if device else "")
-        + "</div>"
-    )
-
-
-def _si(value: float) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= factor:
-            return f"{value / factor:g}{prefix}"
-    return f"{value:g}"

@@ -1,29 +1,32 @@
-"""Markdown renderer: the summary, for pasting into a pull request or an issue."""
+"""Markdown renderer: the summary, for pasting into a pull request or an issue.
+
+Every string from a trace goes through ``report.escape.markdown`` (no table break, heading, link, image,
+raw HTML or @mention can come from a name); the per-rank table shows the first and last ranks of a large
+run and one aggregate line for the rest (``common.cap_rows``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aiprof.analysis.timeline import IDLE_CAUSES
-from aiprof.report.document import mean_per_step
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
-
-
-def _cell(text: str) -> str:
-    """Escape what would break a table cell or inject markup."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+from aiprof.report.document import mean_per_step
+from aiprof.report.escape import markdown as _cell
+from aiprof.report.escape import markdown_code_line as _cell_code
+from aiprof.report.model import RankReport, Report
 
 
 class MarkdownRenderer:
-    def render(self, doc: dict[str, Any]) -> str:
-        s = doc["summary"]
-        lines = [f"## aiprof: {s['rank_count']} rank(s), {s['step_count']} step(s)", ""]
+    def render(self, doc: Report) -> str:
+        s = doc.summary
+        lines = [f"## aiprof: {s.rank_count} rank(s), {s.step_count} step(s)", ""]
         lines.append(
-            f"Median step **{fmt_ms(s['median_step_ns'])}**, "
-            f"{'GPU utilization' if s['device_kind'] == 'gpu' else 'CPU busy'} "
-            f"**{100 * s['gpu_utilization']:.1f}%**"
-            + (f", slowest rank {s['slowest_rank']}" if s["rank_count"] > 1 else "")
+            f"Median step **{fmt_ms(s.median_step_ns)}**, "
+            f"{'GPU utilization' if s.device_kind == 'gpu' else 'CPU busy'} "
+            f"**{100 * s.gpu_utilization:.1f}%**"
+            + (f", slowest rank {s.slowest_rank}" if s.rank_count > 1 else "")
             + "."
         )
         partial = common.partial_note(doc)
@@ -33,25 +36,32 @@ class MarkdownRenderer:
         buckets = common.buckets(doc)
         lines.append("| rank | device | median step | " + " | ".join(buckets) + " | top idle cause |")
         lines.append("|---:|---|---:|" + "---:|" * len(buckets) + "---|")
-        for r in doc["ranks"]:
-            t = r["totals"]
-            per = mean_per_step(t, "breakdown_ns")
-            causes = mean_per_step(t, "idle_causes_ns")
-            top = max(IDLE_CAUSES, key=lambda k: causes[k])
-            cells = [str(r["rank"]), _cell(r["primary_device"]), fmt_ms(t["median_step_ns"])]
-            cells += [fmt_ms(per[b]) for b in buckets]
-            cells.append(f"{top} ({fmt_ms(causes[top])})" if causes[top] > 0 else "-")
-            lines.append("| " + " | ".join(cells) + " |")
+        capped = common.cap_ranks(doc)
+        lines += [_rank_row(r, buckets) for r in capped.head]
+        if capped.hidden:
+            lines.append("| … | " + _cell(common.hidden_ranks_text(capped.hidden)) + " |" + " |" * (len(buckets) + 2))
+        lines += [_rank_row(r, buckets) for r in capped.tail]
         lines += _findings(doc)
-        lines += _top_tables(common.focus_rank(doc), len(doc["ranks"]) > 1)
+        lines += _top_tables(common.focus_rank(doc), len(doc.ranks) > 1)
         notes = common.notes(doc)
         if notes:
             lines += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in notes]
-        lines += ["", f"<sub>{_cell(doc['generator'])}, report schema {doc['schema_version']}</sub>", ""]
+        lines += ["", f"<sub>{_cell(doc.generator)}, report schema {_cell(doc.schema_version)}</sub>", ""]
         return "\n".join(lines)
 
 
-def _findings(doc: dict[str, Any]) -> list[str]:
+def _rank_row(r: RankReport, buckets: tuple[str, ...]) -> str:
+    t = r.totals
+    per = mean_per_step(t, "breakdown_ns")
+    causes = mean_per_step(t, "idle_causes_ns")
+    top = max(IDLE_CAUSES, key=lambda k: causes[k])
+    cells = [str(r.rank), _cell(r.primary_device), fmt_ms(t.median_step_ns)]
+    cells += [fmt_ms(per[b]) for b in buckets]
+    cells.append(f"{top} ({fmt_ms(causes[top])})" if causes[top] > 0 else "-")
+    return "| " + " | ".join(cells) + " |"
+
+
+def _findings(doc: Report) -> list[str]:
     """Each finding: severity, title, saving, then the fix as a quoted block (it often holds code)."""
     items = common.findings(doc)
     if not items:
@@ -59,12 +69,12 @@ def _findings(doc: dict[str, Any]) -> list[str]:
     out = ["", "### Findings", ""]
     for i, f in enumerate(items, 1):
         saving = common.saving_text(f)
-        facts = [x for x in (saving, f"confidence {f['confidence']}" if f.get("confidence") else "") if x]
+        facts = [x for x in (saving, f"confidence {f.confidence}" if f.confidence else "") if x]
         out.append(
-            f"{i}. **{_cell(str(f.get('title', f.get('id', ''))))}** "
-            f"`{_cell(str(f.get('severity', '')))}` " + (f"— {_cell(', '.join(facts))}" if facts else "")
+            f"{i}. **{_cell(f.title or f.id)}** "
+            f"`{f.severity}` " + (f"— {_cell(', '.join(facts))}" if facts else "")
         )
-        fix = str(f.get("fix", "")).strip()
+        fix = f.fix.strip()
         if fix:
             out.append("   <details><summary>Fix</summary>")
             out.append("")
@@ -74,24 +84,23 @@ def _findings(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _cell_code(line: str) -> str:
-    """Inside an indented code block Markdown is inert, but raw HTML around it is not: escape < and >."""
-    return line.replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _top_tables(rank: dict[str, Any], multi: bool) -> list[str]:
+def _top_tables(rank: RankReport, multi: bool) -> list[str]:
     out: list[str] = []
-    who = f" (rank {rank['rank']})" if multi else ""
+    who = f" (rank {rank.rank})" if multi else ""
     kernels = common.top_kernels(rank, 5)
     if kernels:
         out += ["", f"### Top kernels{who}", "", "| kernel | calls | total |", "|---|---:|---:|"]
-        out += [f"| {_cell(_clip(str(k.get('name'))))} | {int(k.get('count') or 0):,} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
+        out += [f"| {_cell(_clip(str(k.get('name'))))} | {_count(k)} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
     ops, key = common.top_ops(rank, 5)
     if ops:
         label = "GPU total" if key == "gpu_total_ns" else "self CPU"
         out += ["", f"### Top ops{who}", "", f"| op | calls | {label} |", "|---|---:|---:|"]
-        out += [f"| {_cell(_clip(str(o.get('name'))))} | {int(o.get('count') or 0):,} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
+        out += [f"| {_cell(_clip(str(o.get('name'))))} | {_count(o)} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
     return out
+
+
+def _count(row: dict[str, Any]) -> str:
+    return f"{int(row.get('count') or 0):,}"
 
 
 def _clip(text: str, n: int = 90) -> str:

@@ -14,7 +14,10 @@ from typing import Any
 
 import msgspec
 
+from aiprof.errors import AiprofError
+
 from aiprof.report.common import fmt_ms, saving_text
+from aiprof.report.model import RankReport, Report
 
 ANNOTATION_PID = 999_999_001
 TELEMETRY_PID = 999_999_002
@@ -24,13 +27,15 @@ def read_raw_trace(path: Path) -> dict[str, Any]:
     """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
     to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
     analysis read it: its complete events and the header fields written before them."""
+    from aiprof.trace.loader import read_bytes
+
+    data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.source)
     try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
         raw = msgspec.json.decode(data)
-    except (EOFError, OSError, ValueError, msgspec.DecodeError):
+    except (ValueError, msgspec.DecodeError):
         return _salvaged_raw_trace(path)
+    except RecursionError:
+        raise AiprofError(f"{path}: JSON nested deeper than the decoder allows; not a trace") from None
     if isinstance(raw, list):
         return {"traceEvents": raw}
     if not isinstance(raw, dict):
@@ -58,13 +63,13 @@ def _salvaged_raw_trace(path: Path) -> dict[str, Any]:
     return {**header, "traceEvents": events}
 
 
-def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, Any]:
-    """``raws[i]`` is the raw trace of ``doc["ranks"][i]``."""
+def merged_trace(doc: Report, raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """``raws[i]`` is the raw trace of ``doc.ranks[i]``."""
     bases = [int(r.get("baseTimeNanoseconds") or 0) for r in raws]
     base = min(bases) if bases else 0
     events: list[Any] = []
     next_pid = 1
-    for rank, raw, rank_base in zip(doc["ranks"], raws, bases):
+    for rank, raw, rank_base in zip(doc.ranks, raws, bases):
         shift_us = (rank_base - base) / 1000.0
         pids: dict[Any, int] = {}
         for e in raw.get("traceEvents") or []:
@@ -79,50 +84,49 @@ def merged_trace(doc: dict[str, Any], raws: list[dict[str, Any]]) -> dict[str, A
             if shift_us and isinstance(e.get("ts"), (int, float)):
                 e["ts"] = e["ts"] + shift_us
             if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict):
-                e["args"] = {**e["args"], "name": f"rank {rank['rank']} · {e['args'].get('name', pid)}"}
+                e["args"] = {**e["args"], "name": f"rank {rank.rank} · {e['args'].get('name', pid)}"}
             events.append(e)
-        events += _steps(rank, (rank_base - base) / 1000.0, len(doc["ranks"]) > 1)
+        events += _steps(rank, (rank_base - base) / 1000.0, len(doc.ranks) > 1)
     events += _findings(doc, base, bases)
     events += _telemetry(doc, base)
     out = {k: v for k, v in (raws[0] if raws else {}).items() if k not in ("traceEvents",)}
     out["baseTimeNanoseconds"] = base
     out["traceEvents"] = events
-    summary = doc.get("summary") or {}
     out["aiprof"] = {
-        "generator": doc.get("generator"),
-        "sources": doc.get("sources"),
-        "findings": len(doc.get("findings") or []),
-        "partial": bool(summary.get("partial")),
-        "partial_note": summary.get("partial_note"),
-        "warnings": list(doc.get("warnings") or []),
+        "generator": doc.generator,
+        "sources": list(doc.sources),
+        "findings": len(doc.findings),
+        "partial": doc.summary.partial,
+        "partial_note": doc.summary.partial_note,
+        "warnings": list(doc.warnings),
     }
     return out
 
 
-def _steps(rank: dict[str, Any], shift_us: float, multi: bool) -> list[dict[str, Any]]:
+def _steps(rank: RankReport, shift_us: float, multi: bool) -> list[dict[str, Any]]:
     """One span per step on the annotation process, with its breakdown as args."""
-    tid = int(rank["rank"]) + 1
+    tid = rank.rank + 1
     out: list[dict[str, Any]] = [
         {"ph": "M", "name": "thread_name", "pid": ANNOTATION_PID, "tid": tid,
-         "args": {"name": f"aiprof steps (rank {rank['rank']}, {rank['primary_device']})" if multi else f"aiprof steps ({rank['primary_device']})"}},
+         "args": {"name": f"aiprof steps (rank {rank.rank}, {rank.primary_device})" if multi else f"aiprof steps ({rank.primary_device})"}},
     ]
-    for s in rank.get("steps") or []:
-        args = {f"{k} (ms)": round(v / 1e6, 3) for k, v in s["breakdown_ns"].items()}
-        args.update({f"idle: {k} (ms)": round(v / 1e6, 3) for k, v in s["idle_causes_ns"].items() if v})
+    for s in rank.steps:
+        args = {f"{k} (ms)": round(v / 1e6, 3) for k, v in s.breakdown_ns.items()}
+        args.update({f"idle: {k} (ms)": round(v / 1e6, 3) for k, v in s.idle_causes_ns.items() if v})
         out.append(
-            {"ph": "X", "cat": "aiprof", "name": f"{s['name']} · {fmt_ms(s['duration_ns'])}", "pid": ANNOTATION_PID, "tid": tid,
-             "ts": s["start_ns"] / 1000.0 + shift_us, "dur": s["duration_ns"] / 1000.0, "args": args}
+            {"ph": "X", "cat": "aiprof", "name": f"{s.name} · {fmt_ms(s.duration_ns)}", "pid": ANNOTATION_PID, "tid": tid,
+             "ts": s.start_ns / 1000.0 + shift_us, "dur": s.duration_ns / 1000.0, "args": args}
         )
-    for s in rank.get("incomplete_steps") or []:  # a partial trace: no device side, left out of the numbers
+    for i in rank.incomplete_steps:  # a partial trace: no device side, left out of the numbers
         out.append(
-            {"ph": "X", "cat": "aiprof.incomplete", "name": f"{s['name']} · incomplete (no device record)",
-             "pid": ANNOTATION_PID, "tid": tid, "ts": s["start_ns"] / 1000.0 + shift_us, "dur": s["duration_ns"] / 1000.0,
-             "args": {"why": s.get("detail", s.get("reason")), "left out of the numbers": True}}
+            {"ph": "X", "cat": "aiprof.incomplete", "name": f"{i.name} · incomplete (no device record)",
+             "pid": ANNOTATION_PID, "tid": tid, "ts": i.start_ns / 1000.0 + shift_us, "dur": i.duration_ns / 1000.0,
+             "args": {"why": i.detail or i.reason, "left out of the numbers": True}}
         )
     return out
 
 
-def _findings(doc: dict[str, Any], base: int, bases: list[int]) -> list[dict[str, Any]]:
+def _findings(doc: Report, base: int, bases: list[int]) -> list[dict[str, Any]]:
     """Each finding as a span over the steps it describes (the slowest rank's), on its own track."""
     from aiprof.report.common import findings, focus_rank
 
@@ -131,30 +135,30 @@ def _findings(doc: dict[str, Any], base: int, bases: list[int]) -> list[dict[str
         {"ph": "M", "name": "process_name", "pid": ANNOTATION_PID, "args": {"name": "aiprof: steps and findings"}},
         {"ph": "M", "name": "process_sort_index", "pid": ANNOTATION_PID, "args": {"sort_index": -1}},
     ]
-    if not items or not doc.get("ranks"):
+    if not items or not doc.ranks:
         return out
     focus = focus_rank(doc)
-    steps = focus.get("steps") or []
+    steps = focus.steps
     if not steps:
         return out
-    index = next((i for i, r in enumerate(doc["ranks"]) if r is focus), 0)
+    index = next((i for i, r in enumerate(doc.ranks) if r is focus), 0)
     shift_us = ((bases[index] if index < len(bases) else base) - base) / 1000.0
-    start = min(s["start_ns"] for s in steps) / 1000.0 + shift_us
-    end = max(s["start_ns"] + s["duration_ns"] for s in steps) / 1000.0 + shift_us
+    start = min(s.start_ns for s in steps) / 1000.0 + shift_us
+    end = max(s.start_ns + s.duration_ns for s in steps) / 1000.0 + shift_us
     for i, f in enumerate(items):
         tid = 10_000 + i
-        title = f"[{str(f.get('severity', '')).upper()}] {f.get('title', f.get('id'))}"
-        out.append({"ph": "M", "name": "thread_name", "pid": ANNOTATION_PID, "tid": tid, "args": {"name": f"finding: {f.get('id')}"}})
+        title = f"[{f.severity.upper()}] {f.title or f.id}"
+        out.append({"ph": "M", "name": "thread_name", "pid": ANNOTATION_PID, "tid": tid, "args": {"name": f"finding: {f.id}"}})
         out.append(
             {"ph": "X", "cat": "aiprof.finding", "name": title, "pid": ANNOTATION_PID, "tid": tid, "ts": start, "dur": end - start,
-             "args": {"saving": saving_text(f), "fix": f.get("fix"), "evidence": f.get("evidence"), "ranks": f.get("ranks")}}
+             "args": {"saving": saving_text(f), "fix": f.fix, "evidence": f.evidence, "ranks": list(f.ranks)}}
         )
     return out
 
 
-def _telemetry(doc: dict[str, Any], base: int) -> list[dict[str, Any]]:
+def _telemetry(doc: Report, base: int) -> list[dict[str, Any]]:
     """Counter tracks ("ph": "C") from the run directory's telemetry."""
-    tel = doc.get("telemetry")
+    tel = doc.telemetry
     if not isinstance(tel, dict):
         return []
     out: list[dict[str, Any]] = [

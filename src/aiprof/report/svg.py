@@ -6,14 +6,10 @@ Every label that comes from a trace goes through ``esc``; numbers are formatted 
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 
 from aiprof.report.common import fmt_ms
-
-
-def esc(value: object) -> str:
-    return html.escape(str(value), quote=True)
+from aiprof.report.escape import html as esc
 
 
 def _n(x: float) -> str:

@@ -15,6 +15,8 @@ from aiprof.analysis.run import RunAnalysis
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
 from aiprof.report.document import build_document, mean_per_step
+from aiprof.report.escape import terminal, terminal_text
+from aiprof.report.model import RankReport, Report, Summary
 
 __all__ = ["TerminalRenderer", "fmt_ms", "render_summary"]
 
@@ -34,7 +36,8 @@ def _bar(share: float, style: str) -> Text:
 
 
 class TerminalRenderer:
-    """``render(document) -> str``. ``color=None`` decides from ``is_tty``."""
+    """``render(document) -> str``. ``color=None`` decides from ``is_tty``. Every string from a trace is
+    printed as ``Text`` with its control characters made visible (``report.escape``), never as markup."""
 
     def __init__(self, width: int = 80, is_tty: bool = False, color: bool | None = None) -> None:
         if width < 60:
@@ -43,7 +46,7 @@ class TerminalRenderer:
         self.is_tty = is_tty
         self.color = is_tty if color is None else color
 
-    def render(self, doc: dict[str, Any]) -> str:
+    def render(self, doc: Report) -> str:
         buf = io.StringIO()
         console = Console(
             file=buf,
@@ -57,24 +60,27 @@ class TerminalRenderer:
         self._render(console, doc)
         return buf.getvalue()
 
-    def _render(self, console: Console, doc: dict[str, Any]) -> None:
-        ranks = doc["ranks"]
-        summary = doc["summary"]
-        console.print(Text(self._headline(doc), style="bold"))
-        for source in doc["sources"][:3]:
-            console.print(Text(f"  {_short_path(source)}", style="dim"))
-        if len(doc["sources"]) > 3:
-            console.print(Text(f"  … and {len(doc['sources']) - 3} more", style="dim"))
+    def _render(self, console: Console, doc: Report) -> None:
+        ranks = doc.ranks
+        summary = doc.summary
+        console.print(terminal_text(self._headline(doc), style="bold"))
+        for source in doc.sources[:3]:
+            console.print(terminal_text(f"  {_short_path(source)}", style="dim"))
+        if len(doc.sources) > 3:
+            console.print(Text(f"  … and {len(doc.sources) - 3} more", style="dim"))
         partial = common.partial_note(doc)
         if partial:
-            console.print(Text(partial, style="bold yellow"))
+            console.print(terminal_text(partial, style="bold yellow"))
         if len(ranks) > 1:
             console.print()
-            console.print(
-                f"Run: median step {fmt_ms(summary['median_step_ns'])} (median of ranks), "
-                f"{common.util_label(doc)} {100 * summary['gpu_utilization']:.1f}% (mean of ranks)"
-            )
-            console.print(self._ranks_table(ranks, summary))
+            console.print(Text(
+                f"Run: median step {fmt_ms(summary.median_step_ns)} (median of ranks), "
+                f"{common.util_label(doc)} {100 * summary.gpu_utilization:.1f}% (mean of ranks)"
+            ))
+            table, hidden = self._ranks_table(common.cap_ranks(doc), summary)
+            console.print(table)
+            if hidden:
+                console.print(Text(hidden, style="dim"))
         focus = common.focus_rank(doc)
         console.print()
         self._rank_detail(console, focus, len(ranks) > 1)
@@ -82,59 +88,69 @@ class TerminalRenderer:
         self._findings(console, doc)
         self._sections(console, focus)
         for note in common.notes(doc, focus):
-            console.print(Text(f"note: {note}", style="yellow"))
+            console.print(terminal_text(f"note: {note}", style="yellow"))
 
-    def _headline(self, doc: dict[str, Any]) -> str:
-        s = doc["summary"]
-        rank = doc["ranks"][0]
-        device = rank["primary_device"]
-        names = [d["name"] for d in rank["devices"] if d["name"]]
+    def _headline(self, doc: Report) -> str:
+        s = doc.summary
+        rank = doc.ranks[0]
+        device = rank.primary_device
+        names = [d.name for d in rank.devices if d.name]
         where = f"{names[0]} ({device})" if names else device
-        ranks = f"{s['rank_count']} ranks" if s["rank_count"] > 1 else "1 rank"
-        steps = f"{s['step_count']} step" + ("s" if s["step_count"] != 1 else "")
-        source = s.get("step_source", "ProfilerStep")
+        ranks = f"{s.rank_count} ranks" if s.rank_count > 1 else "1 rank"
+        steps = f"{s.step_count} step" + ("s" if s.step_count != 1 else "")
+        source = s.step_source
         if source != "ProfilerStep":  # say where steps came from when torch.profiler did not mark them
             steps += f" ({source})" if source == "whole trace" else f" (from {source})"
         return f"aiprof · {ranks} · {steps} · {where}"
 
-    def _ranks_table(self, ranks: list[dict[str, Any]], summary: dict[str, Any]) -> Table:
+    def _ranks_table(self, capped: common.Capped[RankReport], summary: Summary) -> tuple[Table, str]:
+        """One row per rank; past ``common.ROW_CAP_FIRST + ROW_CAP_LAST`` ranks, the first and last ones
+        and an aggregate line (returned) for those between (the slowest rank is always shown)."""
         table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False)
         for col, justify in (("rank", "right"), ("median step", "right"), ("util", "right"),
                              ("compute", "right"), ("comm", "right"), ("idle", "right"), ("top idle cause", "left")):
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
-        for r in ranks:
-            t = r["totals"]
-            dur = max(t["duration_ns"], 1)
-            causes = t["idle_causes_ns"]
-            top = max(IDLE_CAUSES, key=lambda k: causes[k])
-            marker = " ◀ slowest" if r["rank"] == summary.get("slowest_rank") else ""
-            table.add_row(
-                f"{r['rank']}",
-                fmt_ms(t["median_step_ns"]),
-                f"{100 * t['gpu_utilization']:.1f}%",
-                f"{100 * t['breakdown_ns']['compute'] / dur:.1f}%",
-                f"{100 * t['breakdown_ns']['communication'] / dur:.1f}%",
-                f"{100 * t['breakdown_ns']['idle'] / dur:.1f}%",
-                (f"{top} {100 * causes[top] / dur:.1f}%" if causes[top] else "-") + marker,
-            )
-        return table
+        for r in capped.head:
+            self._rank_row(table, r, summary)
+        if capped.hidden:
+            table.add_row(*["…"] * 7)
+        for r in capped.tail:
+            self._rank_row(table, r, summary)
+        return table, common.hidden_ranks_text(capped.hidden) if capped.hidden else ""
 
-    def _rank_detail(self, console: Console, rank: dict[str, Any], multi: bool) -> None:
-        t = rank["totals"]
-        label = f"rank {rank['rank']}, " if multi else ""
-        util_name = "GPU utilization" if rank["primary_device"] != "cpu" else "CPU busy"
+    @staticmethod
+    def _rank_row(table: Table, r: RankReport, summary: Summary) -> None:
+        t = r.totals
+        dur = max(t.duration_ns, 1)
+        causes = t.idle_causes_ns
+        top = max(IDLE_CAUSES, key=lambda k: causes.get(k, 0))
+        marker = " ◀ slowest" if r.rank == summary.slowest_rank else ""
+        table.add_row(
+            f"{r.rank}",
+            fmt_ms(t.median_step_ns),
+            f"{100 * t.gpu_utilization:.1f}%",
+            f"{100 * t.breakdown_ns['compute'] / dur:.1f}%",
+            f"{100 * t.breakdown_ns['communication'] / dur:.1f}%",
+            f"{100 * t.breakdown_ns['idle'] / dur:.1f}%",
+            (f"{top} {100 * causes[top] / dur:.1f}%" if causes.get(top) else "-") + marker,
+        )
+
+    def _rank_detail(self, console: Console, rank: RankReport, multi: bool) -> None:
+        t = rank.totals
+        label = f"rank {rank.rank}, " if multi else ""
+        util_name = "GPU utilization" if rank.primary_device != "cpu" else "CPU busy"
         console.print(
             Text.assemble(
                 ("Step time ", "bold"),
-                f"median {fmt_ms(t['median_step_ns'])}, mean {fmt_ms(t['mean_step_ns'])} "
-                f"over {t['steps']} step(s)   ",
-                (f"{util_name} {100 * t['gpu_utilization']:.1f}%", "bold"),
+                f"median {fmt_ms(t.median_step_ns)}, mean {fmt_ms(t.mean_step_ns)} "
+                f"over {t.steps} step(s)   ",
+                (f"{util_name} {100 * t.gpu_utilization:.1f}%", "bold"),
             )
         )
         per_step = mean_per_step(t, "breakdown_ns")
-        mean = max(t["duration_ns"] / max(t["steps"], 1), 1.0)
+        mean = max(t.duration_ns / max(t.steps, 1), 1.0)
         console.print(_stacked_bar(per_step, mean, self.width - 2))
-        table = Table(title=f"Where a step goes ({label}{rank['primary_device']}, mean per step)",
+        table = Table(title=Text(f"Where a step goes ({label}{terminal(rank.primary_device)}, mean per step)"),
                       title_justify="left", box=None, pad_edge=False, show_header=False)
         table.add_column("bucket")
         table.add_column("time", justify="right")
@@ -159,27 +175,27 @@ class TerminalRenderer:
                 table.add_row(cause, fmt_ms(causes[cause]), f"{100 * share:.1f}%", _bar(share, "red"))
             console.print(table)
 
-    def _findings(self, console: Console, doc: dict[str, Any], limit: int = 3) -> None:
+    def _findings(self, console: Console, doc: Report, limit: int = 3) -> None:
         """The top findings with their savings and the first line of the fix: what to do next."""
         items = common.findings(doc)
         if not items:
             return
         console.print(Text("Findings", style="bold"))
         for f in items[:limit]:
-            sev = str(f.get("severity", ""))
+            sev = f.severity
             style = {"high": "bold red", "medium": "yellow"}.get(sev, "")
-            console.print(Text.assemble((f"  {sev.upper():<6} ", style), str(f.get("title", f.get("id", "")))))
+            console.print(Text.assemble((f"  {sev.upper():<6} ", style), terminal(f.title or f.id)))
             saving = common.saving_text(f)
             if saving:
                 console.print(Text(f"         {saving}", style="green"))
-            fix = next((line.strip() for line in str(f.get("fix", "")).splitlines() if line.strip()), "")
+            fix = next((line.strip() for line in f.fix.splitlines() if line.strip()), "")
             if fix:
-                console.print(Text(f"         fix: {fix}"), no_wrap=True, overflow="ellipsis")
+                console.print(terminal_text(f"         fix: {fix}"), no_wrap=True, overflow="ellipsis")
         if len(items) > limit:
             console.print(Text(f"  … {len(items) - limit} more finding(s) in the HTML or Markdown report", style="dim"))
         console.print()
 
-    def _sections(self, console: Console, rank: dict[str, Any]) -> None:
+    def _sections(self, console: Console, rank: RankReport) -> None:
         kernels = common.top_kernels(rank, 5)
         if kernels:
             console.print(self._top_table("Top kernels", kernels, "total_ns", "total"))
@@ -193,7 +209,7 @@ class TerminalRenderer:
         table.add_column("calls", justify="right")
         table.add_column(label, justify="right")
         for row in rows:
-            table.add_row(str(row.get("name", "?")), f"{int(row.get('count') or 0):,}", fmt_ms(row.get(key) or 0))
+            table.add_row(terminal_text(row.get("name", "?")), f"{int(row.get('count') or 0):,}", fmt_ms(row.get(key) or 0))
         return table
 
 
@@ -219,7 +235,7 @@ def _short_path(path: str) -> str:
     return str(p) if len(str(p)) < 74 else "…/" + "/".join(p.parts[-2:])
 
 
-def render_summary(result: dict[str, Any] | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:
+def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:
     """The terminal summary of a report document or of analysis results (``aiprof run`` uses this)."""
-    doc = result if isinstance(result, dict) else build_document(result)
+    doc = result if isinstance(result, Report) else build_document(result)
     return TerminalRenderer(width=width, is_tty=is_tty).render(doc)

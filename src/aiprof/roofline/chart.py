@@ -1,155 +1,157 @@
-"""The roofline chart as a self-contained SVG string (no plotting library): log-log axes, arithmetic
-intensity (FLOP/byte) across, achieved FLOP/s up; the memory roof (bandwidth x intensity), compute roofs
-(one per unit/dtype used by the ops shown), the ridge point, and one circle per op sized by its time.
-A PNG is written only when cairosvg happens to be installed."""
+"""The one roofline chart, as a self-contained SVG string (no plotting library, no script): log-log axes,
+arithmetic intensity (FLOP/byte) across, achieved FLOP/s up; the memory roof and the compute roofs of the
+units the ops use (equal roofs share one line), and one circle per op sized by its time.
+
+It draws from the ``roofline`` section of the report (``RooflineResult.to_dict()``), so the HTML report
+(``chart_svg``, styled by the page's CSS classes and themes) and ``aiprof roofline --chart`` (``render_svg``
+/ ``write_chart``: a standalone file with its own light style and a title) show the same picture. Every
+string from a trace is escaped. A PNG is written only when cairosvg happens to be installed.
+"""
 
 from __future__ import annotations
 
 import math
 from html import escape
 from pathlib import Path
+from typing import Any
 
-from aiprof.roofline.analysis import RooflineResult, RooflineRow, roof_for
+from aiprof.roofline.analysis import RooflineResult
 
-WIDTH, HEIGHT = 760, 480
-LEFT, RIGHT, TOP, BOTTOM = 70, 170, 30, 50
-COLOURS = {
-    "compute-bound": "#1f77b4",
-    "memory-bound": "#2ca02c",
-    "latency-bound": "#d62728",
-    "unknown-peaks": "#7f7f7f",
-}
+W, H, L, R, T, B = 760, 420, 70, 40, 20, 44
+CLASSES = ("compute-bound", "memory-bound", "latency-bound")
+
+# The standalone file has no page around it: the classes the HTML report styles, styled here.
+_STANDALONE_STYLE = (
+    "text{font:11px sans-serif;fill:#1d1d1f}.grid{stroke:#e4e4e4}.axis{stroke:#666;fill:none}"
+    ".roofline{stroke:#1d1d1f;stroke-width:1.5;fill:none}.pt{fill-opacity:.55;stroke-width:1}"
+    ".compute-bound{fill:#1f77b4;stroke:#1f77b4}.memory-bound{fill:#2ca02c;stroke:#2ca02c}"
+    ".latency-bound{fill:#d62728;stroke:#d62728}.other{fill:#7f7f7f;stroke:#7f7f7f}"
+)
+_LEGEND_VARS = (("compute-bound", "--ln0"), ("memory-bound", "--ln2"), ("latency-bound", "--high"), ("other", "--mute"))
 
 
-def _si(value: float, unit: str) -> str:
+def _si(value: float) -> str:
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= factor:
-            return f"{value / factor:g}{prefix}{unit}"
-    return f"{value:g}{unit}"
+            return f"{value / factor:g}{prefix}"
+    return f"{value:g}"
 
 
-class _Axes:
-    def __init__(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> None:
-        self.x_lo, self.x_hi = math.floor(math.log10(x_lo)), math.ceil(math.log10(x_hi))
-        self.y_lo, self.y_hi = math.floor(math.log10(y_lo)), math.ceil(math.log10(y_hi))
-        self.x_hi = max(self.x_hi, self.x_lo + 1)
-        self.y_hi = max(self.y_hi, self.y_lo + 1)
-
-    def x(self, value: float) -> float:
-        frac = (math.log10(value) - self.x_lo) / (self.x_hi - self.x_lo)
-        return LEFT + frac * (WIDTH - LEFT - RIGHT)
-
-    def y(self, value: float) -> float:
-        frac = (math.log10(value) - self.y_lo) / (self.y_hi - self.y_lo)
-        return HEIGHT - BOTTOM - frac * (HEIGHT - TOP - BOTTOM)
+def _points(roof: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    """The rows drawn: measurements against a roof (no no-ops, nothing above its roof), longest first."""
+    pts = [
+        r
+        for r in roof.get("rows") or []
+        if r.get("drawn", True)
+        and isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
+        and isinstance(r.get("achieved_flops_per_s"), (int, float))
+        and r["arithmetic_intensity_flops_per_byte"] > 0
+        and r["achieved_flops_per_s"] > 0
+    ]
+    return sorted(pts, key=lambda r: -(r.get("time_ns") or 0))[:limit]
 
 
-def _points(result: RooflineResult, limit: int) -> list[RooflineRow]:
-    """The rows drawn: measurements against a roof (no no-ops, nothing above its roof: ``RooflineRow.drawn``)."""
-    rows = [r for r in result.rows if r.drawn]
-    return sorted(rows, key=lambda r: -r.time_ns)[:limit]
+def _roofs(roof: dict[str, Any], pts: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
+    """Memory bandwidth and the compute roofs the drawn ops use (keys of equal peaks joined)."""
+    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else None
+    bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
+    flops = (peaks.get("flops_per_s") or {}) if peaks else {}
+    used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
+    by_peak: dict[float, list[str]] = {}
+    for k, v in flops.items():
+        if k in used and v:
+            by_peak.setdefault(float(v), []).append(str(k))
+    return bw, {" / ".join(sorted(keys)): peak for peak, keys in by_peak.items()}
+
+
+def chart_svg(roof: dict[str, Any], limit: int = 150, *, standalone: bool = False, title: str = "") -> str:
+    """The chart of a ``roofline`` section; "" when no op is modelled. ``standalone`` makes a file of it
+    (namespace, size, its own style, ``title`` on top) instead of an element of the HTML report."""
+    pts = _points(roof, limit)
+    if not pts:
+        return ""
+    bw, roofs = _roofs(roof, pts)
+    xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
+    ys = [float(r["achieved_flops_per_s"]) for r in pts]
+    ridge = [p / bw for p in roofs.values()] if bw else []
+    x_lo = math.floor(math.log10(min(xs + ridge) / 2))
+    x_hi = max(math.ceil(math.log10(max(xs + ridge) * 2)), x_lo + 1)
+    y_lo = math.floor(math.log10(min(ys) / 2))
+    y_hi = max(math.ceil(math.log10(max(ys + list(roofs.values())) * 2)), y_lo + 1)
+    pw, ph = W - L - R, H - T - B
+
+    def px(v: float) -> float:
+        return L + pw * (math.log10(v) - x_lo) / (x_hi - x_lo)
+
+    def py(v: float) -> float:
+        return T + ph * (1 - (math.log10(v) - y_lo) / (y_hi - y_lo))
+
+    top = 24 if standalone and title else 0
+    if standalone:
+        out = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + top}" viewBox="0 {-top} {W} {H + top}" '
+            f'class="chart roof"><style>{_STANDALONE_STYLE}</style>',
+            f'<rect x="0" y="{-top}" width="{W}" height="{H + top}" fill="white"/>',
+        ]
+        if title:
+            out.append(f'<text x="{L}" y="-6" font-weight="bold">{escape(title)}</text>')
+    else:
+        out = [f'<svg class="chart roof" viewBox="0 0 {W} {H}" role="img" width="100%">']
+    for e in range(x_lo, x_hi + 1):
+        out.append(f'<line class="grid" x1="{px(10.0**e):.1f}" x2="{px(10.0**e):.1f}" y1="{T}" y2="{T + ph}"/>')
+        out.append(f'<text class="lbl" x="{px(10.0**e):.1f}" y="{T + ph + 14}" text-anchor="middle">{_si(10.0**e)}</text>')
+    for e in range(y_lo, y_hi + 1):
+        out.append(f'<line class="grid" x1="{L}" x2="{L + pw}" y1="{py(10.0**e):.1f}" y2="{py(10.0**e):.1f}"/>')
+        out.append(f'<text class="lbl" x="{L - 4}" y="{py(10.0**e) + 4:.1f}" text-anchor="end">{_si(10.0**e)}</text>')
+    out.append(f'<rect class="axis" x="{L}" y="{T}" width="{pw}" height="{ph}"/>')
+    out.append(f'<text class="lbl" x="{L + pw / 2}" y="{H - 8}" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
+    out.append(f'<text class="lbl" transform="translate(14,{T + ph / 2}) rotate(-90)" text-anchor="middle">achieved FLOP/s</text>')
+    lo_x, hi_x = 10.0**x_lo, 10.0**x_hi
+    for key, peak in sorted(roofs.items(), key=lambda kv: -kv[1]):
+        knee = min(max(peak / bw, lo_x), hi_x)
+        start = max(lo_x, 10.0**y_lo / bw)
+        out.append(
+            f'<path class="roofline" d="M{px(start):.1f} {py(bw * start):.1f}L{px(knee):.1f} {py(min(bw * knee, peak)):.1f}'
+            f'L{px(hi_x):.1f} {py(peak):.1f}"><title>{escape(key)}: {escape(_si(peak))}FLOP/s, ridge {peak / bw:.1f} FLOP/B</title></path>'
+        )
+        out.append(f'<text class="lbl" x="{px(hi_x) - 4:.1f}" y="{py(peak) - 4:.1f}" text-anchor="end">{escape(key)} {escape(_si(peak))}FLOP/s</text>')
+    largest = max(float(r.get("time_ns") or 1) for r in pts)
+    for r, x, y in zip(pts, xs, ys):
+        radius = 2.5 + 12 * math.sqrt(float(r.get("time_ns") or 0) / largest)
+        bound = str(r.get("bound"))
+        cls = bound if bound in CLASSES else "other"
+        tip = f"{r.get('name')} {r.get('input_dims') or ''} ×{r.get('count')}: {_ms(float(r.get('time_ns') or 0))}, {bound}"
+        out.append(f'<circle class="pt {cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius:.1f}"><title>{escape(tip)}</title></circle>')
+    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else None
+    device = peaks.get("name") if peaks else roof.get("device_name")
+    if standalone:
+        out.append(f'<text x="{L + 6}" y="{T + 14}">{escape(str(device or roof.get("peaks_note") or ""))[:60]} · circle area ~ time</text>')
+        out.append("</svg>")
+        return "\n".join(out)
+    out.append("</svg>")
+    legend = "".join(f'<span><i class="sw" style="background:var({v})"></i>{k}</span>' for k, v in _LEGEND_VARS)
+    return (
+        "".join(out)
+        + f'<div class="legend">{legend}<span>circle area ~ time</span>'
+        + (f"<span>peaks: {escape(str(device))}</span>" if device else "")
+        + "</div>"
+    )
+
+
+def _ms(ns: float) -> str:
+    """As the reports write durations (``report.common.fmt_ms``, which this layer does not import)."""
+    ms = ns / 1e6
+    if abs(ms) >= 100:
+        return f"{ms:,.0f} ms"
+    return f"{ms:.1f} ms" if abs(ms) >= 1 else f"{ns / 1e3:.1f} µs"
 
 
 def render_svg(result: RooflineResult, *, limit: int = 200, title: str = "Roofline") -> str:
-    """The chart as an SVG document. Works without peaks too (points only, no roofs)."""
-    points = _points(result, limit)
-    peaks = result.peaks
-    roofs: dict[str, float] = {}
-    if peaks is not None:
-        for row in points:
-            roof = roof_for(row, peaks)
-            if roof is not None:
-                roofs[roof[1]] = roof[0]
-    xs = [r.flops / r.bytes for r in points] or [1.0]
-    ys = [r.flops / (r.time_ns * 1e-9) for r in points] or [1e9]
-    bw = peaks.memory_bw_bytes_per_s if peaks is not None else 0.0
-    top = max([*ys, *roofs.values()]) * 2
-    ridge_xs = [p / bw for p in roofs.values()] if bw else []
-    axes = _Axes(min([*xs, *ridge_xs, 1.0]) / 2, max([*xs, *ridge_xs]) * 2, min(ys) / 2, top)
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        f'<text x="{LEFT}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>',
-    ]
-    parts += _grid(axes)
-    parts += _roofs(axes, roofs, bw)
-    total = max((r.time_ns for r in points), default=1)
-    for row in points:
-        parts.append(_point(axes, row, total))
-    parts += _legend(peaks.name if peaks is not None else result.peaks_note)
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _grid(axes: _Axes) -> list[str]:
-    out = []
-    x0, x1 = axes.x(10.0**axes.x_lo), axes.x(10.0**axes.x_hi)
-    y0, y1 = axes.y(10.0**axes.y_lo), axes.y(10.0**axes.y_hi)
-    for e in range(axes.x_lo, axes.x_hi + 1):
-        x = axes.x(10.0**e)
-        out.append(f'<line x1="{x:.1f}" y1="{y0:.1f}" x2="{x:.1f}" y2="{y1:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x:.1f}" y="{y0 + 14:.1f}" text-anchor="middle">{_si(10.0**e, "")}</text>')
-    for e in range(axes.y_lo, axes.y_hi + 1):
-        y = axes.y(10.0**e)
-        out.append(f'<line x1="{x0:.1f}" y1="{y:.1f}" x2="{x1:.1f}" y2="{y:.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{x0 - 4:.1f}" y="{y + 4:.1f}" text-anchor="end">{_si(10.0**e, "")}</text>')
-    out.append(f'<rect x="{x0:.1f}" y="{y1:.1f}" width="{x1 - x0:.1f}" height="{y0 - y1:.1f}" fill="none" '
-               'stroke="#333"/>')
-    out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{HEIGHT - 12}" text-anchor="middle">'
-               "arithmetic intensity (FLOP/byte)</text>")
-    out.append(f'<text transform="translate(16,{(y0 + y1) / 2:.1f}) rotate(-90)" text-anchor="middle">'
-               "achieved FLOP/s</text>")
-    return out
-
-
-def _roofs(axes: _Axes, roofs: dict[str, float], bw: float) -> list[str]:
-    if not bw:
-        return []
-    out = []
-    x_lo, x_hi = 10.0**axes.x_lo, 10.0**axes.x_hi
-    y_bottom = 10.0**axes.y_lo
-    for key, peak in sorted(roofs.items(), key=lambda kv: -kv[1]):
-        ridge = peak / bw
-        x_start = max(x_lo, y_bottom / bw)
-        xa, ya = axes.x(x_start), axes.y(max(bw * x_start, y_bottom))
-        xr, yr = axes.x(min(ridge, x_hi)), axes.y(min(peak, bw * x_hi))
-        out.append(f'<line x1="{xa:.1f}" y1="{ya:.1f}" x2="{xr:.1f}" y2="{yr:.1f}" stroke="#444" '
-                   'stroke-width="1.5"/>')
-        if ridge < x_hi:
-            out.append(f'<line x1="{xr:.1f}" y1="{yr:.1f}" x2="{axes.x(x_hi):.1f}" y2="{yr:.1f}" stroke="#444" '
-                       'stroke-width="1.5"/>')
-            out.append(f'<circle cx="{xr:.1f}" cy="{yr:.1f}" r="3" fill="#444"><title>ridge {ridge:.1f} FLOP/B'
-                       "</title></circle>")
-            out.append(f'<text x="{axes.x(x_hi) + 4:.1f}" y="{yr + 4:.1f}">{escape(key)} {_si(peak, "FLOP/s")}'
-                       "</text>")
-            out.append(f'<text x="{xr:.1f}" y="{yr - 6:.1f}" text-anchor="middle" fill="#444">ridge '
-                       f"{ridge:.0f}</text>")
-    out.append(f'<text x="{axes.x(x_lo) + 6:.1f}" y="{axes.y(max(bw * x_lo, y_bottom)) - 6:.1f}" fill="#444">'
-               f'{_si(bw, "B/s")}</text>')
-    return out
-
-
-def _point(axes: _Axes, row: RooflineRow, largest: int) -> str:
-    x = axes.x(row.flops / row.bytes)
-    y = axes.y(row.flops / (row.time_ns * 1e-9))
-    radius = 3 + 14 * math.sqrt(row.time_ns / largest)
-    colour = COLOURS.get(row.bound, "#7f7f7f")
-    pct = f", {row.pct_of_roof:.0f}% of roof" if row.pct_of_roof is not None else ""
-    tip = f"{row.name} {row.input_dims} x{row.count}: {row.time_ns / 1e3:.1f} us, {row.bound}{pct}"
-    return (f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{radius:.1f}" fill="{colour}" fill-opacity="0.55" '
-            f'stroke="{colour}"><title>{escape(tip)}</title></circle>')
-
-
-def _legend(device: str) -> list[str]:
-    x = WIDTH - RIGHT + 10
-    out = [f'<text x="{x}" y="{TOP + 110}" font-weight="bold">{escape(device[:28])}</text>']
-    for i, (label, colour) in enumerate(COLOURS.items()):
-        y = TOP + 130 + 16 * i
-        out.append(f'<circle cx="{x + 5}" cy="{y - 4}" r="5" fill="{colour}" fill-opacity="0.55"/>')
-        out.append(f'<text x="{x + 15}" y="{y}">{label}</text>')
-    out.append(f'<text x="{x}" y="{TOP + 210}" fill="#666">circle area ~ time</text>')
-    return out
+    """The chart of ``result`` as an SVG document (empty axes-free file when no op is modelled)."""
+    return chart_svg(result.to_dict(), limit, standalone=True, title=title) or (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="40"><text x="10" y="24">'
+        f"{escape(title)}: no modelled op to draw</text></svg>"
+    )
 
 
 def write_chart(result: RooflineResult, path: Path, *, title: str = "Roofline") -> Path:

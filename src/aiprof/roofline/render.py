@@ -1,5 +1,9 @@
 """Terminal rendering of a roofline result: the peaks used, then the top ops by time with their class and
-% of roof. Rich table on a TTY (fits 80 columns), plain text otherwise."""
+% of roof. Rich table on a TTY (fits 80 columns), plain text otherwise.
+
+Op names, notes and device names come from traces: every line passes through ``report.escape.terminal``
+(no control character reaches the terminal) and the rich table gets them as ``Text``, never as markup.
+This renderer belongs with the others in ``report/`` (it imports the report's escapes for that reason)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import io
 import json
 from collections import Counter
 
+from aiprof.report.escape import terminal
 from aiprof.roofline.analysis import RooflineResult, RooflineRow
 
 SHORT_BOUND = {
@@ -63,7 +68,7 @@ def header_lines(result: RooflineResult) -> list[str]:
     if legend:
         lines.append("; ".join(legend))
     lines += [f"Note: {n}" for n in result.notes]
-    return lines
+    return [terminal(line) for line in lines]
 
 
 def main_roof_key(result: RooflineResult) -> str | None:
@@ -82,7 +87,7 @@ def table_rows(result: RooflineResult, top: int) -> list[tuple[str, str, str, st
         pct = f"{row.pct_of_roof:.0f}%" if row.pct_of_roof is not None else "-"
         flags = ("*" if row.dtype_assumed else "") + ("!" if row.bound == "above-roof" else "")
         out.append((
-            _op_label(row, 40 - len(flags)) + flags,
+            terminal(_op_label(row, 40 - len(flags))) + flags,
             f"{row.time_ns / 1e3:,.0f}",
             f"{result.share(row) * 100:.1f}",
             SHORT_BOUND.get(row.bound, row.bound),
@@ -103,15 +108,16 @@ def render_plain(result: RooflineResult, top: int = 15) -> str:
         unmodelled_pct = total / result.total_time_ns * 100 if result.total_time_ns else 0.0
         names = ", ".join(sorted({r.name for r in unmodelled})[:4])
         lines.append("")
-        lines.append(_shorten(f"Unmodelled: {unmodelled_pct:.1f}% of time ({names})", 80))
+        lines.append(_shorten(terminal(f"Unmodelled: {unmodelled_pct:.1f}% of time ({names})"), 80))
     return "\n".join(lines) + "\n"
 
 
 def render_rich(result: RooflineResult, top: int = 15, width: int = 80) -> str:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    console = Console(width=width, record=True, file=io.StringIO())
+    console = Console(width=width, record=True, file=io.StringIO(), emoji=False)
     for line in header_lines(result):
         console.print(line, highlight=False, markup=False)
     table = Table(box=None, pad_edge=False, show_edge=False)
@@ -122,7 +128,7 @@ def render_rich(result: RooflineResult, top: int = 15, width: int = 80) -> str:
     table.add_column("roof", justify="right")
     styles = {"compute": "blue", "memory": "green", "latency": "red"}
     for label, t, share, bound, pct in table_rows(result, top):
-        table.add_row(label, t, share, f"[{styles.get(bound, 'dim')}]{bound}[/]", pct)
+        table.add_row(Text(label), t, share, Text(bound, style=styles.get(bound, "dim")), pct)
     console.print(table)
     if result.unmodelled:
         total = sum(r.time_ns for r in result.unmodelled)

@@ -7,8 +7,11 @@ Two shapes of rule:
 - run rules, ``rule(run: RunAnalysis, findings: list[Finding], options) -> list[Finding]``: they compare
   ranks (``straggler``) and run in the parent.
 
-``DEFAULT_RANK_RULES`` and ``DEFAULT_RUN_RULES`` are ordinary lists: copy, edit, pass to
-:func:`aiprof.pipeline.analyze_and_diagnose`. Thresholds live in :class:`RuleOptions`.
+Each rule declares what it is next to its code (``@rank_rule`` / ``@run_rule``, :mod:`aiprof.rules.spec`):
+the finding ids it emits, its saving kind, the options it reads, the analyses and shared views it needs.
+The registry collects the declarations; ``DEFAULT_RANK_RULES`` and ``DEFAULT_RUN_RULES`` are ordinary
+lists made from them: copy, edit (in any order), pass to :func:`aiprof.pipeline.analyze_and_diagnose`.
+Thresholds live in :class:`RuleOptions`.
 """
 
 from __future__ import annotations
@@ -18,20 +21,29 @@ from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import (
     DEFAULT_RANK_RULES,
     DEFAULT_RUN_RULES,
+    RULE_SPECS,
     RankRule,
     RunRule,
     diagnose_rank,
     rank_findings,
 )
+from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, rank_rule, run_rule, spec_of
 
 __all__ = [
     "DEFAULT_OPTIONS",
     "DEFAULT_RANK_RULES",
     "DEFAULT_RUN_RULES",
     "Finding",
+    "RULE_SPECS",
     "RankRule",
+    "ReplayPolicy",
     "RuleOptions",
+    "RuleSpec",
     "RunRule",
+    "Saving",
     "diagnose_rank",
     "rank_findings",
+    "rank_rule",
+    "run_rule",
+    "spec_of",
 ]

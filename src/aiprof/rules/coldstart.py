@@ -23,6 +23,7 @@ from aiprof import arrays
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.steps import StepWindow
 from aiprof.rules.context import RankContext
+from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
 from aiprof.rules.steps import GRAPH_LAUNCH
@@ -356,9 +357,10 @@ _FIX = (
 )
 
 
+@rank_rule(saving=Saving.NONE, needs=("one_time_costs", "steps", "all_steps", "source_lines"))
 def cold_start(ctx: RankContext) -> list[Finding]:
     """One-time costs, with what they are, where, and what was left out of the steady-state rules."""
-    costs = one_time_costs(ctx.trace, ctx.analysis.windows)
+    costs = ctx.one_time_costs
     if not costs:
         return []
     total = iv.total(iv.merge(np.array([c.start_ns for c in costs], dtype=np.int64),

@@ -12,6 +12,7 @@ from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.options import RuleOptions
+from aiprof.rules.spec import Saving, rank_rule, run_rule
 from aiprof.trace.model import Kind
 
 # Achievable NCCL bus bandwidth inside one node (GB/s), from NCCL-tests' published all_reduce results on
@@ -30,19 +31,9 @@ LINK_BUSBW_GB_PER_S: tuple[tuple[str, float], ...] = (
 _MIN_MESSAGE_BYTES = 8 << 20  # smaller collectives are latency-bound: their bandwidth says little
 
 
-def _comm(ctx: RankContext) -> Any:
-    stats = ctx.extras.get("_comm")
-    if stats is None:
-        from aiprof.analysis.comm import comm_stats
-
-        stats = comm_stats(ctx.trace)
-        ctx.extras["_comm"] = stats
-    return stats
-
-
 def _top_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
     out = []
-    for s in sorted(_comm(ctx).summary, key=lambda s: -s.total_ns)[:limit]:
+    for s in sorted(ctx.views.comm.summary, key=lambda s: -s.total_ns)[:limit]:
         out.append({
             "collective": s.collective,
             "group_size": s.group_size,
@@ -74,6 +65,7 @@ _CPU_FIX = (
 )
 
 
+@rank_rule(saving=Saving.TIME, options=("comm_exposed_share",), needs=("steps", "comm", "cpu_ops", "trace"))
 def exposed_communication(ctx: RankContext) -> list[Finding]:
     """Collectives that no compute hides: the step waits for the network (GPU kernels, or on CPU-only
     runs the gloo / c10d collectives while no CPU op computes)."""
@@ -81,7 +73,7 @@ def exposed_communication(ctx: RankContext) -> list[Finding]:
     if ctx.share(exposed) < ctx.options.comm_exposed_share:
         return []
     if ctx.is_gpu:
-        overlap = [o for o in _comm(ctx).overlap if o.device == ctx.device.device_index]
+        overlap = [o for o in ctx.views.comm.overlap if o.device == ctx.device.device_index]
         evidence: dict[str, Any] = {
             "exposed_comm_ns_per_step": int(exposed),
             "overlap_pct": round(overlap[0].overlap_pct, 1) if overlap else None,
@@ -138,18 +130,19 @@ def link_busbw(device_name: str) -> float | None:
     return None
 
 
+@rank_rule(saving=Saving.TIME, options=("comm_bandwidth_fraction", "eta", "min_share"), needs=("steps", "comm"))
 def comm_bandwidth(ctx: RankContext) -> list[Finding]:
     """Large collectives whose bus bandwidth is far below what the node's links deliver."""
     if not ctx.is_gpu:
         return []
     peak = link_busbw(ctx.trace.device_info(ctx.device.device_index).name)
     lo, hi = ctx.window
-    big = [c for c in _comm(ctx).collectives if c.busbw_gb_per_s is not None and c.message_bytes
+    big = [c for c in ctx.views.comm.collectives if c.busbw_gb_per_s is not None and c.message_bytes
            and c.message_bytes >= _MIN_MESSAGE_BYTES and lo <= c.start_ns < hi]
     if peak is None or not big:
         return []
     total_ns = sum(c.dur_ns for c in big)
-    busbw = sum(c.busbw_gb_per_s * c.dur_ns for c in big) / total_ns
+    busbw = sum((c.busbw_gb_per_s or 0.0) * c.dur_ns for c in big) / total_ns  # none is None (filtered above)
     if busbw >= ctx.options.comm_bandwidth_fraction * peak:
         return []
     comm_ns = ctx.per_step("breakdown_ns", "communication")  # only exposed time costs step time
@@ -187,6 +180,7 @@ def comm_bandwidth(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # straggler (run rule)
 # ---------------------------------------------------------------------------------------------------
+@run_rule(saving=Saving.TIME, options=("straggler_share",), needs=("ranks", "findings"))
 def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -> list[Finding]:
     """A rank the others wait for: its own work (step time minus time waiting in collectives) is longer,
     so the others' collectives start late and they idle.

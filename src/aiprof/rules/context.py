@@ -1,14 +1,17 @@
-"""What a per-rank rule sees: the trace, its analysis, the options, and derived views computed once.
+"""What a per-rank rule sees: the trace, its analysis, the options, the run directory's inputs, and derived
+views computed once.
 
-Rules share expensive views (kernel stats, op stats, per-op roofline costs) through this object so each
-is computed at most once per rank, in the worker process that holds the trace.
+Steps, kernels and ops of the steady state are members of :class:`RankContext`; the views several rules
+share (roofline, communication stats, attention scores, idle sets…) are the typed, lazily computed members
+of ``ctx.views`` (:class:`aiprof.rules.views.RankViews`). Each is computed at most once per rank, in the
+worker process that holds the trace, whichever rule asks first: no rule depends on another having run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,20 +27,61 @@ from aiprof.trace.model import I64, Kind, Trace
 
 if TYPE_CHECKING:
     from aiprof.rules.coldstart import OneTimeCost
+    from aiprof.rules.views import RankViews
 
 
 # A single window whose one-time costs leave less than this share of it has no steady state to judge.
 STEADY_MIN_SHARE = 0.10
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What the run directory around a trace adds to it (:func:`aiprof.rules.telemetry.load_run_inputs`):
+    ``meta.json`` and the telemetry table (column → values). Both ``None`` for a trace found in the wild."""
+
+    meta: dict[str, Any] | None = None
+    telemetry: dict[str, list[float]] | None = None
+    telemetry_path: str | None = None
+    other: Mapping[str, Any] = field(default_factory=dict)  # keys this type does not know yet
+
+    @staticmethod
+    def from_mapping(values: Mapping[str, Any] | None) -> RunInputs:
+        """From ``load_run_inputs``'s mapping (``run_meta``, ``telemetry``, ``telemetry_path``); a value of
+        the wrong type reads as missing."""
+        values = values or {}
+        meta, table, path = values.get("run_meta"), values.get("telemetry"), values.get("telemetry_path")
+        known = ("run_meta", "telemetry", "telemetry_path")
+        return RunInputs(
+            meta=meta if isinstance(meta, dict) else None,
+            telemetry=table if isinstance(table, dict) else None,
+            telemetry_path=str(path) if path is not None else None,
+            other={k: v for k, v in values.items() if k not in known},
+        )
+
+
 @dataclass
 class RankContext:
-    """One rank under diagnosis. ``device`` is the primary device's account (the busiest one)."""
+    """One rank under diagnosis. ``device`` is the primary device's account (the busiest one). ``base`` is the
+    context this one adjusts (:func:`aiprof.rules.steps.without_capture`): they share their views."""
 
     trace: Trace
     analysis: RankAnalysis
     options: RuleOptions
-    extras: dict[str, Any] = field(default_factory=dict)  # run-directory inputs (telemetry)
+    inputs: RunInputs = field(default_factory=RunInputs)
+    base: RankContext | None = field(default=None, repr=False)
+
+    @cached_property
+    def views(self) -> RankViews:
+        """The shared views of this rank, each computed on first use (the base context's when adjusted)."""
+        if self.base is not None:
+            return self.base.views
+        from aiprof.rules.views import RankViews
+
+        return RankViews(self)
+
+    def release(self) -> None:
+        """Drop the views (they refer back to this context): reference counting then frees the trace."""
+        self.__dict__.pop("views", None)
 
     # ----- steps ----------------------------------------------------------------------------
     @cached_property
@@ -56,6 +100,9 @@ class RankContext:
 
     @cached_property
     def one_time_costs(self) -> list[OneTimeCost]:
+        """One-time start-up costs of the trace (:func:`aiprof.rules.coldstart.one_time_costs`)."""
+        if self.base is not None:
+            return self.base.one_time_costs  # the same trace and windows
         from aiprof.rules.coldstart import one_time_costs
 
         return one_time_costs(self.trace, self.analysis.windows)

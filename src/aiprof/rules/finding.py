@@ -15,7 +15,9 @@ can put a zero-saving note at the top of a report that orders by severity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
 
 SEVERITIES = ("high", "medium", "low", "info")
 CONFIDENCES = ("high", "medium", "low")
@@ -61,6 +63,25 @@ class Finding:
         capped = capped_severity(self.severity, self.est_saving_ns_per_step)
         if capped != self.severity:
             object.__setattr__(self, "severity", capped)  # frozen: set once, while being built
+
+    def to_record(self) -> FindingRecord:
+        """The finding as the report holds it (:class:`FindingRecord`): plain types, docs link filled in."""
+        return FindingRecord(
+            id=self.id,
+            title=self.title,
+            severity=self.severity,  # type: ignore[arg-type]  # checked in __post_init__
+            ranks=[int(r) for r in self.ranks],
+            device=self.device,
+            est_saving_ns_per_step=int(self.est_saving_ns_per_step),
+            share_of_step=round(float(self.share_of_step), 6),
+            saving_kind=self.saving_kind,  # type: ignore[arg-type]
+            saving_formula=self.saving_formula,
+            confidence=self.confidence,  # type: ignore[arg-type]
+            evidence=_plain(self.evidence),
+            fix=self.fix,
+            docs=self.docs or f"{DOCS_BASE}#{self.id}",
+            notes=list(self.notes),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: plain types only, units in the key names."""
@@ -113,3 +134,42 @@ def _plain(value: Any) -> Any:
     if isinstance(value, float):
         return round(value, 6)
     return value
+
+
+Severity = Literal["high", "medium", "low", "info"]
+Confidence = Literal["high", "medium", "low"]
+SavingKind = Literal["upper_bound", "estimate"]
+
+
+class FindingRecord(msgspec.Struct, kw_only=True):
+    """A finding as the report document holds it (the JSON form of :class:`Finding`, same keys, same
+    order). Decoding one (from a report file, or a dict through ``msgspec.convert``) validates the
+    enumerations and caps a zero-saving finding's severity like :class:`Finding` does."""
+
+    id: str
+    title: str
+    severity: Severity
+    ranks: list[int] = msgspec.field(default_factory=list)
+    device: str = ""
+    est_saving_ns_per_step: int
+    share_of_step: float
+    saving_kind: SavingKind = "estimate"
+    saving_formula: str = ""
+    confidence: Confidence
+    evidence: dict[str, Any]
+    fix: str
+    docs: str = ""
+    notes: list[str] = msgspec.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.severity = capped_severity(self.severity, self.est_saving_ns_per_step)  # type: ignore[assignment]
+
+
+def as_record(finding: FindingRecord | Finding | dict[str, Any]) -> FindingRecord:
+    """Any form a finding travels in (the rule's :class:`Finding`, its ``to_dict()``, a record) as a
+    :class:`FindingRecord`. A dict that is not a finding raises ``msgspec.ValidationError``."""
+    if isinstance(finding, FindingRecord):
+        return finding
+    if isinstance(finding, Finding):
+        return finding.to_record()
+    return msgspec.convert(finding, FindingRecord)

@@ -22,6 +22,7 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
+from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
 
@@ -38,7 +39,7 @@ class _Op:
     time_ns: int
 
 
-class _OpView:
+class ShapedOps:
     """Outermost shaped ops of the steady steps, in time order per thread, with their time."""
 
     def __init__(self, ctx: RankContext) -> None:
@@ -59,6 +60,11 @@ class _OpView:
         order = np.lexsort((c.ts[rows], c.tid[rows], c.pid[rows]))
         kept: I64 = rows[order]
         return kept
+
+    @cached_property
+    def names(self) -> list[str]:
+        """The name of each row of ``rows``."""
+        return self.ctx.names(self.rows)
 
     @cached_property
     def time_ns(self) -> I64:
@@ -84,14 +90,6 @@ class _OpView:
         return int(c.pid[row]), int(c.tid[row])
 
 
-def _view(ctx: RankContext) -> _OpView:
-    view = ctx.extras.get("_fusion_view")
-    if not isinstance(view, _OpView):
-        view = _OpView(ctx)
-        ctx.extras["_fusion_view"] = view
-    return view
-
-
 def _gemm_out(name: str, shapes: list[Any]) -> list[int] | None:
     """Output shape of a batched GEMM from its input shapes (None when not a [.., M, K] @ [.., K, N])."""
     tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
@@ -109,10 +107,25 @@ def _gemm_out(name: str, shapes: list[Any]) -> list[int] | None:
 # ---------------------------------------------------------------------------------------------------
 # unfused_attention
 # ---------------------------------------------------------------------------------------------------
-def unfused_attention(ctx: RankContext) -> list[Finding]:
-    """matmul → softmax → matmul on materialised [.., S, S] scores instead of a fused attention kernel."""
-    view = _view(ctx)
-    names = ctx.names(view.rows)
+@dataclass(frozen=True)
+class Attention:
+    """Unfused attentions of the steady steps (``ctx.views.attention``): softmaxes over [.., Sq, Sk] scores
+    between the GEMM that made them and the GEMM that consumes them."""
+
+    scores: Counter[tuple[int, ...]]  # score shapes, calls of each
+    fwd_flops: float  # QK^T and PV of every call: 4·Sq·Sk·D per batch·head
+    lines: Counter[str]  # user source lines of the softmaxes
+
+    @cached_property
+    def score_dims(self) -> frozenset[tuple[int, ...]]:
+        """The (Sq, Sk) of every score shape: GEMMs on these are unfused_attention's, other rules skip them."""
+        return frozenset(tuple(sc[-2:]) for sc in self.scores)
+
+
+def find_attention(ctx: RankContext) -> Attention:
+    """The steady steps' matmul → softmax → matmul chains (what :attr:`RankViews.attention` holds)."""
+    view = ctx.views.shaped_ops
+    names = view.names
     scores: Counter[tuple[int, ...]] = Counter()
     lines: Counter[str] = Counter()
     fwd_flops = 0.0
@@ -131,9 +144,19 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
         line = ctx.source_line(int(view.rows[i]))
         if line:
             lines[line] += 1
+    return Attention(scores, fwd_flops, lines)
+
+
+@rank_rule(saving=Saving.TIME, options=("attention_efficiency_gpu", "attention_efficiency_cpu", "attention_share"),
+           needs=("shaped_ops", "attention", "op_costs", "source_lines", "kernels", "steps"))
+def unfused_attention(ctx: RankContext) -> list[Finding]:
+    """matmul → softmax → matmul on materialised [.., S, S] scores instead of a fused attention kernel."""
+    view = ctx.views.shaped_ops
+    found = ctx.views.attention
+    scores, lines, fwd_flops = found.scores, found.lines, found.fwd_flops
     if not scores:
         return []
-    ctx.extras["_attention_scores"] = {tuple(sc[-2:]) for sc in scores}  # tensor_core_alignment skips these
+    names = view.names
     sigs = ctx.trace.op_signatures(view.rows).tolist()
     touches: dict[int, bool] = {}  # per signature: whether an input has a score shape
     shaped = []
@@ -203,7 +226,7 @@ def _inner_dim(name: str, shapes: list[Any]) -> int:
     return int(tensors[0][-1]) if tensors else 0
 
 
-def _attention_gemm(view: _OpView, i: int, name: str, scores: Counter[tuple[int, ...]]) -> bool:
+def _attention_gemm(view: ShapedOps, i: int, name: str, scores: Counter[tuple[int, ...]]) -> bool:
     """A GEMM that reads or writes a score-shaped tensor (QK^T, PV, and their backward GEMMs)."""
     shapes = view.shapes(i)
     if _touches(shapes, scores):
@@ -212,7 +235,7 @@ def _attention_gemm(view: _OpView, i: int, name: str, scores: Counter[tuple[int,
     return out is not None and tuple(out) in scores
 
 
-def _gemm_rate(ctx: RankContext, view: _OpView, names: list[str], exclude: set[int]) -> tuple[float | None, str]:
+def _gemm_rate(ctx: RankContext, view: ShapedOps, names: list[str], exclude: set[int]) -> tuple[float | None, str]:
     """FLOP/ns of the fastest GEMM group (name + shapes, ≥ 10 MFLOP per call) outside the attention:
     what a fused attention kernel can be expected to reach on this device."""
     from aiprof.roofline.analysis import cached_op_cost
@@ -246,7 +269,7 @@ def _first_shape(shapes: list[Any]) -> list[int] | None:
     return None
 
 
-def _gemm_before(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
+def _gemm_before(view: ShapedOps, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
     """Index of the GEMM that produced the scores (a few ops before the softmax), else -1."""
     thread = view.thread(i)
     for j in range(i - 1, max(i - window, -1) - 1, -1):
@@ -258,7 +281,7 @@ def _gemm_before(view: _OpView, names: list[str], i: int, shape: list[int], wind
     return -1
 
 
-def _gemm_after(view: _OpView, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
+def _gemm_after(view: ShapedOps, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
     """Index of the GEMM that consumes the probabilities (a few ops after the softmax), else -1."""
     thread = view.thread(i)
     for j in range(i + 1, min(i + window + 1, len(names))):
@@ -285,10 +308,12 @@ def _numel(shape: list[int]) -> int:
 # ---------------------------------------------------------------------------------------------------
 # fusion_opportunity
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("fusion_chain_min", "fusion_share"),
+           needs=("shaped_ops", "op_costs", "source_lines", "kernels", "steps"))
 def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     """Chains of memory-bound elementwise ops that one fused kernel would do in one pass."""
-    view = _view(ctx)
-    names = ctx.names(view.rows)
+    view = ctx.views.shaped_ops
+    names = view.names
     costs = _elementwise_costs(ctx, view)
     c = ctx.trace.columns
     threads = list(zip(c.pid[view.rows].tolist(), c.tid[view.rows].tolist()))
@@ -331,7 +356,7 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
     return _fusion_finding(ctx, view, names, chains)
 
 
-def _elementwise_costs(ctx: RankContext, view: _OpView) -> list[Any]:
+def _elementwise_costs(ctx: RankContext, view: ShapedOps) -> list[Any]:
     """Per op of the view: its cost if it is an elementwise op that moves bytes, else None (computed once
     per distinct name and recorded inputs)."""
     from aiprof.roofline.analysis import cached_op_cost
@@ -362,7 +387,7 @@ def _consumes(shapes: list[Any], prev_shapes: list[Any]) -> bool:
     return prev is not None and any(isinstance(s, list) and _numel(s) == _numel(prev) for s in shapes)
 
 
-def _chain_gain(view: _OpView, chain: list[tuple[int, Any]]) -> float:
+def _chain_gain(view: ShapedOps, chain: list[tuple[int, Any]]) -> float:
     """What fusing one chain saves: a fused kernel moves only the external bytes (the chain's inputs and
     its final output) at the bandwidth the chain achieved, so saving = t_chain × (1 − external / Σ bytes)."""
     t = float(sum(view.time_ns[i] for i, _ in chain))
@@ -385,7 +410,7 @@ def _timeline_cap(ctx: RankContext, saving_ns: float, ops: I64) -> float:
 
 
 def _fusion_finding(
-    ctx: RankContext, view: _OpView, names: list[str], chains: list[list[tuple[int, Any]]]
+    ctx: RankContext, view: ShapedOps, names: list[str], chains: list[list[tuple[int, Any]]]
 ) -> list[Finding]:
     saving = 0.0
     by_signature: Counter[str] = Counter()

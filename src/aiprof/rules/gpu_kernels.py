@@ -25,6 +25,7 @@ from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
+from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import I64, Kind
 
 # AMP gain model (Daydream's, made conservative): a compute-bound GEMM/conv moved from FP32 CUDA cores
@@ -35,17 +36,6 @@ _GEMM_NAMES = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::m
 _HALF = {"c10::Half", "c10::BFloat16", "Half", "BFloat16", "fp16", "bf16"}
 _OPTIMIZER = r"^Optimizer\.step#"
 _FOREACH = r"^aten::(_foreach_|_fused_)"
-
-
-def _roofline(ctx: RankContext) -> Any:
-    """The trace's roofline (computed once per rank)."""
-    result = ctx.extras.get("_roofline")
-    if result is None:
-        from aiprof.roofline.analysis import roofline
-
-        result = roofline(ctx.trace)  # the same (cached) result as the report's roofline section
-        ctx.extras["_roofline"] = result
-    return result
 
 
 def _compute_capability(ctx: RankContext) -> float:
@@ -189,17 +179,15 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     is left out; one with FP32 kernels (``sgemm``, ``xmma…ffma``, ``scudnn``) is in, even a convolution on
     Ampere+; one whose kernels do not say is in, except FP32 convolutions where TF32 exists (cuDNN runs them
     as TF32 by default) and calls whose dtype the trace did not record (the roofline assumed it)."""
-    cached: tuple[I64, dict[str, Any]] | None = ctx.extras.get("_fp32_matrix_calls")
-    if cached is None:  # precision and kernel_efficiency both ask: one pass per rank (read-only results)
-        cached = ctx.extras["_fp32_matrix_calls"] = _fp32_matrix_calls(ctx)
-    return cached
+    return ctx.views.fp32_matrix_calls  # precision and kernel_efficiency both ask: one pass per rank
 
 
-def _fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
+def find_fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
+    """What :func:`fp32_matrix_calls` returns, computed."""
     from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class_codes
 
     units = matrix_units(ctx)
-    result = _roofline(ctx)
+    result = ctx.views.roofline
     calls = result.calls
     lo, hi = ctx.window
     idx = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
@@ -279,6 +267,7 @@ def _fp32_conv_gain(result: Any, idx: I64) -> Any:
     return np.where(pct >= LATENCY_PCT, AMP_GAIN["compute-bound"], AMP_GAIN["latency-bound"])
 
 
+@rank_rule(saving=Saving.TIME, options=("precision_share",), needs=("roofline", "fp32_matrix_calls", "kernels", "steps"))
 def precision(ctx: RankContext) -> list[Finding]:
     """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU). CPU runs get
     no tensor-core advice; the advice follows the device (fp16 + GradScaler on Volta/Turing, bf16 on
@@ -290,7 +279,7 @@ def precision(ctx: RankContext) -> list[Finding]:
         return []
     # Columnar over the roofline's calls (a big trace has 100k+ GEMM calls): which costs qualify,
     # then each call's time and class.
-    result = _roofline(ctx)
+    result = ctx.views.roofline
     calls = result.calls
     idx, facts = fp32_matrix_calls(ctx)
     if not idx.size:
@@ -361,6 +350,7 @@ def precision(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # tensor_core_alignment
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("alignment_share",), needs=("cpu_ops", "attention", "shaped_ops", "kernels", "steps"))
 def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
     """16-bit / 8-bit GEMMs whose M, N or K is not a multiple of 8 (16-bit) or 16 (8-bit)."""
     if not ctx.is_gpu:
@@ -372,7 +362,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
     gemm_names = [i for i, name in enumerate(ctx.trace.strings) if name in _GEMM_NAMES]
     ops = ctx.cpu_ops[arrays.isin(c.name[ctx.cpu_ops], gemm_names)]
     ops = ops[gpu_total[ops] > 0]
-    attention: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
+    attention = ctx.views.attention.score_dims
     # What an op's name and recorded inputs say (M, N, K, multiple, label) is worked out once per
     # distinct (name, inputs); the calls then only add up their GPU times.
     sig = ctx.trace.op_signatures(ops)
@@ -436,7 +426,7 @@ def tensor_core_alignment(ctx: RankContext) -> list[Finding]:
 
 
 def _gemm_shape(
-    ctx: RankContext, row: int, attention: set[tuple[int, ...]]
+    ctx: RankContext, row: int, attention: frozenset[tuple[int, ...]]
 ) -> tuple[int, int, int, float, bool, str] | None:
     """(M, N, K, FLOPs, aligned, label) of a 16/8-bit GEMM call; None for other dtypes, unknown shapes
     and attention GEMMs over S×S scores (the unfused_attention finding covers those)."""
@@ -480,6 +470,8 @@ def _mnk(name: str, dims: list[Any]) -> tuple[int, int, int, int] | None:
 # ---------------------------------------------------------------------------------------------------
 # launch_config
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("tiny_kernel_ns", "occupancy_lt_pct", "launch_config_share"),
+           needs=("kernels", "steps"))
 def launch_config(ctx: RankContext) -> list[Finding]:
     """Kernels whose grid has fewer blocks than the GPU has SMs: most of the GPU sits idle while they run."""
     if not ctx.is_gpu or ctx.kernels.size == 0:
@@ -548,6 +540,8 @@ def _alone_ns(ctx: RankContext, rows: I64) -> Any:
 # ---------------------------------------------------------------------------------------------------
 # optimizer_unfused
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("optimizer_kernels_per_step", "min_share"),
+           needs=("cpu_ops", "kernels", "steps", "trace"))
 def optimizer_unfused(ctx: RankContext) -> list[Finding]:
     """The optimizer step runs per-parameter ops (a Python for-loop over parameters) instead of foreach /
     fused multi-tensor kernels."""

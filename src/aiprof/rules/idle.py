@@ -21,6 +21,7 @@ from aiprof.rules.context import RankContext, _first_user_frame
 from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
 from aiprof.rules.finding import Finding
 from aiprof.rules.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
+from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
 
@@ -35,6 +36,8 @@ _SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 # ---------------------------------------------------------------------------------------------------
 # data_loading
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.IDLE, options=("data_loading_share",), needs=("idle_causes", "machine", "trace"),
+           capture_idle=True)
 def data_loading(ctx: RankContext) -> list[Finding]:
     """The device idles while the host waits in ``DataLoader.__next__``."""
     exposed = ctx.per_step("idle_causes_ns", "data_loading")
@@ -134,7 +137,7 @@ _NO_STACKS = (
 
 
 @dataclass(frozen=True)
-class _HostSplit:
+class HostSplit:
     """The host's share of the steady steps, by kind: overhead (short gaps / tiny ops), long gaps inside
     one host call (with that call's row), long gaps outside any op."""
 
@@ -145,6 +148,11 @@ class _HostSplit:
     evidence: dict[str, Any]
 
 
+@rank_rule(saving=Saving.IDLE,
+           options=("host_bound_share", "tiny_op_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns",
+                    "profiler_ns_per_op", "sync_cluster_gap_ns"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines"),
+           capture_idle=True, graph_replays=ReplayPolicy.UNLESS_HIDDEN)
 def host_bound(ctx: RankContext) -> list[Finding]:
     """The device (or, on CPU-only traces, the run) is slowed by many small host costs: framework dispatch
     of tiny ops and the Python between them. Long gaps are not counted here (host_stall, host_gaps)."""
@@ -192,6 +200,11 @@ def host_bound(ctx: RankContext) -> list[Finding]:
     ]
 
 
+@rank_rule(saving=Saving.IDLE,
+           options=("host_bound_share", "tiny_op_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns",
+                    "profiler_ns_per_op", "sync_cluster_gap_ns"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines"),
+           graph_replays=ReplayPolicy.UNLESS_HIDDEN)
 def host_gaps(ctx: RankContext) -> list[Finding]:
     """Long stretches of Python outside any op (a sleep, logging, metric bookkeeping, data munging): the
     device (or the run) waits for the script itself, not for the framework."""
@@ -235,6 +248,11 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
     ]
 
 
+@rank_rule(saving=Saving.IDLE,
+           options=("host_bound_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns", "profiler_ns_per_op",
+                    "sync_cluster_gap_ns"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "source_lines"),
+           graph_replays=ReplayPolicy.NEVER)
 def host_stall(ctx: RankContext) -> list[Finding]:
     """GPU: a few long idle gaps while the host sat inside one op or runtime call (a 600 ms first launch,
     a slow allocation, a CPU-heavy op): a stall with its own cause, named with the call and source line."""
@@ -356,18 +374,21 @@ def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
     return out
 
 
-def _host_split(ctx: RankContext) -> _HostSplit:
-    cached = ctx.extras.get("_host_split")
-    if cached is None and ctx.is_gpu and ctx.share(ctx.per_step("idle_causes_ns", "host")) < ctx.options.host_bound_share:
-        cached = _HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})  # no host finding can reach it
-    if cached is None:
-        cached = _gpu_host_split(ctx) if ctx.is_gpu else _cpu_host_split(ctx)
-        ctx.extras["_host_split"] = cached
-    split: _HostSplit = cached
-    return split
+def _host_split(ctx: RankContext) -> HostSplit:
+    """``ctx.views.host_split``; on a GPU whose host idle is under ``host_bound_share`` of the step, an empty
+    split without computing it (no host finding can reach the threshold)."""
+    if ctx.is_gpu and ctx.share(ctx.per_step("idle_causes_ns", "host")) < ctx.options.host_bound_share:
+        return HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
+    return ctx.views.host_split
 
 
-def _gpu_host_split(ctx: RankContext) -> _HostSplit:
+def find_host_split(ctx: RankContext) -> HostSplit:
+    """The host's share of the steady steps (``ctx.views.host_split``): GPU from the ``host`` idle gaps, CPU
+    from tiny ops and the gaps between ops."""
+    return _gpu_host_split(ctx) if ctx.is_gpu else _cpu_host_split(ctx)
+
+
+def _gpu_host_split(ctx: RankContext) -> HostSplit:
     """GPU: the ``host`` idle gaps, short (overhead) vs long inside one call (stall) vs long outside."""
     host = idle_sets(ctx)["host"]
     lengths = host[1] - host[0]
@@ -385,24 +406,28 @@ def _gpu_host_split(ctx: RankContext) -> _HostSplit:
         "host_idle_ns_per_step": int(lengths.sum() / ctx.step_count),
         "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
     }
-    return _HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence)
+    return HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence)
 
 
 def _covering_call(ctx: RankContext, start: int, end: int) -> int:
     """The innermost CPU op or runtime call that covers at least half of [start, end), else -1."""
     c = ctx.trace.columns
-    rows = ctx.extras.get("_long_calls")
-    if rows is None:
-        # only calls long enough to cover a stall (filtered before the time sort, which keeps their order)
-        rows = np.flatnonzero(ctx.trace.kind_mask(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER) & (c.dur * 2 >= ctx.options.stall_min_ns))
-        rows = rows[np.argsort(c.ts[rows], kind="stable")]
-        ctx.extras["_long_calls"] = rows
+    rows = ctx.views.long_calls
     overlap = np.minimum(c.ts[rows] + c.dur[rows], end) - np.maximum(c.ts[rows], start)
     ok = rows[overlap * 2 >= end - start]
     return int(ok[np.argmin(c.dur[ok])]) if ok.size else -1
 
 
-def _cpu_host_split(ctx: RankContext) -> _HostSplit:
+def find_long_calls(ctx: RankContext) -> I64:
+    """CPU ops and runtime calls long enough to cover a stall (``ctx.views.long_calls``), by start time."""
+    c = ctx.trace.columns
+    # only calls long enough to cover a stall (filtered before the time sort, which keeps their order)
+    rows = np.flatnonzero(ctx.trace.kind_mask(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER) & (c.dur * 2 >= ctx.options.stall_min_ns))
+    found: I64 = rows[np.argsort(c.ts[rows], kind="stable")]
+    return found
+
+
+def _cpu_host_split(ctx: RankContext) -> HostSplit:
     """CPU-only traces: tiny top-level ops and short gaps outside any op (overhead) vs long gaps outside
     any op (host_gaps), net of data loading, collectives and sync round trips (their own rules)."""
     from aiprof.analysis.timeline import _COLLECTIVE_OP
@@ -410,7 +435,7 @@ def _cpu_host_split(ctx: RankContext) -> _HostSplit:
     c = ctx.trace.columns
     ops = _top_level(ctx)
     if ops.size == 0:
-        return _HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
+        return HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
     tiny = ops[c.dur[ops] < ctx.options.tiny_cpu_op_ns]
     windows = _steady_set(ctx)
     outside = iv.subtract(windows, _span_set(ctx, ops))
@@ -434,7 +459,7 @@ def _cpu_host_split(ctx: RankContext) -> _HostSplit:
         "tiny_op_threshold_ns": ctx.options.tiny_cpu_op_ns,
     }
     gaps = list(zip(outside[0][long].tolist(), outside[1][long].tolist()))
-    return _HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence)
+    return HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence)
 
 
 def _top_level(ctx: RankContext) -> I64:
@@ -466,6 +491,9 @@ def _hot_line(ctx: RankContext) -> str | None:
 # ---------------------------------------------------------------------------------------------------
 # launch_bound
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.IDLE,
+           options=("launch_bound_share", "launch_bound_min_kernels", "concentrated_share", "tiny_kernel_ns"),
+           needs=("idle_causes", "idle_sets", "kernels", "trace"), capture_idle=True, graph_replays=ReplayPolicy.NEVER)
 def launch_bound(ctx: RankContext) -> list[Finding]:
     """Many tiny kernels: the GPU waits for launches that were issued but had not started."""
     if not ctx.is_gpu:
@@ -520,6 +548,10 @@ def launch_bound(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # sync
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.IDLE,
+           options=("sync_share", "concentrated_share", "stall_min_ns", "stall_factor", "profiler_ns_per_op",
+                    "sync_profiler_cost_share", "tiny_cpu_op_ns", "sync_cluster_gap_ns"),
+           needs=("idle_causes", "idle_sets", "cpu_ops", "trace", "source_lines"), capture_idle=True)
 def sync(ctx: RankContext) -> list[Finding]:
     """GPU: host-device round trips inside the step (``.item()``, ``.cpu()``, synchronize). CPU-only traces:
     element-wise tensor → Python conversions (``.item()`` in a Python loop); there is no device there."""

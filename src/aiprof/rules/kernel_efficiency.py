@@ -20,7 +20,8 @@ from aiprof import arrays
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
-from aiprof.rules.gpu_kernels import _mnk, _roofline, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
+from aiprof.rules.spec import Saving, rank_rule
+from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
 from aiprof.trace.model import I64
 
 # AMD Instinct spec matrix peaks are further from what libraries reach than NVIDIA's: hipBLASLt BF16 GEMMs on
@@ -105,7 +106,7 @@ def _roof_per_cost(ctx: RankContext, result: Any) -> tuple[Any, Any, Any, list[s
 
 def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
     """Whether a call works on the S×S scores of an unfused attention (``unfused_attention`` covers it)."""
-    scores: set[tuple[int, ...]] = set(ctx.extras.get("_attention_scores", ()))
+    scores = ctx.views.attention.score_dims
     if not scores:
         return False
     try:
@@ -139,7 +140,7 @@ def _has_copies(ctx: RankContext, ops: I64) -> Any:
 def _groups(ctx: RankContext) -> list[_Group]:
     """Op names whose modelled calls hold ≥ ``kernel_efficiency_share`` of the step and would take at
     most half their time at the realistic fraction of their roof."""
-    result = _roofline(ctx)
+    result = ctx.views.roofline
     calls = result.calls
     lo, hi = ctx.window
     idx = result.calls_in(lo, hi)
@@ -154,7 +155,7 @@ def _groups(ctx: RankContext) -> list[_Group]:
     if not idx.size:
         return []
     skip = {t for t in arrays.unique(calls.text_id[idx]).tolist()
-            if _on_scores(ctx, "", calls.texts[t][0])} if ctx.extras.get("_attention_scores") else set()
+            if _on_scores(ctx, "", calls.texts[t][0])} if ctx.views.attention.score_dims else set()
     out: list[_Group] = []
     step_ns = ctx.mean_step_ns * ctx.step_count
     for name in arrays.unique(calls.name[idx]).tolist():
@@ -217,6 +218,10 @@ def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
     }
 
 
+@rank_rule(saving=Saving.TIME,
+           options=("eta", "roof_fraction_compute", "roof_fraction_attention", "tiny_kernel_ns",
+                    "kernel_efficiency_share", "min_share"),
+           needs=("roofline", "fp32_matrix_calls", "attention", "shaped_ops", "kernels", "steps"))
 def kernel_efficiency(ctx: RankContext) -> list[Finding]:
     """A dominant op (≥ ``kernel_efficiency_share`` of the step) that reaches so little of its roofline
     that a realistic fraction of the roof would at least halve its time."""
@@ -225,7 +230,7 @@ def kernel_efficiency(ctx: RankContext) -> list[Finding]:
     groups = _groups(ctx)
     if not groups:
         return []
-    result = _roofline(ctx)
+    result = ctx.views.roofline
     calls = result.calls
     modelled = sum(g.saving_ns for g in groups) / ctx.step_count
     rows = kernels_of_ops(ctx, calls.op[np.concatenate([g.calls for g in groups])])
@@ -333,6 +338,9 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
     return out
 
 
+@rank_rule(saving=Saving.TIME,
+           options=("kernel_variance_min_calls", "tiny_kernel_ns", "kernel_variance_ratio", "kernel_variance_share"),
+           needs=("kernels", "steps"))
 def kernel_variance(ctx: RankContext) -> list[Finding]:
     """One kernel whose calls with identical launch and input shapes take several-fold different times."""
     if not ctx.is_gpu or ctx.kernels.size == 0:

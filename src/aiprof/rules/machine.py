@@ -6,7 +6,7 @@ on a CPU-only run. Rules ask this module instead of guessing::
 
     from aiprof.rules.machine import loader_workers_reason, loader_workers_text, machine_facts
 
-    facts = machine_facts(ctx)          # computed once per rank, cached in ctx.extras
+    facts = machine_facts(ctx)          # ctx.views.machine: computed once per rank
     if facts.is_gpu: ...                # GPU advice only where the profiled device is a GPU
     facts.cores                         # usable logical cores, or None (a foreign trace)
     loader_workers_text(facts)          # "num_workers=1" on 2 cores; "num_workers=N" when unknown
@@ -23,8 +23,8 @@ Where the facts come from:
   must not invent a number.
 - ``torch_threads``: the intra-op thread count the profiled process used (``meta.json``), when known.
 
-Everything here is read from ``ctx.extras`` (filled by :func:`aiprof.rules.telemetry.load_run_inputs`) and
-``ctx.device``; no file is opened.
+Everything here is read from ``ctx.inputs`` (the run directory's inputs, from
+:func:`aiprof.rules.telemetry.load_run_inputs`) and ``ctx.device``; no file is opened.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aiprof.rules.context import RankContext
+from aiprof.rules.context import RankContext, RunInputs
 
-_CACHE_KEY = "_machine_facts"
 MAX_LOADER_WORKERS = 4  # beyond ~4 workers per device, loaders rarely gain: the common starting point
 
 
@@ -73,32 +72,32 @@ class MachineFacts:
 
 
 def machine_facts(ctx: RankContext) -> MachineFacts:
-    """The facts of ``ctx``'s machine, computed once per rank (cached in ``ctx.extras``)."""
-    cached = ctx.extras.get(_CACHE_KEY)
-    if isinstance(cached, MachineFacts):
-        return cached
-    cores, source = _cores(ctx.extras)
-    facts = MachineFacts(
+    """The facts of ``ctx``'s machine (``ctx.views.machine``: computed once per rank)."""
+    return ctx.views.machine
+
+
+def find_machine_facts(ctx: RankContext) -> MachineFacts:
+    """The facts of ``ctx``'s machine, from its primary device and the run directory's inputs."""
+    cores, source = _cores(ctx.inputs)
+    return MachineFacts(
         device_kind=ctx.device.kind,
         device_name=ctx.device.name,
         cores=cores,
         cores_source=source,
-        torch_threads=_torch_threads(ctx.extras.get("run_meta")),
+        torch_threads=_torch_threads(ctx.inputs.meta),
     )
-    ctx.extras[_CACHE_KEY] = facts
-    return facts
 
 
-def _cores(extras: dict[str, Any]) -> tuple[int | None, str]:
+def _cores(inputs: RunInputs) -> tuple[int | None, str]:
     """Usable cores: meta.json's affinity, then its logical count, then telemetry's per-core columns."""
-    meta = extras.get("run_meta")
+    meta = inputs.meta
     host = meta.get("host") if isinstance(meta, dict) else None
     if isinstance(host, dict):
         for key in ("cores_available", "cores_logical"):
             value = _positive_int(host.get(key))
             if value is not None:
                 return value, f"meta.json host.{key}"
-    table = extras.get("telemetry")
+    table = inputs.telemetry
     if isinstance(table, dict):
         count = telemetry_core_count(table)
         if count:

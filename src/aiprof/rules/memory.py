@@ -9,6 +9,7 @@ import numpy as np
 
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
+from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.trace.model import I64, Kind
@@ -35,6 +36,7 @@ def _direction(name: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 # pageable_memcpy
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("pageable_min_bytes", "min_share"), needs=("steps", "trace"))
 def pageable_memcpy(ctx: RankContext) -> list[Finding]:
     """Host↔device copies from pageable memory: slower, and they block the host while staged."""
     if not ctx.is_gpu:
@@ -100,6 +102,7 @@ def _issuers(ctx: RankContext, rows: I64) -> I64:
 # ---------------------------------------------------------------------------------------------------
 # memcpy_exposed
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("memcpy_exposed_share",), needs=("steps", "trace"))
 def memcpy_exposed(ctx: RankContext) -> list[Finding]:
     """Copies that no kernel hides: the device does nothing else while they run."""
     exposed = ctx.per_step("breakdown_ns", "memcpy") + ctx.per_step("breakdown_ns", "memset")
@@ -140,6 +143,7 @@ def memcpy_exposed(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # allocator_churn
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.TIME, options=("allocator_calls_per_step", "min_share"), needs=("all_steps", "trace"))
 def allocator_churn(ctx: RankContext) -> list[Finding]:
     """cudaMalloc / cudaFree in steady state: the caching allocator is being bypassed or emptied."""
     steps = ctx.device.steps[1:]  # the first step fills the caching allocator: never steady state
@@ -190,6 +194,7 @@ def _host_callers(ctx: RankContext, calls: I64) -> I64:
 # ---------------------------------------------------------------------------------------------------
 # memory_pressure
 # ---------------------------------------------------------------------------------------------------
+@rank_rule(saving=Saving.NONE, options=("memory_pressure_fraction",), needs=("trace",))
 def memory_pressure(ctx: RankContext) -> list[Finding]:
     """Peak reserved device memory near the device's capacity (from ``[memory]`` events)."""
     if not ctx.is_gpu:

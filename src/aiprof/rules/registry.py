@@ -1,65 +1,41 @@
-"""The default rule lists, running the per-rank rules on one trace, and ranking findings."""
+"""The rules, collected from their declarations; running the per-rank rules on one trace; ranking findings."""
 
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import cached_property
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.rules import coldstart, comm, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
-from aiprof.rules.context import RankContext
+from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
+from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, declared_in, spec_of
+from aiprof.rules.steps import GraphCapture, GraphReplays
 from aiprof.trace.model import Trace
 
 RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 
-DEFAULT_RANK_RULES: list[RankRule] = [
-    coldstart.cold_start,
-    steps.graph_capture,
-    steps.graph_trace_incomplete,
-    idle.data_loading,
-    idle.host_bound,
-    idle.host_gaps,
-    idle.host_stall,
-    idle.launch_bound,
-    idle.sync,
-    memory.pageable_memcpy,
-    memory.memcpy_exposed,
-    memory.allocator_churn,
-    memory.memory_pressure,
-    fusion.unfused_attention,
-    fusion.fusion_opportunity,
-    gpu_kernels.precision,
-    gpu_kernels.tensor_core_alignment,
-    gpu_kernels.launch_config,
-    kernel_efficiency.kernel_efficiency,
-    kernel_efficiency.kernel_variance,
-    gpu_kernels.optimizer_unfused,
-    comm.exposed_communication,
-    comm.comm_bandwidth,
-    steps.step_variance,
-    telemetry.cpu_saturation,
-    telemetry.noisy_neighbour,
-    telemetry.io_bound,
-]
+# The modules that declare rules (``@rank_rule`` / ``@run_rule``, aiprof.rules.spec). A rule added to one of
+# them is registered by its declaration; a new module is added here.
+RULE_MODULES = (coldstart, steps, idle, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry)
 
-DEFAULT_RUN_RULES: list[RunRule] = [comm.straggler]
-
-# Rules whose finding explains others or flags a risk, with no time saving of its own. Their findings skip
-# the min_saving_ns filter (as does any ``info`` note); their severity is capped at ``low`` by Finding itself
-# (a note with no saving is never high: see aiprof.rules.finding.capped_severity).
-ZERO_SAVING_RULES = {
-    "memory_pressure", "cpu_saturation", "noisy_neighbour", "io_bound", "graph_trace_incomplete", "graph_capture",
-    "cold_start",
-}
-
-# Rules whose evidence is device idle time: not run where graph replays hide the kernels (the idle is false).
-IDLE_RULES = {"host_bound", "host_gaps", "host_stall", "launch_bound"}
+# Every declared rule, one list: per module, in definition order. The order does not change any finding
+# (rules share views, not results: tests/rules/test_rule_order.py runs them reversed and shuffled).
+RULES: list[Callable[..., list[Finding]]] = [rule for module in RULE_MODULES for rule in declared_in(module)]
+RULE_SPECS: dict[str, RuleSpec] = {spec_of(r).name: spec_of(r) for r in RULES}
+DEFAULT_RANK_RULES: list[RankRule] = [r for r in RULES if spec_of(r).scope == "rank"]
+DEFAULT_RUN_RULES: list[RunRule] = [r for r in RULES if spec_of(r).scope == "run"]
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+def capture_idle_rules() -> list[str]:
+    """The rules that see the steps' idle causes without the captured idle (spec ``capture_idle``)."""
+    return [s.name for s in RULE_SPECS.values() if s.capture_idle]
 
 
 def diagnose_rank(
@@ -67,64 +43,96 @@ def diagnose_rank(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
-    extras: dict[str, Any] | None = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> tuple[list[Finding], list[str]]:
-    """Run the per-rank rules on one trace. A rule that crashes is reported as a note, never fatal:
-    one broken rule must not hide the other findings."""
-    ctx = RankContext(trace, analysis, options, dict(extras or {}))
+    """Run the per-rank rules on one trace (``extras``: the run directory's inputs, as
+    :func:`aiprof.rules.telemetry.load_run_inputs` returns them). What each rule is given follows its spec
+    (:func:`run_one`). A rule that crashes is reported as a note, never fatal: one broken rule must not hide
+    the other findings."""
+    ctx = RankContext(trace, analysis, options, RunInputs.from_mapping(extras))
+    gates = _Gates(ctx)
     findings: list[Finding] = []
     notes: list[str] = []
     skipped: list[str] = []
-    views: dict[str, RankContext] = {}
     for rule in rules if rules is not None else DEFAULT_RANK_RULES:
-        if rule.__name__ not in ZERO_SAVING_RULES and _cold_start_only(ctx):
+        spec = spec_of(rule)
+        if spec.saving is not Saving.NONE and gates.cold_start_only:
             continue  # nothing but one-time costs: no steady state for the other rules to judge
-        capture = next((f for f in findings if f.id == "graph_capture"), None)
-        if capture is not None and not capture.evidence["steady_state"] and rule.__name__ not in ZERO_SAVING_RULES:
-            skipped.append(rule.__name__)
+        if spec.saving is not Saving.NONE and gates.capture is not None and gates.capture.excluded:
+            skipped.append(spec.name)
             continue
-        if rule.__name__ in IDLE_RULES and _hides_kernels(findings):
-            notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: graph replays hide kernels, idle is not real")
-            continue
-        if rule.__name__ in ("launch_bound", "host_stall") and _replays_graphs(findings):
-            # launch_bound: graphs already remove launches; host_stall: a long call waits on a replay whose
-            # kernels the trace may not show.
-            notes.append(f"{rule.__name__} skipped on rank {analysis.rank}: the run replays CUDA/HIP graphs")
+        why = gates.replays_skip(spec)
+        if why:
+            notes.append(f"{spec.name} skipped on rank {analysis.rank}: {why}")
             continue
         try:
-            view = ctx
-            if capture is not None and rule.__name__ in steps.CAPTURE_RULES:  # captured idle is not steady state
-                view = views.get("capture") or views.setdefault("capture", steps.without_capture(ctx, capture))
+            view = gates.adjusted() if spec.capture_idle and gates.capture is not None else ctx
             findings.extend(
                 f for f in rule(view)
-                if f.id in ZERO_SAVING_RULES or f.severity == "info" or f.est_saving_ns_per_step >= options.min_saving_ns
+                if spec.saving is Saving.NONE or f.severity == "info" or f.est_saving_ns_per_step >= options.min_saving_ns
             )
         except Exception as err:  # noqa: BLE001 - a rule bug becomes a note
             where = traceback.extract_tb(err.__traceback__)[-1]
-            notes.append(f"rule {rule.__name__} failed on rank {analysis.rank}: {type(err).__name__}: {err} "
+            notes.append(f"rule {spec.name} failed on rank {analysis.rank}: {type(err).__name__}: {err} "
                          f"({where.filename.rsplit('/', 1)[-1]}:{where.lineno})")
     if skipped:
         notes.append(f"{len(skipped)} rules with a saving skipped on rank {analysis.rank}: the trace is a CUDA/HIP "
                      "graph capture, not steady-state execution")
-    ctx.extras.clear()  # shared views refer back to the context: let reference counting free the trace
+    ctx.release()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 
 
-def _cold_start_only(ctx: RankContext) -> bool:
-    """Nothing but one-time costs (see RankContext.steps); a failure here must not stop the diagnosis:
-    the rules then run and report it themselves."""
-    try:
-        return not ctx.steps and bool(ctx.one_time_costs)
-    except Exception:  # noqa: BLE001
-        return False
+class _Gates:
+    """What decides how rules run on a rank, computed once from the trace (never from other rules' findings):
+    a cold-start-only trace, a graph capture, graph replays. A failure here must not stop the diagnosis:
+    the rules then run and the ones that read the failing view report it themselves."""
 
+    def __init__(self, ctx: RankContext) -> None:
+        self.ctx = ctx
+        self._adjusted: RankContext | None = None
 
-def _hides_kernels(findings: list[Finding]) -> bool:
-    return any(f.id == "graph_trace_incomplete" and f.evidence.get("kernels_per_graph_launch", 1) < 1 for f in findings)
+    @cached_property
+    def cold_start_only(self) -> bool:
+        """Nothing but one-time costs (see RankContext.steps)."""
+        try:
+            return not self.ctx.steps and bool(self.ctx.one_time_costs)
+        except Exception:  # noqa: BLE001
+            return False
 
+    @cached_property
+    def capture(self) -> GraphCapture | None:
+        """The graph capture that ``graph_capture`` reports, if any."""
+        try:
+            found = self.ctx.views.graph_capture
+        except Exception:  # noqa: BLE001
+            return None
+        return found if found.reported else None
 
-def _replays_graphs(findings: list[Finding]) -> bool:
-    return any(f.id == "graph_trace_incomplete" for f in findings)
+    @cached_property
+    def replays(self) -> GraphReplays | None:
+        try:
+            return self.ctx.views.graph_replays
+        except Exception:  # noqa: BLE001
+            return None
+
+    def replays_skip(self, spec: RuleSpec) -> str:
+        """Why graph replays keep this rule from running ('' when they do not)."""
+        if spec.graph_replays is ReplayPolicy.RUN or self.replays is None:
+            return ""
+        if self.replays.hide_kernels:
+            return "graph replays hide kernels, idle is not real"
+        if spec.graph_replays is ReplayPolicy.NEVER:
+            # launch_bound: graphs already remove launches; host_stall: a long call waits on a replay whose
+            # kernels the trace may not show.
+            return "the run replays CUDA/HIP graphs"
+        return ""
+
+    def adjusted(self) -> RankContext:
+        """The context with the captured idle moved out of the idle causes (made once)."""
+        if self._adjusted is None:
+            assert self.capture is not None
+            self._adjusted = steps.without_capture(self.ctx, self.capture)
+        return self._adjusted
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

@@ -4,9 +4,9 @@ records a CUDA/HIP graph *capture*: launches recorded into a graph, almost nothi
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, replace
 
-from dataclasses import replace
+import numpy as np
 
 from aiprof import arrays
 from aiprof.analysis import intervals as iv
@@ -14,6 +14,7 @@ from aiprof.analysis.timeline import StepAccount
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text
+from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import Kind
 
 GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
@@ -23,13 +24,14 @@ _BEGIN_CAPTURE = r"^(cuda|hip|cu)StreamBeginCapture"
 _END_CAPTURE = r"^(cuda|hip|cu)StreamEndCapture"
 _INSTANTIATE = r"^(cuda|hip|cu)GraphInstantiate"
 # The trace *is* a capture when capture covers at least this share of the steady steps: no steady-state
-# verdict at all then. Below it, the captured time is only taken out of the idle rules' evidence.
+# verdict at all then. Below it, the captured time is only taken out of the idle rules' evidence (the rules
+# whose spec says ``capture_idle``: a capture range's idle has host / launch / sync causes, the host records
+# launches while the device runs nothing).
 CAPTURE_DOMINANT_SHARE = 0.8
-# Idle causes a capture range produces (the host records launches, the device runs nothing): taken out of
-# these rules' evidence where capture covers part of the steps.
-CAPTURE_RULES = {"host_bound", "launch_bound", "sync", "data_loading"}
 
 
+@rank_rule(saving=Saving.TIME, options=("step_outlier_ratio", "step_outlier_sigma", "min_share"),
+           needs=("steps", "idle_causes", "graph_capture"))
 def step_variance(ctx: RankContext) -> list[Finding]:
     """Some steps take much longer than the median (periodic work: eval, checkpoint, GC, recompiles).
 
@@ -87,29 +89,56 @@ def step_variance(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
-    """Graph replays launch many kernels with one call; without graph-node tracing the trace shows the
-    GPU idle where it was busy. Say so, instead of reporting false idle."""
+@dataclass(frozen=True)
+class GraphReplays:
+    """CUDA/HIP graph replays in a trace (``ctx.views.graph_replays``): launches, and the GPU activities the
+    trace attributes to them (none without graph-node tracing)."""
+
+    launches: int
+    linked: int  # kernels, copies and memsets correlated with a graph launch
+
+    @property
+    def per_launch(self) -> float:
+        return float(self.linked / self.launches)
+
+    @property
+    def hide_kernels(self) -> bool:
+        """Fewer than one attributed kernel per replay (as ``kernels_per_graph_launch`` reads it, rounded to
+        0.1): the device's idle time is not real and the idle rules whose spec says so are skipped."""
+        return round(self.per_launch, 1) < 1
+
+
+def find_graph_replays(ctx: RankContext) -> GraphReplays | None:
+    """The trace's graph replays, or None when it has none."""
     launches = ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
     graphs = launches[ctx.trace.name_matches(launches, GRAPH_LAUNCH)]
     if graphs.size == 0:
-        return []
+        return None
     c = ctx.trace.columns
     corr = c.correlation[graphs]
     gpu = ctx.trace.rows_of(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
     linked = arrays.isin(c.correlation[gpu], corr[corr >= 0])
-    per_launch = linked.sum() / graphs.size
+    return GraphReplays(int(graphs.size), int(linked.sum()))
+
+
+@rank_rule(saving=Saving.NONE, needs=("graph_replays", "steps"))
+def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
+    """Graph replays launch many kernels with one call; without graph-node tracing the trace shows the
+    GPU idle where it was busy. Say so, instead of reporting false idle."""
+    replays = ctx.views.graph_replays
+    if replays is None:
+        return []
     evidence = {
-        "graph_launches": int(graphs.size),
-        "kernels_attributed_to_graph_launches": int(linked.sum()),
-        "kernels_per_graph_launch": round(float(per_launch), 1),
+        "graph_launches": replays.launches,
+        "kernels_attributed_to_graph_launches": replays.linked,
+        "kernels_per_graph_launch": round(replays.per_launch, 1),
         "idle_ns_per_step_reported": int(ctx.per_step("breakdown_ns", "idle")),
     }
-    incomplete = per_launch < 1.0
+    incomplete = replays.per_launch < 1.0
     title = (
-        f"{graphs.size} CUDA/HIP graph replays without per-kernel activity: idle time here is not real"
+        f"{replays.launches} CUDA/HIP graph replays without per-kernel activity: idle time here is not real"
         if incomplete
-        else f"{graphs.size} CUDA/HIP graph replays: kernels are attributed to the replay, not to ops"
+        else f"{replays.launches} CUDA/HIP graph replays: kernels are attributed to the replay, not to ops"
     )
     return [
         ctx.finding(
@@ -182,22 +211,56 @@ def _covered(ranges: iv.IntervalSet, steps: list[StepAccount]) -> tuple[int, int
     return int(iv.overlap_per_window(ranges, ws, we).sum()), int((we - ws).sum())
 
 
-def graph_capture(ctx: RankContext) -> list[Finding]:
-    """The trace records a CUDA/HIP graph capture (vLLM / SGLang start-up, torch.cuda.graph warm-up): the
-    launches inside are recorded into a graph, not executed, so the device looks idle and the host busy.
-    Say what the trace is, instead of calling it host-bound."""
+@dataclass(frozen=True)
+class GraphCapture:
+    """CUDA/HIP graph capture in a trace (``ctx.views.graph_capture``): the capture ranges
+    (:func:`capture_ranges`) and how much of the steps they cover."""
+
+    ranges: iv.IntervalSet
+    captures: int
+    instantiations: int
+    captured_ns: int  # inside every step of the primary device
+    share_of_trace: float  # of every step
+    share_of_steady: float  # of the steady steps
+    reported: bool  # covers at least min_share of the steps: graph_capture says so, the rules follow it
+
+    @property
+    def steady_state(self) -> bool:
+        """Below ``CAPTURE_DOMINANT_SHARE`` of the steady steps: the rest is steady-state execution."""
+        return self.share_of_steady < CAPTURE_DOMINANT_SHARE
+
+    @property
+    def excluded(self) -> bool:
+        """The rules with a saving are not run at all: the trace holds no steady-state execution."""
+        return self.reported and not self.steady_state
+
+
+def find_graph_capture(ctx: RankContext) -> GraphCapture:
+    """The trace's graph capture ranges and their share of the steps (nothing reported without ranges)."""
     ranges, captures, instantiations = capture_ranges(ctx)
     if not ranges[0].size:
-        return []
+        return GraphCapture(ranges, captures, instantiations, 0, 0.0, 0.0, False)
     captured_all, total_all = _covered(ranges, ctx.device.steps)
     captured, total = _covered(ranges, ctx.steps)
     share_all = captured_all / total_all if total_all else 0.0
     steady_share = captured / total if total else 0.0
-    if max(share_all, steady_share) < ctx.options.min_share:
+    reported = max(share_all, steady_share) >= ctx.options.min_share
+    return GraphCapture(ranges, captures, instantiations, captured_all, share_all, steady_share, reported)
+
+
+@rank_rule(saving=Saving.NONE, options=("min_share",), needs=("graph_capture", "steps", "all_steps", "trace"))
+def graph_capture(ctx: RankContext) -> list[Finding]:
+    """The trace records a CUDA/HIP graph capture (vLLM / SGLang start-up, torch.cuda.graph warm-up): the
+    launches inside are recorded into a graph, not executed, so the device looks idle and the host busy.
+    Say what the trace is, instead of calling it host-bound."""
+    capture = ctx.views.graph_capture
+    if not capture.reported:
         return []
+    captures, instantiations, captured_all = capture.captures, capture.instantiations, capture.captured_ns
+    share_all, steady_share = capture.share_of_trace, capture.share_of_steady
     graphs = ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
     replays = int(ctx.trace.name_matches(graphs, GRAPH_LAUNCH).sum())
-    dominant = steady_share >= CAPTURE_DOMINANT_SHARE
+    dominant = not capture.steady_state
     what = (f"{captures} capture{'s' if captures != 1 else ''}" if captures else
             f"{instantiations} graph instantiation{'s' if instantiations != 1 else ''}")
     if share_all >= CAPTURE_DOMINANT_SHARE:
@@ -214,9 +277,11 @@ def graph_capture(ctx: RankContext) -> list[Finding]:
         "capture_share_of_steady_steps": round(steady_share, 3),
         "steady_state": not dominant,
     }
+    from aiprof.rules.registry import capture_idle_rules
+
     excluded = ("no steady-state finding is reported: the trace holds no steady-state execution"
                 if dominant else
-                f"captured time is taken out of {', '.join(sorted(CAPTURE_RULES))}")
+                f"captured time is taken out of {', '.join(sorted(capture_idle_rules()))}")
     return [
         ctx.finding(
             "graph_capture",
@@ -237,13 +302,14 @@ def graph_capture(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def without_capture(ctx: RankContext, finding: Finding) -> RankContext:
+def without_capture(ctx: RankContext, capture: GraphCapture) -> RankContext:
     """A view of ``ctx`` whose steps have the device idle inside capture ranges moved out of the causes the
     idle rules read (host, launch, sync, data loading, collective wait) into ``unknown``: capture is a
-    one-time cost, not the steady state those rules judge. Buckets and step durations are unchanged."""
-    if not ctx.is_gpu or not finding.evidence.get("captured_ns"):
+    one-time cost, not the steady state those rules judge. Buckets and step durations are unchanged; the
+    views are ``ctx``'s (they do not read idle causes)."""
+    if not ctx.is_gpu or not capture.captured_ns:
         return ctx
-    ranges, _, _ = capture_ranges(ctx)
+    ranges = capture.ranges
     c = ctx.trace.columns
     dev = ctx.device.device_index
     busy_rows = np.flatnonzero((c.device == dev) & ctx.trace.kind_mask(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
@@ -264,12 +330,12 @@ def without_capture(ctx: RankContext, finding: Finding) -> RankContext:
         adjusted.append(replace(step, idle_causes_ns=causes))
     device = replace(ctx.device, steps=adjusted)
     analysis = replace(ctx.analysis, devices=[device if d is ctx.device else d for d in ctx.analysis.devices])
-    return RankContext(ctx.trace, analysis, ctx.options, ctx.extras)
+    return RankContext(ctx.trace, analysis, ctx.options, ctx.inputs, base=ctx)
 
 
 def _captured_per_step(ctx: RankContext) -> np.ndarray:
     """Captured ns (graph capture ranges) inside each steady step's window (zeros without capture)."""
-    ranges, _, _ = capture_ranges(ctx)
+    ranges = ctx.views.graph_capture.ranges
     if not ranges[0].size or not ctx.steps:
         return np.zeros(len(ctx.steps), dtype=np.float64)
     ws = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)

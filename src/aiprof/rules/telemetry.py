@@ -5,7 +5,7 @@ traces in the run directory (one row per ~100 ms: ``t_unix_ns``, ``cpu_pct`` (th
 cores), ``cpuN_pct``, ``proc_cpu_pct`` (the profiled process tree: root and descendants, 100 = one core, as
 in top), ``disk_read_bytes`` cumulative since the start, optional ``cpu_iowait_pct``, ``gpuN_util_pct``…).
 :func:`load_run_inputs` reads it (and ``meta.json``) in the worker, and the rules line it up with the steps
-through the trace's ``baseTimeNanoseconds``.
+through the trace's ``baseTimeNanoseconds`` (``ctx.inputs``, :class:`aiprof.rules.context.RunInputs`).
 
 The machine's CPU is not the run's CPU: other processes on a shared host can saturate it while the profiled
 tree uses one core of two. :func:`cpu_view` splits every sample into the run's share and the others', so a
@@ -27,6 +27,7 @@ from typing import Any
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.machine import machine_facts, telemetry_core_count
+from aiprof.rules.spec import Saving, rank_rule
 
 TELEMETRY_FILE = "telemetry.csv"
 META_FILE = "meta.json"
@@ -87,7 +88,7 @@ def _float(text: str) -> float:
 def _window_rows(ctx: RankContext) -> tuple[dict[str, list[float]], list[int]] | None:
     """The telemetry table and the indices of its samples inside the steady steps (all samples when the
     trace has no wall-clock base time to line them up with)."""
-    table = ctx.extras.get("telemetry")
+    table = ctx.inputs.telemetry
     if not isinstance(table, dict) or not table.get("t_unix_ns"):
         return None
     times = table["t_unix_ns"]
@@ -147,16 +148,12 @@ class CpuView:
 def cpu_view(ctx: RankContext) -> CpuView | None:
     """The machine's and the process tree's CPU in the samples inside the steady steps, or ``None`` when the
     telemetry is missing or holds fewer than ``telemetry_min_samples`` samples there (no verdict from a
-    handful of samples). Shared by the telemetry rules (cached in ``ctx.extras``)."""
-    if "_cpu_view" in ctx.extras:
-        cached: CpuView | None = ctx.extras["_cpu_view"]
-        return cached
-    view = _build_cpu_view(ctx)
-    ctx.extras["_cpu_view"] = view
-    return view
+    handful of samples). Shared by the telemetry rules (``ctx.views.cpu_view``: computed once per rank)."""
+    return ctx.views.cpu_view
 
 
-def _build_cpu_view(ctx: RankContext) -> CpuView | None:
+def find_cpu_view(ctx: RankContext) -> CpuView | None:
+    """What :func:`cpu_view` returns, computed."""
     found = _window_rows(ctx)
     if found is None:
         return None
@@ -168,7 +165,7 @@ def _build_cpu_view(ctx: RankContext) -> CpuView | None:
     if len(keep) < max(ctx.options.telemetry_min_samples, 1):
         return None
     tree_pct: list[float] | None = None
-    unknown = _tree_misses_ranks(ctx.extras.get("run_meta"))
+    unknown = _tree_misses_ranks(ctx.inputs.meta)
     if not unknown and not (tree and cores and any(not math.isnan(tree[i]) for i in keep)):
         unknown = "the telemetry has no proc_cpu_pct column: other processes may be part of the load"
     machine_pct: list[float] | None = None
@@ -218,6 +215,9 @@ def _noisy(view: CpuView, ctx: RankContext) -> bool:
     return others is not None and _mean(others) >= ctx.options.noisy_neighbour_pct
 
 
+@rank_rule(saving=Saving.NONE,
+           options=("cpu_saturation_pct", "cpu_saturation_time_share", "noisy_neighbour_pct", "telemetry_min_samples"),
+           needs=("cpu_view", "machine", "idle_causes", "telemetry", "run_meta"))
 def cpu_saturation(ctx: RankContext) -> list[Finding]:
     """The run's own processes saturate the host CPUs while the device (or, on CPU-only runs, the training
     loop) waits for host work: more loader workers will not help. Not said when processes outside the profiled
@@ -276,6 +276,8 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
     ]
 
 
+@rank_rule(saving=Saving.NONE, options=("noisy_neighbour_pct", "cpu_saturation_pct", "telemetry_min_samples"),
+           needs=("cpu_view", "machine", "telemetry", "run_meta"))
 def noisy_neighbour(ctx: RankContext) -> list[Finding]:
     """Processes outside the profiled tree used a sizeable part of the machine's CPU during the steps: the
     timings (and every host-side verdict) were measured on a shared machine. A note (``info``), no saving."""
@@ -315,6 +317,9 @@ def noisy_neighbour(ctx: RankContext) -> list[Finding]:
     ]
 
 
+@rank_rule(saving=Saving.NONE,
+           options=("telemetry_min_samples", "data_loading_share", "io_wait_pct", "io_read_bytes_per_s"),
+           needs=("idle_causes", "telemetry"))
 def io_bound(ctx: RankContext) -> list[Finding]:
     """The loader waits on storage: iowait high (or heavy reads with idle CPUs) while the device starves."""
     found = _window_rows(ctx)

@@ -1,4 +1,5 @@
-"""The trace model: load Kineto/Chrome-trace JSON into columnar tables (``aiprof.load``)."""
+"""The trace model: load Kineto/Chrome-trace JSON or Nsight Systems SQLite into columnar tables
+(``aiprof.load``; the reader is picked by the file's content, see :mod:`aiprof.trace.readers`)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,23 @@ def load(
     path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     progress: ProgressCallback | None = None,
+    step_range: str | None = None,
 ) -> Trace | RunSet:
     """Load a trace file (→ :class:`Trace`), or a folder / several files (→ :class:`RunSet`, one
-    trace per rank). Raises :class:`aiprof.AiprofError` with a one-line message on bad input."""
+    trace per rank; an Nsight Systems report of several CUDA processes is a :class:`RunSet` too).
+    ``step_range``: Nsight Systems reports, a regular expression naming the NVTX ranges that are the
+    steps. Raises :class:`aiprof.AiprofError` with a one-line message on bad input."""
+    from aiprof.trace import readers
+
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    return load_paths(paths, progress=progress)
+    if step_range is None:
+        return load_paths(paths, progress=progress)
+    saved = readers.DEFAULT_OPTIONS[0]
+    readers.set_default_options(readers.ReaderOptions(step_range=step_range))
+    try:
+        return load_paths(paths, progress=progress)
+    finally:
+        readers.set_default_options(saved)
 
 
 __all__ = ["DeviceInfo", "Kind", "RunSet", "Trace", "load"]

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
-from aiprof.trace.loader import load_file
 from aiprof.trace.model import RunSet, Trace
+from aiprof.trace.readers import load_ranks
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz", ".sqlite", ".nsys-rep")
 # Files an aiprof run directory (or a peer tool's output folder) holds that are not traces.
 _NOT_TRACES = {"meta.json", "report.json", "telemetry.json", "dataloader.json", "findings.json"}
 _RANK_PATTERNS = [
@@ -43,7 +43,7 @@ def find_trace_files(path: Path) -> list[Path]:
     ]
     if not found:
         raise NoTracesError(
-            f"{path}: no trace files (*.json, *.json.gz) in this folder; pass a trace file or a run directory"
+            f"{path}: no trace files (*.json, *.json.gz, *.sqlite) in this folder; pass a trace file or a run directory"
         )
     return sorted(found)
 
@@ -56,10 +56,10 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def _load_one(args: tuple[Path, bool]) -> Trace | str:
+def _load_one(args: tuple[Path, bool]) -> list[Trace] | str:
     path, tolerate = args
     try:
-        return load_file(path)
+        return load_ranks(path)  # the reader its content asks for; an nsys report may hold several ranks
     except TraceError as err:
         if tolerate:
             return str(err)
@@ -92,7 +92,9 @@ def load_paths(
         if isinstance(result, str):
             skipped.append(result)
         else:
-            traces.append(result)
+            traces.extend(result)
+    single_file = single_file and len(traces) == 1
+    check_one_program(traces)
     for message in skipped:
         warnings.warn(f"skipped: {message}", AiprofWarning, stacklevel=2)
     if not traces:
@@ -109,9 +111,33 @@ def load_paths(
     return RunSet(sorted(traces, key=lambda t: t.rank), root=root, warnings=notes + skipped)
 
 
+class _Programmed(Protocol):
+    path: Path
+    program: str
+
+
+def check_one_program(traces: Sequence[Trace] | Sequence[_Programmed]) -> None:
+    """Several Nsight Systems reports are ranks of one run only when they record the same program: reports
+    of different programs (or a mix of formats) are refused, never merged into one run."""
+    from aiprof.trace.readers import program_of
+
+    programs: dict[str, Path] = {}
+    for trace in traces:
+        program = program_of(trace) if isinstance(trace, Trace) else trace.program
+        programs.setdefault(program, trace.path)
+    named = [p for p in programs if p != "nsys"]  # a report that names no process conflicts with none
+    mixed = "kineto" in programs and len(programs) > 1
+    if mixed or (len(named) > 1 and any(p.startswith("nsys") for p in named)):
+        listed = ", ".join(f"{p.name} ({prog})" for prog, p in programs.items())
+        raise TraceError(
+            f"these files record different programs and are not the ranks of one run: {listed}; "
+            "analyze each file on its own (aiprof analyze FILE)"
+        )
+
+
 def _load_all(
     files: list[tuple[Path, bool]], workers: int | None, progress: ProgressCallback | None
-) -> list[Trace | str]:
+) -> list[list[Trace] | str]:
     return map_files(_load_one, files, workers, progress)
 
 

@@ -1,0 +1,80 @@
+"""Escaping at the sinks: every string that came from a trace (device, kernel, op, file names, notes,
+metadata) passes through one of these before it reaches an output.
+
+- :func:`terminal`: no control character reaches a terminal. C0 controls, DEL and C1 controls (ESC
+  sequences, OSC 8 hyperlinks, OSC 52 clipboard writes, BEL, CR, CSI as ``\\x9b``) are made visible:
+  C0 and DEL as their Unicode control pictures (``\\x1b`` → ``␛``), the rest as ``\\xNN`` / ``\\uNNNN``;
+  bidirectional overrides and line/paragraph separators too, so a name cannot reorder or break a line.
+- :func:`terminal_text`: the same as a rich ``Text`` (never parsed as markup: ``[/]x``, ``[rank0]`` and
+  ``[link=…]`` print as written); :func:`markup` when a rich markup string is needed.
+- :func:`markdown`: inline text for GitHub-flavoured Markdown: a name cannot end a table row (``|``,
+  CR/LF), open a code span, a link or image (`` ` ``, ``[``, ``]``, ``!``), raw HTML (``<``, ``>``), a
+  heading or list at its start (``#``, ``-``, ``+``, ``=``), bold (``*``), an @mention (``@`` followed by a zero-width space) or an autolink (``://``,
+  ``www.``).
+- :func:`html`: ``html.escape`` with quotes (the HTML report and its SVG charts).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+
+from rich.markup import escape as _rich_escape
+from rich.text import Text
+
+_BIDI_AND_SEPARATORS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
+
+
+def _visible(code: int) -> str:
+    if code < 0x20:
+        return chr(0x2400 + code)  # ␀ … ␟ (␛ for ESC)
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    if code <= 0xFF:
+        return f"\\x{code:02x}"  # C1 controls
+    return f"\\u{code:04x}"
+
+
+_TERMINAL = {c: _visible(c) for c in [*range(0x20), *range(0x7F, 0xA0), *map(ord, _BIDI_AND_SEPARATORS)]}
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI_AND_SEPARATORS + "]")
+
+
+def terminal(text: object) -> str:
+    """``text`` with every control character made visible (see the module docstring)."""
+    s = str(text)
+    return s.translate(_TERMINAL) if _UNSAFE.search(s) else s
+
+
+def terminal_text(text: object, style: str = "") -> Text:
+    """A rich ``Text`` of ``text`` made safe for a terminal; rich never reads it as markup."""
+    return Text(terminal(text), style=style)
+
+
+def markup(text: object) -> str:
+    """``text`` made safe for a terminal and escaped for rich markup (``[b]`` prints as ``[b]``; print it
+    on a console made with ``emoji=False``, as every aiprof console is)."""
+    return _rich_escape(terminal(text))
+
+
+_MD_SPECIAL = re.compile(r"([\\`*\[\]!|])")
+_MD_LEADING = re.compile(r"^(\s*)([#+=-])")  # a heading, list or setext underline at the start (">" becomes &gt;)
+_MD_AUTOLINK = re.compile(r"(?i)(://|www\.)")
+
+
+def markdown(text: object) -> str:
+    """Inline Markdown (a table cell, a list item, bold text) that shows ``text`` literally on GitHub."""
+    s = terminal(text).replace("\u240d\u240a", " ").replace("\u240a", " ").replace("\u240d", " ")
+    s = _MD_LEADING.sub(r"\1\\\2", _MD_SPECIAL.sub(r"\\\1", s))
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("@", "@&#8203;")  # no @mention: the zero-width space ends the handle
+    return _MD_AUTOLINK.sub(lambda m: m.group(1)[0] + "&#8203;" + m.group(1)[1:], s)
+
+
+def markdown_code_line(line: str) -> str:
+    """One line of an indented code block: Markdown is inert there, raw HTML around it is not."""
+    return terminal(line).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def html(value: object) -> str:
+    """``value`` as HTML text or an attribute value."""
+    return _html.escape(str(value), quote=True)

@@ -1,0 +1,146 @@
+"""The report document as typed values: what ``build_document`` returns and every renderer reads.
+
+The JSON a report file holds is these structs encoded by msgspec, field for field and in this order
+(``docs/json-schema.md``); ``src/aiprof/data/report.schema.json`` is generated from them
+(``python -m aiprof.report.schema``). Reading a report written by an older aiprof decodes into the same
+types: fields added since have defaults. A field that is ``UNSET`` is left out of the JSON (a section
+the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
+
+Per-rank analysis sections (``kernels``, ``ops``, ``communication``, ``compat``, ``roofline``,
+``timeline_overview``) and free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by
+the analyses that write them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from aiprof.rules.finding import FindingRecord
+
+SCHEMA_VERSION = "1.0"
+
+NonNegative = Annotated[int, Meta(ge=0)]
+
+
+class Step(msgspec.Struct, kw_only=True):
+    """One step window on one device: every ns of it in exactly one bucket; idle split by cause."""
+
+    name: str
+    number: int
+    start_ns: int
+    duration_ns: NonNegative
+    breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, idle
+    idle_causes_ns: dict[str, int]  # data_loading, host, sync, launch, collective_wait, unknown
+
+
+class Totals(msgspec.Struct, kw_only=True):
+    """Sums over a device's steps; ``gpu_utilization`` is (compute + communication) / window in [0, 1]."""
+
+    steps: NonNegative
+    duration_ns: NonNegative
+    mean_step_ns: NonNegative
+    median_step_ns: NonNegative
+    breakdown_ns: dict[str, int]
+    idle_causes_ns: dict[str, int]
+    gpu_utilization: float
+
+
+class Device(msgspec.Struct, kw_only=True):
+    """One device of a rank (``gpu:0``, ``cpu``…) with its steps and totals."""
+
+    device: str
+    index: int  # -1 for the CPU
+    kind: str  # "gpu" or "cpu"
+    name: str
+    steps: list[Step]
+    totals: Totals
+
+
+class IncompleteStep(msgspec.Struct, kw_only=True):
+    """A step of a partial trace left out of every number: its CPU side is there, its device side is not."""
+
+    name: str
+    number: int
+    start_ns: int
+    duration_ns: NonNegative
+    incomplete: bool = True
+    reason: str
+    detail: str
+    launches: NonNegative = 0
+    launches_recorded: NonNegative = 0
+    cpu_ops: NonNegative = 0
+
+
+class Coverage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The span the device record covers and whether the trace is partial (only ``partial`` when the
+    analysis had no coverage to report)."""
+
+    partial: bool
+    cut_off: bool | None = None
+    device_start_ns: int | None = None
+    device_end_ns: int | None = None
+    clipped_ns: NonNegative | None = None
+    complete_steps: NonNegative | None = None
+    incomplete_steps: NonNegative | None = None
+
+
+class RankReport(msgspec.Struct, kw_only=True):
+    """Everything the report says about one rank; the detail sections are the analyses' own dicts."""
+
+    rank: NonNegative
+    rank_source: str  # "distributedInfo", "file name" or "file order"
+    path: str
+    event_count: NonNegative
+    distributed: dict[str, Any] = msgspec.field(default_factory=dict)
+    trace_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    primary_device: str
+    devices: list[Device]
+    step_source: str = "ProfilerStep"
+    steps: list[Step]
+    totals: Totals
+    notes: list[str]
+    incomplete_steps: list[IncompleteStep] = msgspec.field(default_factory=list)
+    coverage: Coverage = msgspec.field(default_factory=lambda: Coverage(partial=False))
+    kernels: dict[str, Any] | UnsetType = UNSET
+    ops: dict[str, Any] | UnsetType = UNSET
+    communication: dict[str, Any] | UnsetType = UNSET
+    compat: dict[str, Any] | UnsetType = UNSET
+    roofline: dict[str, Any] | UnsetType = UNSET
+    timeline_overview: dict[str, Any] | UnsetType = UNSET
+
+
+SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview")
+
+
+class Summary(msgspec.Struct, kw_only=True):
+    """Run-level facts: the median step over ranks and the slowest rank (the one the others wait for)."""
+
+    rank_count: NonNegative = 0
+    step_count: NonNegative = 0
+    step_source: str = "ProfilerStep"
+    median_step_ns: NonNegative = 0
+    gpu_utilization: float = 0.0
+    slowest_rank: int = 0
+    device_kind: Literal["gpu", "cpu"] = "cpu"
+    partial: bool = False
+    incomplete_step_count: NonNegative = 0
+    partial_note: str | None = None
+
+
+class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The versioned report of one run (one or more ranks)."""
+
+    schema_version: str
+    generator: str
+    sources: list[str]
+    summary: Summary
+    ranks: Annotated[list[RankReport], Meta(min_length=1)]
+    findings: list[FindingRecord]
+    warnings: list[str]
+    # Run context of an ``aiprof run`` directory (report.runcontext); absent for bare traces.
+    run_metadata: dict[str, Any] | None = None
+    telemetry: dict[str, Any] | None = None

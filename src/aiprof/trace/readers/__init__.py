@@ -1,0 +1,71 @@
+"""Trace readers: each turns a file into the trace model (:mod:`aiprof.trace.model`). The reader is
+picked by the file's content (its first bytes), not its name: Nsight Systems SQLite exports start with
+``SQLite format 3\\0``, Kineto traces with ``{`` / ``[`` or the gzip magic. A file no reader claims goes
+to the Kineto loader, whose messages say what is wrong with it.
+
+``READERS`` is the list tried, in order (a list users can edit). :data:`DEFAULT_OPTIONS` are the options
+``aiprof.load`` / ``aiprof analyze`` use when none are given (the CLI sets them before any worker forks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiprof.errors import TraceError
+from aiprof.trace.model import Trace
+from aiprof.trace.readers.base import Reader, ReaderOptions
+from aiprof.trace.readers.kineto import KinetoReader
+from aiprof.trace.readers.nsys import NsysReader
+
+READERS: list[Reader] = [NsysReader(), KinetoReader()]
+FALLBACK: Reader = READERS[-1]
+HEAD_BYTES = 64
+DEFAULT_OPTIONS = [ReaderOptions()]  # one slot, replaced by set_default_options
+
+
+def set_default_options(options: ReaderOptions) -> None:
+    """The options every later load uses when it is given none (e.g. ``--step-range`` from the CLI)."""
+    DEFAULT_OPTIONS[0] = options
+
+
+def reader_for(path: Path) -> Reader:
+    """The reader whose ``sniff`` accepts the file's first bytes; the Kineto loader when none does (or the
+    file cannot be opened: the loader's messages explain that)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except OSError:
+        return FALLBACK
+    for reader in READERS:
+        if reader.sniff(head, path):
+            return reader
+    return FALLBACK
+
+
+def load_ranks(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
+    """Every rank a file holds (most formats: one), read by the reader its content asks for."""
+    traces = reader_for(path).read(path, options or DEFAULT_OPTIONS[0])
+    if not traces:
+        raise TraceError(f"{path}: the file holds no trace")
+    return traces
+
+
+def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
+    """One file's trace (its first rank, for a file holding several). Same contract as
+    :func:`aiprof.trace.loader.load_file`."""
+    trace = load_ranks(path)[0]
+    if trace.rank == 0 and rank:
+        trace.rank, trace.rank_source = rank, rank_source
+    return trace
+
+
+def program_of(trace: Trace) -> str:
+    """The program a trace records, as far as the file says (nsys: the process's executable name)."""
+    if trace.metadata.get("source") != "nsys":
+        return "kineto"
+    names = sorted(set(trace.process_names.values()))
+    return f"nsys:{names[0]}" if names else "nsys"
+
+
+__all__ = ["DEFAULT_OPTIONS", "READERS", "Reader", "ReaderOptions", "load_file", "load_ranks", "program_of",
+           "reader_for", "set_default_options"]

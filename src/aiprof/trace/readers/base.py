@@ -1,0 +1,155 @@
+"""The reader interface: a reader recognises a file by its first bytes and turns it into one
+:class:`~aiprof.trace.model.Trace` per rank, with the same columns, string table and side tables the
+Kineto loader builds, so every analysis, rule and report runs unchanged on it.
+
+:func:`assemble` builds a ``Trace`` from column blocks (any order); readers other than Kineto use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from aiprof.trace.model import ArgsStore, Columns, DeviceInfo, Flows, Trace
+
+# dtype and "absent" value of every column of :class:`Columns`.
+_INT_COLUMNS = {name for name in Columns.__dataclass_fields__} - {"blocks_per_sm", "warps_per_sm", "occupancy_pct"}
+_DTYPES: dict[str, Any] = {
+    "kind": np.int8,
+    "cat": np.int32,
+    "name": np.int32,
+    "device": np.int32,
+    "mem_device": np.int32,
+    "blocks_per_sm": np.float32,
+    "warps_per_sm": np.float32,
+    "occupancy_pct": np.float32,
+}
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """What a user can tell a reader. ``step_range``: a regular expression; NVTX ranges whose name
+    matches it become the steps (``ProfilerStep#N`` annotations over the same spans)."""
+
+    step_range: str | None = None
+
+
+class Reader(Protocol):
+    """One trace format. ``sniff`` looks at the file's first bytes (and its path); ``read`` returns one
+    trace per rank the file holds (most formats: exactly one). Bad input raises
+    :class:`aiprof.errors.TraceError` with a one-line message."""
+
+    name: str
+
+    def sniff(self, head: bytes, path: Path) -> bool: ...
+
+    def read(self, path: Path, options: ReaderOptions) -> list[Trace]: ...
+
+
+class Strings:
+    """An interning string table (index 0 is the empty string)."""
+
+    def __init__(self) -> None:
+        self.table: list[str] = [""]
+        self._index: dict[str, int] = {"": 0}
+
+    def __call__(self, text: str) -> int:
+        found = self._index.get(text)
+        if found is None:
+            found = self._index[text] = len(self.table)
+            self.table.append(text)
+        return found
+
+
+Block = dict[str, Any]  # column name → array of the block's length or a scalar; "ts" always an array
+
+
+def block(n: int, **columns: Any) -> Block:
+    """``n`` rows: the given columns (arrays of length ``n``, or scalars for every row); every other column
+    is absent (-1 / NaN) on these rows."""
+    unknown = set(columns) - set(Columns.__dataclass_fields__)
+    if unknown:
+        raise KeyError(f"no such column(s): {', '.join(sorted(unknown))}")
+    out: Block = dict(columns)
+    out["ts"] = np.broadcast_to(np.asarray(columns.get("ts", -1), dtype=np.int64), (n,))
+    return out
+
+
+@dataclass
+class TraceParts:
+    """What a reader hands :func:`assemble`: blocks of rows plus the trace's side facts."""
+
+    blocks: list[Block] = field(default_factory=list)
+    devices: list[DeviceInfo] = field(default_factory=list)
+    distributed: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    process_names: dict[int, str] = field(default_factory=dict)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    op_rows: list[int] = field(default_factory=list)  # rows (in block order) with recorded inputs …
+    op_texts: list[bytes] = field(default_factory=list)  # … and their canonical JSON
+    warnings: list[str] = field(default_factory=list)
+    base_time_ns: int = 0
+    event_count: int = 0
+
+
+def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 0) -> Trace:
+    """Concatenate the blocks, put the rows in time order (stable: ties keep block order), and build the
+    :class:`Trace`."""
+    columns, inverse = _columns(parts.blocks)
+    op_args = (
+        ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
+        if parts.op_rows
+        else ArgsStore.empty()
+    )
+    none = np.zeros(0, dtype=np.int64)
+    flows = Flows(none, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), none, none, none)
+    return Trace(
+        path=path,
+        rank=rank,
+        rank_source="file order",
+        columns=columns,
+        strings=list(strings),
+        flows=flows,
+        base_time_ns=parts.base_time_ns,
+        devices=parts.devices,
+        distributed=parts.distributed,
+        metadata=parts.metadata,
+        process_names=parts.process_names,
+        thread_names=parts.thread_names,
+        op_args=op_args,
+        warnings=parts.warnings,
+        event_count=parts.event_count,
+    )
+
+
+def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
+    """The blocks' rows in time order (stable: ties keep block order), each column written straight to its
+    place (no concatenated copy of every column first). Returns the columns and each block row's place."""
+    sizes = [len(b["ts"]) for b in blocks]
+    ts = np.concatenate([b["ts"] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
+    order = np.argsort(ts, kind="stable")
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out: dict[str, npt.NDArray[Any]] = {"ts": ts[order]}
+    for name in Columns.__dataclass_fields__:
+        if name == "ts":
+            continue
+        dtype = _DTYPES.get(name, np.int64)
+        if sum(hi - lo for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()) if name in b) == len(ts):
+            column = np.empty(len(ts), dtype=dtype)  # every row gets a value below
+        else:
+            column = np.full(len(ts), -1 if name in _INT_COLUMNS else np.nan, dtype=dtype)
+        for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()):
+            if name in b and hi > lo:
+                column[inverse[lo:hi]] = b[name]
+        out[name] = column
+    return Columns(**out), inverse
+
+
+__all__ = ["Block", "Reader", "ReaderOptions", "Strings", "TraceParts", "assemble", "block"]

@@ -1,0 +1,31 @@
+"""Kineto / Chrome-trace JSON (``.json``, ``.json.gz``, a bare event list): the existing loader
+(:mod:`aiprof.trace.loader`), seen through the reader interface."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiprof.trace.model import Trace
+from aiprof.trace.readers.base import ReaderOptions
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class KinetoReader:
+    """JSON traces: the text starts with ``{`` or ``[`` (after blanks), or the file is gzip."""
+
+    name = "kineto"
+
+    def sniff(self, head: bytes, path: Path) -> bool:
+        if head.startswith(GZIP_MAGIC):
+            return True
+        text = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+        return text[:1] in (b"{", b"[")
+
+    def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
+        from aiprof.trace.loader import load_file
+
+        return [load_file(path)]
+
+
+__all__ = ["KinetoReader"]

@@ -1,0 +1,751 @@
+"""Nsight Systems: ``nsys export --type sqlite`` databases onto the trace model, with Kineto's semantics.
+
+- kernels, copies, memsets on ``pid = device``, ``tid = stream`` (Kineto's GPU lanes); copies named as
+  Kineto names them (``Memcpy HtoD (Pageable -> Device)``), memsets ``Memset (Device)``;
+- CUDA runtime (and driver) calls on their CPU thread, names without nsys's version suffix
+  (``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel``); nsys may store one call twice under the same
+  correlation id (the call and its versioned inner entry point): one row per (correlation id, thread) is
+  kept, the outermost; GPU work links to its launch by correlation id, as in Kineto;
+- ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` rows as ``cuda_sync`` events (``Event Sync``, ``Stream Sync`` …);
+- NVTX push/pop and start/end ranges as user annotations on their thread (``ProfilerStep#N`` ranges are the
+  steps); with ``--pytorch=autograd-nvtx`` the op ranges (``aten::mm, seq = 3, op_id = 7, sizes = …``)
+  become CPU ops with their sequence number and recorded shapes;
+- ``TARGET_INFO_GPU`` → device properties (the roofline's peaks come from the device name);
+- ``CUDA_GPU_MEMORY_USAGE_EVENTS`` → ``[memory]`` events with the running total per device.
+
+One trace per process that ran GPU work (an MPI job profiled as one report gives one rank per process).
+Tables are read whole and joined in numpy (nsys creates no indexes). The schema is told apart by the
+columns present, never by the version number. ``META_DATA_CAPTURE``, ``EXPORT_META_DATA`` /
+``META_DATA_EXPORT`` and ``TARGET_INFO_SYSTEM_ENV`` hold the whole process environment, the user, host
+and paths: nothing is read from them but an allow-list of version fields, selected in SQL.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from aiprof.arrays import unique
+from aiprof.errors import TraceError
+from aiprof.trace.model import I64, DeviceInfo, Kind, Trace
+from aiprof.trace.readers.base import Block, ReaderOptions, Strings, TraceParts, assemble, block
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+DRIVER = "CUPTI_ACTIVITY_KIND_DRIVER"
+NVTX = "NVTX_EVENTS"
+MEMORY = "CUDA_GPU_MEMORY_USAGE_EVENTS"
+_ACTIVITY = (KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER)
+# Version fields of the export metadata: the only rows ever selected from those tables.
+_VERSION_FIELDS = {
+    "EXPORT_PRODUCT_VERSION": "nsys_version",
+    "EXPORT_SCHEMA_VERSION": "nsys_schema_version",
+}
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_COPY_KIND = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH",
+              10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+             6: "Managed Static"}
+_SYNC_NAME = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+_NVTX_RANGES = (59, 60)  # push/pop, start/end
+_NVTX_MARK = 34
+_NVTX_THREAD_NAME = 39
+# emit_nvtx (nsys --pytorch=autograd-nvtx) range names: "aten::mm, seq = 3, op_id = 7, sizes = [[2, 3], []]".
+_NVTX_OP_FIELDS = re.compile(r", (seq|op_id|sizes|input_op_ids) = ")
+_NVTX_OP_NAME = re.compile(r"::|Backward\d*$")
+_MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
+_RANK_IN_NAME = re.compile(r"(?:rank[-_.]?|[._-])(\d+)$", re.IGNORECASE)
+_U32 = 0xFFFFFFFF
+
+
+@dataclass
+class _Db:
+    path: Path
+    con: sqlite3.Connection
+    columns: dict[str, set[str]]  # table → its columns (tables with rows or not)
+    names: dict[int, str]  # StringIds
+
+    def has(self, table: str, column: str | None = None) -> bool:
+        cols = self.columns.get(table)
+        return cols is not None and (column is None or column in cols)
+
+    def ints(self, table: str, exprs: list[str], order: str = "") -> I64:
+        """Integer expressions over a whole table, one column each (NULL → -1), as an (n, k) array.
+
+        Reading SQLite from Python costs one Python int per value fetched, so a long table is read packed:
+        one aggregate pass (in SQLite, C speed) finds each expression's range, the expressions are packed
+        into as few 62-bit words as their ranges allow (a kernel row: 11 fields in 3 words), and the words
+        are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
+        its own connection)."""
+        sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if order or self._rows(table) < _PACK_ROWS:
+            return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
+        # The first expression (a timestamp) gets a word of its own, unbounded; the others are ids, sizes and
+        # durations, non-negative or NULL (-1): clamped at -1 in SQL, so a corrupt negative value can never
+        # spill into its neighbours, and only their maximum is needed.
+        packed = [f"max({e}, -1)" for e in sql_exprs[1:]]
+        highs = self.con.execute(f"SELECT {', '.join(f'max({e})' for e in packed)} FROM {table}").fetchone()
+        ranges = [(-1, int(h) if h is not None else -1) for h in highs]
+        layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
+        return layout.unpack(self._words(table, layout.words))
+
+    def _rows(self, table: str) -> int:
+        last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+        return int(last or 0)
+
+    def _words(self, table: str, words: list[str]) -> I64:
+        if not words:
+            count = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            return np.zeros((int(count), 0), dtype=np.int64)
+        sql = f"SELECT {', '.join(words)} FROM {table}"
+        last = self._rows(table)
+        helpers = _helpers(last)
+        if not helpers:
+            return _fetch(self.con, sql, (), len(words))
+        bounds = np.linspace(0, last, helpers + 2).astype(np.int64).tolist()
+        ranges = [(lo + 1, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        where = f"{sql} WHERE rowid BETWEEN ? AND ?"
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        jobs = [(str(self.path), where, lo, hi, len(words)) for lo, hi in ranges[1:]]
+        with ProcessPoolExecutor(helpers, multiprocessing.get_context("fork")) as pool:
+            pending = [pool.submit(_fetch_range, job) for job in jobs]
+            first = _fetch(self.con, where, ranges[0], len(words))
+            return np.concatenate([first, *(f.result() for f in pending)])
+
+    def name(self, string_id: int) -> str:
+        return self.names.get(string_id, "")
+
+
+_PARALLEL_ROWS = 200_000  # a table this long is read by helpers too
+_PACK_ROWS = 20_000  # a table this long is read packed (one extra pass in SQLite finds the ranges)
+_WORD_BITS = 62  # SQLite integers are signed 64-bit: the packed words stay clear of the sign
+
+
+@dataclass
+class _Layout:
+    """Where each expression lives in the packed words: ``(word, shift, bits, offset)``; bits 0 = constant
+    (``offset`` is then its value) and never fetched; word -1 with bits 64: a word of its own, unshifted."""
+
+    words: list[str]
+    fields: list[tuple[int, int, int, int]]
+
+    @staticmethod
+    def plan(exprs: list[str], ranges: list[tuple[int, int]]) -> _Layout:
+        words: list[list[str]] = []
+        used: list[int] = []
+        fields: list[tuple[int, int, int, int]] = []
+        for expr, (low, high) in zip(exprs, ranges):
+            span = high - low
+            if span == 0:
+                fields.append((-1, 0, 0, low))
+                continue
+            bits = span.bit_length()
+            if bits > _WORD_BITS - 2:  # too wide to pack: fetched as is
+                words.append([expr])
+                used.append(_WORD_BITS)
+                fields.append((len(words) - 1, 0, 64, 0))
+                continue
+            slot = next((i for i, u in enumerate(used) if u + bits <= _WORD_BITS), None)
+            if slot is None:
+                words.append([])
+                used.append(0)
+                slot = len(words) - 1
+            words[slot].append(f"(({expr} - ({low})) << {used[slot]})")
+            fields.append((slot, used[slot], bits, low))
+            used[slot] += bits
+        return _Layout([" | ".join(w) for w in words], fields)
+
+    def unpack(self, words: I64) -> I64:
+        columns = np.ascontiguousarray(words.T)  # one contiguous row per word: fast shifts and masks
+        out = np.empty((len(self.fields), len(words)), dtype=np.int64)
+        for i, (word, shift, bits, offset) in enumerate(self.fields):
+            if bits == 0:
+                out[i] = offset
+            elif bits == 64:
+                out[i] = columns[word]
+            else:
+                np.right_shift(columns[word], shift, out=out[i])
+                np.bitwise_and(out[i], (1 << bits) - 1, out=out[i])
+                if offset:
+                    out[i] += offset
+        return out.T
+
+
+def _helpers(rows: int) -> int:
+    if rows < _PARALLEL_ROWS:
+        return 0
+    from aiprof.trace.parallel import worker_count
+
+    return min(worker_count(), rows // _PARALLEL_ROWS)
+
+
+def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: int) -> I64:
+    flat = np.fromiter(itertools.chain.from_iterable(con.execute(sql, params)), dtype=np.int64)
+    return flat.reshape(-1, width)
+
+
+def _fetch_range(job: tuple[str, str, int, int, int]) -> I64:
+    """In a helper: one rowid range of a query, on a connection of its own."""
+    path, sql, lo, hi, width = job
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return _fetch(con, sql, (lo, hi), width)
+    finally:
+        con.close()
+
+
+class NsysReader:
+    """Nsight Systems reports: SQLite exports, and ``.nsys-rep`` through ``nsys export``."""
+
+    name = "nsys"
+
+    def sniff(self, head: bytes, path: Path) -> bool:
+        return head.startswith(SQLITE_MAGIC) or path.name.lower().endswith(".nsys-rep")
+
+    def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
+        if path.name.lower().endswith(".nsys-rep"):
+            return _read_report(path, options)
+        return read_sqlite(path, options)
+
+
+def _read_report(path: Path, options: ReaderOptions) -> list[Trace]:
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceError(
+            f"{path}: reading a .nsys-rep needs Nsight Systems' nsys on PATH; or export it yourself with "
+            f"`nsys export --type sqlite {path.name}` and pass the .sqlite file"
+        )
+    with tempfile.TemporaryDirectory(prefix="aiprof-nsys-") as tmp:
+        out = Path(tmp) / (path.stem + ".sqlite")
+        done = subprocess.run(
+            [nsys, "export", "--type", "sqlite", "--lazy", "false", "--output", str(out), str(path)],
+            capture_output=True, text=True, errors="replace",
+        )
+        if done.returncode != 0 or not out.exists():
+            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise TraceError(f"{path}: `nsys export --type sqlite` failed ({last[0][:200]}); export it by hand")
+        traces = read_sqlite(out, options)
+    for trace in traces:
+        trace.path = path
+    return traces
+
+
+def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
+    """Read an ``nsys export --type sqlite`` database: one trace per process that ran GPU work."""
+    options = options or ReaderOptions()
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as err:
+        raise TraceError(f"{path}: cannot open the SQLite database ({err})") from None
+    try:
+        con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # Windows exports hold Latin-1 text
+        db = _open(path, con)
+        return _read(db, options)
+    except sqlite3.DatabaseError as err:
+        raise TraceError(
+            f"{path}: the SQLite database cannot be read ({err}); is the file complete? re-export it with "
+            "`nsys export --type sqlite`"
+        ) from None
+    finally:
+        con.close()
+
+
+def _open(path: Path, con: sqlite3.Connection) -> _Db:
+    tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    columns = {t: {row[1] for row in con.execute(f'PRAGMA table_info("{t}")')} for t in tables
+               if t in (*_ACTIVITY, SYNC, NVTX, MEMORY, "StringIds", "TARGET_INFO_GPU", "ThreadNames", "PROCESSES",
+                        "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE")}
+    if not any(t in columns for t in (KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX)):
+        if "StringIds" not in columns:
+            raise TraceError(
+                f"{path}: an SQLite database, but not an Nsight Systems export (no StringIds, no "
+                f"CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS table); export a report with `nsys export --type sqlite`"
+            )
+        raise TraceError(
+            f"{path}: this Nsight Systems export holds no CUDA or NVTX activity; profile with "
+            "`nsys profile --trace=cuda,nvtx` and export again"
+        )
+    if "StringIds" not in columns:
+        raise TraceError(f"{path}: the Nsight Systems export has no StringIds table (names of every event); "
+                         "re-export it with `nsys export --type sqlite`")
+    _require(path, columns)
+    names = {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds")}
+    return _Db(path, con, columns, names)
+
+
+_REQUIRED = {
+    KERNEL: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid"),
+    MEMCPY: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind"),
+    MEMSET: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes"),
+    SYNC: ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "syncType"),
+    RUNTIME: ("start", "end", "globalTid", "correlationId", "nameId"),
+    DRIVER: ("start", "end", "globalTid", "correlationId", "nameId"),
+    NVTX: ("start", "end", "eventType", "globalTid"),
+}
+
+
+def _require(path: Path, columns: dict[str, set[str]]) -> None:
+    for table, needed in _REQUIRED.items():
+        missing = [c for c in needed if table in columns and c not in columns[table]]
+        if missing:
+            raise TraceError(f"{path}: table {table} lacks column(s) {', '.join(missing)}; this is not an "
+                             "nsys export aiprof knows (re-export with a current `nsys export --type sqlite`)")
+    if KERNEL in columns and not columns[KERNEL] & {"demangledName", "shortName"}:
+        raise TraceError(f"{path}: table {KERNEL} has no kernel name column (demangledName/shortName)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading every table once, then one trace per process
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class _Tables:
+    kernels: I64  # start, end, pid, stream, device, correlation, name, grid, block, registers, smem
+    memcpy: I64  # start, end, pid, stream, device, correlation, bytes, copy, src, dst
+    memset: I64  # start, end, pid, stream, device, correlation, bytes, memkind
+    sync: I64  # start, end, pid, stream, device, correlation, type
+    runtime: I64  # start, end, pid, tid, correlation, name
+    driver: I64
+    nvtx: list[tuple[int, int, int, int, int, str]]  # start, end, type, pid, tid, text
+    memory: I64  # start, pid, device, bytes, operation
+
+
+def _pid(expr: str) -> str:
+    return f"(({expr} >> 24) & 16777215)"
+
+
+def _device_rows(db: _Db, table: str, extra: list[str]) -> I64:
+    """start, end, pid, stream, device, correlation, then ``extra`` (one column each)."""
+    if not db.has(table):
+        return np.zeros((0, 6 + len(extra)), dtype=np.int64)
+    rows = db.ints(table, ["start", "end - start", _pid("globalPid"), "streamId", "deviceId",
+                           "coalesce(correlationId, 0)", *extra])
+    rows[:, 1] += rows[:, 0]
+    rows[:, 3] = np.where(rows[:, 3] == _U32, -1, rows[:, 3])  # 0xFFFFFFFF: no stream (context-wide)
+    rows[:, 5] = _correlation(rows[:, 5])
+    return rows
+
+
+def _correlation(values: I64) -> I64:
+    return np.where(values == 0, -1, values)
+
+
+def _kernels(db: _Db) -> I64:
+    """start, end, pid, stream, device, correlation, name, grid, block, registers, shared memory."""
+    if not db.has(KERNEL):
+        return np.zeros((0, 11), dtype=np.int64)
+    name = "demangledName" if db.has(KERNEL, "demangledName") else "shortName"
+    smem = " + ".join(c for c in ("staticSharedMemory", "dynamicSharedMemory") if db.has(KERNEL, c)) or "-1"
+    grid = "gridX * gridY * gridZ" if db.has(KERNEL, "gridZ") else "-1"
+    threads = "blockX * blockY * blockZ" if db.has(KERNEL, "blockZ") else "-1"
+    regs = "registersPerThread" if db.has(KERNEL, "registersPerThread") else "-1"
+    return _device_rows(db, KERNEL, [name, grid, threads, regs, smem])
+
+
+def _api_rows(db: _Db, table: str) -> I64:
+    """start, end, pid, tid, correlation, name."""
+    if not db.has(table):
+        return np.zeros((0, 6), dtype=np.int64)
+    rows = db.ints(table, ["start", "end - start", _pid("globalTid"), "globalTid & 16777215",
+                           "coalesce(correlationId, 0)", "nameId"])
+    rows[:, 1] += rows[:, 0]
+    rows[:, 4] = _correlation(rows[:, 4])
+    return rows
+
+
+def _nvtx_rows(db: _Db) -> list[tuple[int, int, int, int, int, str]]:
+    if not db.has(NVTX):
+        return []
+    text = "text" if db.has(NVTX, "text") else "NULL"
+    text_id = "textId" if db.has(NVTX, "textId") else "NULL"
+    sql = (f"SELECT start, coalesce(end, -1), eventType, coalesce(globalTid, 0), {text}, {text_id} FROM {NVTX} "
+           f"WHERE eventType IN (34, 39, 59, 60)")
+    out = []
+    for start, end, kind, gtid, inline, tid_ref in db.con.execute(sql):
+        label = inline if isinstance(inline, str) else db.name(int(tid_ref)) if tid_ref is not None else ""
+        out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF, label))
+    return out
+
+
+def _memory_rows(db: _Db) -> I64:
+    needed = ("start", "globalPid", "deviceId", "bytes", "memoryOperationType")
+    if not all(db.has(MEMORY, c) for c in needed):
+        return np.zeros((0, 5), dtype=np.int64)
+    return db.ints(MEMORY, ["start", _pid("globalPid"), "deviceId", "bytes", "memoryOperationType"],
+                   order="ORDER BY start")
+
+
+def _tables(db: _Db) -> _Tables:
+    return _Tables(
+        kernels=_kernels(db),
+        memcpy=_device_rows(db, MEMCPY, ["bytes", "copyKind",
+                                         "srcKind" if db.has(MEMCPY, "srcKind") else "-1",
+                                         "dstKind" if db.has(MEMCPY, "dstKind") else "-1"]),
+        memset=_device_rows(db, MEMSET, ["bytes", "memKind" if db.has(MEMSET, "memKind") else "-1"]),
+        sync=_device_rows(db, SYNC, ["syncType"]),
+        runtime=_api_rows(db, RUNTIME),
+        driver=_api_rows(db, DRIVER),
+        nvtx=_nvtx_rows(db),
+        memory=_memory_rows(db),
+    )
+
+
+def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
+    tables = _tables(db)
+    # The ranks: processes with GPU work; else processes with CUDA calls; else with NVTX ranges.
+    with_work = unique(np.concatenate([tables.kernels[:, 2], tables.memcpy[:, 2], tables.memset[:, 2]])).tolist()
+    with_calls = unique(np.concatenate([tables.runtime[:, 2], tables.driver[:, 2]])).tolist()
+    pids = with_work or with_calls or sorted({row[3] for row in tables.nvtx if row[2] in _NVTX_RANGES})
+    if not pids:
+        raise TraceError(f"{db.path}: the Nsight Systems export holds no CUDA or NVTX activity; profile with "
+                         "`nsys profile --trace=cuda,nvtx` and export again")
+    shared = _shared_facts(db)
+    traces = [_process_trace(db, tables, int(pid), shared, options) for pid in pids]
+    idle = sorted(set(with_calls) - set(pids))
+    if idle:
+        traces[0].warnings.append(f"{len(idle)} process(es) made CUDA calls but ran no GPU work (left out: "
+                                  f"pid {', '.join(map(str, idle[:5]))})")
+    _number_ranks(db, traces)
+    return traces
+
+
+@dataclass
+class _Shared:
+    devices: list[DeviceInfo]
+    metadata: dict[str, Any]
+    base_time_ns: int
+    thread_names: dict[tuple[int, int], str]
+    process_names: dict[int, str]
+    sm_count: dict[int, int]
+
+
+def _shared_facts(db: _Db) -> _Shared:
+    devices: list[DeviceInfo] = []
+    sm_count: dict[int, int] = {}
+    if db.has("TARGET_INFO_GPU", "id"):
+        wanted = ["id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "maxWarpsPerSm",
+                  "threadsPerWarp", "maxRegistersPerSm", "maxShmemPerSm"]
+        cols = [c if db.has("TARGET_INFO_GPU", c) else "NULL" for c in wanted]
+        for row in db.con.execute(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU ORDER BY id"):
+            devices.append(_device_info(dict(zip(wanted, row))))
+            sm_count[devices[-1].index] = devices[-1].num_sms
+    metadata: dict[str, Any] = {"source": "nsys"}
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if db.has(table, "name") and db.has(table, "value"):
+            marks = ", ".join("?" * len(_VERSION_FIELDS))
+            for name, value in db.con.execute(f"SELECT name, value FROM {table} WHERE name IN ({marks})",
+                                              list(_VERSION_FIELDS)):
+                metadata[_VERSION_FIELDS[name]] = str(value)
+    base = 0
+    if db.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        found = db.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        base = int(found[0]) if found and isinstance(found[0], int) else 0
+    threads: dict[tuple[int, int], str] = {}
+    if db.has("ThreadNames", "nameId") and db.has("ThreadNames", "globalTid"):
+        for name_id, gtid in db.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
+            threads[((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)] = db.name(int(name_id))
+    processes: dict[int, str] = {}
+    if db.has("PROCESSES", "pid") and db.has("PROCESSES", "name"):
+        for pid, name in db.con.execute("SELECT pid, name FROM PROCESSES"):
+            if isinstance(pid, int) and isinstance(name, str) and name:
+                processes[pid] = name.rsplit("/", 1)[-1]  # the program, never its directory
+    return _Shared(devices, metadata, base, threads, processes, sm_count)
+
+
+def _device_info(row: dict[str, Any]) -> DeviceInfo:
+    def num(key: str) -> int:
+        value = row.get(key)
+        return int(value) if isinstance(value, int) else 0
+
+    major = row.get("computeMajor")
+    warp = num("threadsPerWarp") or 32
+    return DeviceInfo(
+        index=num("id"),
+        name=str(row.get("name") or ""),
+        total_memory_bytes=num("totalMemory"),
+        num_sms=num("smCount"),
+        compute_capability=f"{major}.{row.get('computeMinor')}" if isinstance(major, int) and major else "",
+        max_threads_per_sm=num("maxWarpsPerSm") * warp,
+        regs_per_sm=num("maxRegistersPerSm"),
+        shared_mem_per_sm=num("maxShmemPerSm"),
+        warp_size=warp,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# One process → one trace
+# ---------------------------------------------------------------------------------------------------
+def _process_trace(db: _Db, tables: _Tables, pid: int, shared: _Shared, options: ReaderOptions) -> Trace:
+    strings = Strings()
+    parts = TraceParts(
+        devices=list(shared.devices),
+        metadata=dict(shared.metadata),
+        base_time_ns=shared.base_time_ns,
+        thread_names={k: v for k, v in shared.thread_names.items() if k[0] == pid},
+        process_names={pid: shared.process_names[pid]} if pid in shared.process_names else {},
+    )
+    runtime, dropped = _dedupe_calls(tables.runtime[tables.runtime[:, 2] == pid])
+    driver, dropped_driver = _dedupe_calls(tables.driver[tables.driver[:, 2] == pid])
+    parts.blocks.append(_api_block(db, runtime, Kind.RUNTIME, "cuda_runtime", strings))
+    parts.blocks.append(_api_block(db, driver, Kind.DRIVER, "cuda_driver", strings))
+    kernels = tables.kernels[tables.kernels[:, 2] == pid]
+    parts.blocks.append(_kernel_block(db, kernels, shared.sm_count, strings))
+    parts.blocks.append(_memcpy_block(tables.memcpy[tables.memcpy[:, 2] == pid], strings))
+    parts.blocks.append(_memset_block(tables.memset[tables.memset[:, 2] == pid], strings))
+    parts.blocks.append(_sync_block(tables.sync[tables.sync[:, 2] == pid], strings))
+    _nvtx_blocks(tables.nvtx, pid, parts, strings, options)
+    parts.blocks.append(_memory_block(tables.memory[tables.memory[:, 1] == pid], pid, strings))
+    parts.event_count = sum(len(b["ts"]) for b in parts.blocks) + dropped + dropped_driver
+    parts.metadata["nsys_duplicate_calls_dropped"] = dropped + dropped_driver
+    orphans = _orphans(kernels, runtime, driver)
+    parts.metadata["nsys_kernels_without_launch"] = orphans
+    if orphans:
+        parts.warnings.append(
+            f"{orphans} of {len(kernels)} kernels have no launch call in the report (kept; launch-based "
+            "attribution skips them: was the CUDA API trace started after they were launched?)"
+        )
+    return assemble(db.path, parts, strings.table)
+
+
+def _dedupe_calls(rows: I64) -> tuple[I64, int]:
+    """One call per (correlation id, thread): the outermost (earliest start, then longest). Calls without a
+    correlation id are all kept. Returns the rows kept (in start order) and how many were dropped."""
+    if not len(rows):
+        return rows, 0
+    corr = np.sort(rows[:, 4])
+    if not ((corr[1:] == corr[:-1]) & (corr[1:] >= 0)).any():  # no correlation id twice: nothing to drop
+        return rows[np.argsort(rows[:, 0], kind="stable")], 0
+    order = np.lexsort((rows[:, 0] - rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 4]))
+    ordered = rows[order]
+    corr, tid = ordered[:, 4], ordered[:, 3]
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = (corr[1:] != corr[:-1]) | (tid[1:] != tid[:-1])
+    keep = first | (corr < 0)
+    kept = ordered[keep]
+    return kept[np.argsort(kept[:, 0], kind="stable")], int((~keep).sum())
+
+
+def _orphans(kernels: I64, runtime: I64, driver: I64) -> int:
+    launched = np.concatenate([runtime[:, 4], driver[:, 4]])
+    return int((~np.isin(kernels[:, 5], launched[launched >= 0])).sum())
+
+
+def _names(db: _Db, ids: I64, strings: Strings, clean: Any = None) -> npt.NDArray[np.int32]:
+    """nsys string ids → our string ids (one lookup per distinct id)."""
+    if not len(ids):
+        return np.zeros(0, dtype=np.int32)
+    distinct, inverse = np.unique(ids, return_inverse=True)
+    texts = [db.name(int(i)) for i in distinct.tolist()]
+    mapped = np.array([strings(clean(t) if clean else t) for t in texts], dtype=np.int32)
+    return mapped[inverse.reshape(-1)]
+
+
+def _api_block(db: _Db, rows: I64, kind: Kind, cat: str, strings: Strings) -> Block:
+    return block(
+        len(rows), kind=int(kind), cat=strings(cat), ts=rows[:, 0], dur=rows[:, 1] - rows[:, 0],
+        pid=rows[:, 2], tid=rows[:, 3], correlation=rows[:, 4],
+        name=_names(db, rows[:, 5], strings, lambda t: _VERSION_SUFFIX.sub("", t)),
+    )
+
+
+def _device_columns(rows: I64) -> dict[str, Any]:
+    return {"ts": rows[:, 0], "dur": rows[:, 1] - rows[:, 0], "pid": rows[:, 4], "tid": rows[:, 3],
+            "device": rows[:, 4], "correlation": rows[:, 5]}
+
+
+def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings) -> Block:
+    table = np.zeros(max([*sm_count, 0]) + 1, dtype=np.float64)
+    for device, count in sm_count.items():
+        table[device] = count
+    devices = rows[:, 4]
+    sms = np.where((devices >= 0) & (devices < len(table)), table[np.clip(devices, 0, len(table) - 1)], 0.0)
+    grid, threads = rows[:, 7].astype(np.float64), rows[:, 8].astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # Kineto's "blocks per SM" / "warps per SM"
+        blocks_per_sm = np.where((sms > 0) & (grid >= 0), grid / sms, np.nan)
+        warps_per_sm = np.where((sms > 0) & (grid >= 0), grid * np.ceil(threads / 32) / sms, np.nan)
+    return block(
+        len(rows), kind=int(Kind.KERNEL), cat=strings("kernel"), name=_names(db, rows[:, 6], strings),
+        grid=rows[:, 7], block=rows[:, 8], registers=rows[:, 9], shared_memory=rows[:, 10],
+        blocks_per_sm=blocks_per_sm, warps_per_sm=warps_per_sm, **_device_columns(rows),
+    )
+
+
+def _labels(codes: I64, label: Any, strings: Strings) -> npt.NDArray[np.int32]:
+    if not len(codes):
+        return np.zeros(0, dtype=np.int32)
+    distinct, inverse = np.unique(codes, return_inverse=True)
+    return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse.reshape(-1)]
+
+
+def _memcpy_block(rows: I64, strings: Strings) -> Block:
+    def label(code: int) -> str:
+        copy, src, dst = code >> 16, (code >> 8) & 0xFF, code & 0xFF
+        return (f"Memcpy {_COPY_KIND.get(copy, 'Unknown')} "
+                f"({_MEM_KIND.get(src, 'Unknown')} -> {_MEM_KIND.get(dst, 'Unknown')})")
+
+    codes = (rows[:, 7] << 16) | ((rows[:, 8] & 0xFF) << 8) | (rows[:, 9] & 0xFF)
+    return block(len(rows), kind=int(Kind.MEMCPY), cat=strings("gpu_memcpy"), name=_labels(codes, label, strings),
+                 nbytes=rows[:, 6], **_device_columns(rows))
+
+
+def _memset_block(rows: I64, strings: Strings) -> Block:
+    names = _labels(rows[:, 7], lambda k: f"Memset ({_MEM_KIND.get(k, 'Unknown')})", strings)
+    return block(len(rows), kind=int(Kind.MEMSET), cat=strings("gpu_memset"), name=names, nbytes=rows[:, 6],
+                 **_device_columns(rows))
+
+
+def _sync_block(rows: I64, strings: Strings) -> Block:
+    names = _labels(rows[:, 6], lambda k: _SYNC_NAME.get(k, "Unknown Sync"), strings)
+    return block(len(rows), kind=int(Kind.SYNC), cat=strings("cuda_sync"), name=names, **_device_columns(rows))
+
+
+def _memory_block(rows: I64, pid: int, strings: Strings) -> Block:
+    signed = np.where(rows[:, 4] == 1, -rows[:, 3], rows[:, 3])  # operation 1: deallocation
+    total = np.zeros(len(rows), dtype=np.int64)
+    for device in unique(rows[:, 2]).tolist():
+        on = rows[:, 2] == device
+        total[on] = np.cumsum(signed[on])
+    return block(len(rows), kind=int(Kind.MEMORY), cat=strings("cpu_instant_event"), name=strings("[memory]"),
+                 ts=rows[:, 0], dur=0, pid=pid, tid=pid, nbytes=signed, total_allocated=total,
+                 mem_device=rows[:, 2])
+
+
+def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, parts: TraceParts, strings: Strings,
+                 options: ReaderOptions) -> None:
+    """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names."""
+    ranges: list[tuple[int, int, int, int, str, int]] = []  # start, end, tid, kind, name, seq
+    seen: dict[str, tuple[str, int, int, bytes | None]] = {}
+    first_row = sum(len(b["ts"]) for b in parts.blocks)  # this block's first row among all the blocks
+    for start, end, kind, event_pid, tid, text in events:
+        if event_pid != pid:
+            continue
+        if kind == _NVTX_THREAD_NAME and text:
+            parts.thread_names[(pid, tid)] = text
+        elif kind == _NVTX_MARK:
+            ranges.append((start, start, tid, int(Kind.INSTANT), text, -1))
+        elif kind in _NVTX_RANGES and end >= start:
+            parsed = seen.get(text)
+            if parsed is None:  # once per distinct text: autograd-nvtx repeats the same op names and shapes
+                parsed = seen[text] = _nvtx_range(text)
+            name, seq, range_kind, inputs = parsed
+            if inputs is not None:
+                parts.op_rows.append(first_row + len(ranges))
+                parts.op_texts.append(inputs)
+            ranges.append((start, end, tid, range_kind, name, seq))
+    if options.step_range:
+        ranges += _step_ranges(ranges, options.step_range)
+    if not ranges:
+        return
+    cats = {int(Kind.CPU_OP): strings("cpu_op"), int(Kind.USER_ANNOTATION): strings("user_annotation"),
+            int(Kind.INSTANT): strings("nvtx_mark")}
+    table = list(zip(*ranges))
+    starts, ends = np.array(table[0], dtype=np.int64), np.array(table[1], dtype=np.int64)
+    parts.blocks.append(block(
+        len(ranges), kind=np.array(table[3], dtype=np.int64), cat=np.array([cats[k] for k in table[3]]),
+        name=np.array([strings(n) for n in table[4]]), ts=starts, dur=ends - starts, pid=pid,
+        tid=np.array(table[2], dtype=np.int64), seq=np.array(table[5], dtype=np.int64),
+    ))
+
+
+def _nvtx_range(text: str) -> tuple[str, int, int, bytes | None]:
+    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON)."""
+    name, seq, shapes = _nvtx_op(text)
+    is_op = shapes is not None or (seq >= 0 or name != text) and bool(_NVTX_OP_NAME.search(name))
+    inputs = json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode() if is_op and shapes is not None else None
+    return name, seq, int(Kind.CPU_OP if is_op else Kind.USER_ANNOTATION), inputs
+
+
+def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
+    """``aten::mm, seq = 3, op_id = 7, sizes = [[2, 3], [3, 4]]`` → (``aten::mm``, 3, shapes)."""
+    found = _NVTX_OP_FIELDS.search(text)
+    if found is None:
+        return text, -1, None
+    name, rest = text[: found.start()], text[found.start():]
+    seq = re.search(r", seq = (\d+)", rest)
+    shapes: list[Any] | None = None
+    sizes = re.search(r", sizes = (\[.*?\]\])(?:, input_op_ids|$)", rest) or re.search(r", sizes = (\[\])", rest)
+    if sizes:
+        try:
+            decoded = json.loads(sizes.group(1))
+            shapes = decoded if isinstance(decoded, list) else None
+        except ValueError:
+            shapes = None
+    return name, int(seq.group(1)) if seq else -1, shapes
+
+
+def _step_ranges(ranges: list[tuple[int, int, int, int, str, int]], pattern: str) -> list[tuple[int, int, int, int, str, int]]:
+    """``--step-range REGEX``: each matching range also becomes ``ProfilerStep#i`` over the same span."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as err:
+        raise TraceError(f"--step-range {pattern!r} is not a regular expression ({err})") from None
+    hits = sorted(r for r in ranges if r[3] != int(Kind.INSTANT) and regex.search(r[4]))
+    if not hits:
+        raise TraceError(f"--step-range {pattern!r} matches no NVTX range in the report; check the range names")
+    return [(s, e, tid, int(Kind.USER_ANNOTATION), f"ProfilerStep#{i}", -1) for i, (s, e, tid, *_) in enumerate(hits)]
+
+
+# Launchers' rank variables, by priority. Only these rows of the captured environment are ever selected
+# (in SQL), and only the number is kept.
+_RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID", "RANK")
+
+
+def _env_rank(db: _Db) -> int | None:
+    """The launched process's rank from its captured environment (``PMI_RANK="3"``), else None."""
+    if not (db.has("META_DATA_CAPTURE", "name") and db.has("META_DATA_CAPTURE", "value")):
+        return None
+    wanted = " OR ".join("value LIKE ?" for _ in _RANK_VARIABLES)
+    found: dict[str, set[int]] = {}
+    for (value,) in db.con.execute(
+        f"SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE' AND ({wanted})",
+        [f"{v}=%" for v in _RANK_VARIABLES],
+    ):
+        key, _, number = str(value).partition("=")
+        number = number.strip().strip('"').strip("'")
+        if key in _RANK_VARIABLES and number.isdigit():
+            found.setdefault(key, set()).add(int(number))
+    for key in _RANK_VARIABLES:
+        if len(found.get(key, ())) == 1:
+            return found[key].pop()
+    return None
+
+
+def _number_ranks(db: _Db, traces: list[Trace]) -> None:
+    """MPI rank from nsys's ``MPI Rank N`` thread name; else, for a report of one process, from the rank
+    variable of its captured environment (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``SLURM_PROCID`` …), else
+    from the file name's trailing number (``report.3.sqlite``, ``rank3``); otherwise left to the run's
+    numbering (file/process order)."""
+    for trace in traces:
+        for name in trace.thread_names.values():
+            found = _MPI_RANK.match(name)
+            if found:
+                trace.distributed = {"rank": int(found.group(1)), "backend": "mpi"}
+                break
+    if len(traces) != 1 or "rank" in traces[0].distributed:
+        return
+    rank = _env_rank(db)
+    if rank is None:
+        stem = db.path.name.split(".sqlite")[0].split(".nsys-rep")[0]
+        named = _RANK_IN_NAME.search(stem)
+        rank = int(named.group(1)) if named else None
+    if rank is not None:
+        traces[0].distributed = {"rank": rank}
+
+
+__all__ = ["NsysReader", "SQLITE_MAGIC", "read_sqlite"]
