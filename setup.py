@@ -12,6 +12,12 @@ setup(
             ["src/aiprof/trace/_columnar.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
-        )
+        ),
+        Extension(
+            "aiprof.memory._snapscan",
+            ["src/aiprof/memory/_snapscan.c"],
+            optional=True,
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        ),
     ]
 )

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -254,84 +255,89 @@ class _Window:
         n = a.size
         self.a = a
         self.last = n - 1
-        if n > 3:
-            hits = np.flatnonzero(a[: min(n, self.limit - start + 2)] == 0x7D)
-            hits = hits[hits < n - 2]
-            cand = hits[(a[hits + 1] == 0x94) & (a[hits + 2] == 0x28)]
-        else:
-            cand = np.zeros(0, np.int64)
-        cand = cand[cand < self.limit - start].astype(np.int64)
-        m = cand.size
-        self.starts = cand + start
         words = np.ndarray((max(n - 7, 0),), dtype="<u8", buffer=a, strides=(1,)) if n >= 8 else np.zeros(0, "<u8")
-        self.ival = np.zeros((MAX_KEYS, m), dtype=np.int64)
-        self.memo_inc = np.ones(m, dtype=np.int64)
-        self.list_off = np.zeros(m, dtype=np.int64)
-        ok = np.zeros(m, dtype=bool)
-        end = np.zeros(m, dtype=np.int64)
-        self._ids: dict[tuple[int, ...], int] = {}
-        stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
-        blocks: dict[int, Any] = {}  # the window as overlapping records of N bytes, one per byte position
-        inner_pos = np.full(m, -1, dtype=np.int64)
-        inner_len = np.zeros(m, dtype=np.int64)
-        shape_id = np.full(m, -1, dtype=np.int32)
         self.shapes: list[_Shape] = []
-        todo = np.arange(m)
-        attempts = 0
-        while todo.size and attempts < MAX_SHAPES:
-            attempts += 1
-            c = int(cand[todo[0]])
-            try:
-                shape = _Shape(bytes(a[c:c + 4096]))
-            except (ValueError, IndexError):
-                todo = todo[1:]
-                continue
-            # check the word holding the last fixed byte on every candidate left, then the others on the few
-            # that pass; the values are read from the same words
-            live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
-            w0, mask0, want0 = shape.words[shape.first]
-            live = live[(words[cand[todo[live]] + w0] & np.uint64(mask0)) == np.uint64(want0)]
-            if not live.size:
-                todo = todo[1:]
-                continue
-            base = cand[todo[live]]
-            span = (shape.length + 15) // 8 * 8  # every word of the layout lies inside
-            live = live[base + span <= n]
-            base = base[base + span <= n]
-            if span not in blocks:
-                blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
-            entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
-            mask, want = shape.aligned(span)
-            hit = ((entry.view("<u8") & mask) == want).all(axis=1)  # every fixed byte, 8 at a time
-            if not hit.any():
-                todo = todo[1:]
-                continue
-            if not hit.all():
-                live, base, entry = live[hit], base[hit], np.ascontiguousarray(entry[hit])
-            got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
-                   for w, _, _ in shape.words]
-            rows = todo[live]
-            keep_todo = np.ones(todo.size, dtype=bool)
-            keep_todo[live] = False
-            todo = todo[keep_todo]
-            ok[rows] = True
-            shape_id[rows] = len(self.shapes)
-            self.shapes.append(shape)
-            end[rows] = base + shape.length
-            if shape.frame_at >= 0:
-                inner_pos[rows] = base + shape.frame_at
-                inner_len[rows] = _word(words, base + shape.frame_at + 1, 8, False)
-            self.memo_inc[rows] = shape.memo_inc
-            self.list_off[rows] = shape.list_off
-            for step, (key, kind, off, width, signed) in enumerate(shape.slots):
-                read = shape.reads[step]
-                if read is not None:
-                    self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
-            if shape.frames:
-                self._stacks_of(a, entry, shape, rows, base, stack_of)
-            elif shape.list_slot >= 0:
-                stack_of[rows] = self._stack_id(())
-        self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
+        native = _native()
+        if native is not None:
+            cand, ok, end, inner_pos, inner_len, shape_id, stack_of = self._match_native(native, buf, start, stop)
+            m = cand.size
+        else:
+            if n > 3:
+                hits = np.flatnonzero(a[: min(n, self.limit - start + 2)] == 0x7D)
+                hits = hits[hits < n - 2]
+                cand = hits[(a[hits + 1] == 0x94) & (a[hits + 2] == 0x28)]
+            else:
+                cand = np.zeros(0, np.int64)
+            cand = cand[cand < self.limit - start].astype(np.int64)
+            m = cand.size
+            self.starts = cand + start
+            self.ival = np.zeros((MAX_KEYS, m), dtype=np.int64)
+            self.memo_inc = np.ones(m, dtype=np.int64)
+            self.list_off = np.zeros(m, dtype=np.int64)
+            ok = np.zeros(m, dtype=bool)
+            end = np.zeros(m, dtype=np.int64)
+            self._ids: dict[tuple[int, ...], int] = {}
+            stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
+            blocks: dict[int, Any] = {}  # the window as overlapping records of N bytes, one per byte position
+            inner_pos = np.full(m, -1, dtype=np.int64)
+            inner_len = np.zeros(m, dtype=np.int64)
+            shape_id = np.full(m, -1, dtype=np.int32)
+            todo = np.arange(m)
+            attempts = 0
+            while todo.size and attempts < MAX_SHAPES:
+                attempts += 1
+                c = int(cand[todo[0]])
+                try:
+                    shape = _Shape(bytes(a[c:c + 4096]))
+                except (ValueError, IndexError):
+                    todo = todo[1:]
+                    continue
+                # check the word holding the last fixed byte on every candidate left, then the others on the few
+                # that pass; the values are read from the same words
+                live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
+                w0, mask0, want0 = shape.words[shape.first]
+                live = live[(words[cand[todo[live]] + w0] & np.uint64(mask0)) == np.uint64(want0)]
+                if not live.size:
+                    todo = todo[1:]
+                    continue
+                base = cand[todo[live]]
+                span = (shape.length + 15) // 8 * 8  # every word of the layout lies inside
+                live = live[base + span <= n]
+                base = base[base + span <= n]
+                if span not in blocks:
+                    blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
+                entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
+                mask, want = shape.aligned(span)
+                hit = ((entry.view("<u8") & mask) == want).all(axis=1)  # every fixed byte, 8 at a time
+                if not hit.any():
+                    todo = todo[1:]
+                    continue
+                if not hit.all():
+                    live, base, entry = live[hit], base[hit], np.ascontiguousarray(entry[hit])
+                got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
+                       for w, _, _ in shape.words]
+                rows = todo[live]
+                keep_todo = np.ones(todo.size, dtype=bool)
+                keep_todo[live] = False
+                todo = todo[keep_todo]
+                ok[rows] = True
+                shape_id[rows] = len(self.shapes)
+                self.shapes.append(shape)
+                end[rows] = base + shape.length
+                if shape.frame_at >= 0:
+                    inner_pos[rows] = base + shape.frame_at
+                    inner_len[rows] = _word(words, base + shape.frame_at + 1, 8, False)
+                self.memo_inc[rows] = shape.memo_inc
+                self.list_off[rows] = shape.list_off
+                for step, (key, kind, off, width, signed) in enumerate(shape.slots):
+                    read = shape.reads[step]
+                    if read is not None:
+                        self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
+                if shape.frames:
+                    self._stacks_of(a, entry, shape, rows, base, stack_of)
+                elif shape.list_slot >= 0:
+                    stack_of[rows] = self._stack_id(())
+            self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
         self.stack_max = np.array([max(r, default=-1) for r in self.stack_refs] + [-1], dtype=np.int64)
         # a candidate inside an entry that parsed is no entry (a string or number that looks like one)
         if m > 1:
@@ -372,6 +378,36 @@ class _Window:
         self.ok = ok & (end + 8 <= n)
         self.chained = chained & self.ok
         del self.a
+
+    def _match_native(self, native: Any, buf: Any, start: int, stop: int) -> tuple[Any, ...]:
+        """The NumPy loop's results from the native scan (``_snapscan.c``): the same candidates, layouts
+        (learned here, in the same order), values and stack ids, per candidate in one pass over the bytes."""
+        a = self.a
+
+        def learn(c: int) -> tuple[_Shape, tuple[Any, ...]] | None:
+            try:
+                shape = _Shape(bytes(a[c:c + 4096]))
+            except (ValueError, IndexError):
+                return None
+            span = (shape.length + 15) // 8 * 8
+            mask, want = shape.aligned(span)
+            slots = [(off, width, signed) for _, _, off, width, signed in shape.slots]
+            spec = (shape.length, mask.tobytes(), want.tobytes(), slots, list(shape.frames), shape.frame_at,
+                    shape.memo_inc, shape.list_off, shape.list_slot >= 0)
+            return shape, spec
+
+        got = native.scan(buf, start, stop, self.limit, learn, self.shapes)
+        cols: list[npt.NDArray[np.int64]] = [np.frombuffer(col, dtype=np.int64) for k, col in enumerate(got) if k != 1]
+        cand, end, memo_inc, list_off, inner_pos, inner_len, stack_of, ival, flat, offs = cols
+        shape_id: npt.NDArray[np.int32] = np.frombuffer(got[1], dtype=np.int32)
+        m = cand.size
+        self.starts = cand + start
+        self.ival = ival.reshape(m, MAX_KEYS).T
+        self.memo_inc, self.list_off = memo_inc, list_off
+        refs = flat.tolist()
+        bounds = offs.tolist()
+        self.stack_refs = [tuple(refs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
+        return cand, shape_id >= 0, end, inner_pos, inner_len, shape_id, stack_of
 
     def _stack_id(self, refs: tuple[int, ...]) -> int:
         return self._ids.setdefault(refs, len(self._ids))
@@ -436,6 +472,17 @@ def _word(words: Any, at: Any, width: int, signed: bool) -> Any:
             top = np.uint64(1 << (8 * width - 1))
             return (v ^ top).view(np.int64) - np.int64(1 << (8 * width - 1))
     return v.view(np.int64)
+
+
+def _native() -> Any:
+    """The native window scan (``_snapscan.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+        return None
+    try:
+        from aiprof.memory import _snapscan
+    except ImportError:
+        return None
+    return _snapscan
 
 
 class _Scanner:

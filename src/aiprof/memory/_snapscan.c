@@ -1,0 +1,314 @@
+/* Native window scan for the streaming snapshot reader (aiprof.memory.stream, optional).
+ *
+ * scan(buf, start, stop, limit, learn, shapes) does, for the bytes buf[start:stop], what stream._Window's
+ * NumPy loop does: every position p < limit with "} \x94 (" at p is a candidate; candidates are taken in
+ * order, each is checked against the layouts learned so far (in learning order; the first whose fixed bytes
+ * all agree wins), and one that matches none is given to learn(p - start) (at most MAX_SHAPES times), which
+ * returns None or (shape, spec): the layout parsed in Python. The values are read from the matched bytes
+ * into columns. It only compares and copies bytes: no object of the pickle is ever built here.
+ *
+ * spec = (length, mask, want, slots, frames, frame_at, memo_inc, list_off, has_list): mask and want are the
+ * fixed bytes as little-endian 8-byte words over span = (length + 15) // 8 * 8 bytes; slots a list of
+ * (offset, width, signed) per key (width 0: nothing to read); frames a list of (offset, width).
+ *
+ * Returns (cand, shape_id, end, memo_inc, list_off, inner_pos, inner_len, stack_of, ival, stack_flat,
+ * stack_offs) as bytearrays (int64 each but shape_id, int32); positions relative to start; ival is m rows of
+ * MAX_KEYS values; stack ids number the distinct frames-reference tuples (stack_flat[stack_offs[k]:
+ * stack_offs[k + 1]] is tuple k).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_KEYS 16
+#define MAX_FRAMES_C 300
+#define MAX_SHAPES 1024
+
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap; /* bytes */
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t more) {
+    if (b->len + more <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more) cap *= 2;
+    char *p = realloc(b->p, (size_t)cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const void *v, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    memcpy(b->p + b->len, v, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int put64(Buf *b, int64_t v) { return buf_put(b, &v, 8); }
+
+typedef struct {
+    Py_ssize_t length, span, nwords;
+    uint64_t *mask, *want;
+    int nslots;
+    Py_ssize_t soff[MAX_KEYS];
+    int swidth[MAX_KEYS], ssigned[MAX_KEYS];
+    int nframes;
+    Py_ssize_t foff[MAX_FRAMES_C];
+    int fwidth[MAX_FRAMES_C];
+    Py_ssize_t frame_at;
+    int64_t memo_inc, list_off;
+    int has_list;
+} Shape;
+
+static uint64_t load64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v; /* little-endian hosts only: checked at import */
+}
+
+static int64_t read_int(const unsigned char *p, int width, int sgn) {
+    uint64_t v = 0;
+    for (int k = width - 1; k >= 0; k--) v = (v << 8) | p[k];
+    if (sgn && width < 8 && (v >> (8 * width - 1)) & 1) v |= ~(uint64_t)0 << (8 * width);
+    return (int64_t)v;
+}
+
+static void shape_free(Shape *s) {
+    free(s->mask);
+    free(s->want);
+}
+
+static int parse_spec(PyObject *spec, Shape *s) {
+    PyObject *slots, *frames;
+    const char *mask, *want;
+    Py_ssize_t mlen, wlen, length, frame_at;
+    long long memo_inc, list_off;
+    int has_list;
+    memset(s, 0, sizeof(*s));
+    if (!PyArg_ParseTuple(spec, "ny#y#OOnLLp", &length, &mask, &mlen, &want, &wlen, &slots, &frames, &frame_at,
+                          &memo_inc, &list_off, &has_list))
+        return -1;
+    if (length <= 0 || mlen != wlen || mlen % 8 || mlen != (length + 15) / 8 * 8 || !PyList_Check(slots) ||
+        !PyList_Check(frames) || PyList_GET_SIZE(slots) > MAX_KEYS || PyList_GET_SIZE(frames) > MAX_FRAMES_C) {
+        PyErr_SetString(PyExc_ValueError, "bad shape spec");
+        return -1;
+    }
+    s->length = length;
+    s->span = mlen;
+    s->nwords = mlen / 8;
+    s->mask = malloc((size_t)mlen);
+    s->want = malloc((size_t)mlen);
+    if (!s->mask || !s->want) { shape_free(s); PyErr_NoMemory(); return -1; }
+    memcpy(s->mask, mask, (size_t)mlen);
+    memcpy(s->want, want, (size_t)mlen);
+    s->nslots = (int)PyList_GET_SIZE(slots);
+    for (int k = 0; k < s->nslots; k++) {
+        Py_ssize_t off;
+        int width, sgn;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(slots, k), "nip", &off, &width, &sgn)) { shape_free(s); return -1; }
+        if (off < 0 || width < 0 || width > 8 || off + width > length) {
+            shape_free(s);
+            PyErr_SetString(PyExc_ValueError, "bad slot");
+            return -1;
+        }
+        s->soff[k] = off; s->swidth[k] = width; s->ssigned[k] = sgn;
+    }
+    s->nframes = (int)PyList_GET_SIZE(frames);
+    for (int k = 0; k < s->nframes; k++) {
+        Py_ssize_t off;
+        int width;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(frames, k), "ni", &off, &width)) { shape_free(s); return -1; }
+        if (off < 0 || width < 1 || width > 8 || off + width > length) {
+            shape_free(s);
+            PyErr_SetString(PyExc_ValueError, "bad frame ref");
+            return -1;
+        }
+        s->foff[k] = off; s->fwidth[k] = width;
+    }
+    if (frame_at >= 0 && frame_at + 9 > length) {
+        shape_free(s);
+        PyErr_SetString(PyExc_ValueError, "bad frame");
+        return -1;
+    }
+    s->frame_at = frame_at;
+    s->memo_inc = memo_inc;
+    s->list_off = list_off;
+    s->has_list = has_list;
+    return 0;
+}
+
+static int matches(const Shape *s, const unsigned char *a, Py_ssize_t n, Py_ssize_t c) {
+    if (c + s->span > n) return 0;
+    const unsigned char *e = a + c;
+    for (Py_ssize_t k = s->nwords - 1; k >= 0; k--)
+        if ((load64(e + 8 * k) & s->mask[k]) != s->want[k]) return 0;
+    return 1;
+}
+
+/* distinct frames-reference tuples: open addressing over ids into (flat, offs) */
+typedef struct {
+    Buf flat, offs; /* int64 */
+    int64_t *table; /* id + 1, 0 empty */
+    Py_ssize_t cap, count;
+} Stacks;
+
+static uint64_t hash_refs(const int64_t *r, int n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t)n;
+    for (int k = 0; k < n; k++) {
+        h ^= (uint64_t)r[k];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static int64_t stack_id(Stacks *st, const int64_t *r, int n) {
+    if ((st->count + 1) * 2 > st->cap) {
+        Py_ssize_t cap = st->cap ? st->cap * 2 : 1024;
+        int64_t *t = calloc((size_t)cap, sizeof(int64_t));
+        if (!t) { PyErr_NoMemory(); return -1; }
+        const int64_t *offs = (const int64_t *)st->offs.p, *flat = (const int64_t *)st->flat.p;
+        for (Py_ssize_t id = 0; id < st->count; id++) {
+            uint64_t h = hash_refs(flat + offs[id], (int)(offs[id + 1] - offs[id]));
+            Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+            while (t[i]) i = (i + 1) & (cap - 1);
+            t[i] = id + 1;
+        }
+        free(st->table);
+        st->table = t;
+        st->cap = cap;
+    }
+    uint64_t h = hash_refs(r, n);
+    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(st->cap - 1));
+    const int64_t *offs = (const int64_t *)st->offs.p, *flat = (const int64_t *)st->flat.p;
+    while (st->table[i]) {
+        int64_t id = st->table[i] - 1;
+        if (offs[id + 1] - offs[id] == n && (n == 0 || !memcmp(flat + offs[id], r, (size_t)n * 8))) return id;
+        i = (i + 1) & (st->cap - 1);
+    }
+    int64_t id = st->count;
+    if (buf_put(&st->flat, r, (Py_ssize_t)n * 8) < 0) return -1;
+    if (put64(&st->offs, (int64_t)(st->flat.len / 8)) < 0) return -1;
+    st->table[i] = id + 1;
+    st->count++;
+    return id;
+}
+
+static PyObject *as_bytearray(Buf *b) {
+    return PyByteArray_FromStringAndSize(b->p ? b->p : "", b->len);
+}
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *bufobj, *learn, *shapes;
+    Py_ssize_t start, stop, limit;
+    if (!PyArg_ParseTuple(args, "OnnnOO!", &bufobj, &start, &stop, &limit, &learn, &PyList_Type, &shapes))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL;
+    Shape *shape = NULL;
+    int nshape = 0, attempts = 0;
+    Buf cand = {0}, sid = {0}, end = {0}, minc = {0}, loff = {0}, ipos = {0}, ilen = {0}, sof = {0}, ival = {0};
+    Stacks st = {0};
+    int64_t refs[MAX_FRAMES_C];
+    if (start < 0 || stop > view.len || start > stop || limit < start || limit > stop) {
+        PyErr_SetString(PyExc_ValueError, "bad window");
+        goto done;
+    }
+    if (put64(&st.offs, 0) < 0) goto done;
+    shape = calloc(MAX_SHAPES, sizeof(Shape));
+    if (!shape) { PyErr_NoMemory(); goto done; }
+    const unsigned char *a = (const unsigned char *)view.buf + start;
+    Py_ssize_t n = stop - start, lim = limit - start;
+    if (n > 3) {
+        Py_ssize_t top = lim < n - 2 ? lim : n - 2; /* candidates: c < lim and c + 2 < n */
+        const unsigned char *p = a;
+        while (p < a + top) {
+            p = memchr(p, 0x7D, (size_t)(a + top - p));
+            if (!p) break;
+            Py_ssize_t c = p - a;
+            p++;
+            if (a[c + 1] != 0x94 || a[c + 2] != 0x28) continue;
+            int got = -1;
+            for (int k = 0; k < nshape; k++)
+                if (matches(&shape[k], a, n, c)) { got = k; break; }
+            if (got < 0 && attempts < MAX_SHAPES) {
+                attempts++;
+                PyObject *r = PyObject_CallFunction(learn, "n", c);
+                if (!r) goto done;
+                if (r != Py_None) {
+                    PyObject *obj, *spec;
+                    if (!PyArg_ParseTuple(r, "OO!", &obj, &PyTuple_Type, &spec) || parse_spec(spec, &shape[nshape]) < 0) {
+                        Py_DECREF(r);
+                        goto done;
+                    }
+                    if (matches(&shape[nshape], a, n, c)) {
+                        if (PyList_Append(shapes, obj) < 0) { Py_DECREF(r); shape_free(&shape[nshape]); goto done; }
+                        got = nshape++;
+                    } else {
+                        shape_free(&shape[nshape]);
+                    }
+                }
+                Py_DECREF(r);
+            }
+            int64_t vals[MAX_KEYS] = {0};
+            int64_t e = 0, mi = 1, lo = 0, ip = -1, il = 0, so = -1;
+            int32_t id = got;
+            if (got >= 0) {
+                const Shape *s = &shape[got];
+                const unsigned char *q = a + c;
+                e = c + s->length;
+                mi = s->memo_inc;
+                lo = s->list_off;
+                if (s->frame_at >= 0) {
+                    ip = c + s->frame_at;
+                    il = read_int(q + s->frame_at + 1, 8, 0);
+                }
+                for (int k = 0; k < s->nslots; k++)
+                    if (s->swidth[k]) vals[k] = read_int(q + s->soff[k], s->swidth[k], s->ssigned[k]);
+                if (s->nframes || s->has_list) {
+                    for (int k = 0; k < s->nframes; k++) refs[k] = read_int(q + s->foff[k], s->fwidth[k], 0);
+                    so = stack_id(&st, refs, s->nframes);
+                    if (so < 0) goto done;
+                }
+            }
+            if (put64(&cand, c) < 0 || buf_put(&sid, &id, 4) < 0 || put64(&end, e) < 0 || put64(&minc, mi) < 0 ||
+                put64(&loff, lo) < 0 || put64(&ipos, ip) < 0 || put64(&ilen, il) < 0 || put64(&sof, so) < 0 ||
+                buf_put(&ival, vals, sizeof(vals)) < 0)
+                goto done;
+        }
+    }
+    result = Py_BuildValue("(NNNNNNNNNNN)", as_bytearray(&cand), as_bytearray(&sid), as_bytearray(&end),
+                           as_bytearray(&minc), as_bytearray(&loff), as_bytearray(&ipos), as_bytearray(&ilen),
+                           as_bytearray(&sof), as_bytearray(&ival), as_bytearray(&st.flat), as_bytearray(&st.offs));
+done:
+    if (shape) {
+        for (int k = 0; k < nshape; k++) shape_free(&shape[k]);
+        free(shape);
+    }
+    free(cand.p); free(sid.p); free(end.p); free(minc.p); free(loff.p); free(ipos.p); free(ilen.p); free(sof.p);
+    free(ival.p); free(st.flat.p); free(st.offs.p); free(st.table);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, "Candidates of one window matched against learned entry layouts (see stream.py)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_snapscan", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__snapscan(void) {
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one != 1) {
+        PyErr_SetString(PyExc_ImportError, "_snapscan needs a little-endian host");
+        return NULL;
+    }
+    return PyModule_Create(&module);
+}
