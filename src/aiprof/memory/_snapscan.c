@@ -11,10 +11,12 @@
  * fixed bytes as little-endian 8-byte words over span = (length + 15) // 8 * 8 bytes; slots a list of
  * (offset, width, signed) per key (width 0: nothing to read); frames a list of (offset, width).
  *
- * Returns (cand, shape_id, end, memo_inc, list_off, inner_pos, inner_len, stack_of, ival, stack_flat,
- * stack_offs) as bytearrays (int64 each but shape_id, int32); positions relative to start; ival is m rows of
- * MAX_KEYS values; stack ids number the distinct frames-reference tuples (stack_flat[stack_offs[k]:
- * stack_offs[k + 1]] is tuple k).
+ * count(buf, start, stop, limit) is the number m of candidates; the caller allocates the columns (NumPy,
+ * filled with their defaults) and scan(...) writes them: cand, end, memo_inc, list_off, inner_pos, inner_len,
+ * stack_of (int64, m each), shape_id (int32, m) and ival (int64, MAX_KEYS rows of m: only the matched
+ * candidates' slots are written, so the rows no layout uses stay untouched zero pages). Positions are
+ * relative to start. scan returns (stack_flat, stack_offs) as bytes: stack ids number the distinct
+ * frames-reference tuples (stack_flat[stack_offs[k]:stack_offs[k + 1]] is tuple k, int64).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -199,105 +201,142 @@ static int64_t stack_id(Stacks *st, const int64_t *r, int n) {
     return id;
 }
 
-static PyObject *as_bytearray(Buf *b) {
-    return PyByteArray_FromStringAndSize(b->p ? b->p : "", b->len);
+static PyObject *as_bytes(Buf *b) {
+    return PyBytes_FromStringAndSize(b->p ? b->p : "", b->len);
 }
 
-static PyObject *scan(PyObject *self, PyObject *args) {
-    PyObject *bufobj, *learn, *shapes;
-    Py_ssize_t start, stop, limit;
-    if (!PyArg_ParseTuple(args, "OnnnOO!", &bufobj, &start, &stop, &limit, &learn, &PyList_Type, &shapes))
-        return NULL;
+/* the next candidate at or after c (c < top, "} \x94 (" there), or -1 */
+static Py_ssize_t next_cand(const unsigned char *a, Py_ssize_t c, Py_ssize_t top) {
+    while (c < top) {
+        const unsigned char *p = memchr(a + c, 0x7D, (size_t)(top - c));
+        if (!p) return -1;
+        c = p - a;
+        if (a[c + 1] == 0x94 && a[c + 2] == 0x28) return c;
+        c++;
+    }
+    return -1;
+}
+
+static int window(Py_buffer *view, Py_ssize_t start, Py_ssize_t stop, Py_ssize_t limit, Py_ssize_t *n,
+                  Py_ssize_t *top) {
+    if (start < 0 || stop > view->len || start > stop || limit < start || limit > stop) {
+        PyErr_SetString(PyExc_ValueError, "bad window");
+        return -1;
+    }
+    *n = stop - start;
+    Py_ssize_t lim = limit - start;
+    *top = *n > 3 ? (lim < *n - 2 ? lim : *n - 2) : 0; /* candidates: c < lim and c + 2 < n */
+    return 0;
+}
+
+static PyObject *count(PyObject *self, PyObject *args) {
+    PyObject *bufobj;
+    Py_ssize_t start, stop, limit, n, top, m = 0;
+    if (!PyArg_ParseTuple(args, "Onnn", &bufobj, &start, &stop, &limit)) return NULL;
     Py_buffer view;
+    if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (window(&view, start, stop, limit, &n, &top) < 0) { PyBuffer_Release(&view); return NULL; }
+    const unsigned char *a = (const unsigned char *)view.buf + start;
+    for (Py_ssize_t c = next_cand(a, 0, top); c >= 0; c = next_cand(a, c + 1, top)) m++;
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(m);
+}
+
+enum { O_CAND, O_END, O_MINC, O_LOFF, O_IPOS, O_ILEN, O_SOF, O_SID, O_IVAL, NOUT };
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    PyObject *bufobj, *learn, *shapes, *outobj[NOUT];
+    Py_ssize_t start, stop, limit, n, top;
+    if (!PyArg_ParseTuple(args, "OnnnOO!OOOOOOOOO", &bufobj, &start, &stop, &limit, &learn, &PyList_Type, &shapes,
+                          &outobj[0], &outobj[1], &outobj[2], &outobj[3], &outobj[4], &outobj[5], &outobj[6],
+                          &outobj[7], &outobj[8]))
+        return NULL;
+    Py_buffer view, out[NOUT];
+    int nout = 0;
     if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
     Shape *shape = NULL;
     int nshape = 0, attempts = 0;
-    Buf cand = {0}, sid = {0}, end = {0}, minc = {0}, loff = {0}, ipos = {0}, ilen = {0}, sof = {0}, ival = {0};
     Stacks st = {0};
     int64_t refs[MAX_FRAMES_C];
-    if (start < 0 || stop > view.len || start > stop || limit < start || limit > stop) {
-        PyErr_SetString(PyExc_ValueError, "bad window");
-        goto done;
+    if (window(&view, start, stop, limit, &n, &top) < 0) goto done;
+    const unsigned char *a = (const unsigned char *)view.buf + start;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t c = next_cand(a, 0, top); c >= 0; c = next_cand(a, c + 1, top)) m++;
+    for (; nout < NOUT; nout++) {
+        if (PyObject_GetBuffer(outobj[nout], &out[nout], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+        Py_ssize_t want = nout == O_SID ? 4 * m : nout == O_IVAL ? 8 * MAX_KEYS * m : 8 * m;
+        if (out[nout].len != want) {
+            nout++;
+            PyErr_SetString(PyExc_ValueError, "output column of the wrong size");
+            goto done;
+        }
     }
+    int64_t *cand = out[O_CAND].buf, *end = out[O_END].buf, *minc = out[O_MINC].buf, *loff = out[O_LOFF].buf,
+            *ipos = out[O_IPOS].buf, *ilen = out[O_ILEN].buf, *sof = out[O_SOF].buf, *ival = out[O_IVAL].buf;
+    int32_t *sid = out[O_SID].buf;
     if (put64(&st.offs, 0) < 0) goto done;
     shape = calloc(MAX_SHAPES, sizeof(Shape));
     if (!shape) { PyErr_NoMemory(); goto done; }
-    const unsigned char *a = (const unsigned char *)view.buf + start;
-    Py_ssize_t n = stop - start, lim = limit - start;
-    if (n > 3) {
-        Py_ssize_t top = lim < n - 2 ? lim : n - 2; /* candidates: c < lim and c + 2 < n */
-        const unsigned char *p = a;
-        while (p < a + top) {
-            p = memchr(p, 0x7D, (size_t)(a + top - p));
-            if (!p) break;
-            Py_ssize_t c = p - a;
-            p++;
-            if (a[c + 1] != 0x94 || a[c + 2] != 0x28) continue;
-            int got = -1;
-            for (int k = 0; k < nshape; k++)
-                if (matches(&shape[k], a, n, c)) { got = k; break; }
-            if (got < 0 && attempts < MAX_SHAPES) {
-                attempts++;
-                PyObject *r = PyObject_CallFunction(learn, "n", c);
-                if (!r) goto done;
-                if (r != Py_None) {
-                    PyObject *obj, *spec;
-                    if (!PyArg_ParseTuple(r, "OO!", &obj, &PyTuple_Type, &spec) || parse_spec(spec, &shape[nshape]) < 0) {
-                        Py_DECREF(r);
-                        goto done;
-                    }
-                    if (matches(&shape[nshape], a, n, c)) {
-                        if (PyList_Append(shapes, obj) < 0) { Py_DECREF(r); shape_free(&shape[nshape]); goto done; }
-                        got = nshape++;
-                    } else {
-                        shape_free(&shape[nshape]);
-                    }
+    Py_ssize_t i = 0;
+    for (Py_ssize_t c = next_cand(a, 0, top); c >= 0 && i < m; c = next_cand(a, c + 1, top), i++) {
+        cand[i] = c;
+        int got = -1;
+        for (int k = 0; k < nshape; k++)
+            if (matches(&shape[k], a, n, c)) { got = k; break; }
+        if (got < 0 && attempts < MAX_SHAPES) {
+            attempts++;
+            PyObject *r = PyObject_CallFunction(learn, "n", c);
+            if (!r) goto done;
+            if (r != Py_None) {
+                PyObject *obj, *spec;
+                if (!PyArg_ParseTuple(r, "OO!", &obj, &PyTuple_Type, &spec) || parse_spec(spec, &shape[nshape]) < 0) {
+                    Py_DECREF(r);
+                    goto done;
                 }
-                Py_DECREF(r);
-            }
-            int64_t vals[MAX_KEYS] = {0};
-            int64_t e = 0, mi = 1, lo = 0, ip = -1, il = 0, so = -1;
-            int32_t id = got;
-            if (got >= 0) {
-                const Shape *s = &shape[got];
-                const unsigned char *q = a + c;
-                e = c + s->length;
-                mi = s->memo_inc;
-                lo = s->list_off;
-                if (s->frame_at >= 0) {
-                    ip = c + s->frame_at;
-                    il = read_int(q + s->frame_at + 1, 8, 0);
-                }
-                for (int k = 0; k < s->nslots; k++)
-                    if (s->swidth[k]) vals[k] = read_int(q + s->soff[k], s->swidth[k], s->ssigned[k]);
-                if (s->nframes || s->has_list) {
-                    for (int k = 0; k < s->nframes; k++) refs[k] = read_int(q + s->foff[k], s->fwidth[k], 0);
-                    so = stack_id(&st, refs, s->nframes);
-                    if (so < 0) goto done;
+                if (matches(&shape[nshape], a, n, c)) {
+                    if (PyList_Append(shapes, obj) < 0) { Py_DECREF(r); shape_free(&shape[nshape]); goto done; }
+                    got = nshape++;
+                } else {
+                    shape_free(&shape[nshape]);
                 }
             }
-            if (put64(&cand, c) < 0 || buf_put(&sid, &id, 4) < 0 || put64(&end, e) < 0 || put64(&minc, mi) < 0 ||
-                put64(&loff, lo) < 0 || put64(&ipos, ip) < 0 || put64(&ilen, il) < 0 || put64(&sof, so) < 0 ||
-                buf_put(&ival, vals, sizeof(vals)) < 0)
-                goto done;
+            Py_DECREF(r);
+        }
+        if (got < 0) continue;
+        const Shape *s = &shape[got];
+        const unsigned char *q = a + c;
+        sid[i] = got;
+        end[i] = c + s->length;
+        minc[i] = s->memo_inc;
+        loff[i] = s->list_off;
+        if (s->frame_at >= 0) {
+            ipos[i] = c + s->frame_at;
+            ilen[i] = read_int(q + s->frame_at + 1, 8, 0);
+        }
+        for (int k = 0; k < s->nslots; k++)
+            if (s->swidth[k]) ival[k * m + i] = read_int(q + s->soff[k], s->swidth[k], s->ssigned[k]);
+        if (s->nframes || s->has_list) {
+            for (int k = 0; k < s->nframes; k++) refs[k] = read_int(q + s->foff[k], s->fwidth[k], 0);
+            int64_t so = stack_id(&st, refs, s->nframes);
+            if (so < 0) goto done;
+            sof[i] = so;
         }
     }
-    result = Py_BuildValue("(NNNNNNNNNNN)", as_bytearray(&cand), as_bytearray(&sid), as_bytearray(&end),
-                           as_bytearray(&minc), as_bytearray(&loff), as_bytearray(&ipos), as_bytearray(&ilen),
-                           as_bytearray(&sof), as_bytearray(&ival), as_bytearray(&st.flat), as_bytearray(&st.offs));
+    result = Py_BuildValue("(NN)", as_bytes(&st.flat), as_bytes(&st.offs));
 done:
     if (shape) {
         for (int k = 0; k < nshape; k++) shape_free(&shape[k]);
         free(shape);
     }
-    free(cand.p); free(sid.p); free(end.p); free(minc.p); free(loff.p); free(ipos.p); free(ilen.p); free(sof.p);
-    free(ival.p); free(st.flat.p); free(st.offs.p); free(st.table);
+    free(st.flat.p); free(st.offs.p); free(st.table);
+    for (int k = 0; k < nout; k++) PyBuffer_Release(&out[k]);
     PyBuffer_Release(&view);
     return result;
 }
 
 static PyMethodDef methods[] = {
+    {"count", count, METH_VARARGS, "The number of candidate entries in a window."},
     {"scan", scan, METH_VARARGS, "Candidates of one window matched against learned entry layouts (see stream.py)."},
     {NULL, NULL, 0, NULL},
 };

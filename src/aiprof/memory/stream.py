@@ -396,16 +396,17 @@ class _Window:
                     shape.memo_inc, shape.list_off, shape.list_slot >= 0)
             return shape, spec
 
-        got = native.scan(buf, start, stop, self.limit, learn, self.shapes)
-        cols: list[npt.NDArray[np.int64]] = [np.frombuffer(col, dtype=np.int64) for k, col in enumerate(got) if k != 1]
-        cand, end, memo_inc, list_off, inner_pos, inner_len, stack_of, ival, flat, offs = cols
-        shape_id: npt.NDArray[np.int32] = np.frombuffer(got[1], dtype=np.int32)
-        m = cand.size
+        m = native.count(buf, start, stop, self.limit)
+        cand, end, inner_len = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
+        self.memo_inc, self.list_off = np.ones(m, np.int64), np.zeros(m, np.int64)
+        inner_pos, stack_of = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+        shape_id = np.full(m, -1, np.int32)
+        self.ival = np.zeros((MAX_KEYS, m), np.int64)  # rows no layout uses are never touched
+        flat, offs = native.scan(buf, start, stop, self.limit, learn, self.shapes, cand, end, self.memo_inc,
+                                 self.list_off, inner_pos, inner_len, stack_of, shape_id, self.ival)
         self.starts = cand + start
-        self.ival = ival.reshape(m, MAX_KEYS).T
-        self.memo_inc, self.list_off = memo_inc, list_off
-        refs = flat.tolist()
-        bounds = offs.tolist()
+        refs = np.frombuffer(flat, np.int64).tolist()
+        bounds = np.frombuffer(offs, np.int64).tolist()
         self.stack_refs = [tuple(refs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
         return cand, shape_id >= 0, end, inner_pos, inner_len, shape_id, stack_of
 
