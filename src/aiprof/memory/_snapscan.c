@@ -1,10 +1,13 @@
 /* Native window scan for the streaming snapshot reader (aiprof.memory.stream, optional).
  *
- * scan(buf, start, stop, limit, learn, shapes) does, for the bytes buf[start:stop], what stream._Window's
+ * scan(buf, start, stop, limit, learn, shapes, known, columns...) does, for the bytes buf[start:stop], what stream._Window's
  * NumPy loop does: every position p < limit with "} \x94 (" at p is a candidate; candidates are taken in
  * order, each is checked against the layouts learned so far (in learning order; the first whose fixed bytes
  * all agree wins), and one that matches none is given to learn(p - start) (at most MAX_SHAPES times), which
- * returns None or (shape, spec): the layout parsed in Python. The values are read from the matched bytes
+ * returns None or (shape, spec): the layout parsed in Python. Before calling learn, the layouts of earlier
+ * windows (known: a list of (shape, spec)) are tried: one whose fixed bytes agree at p is exactly the layout
+ * learn(p) would parse (the parse reads only bytes that are fixed in its result), so it is taken instead, in
+ * the same place in the learning order and counting as an attempt as learn would. The values are read from the matched bytes
  * into columns. It only compares and copies bytes: no object of the pickle is ever built here.
  *
  * spec = (length, mask, want, slots, frames, frame_at, memo_inc, list_off, has_list): mask and want are the
@@ -245,18 +248,19 @@ static PyObject *count(PyObject *self, PyObject *args) {
 enum { O_CAND, O_END, O_MINC, O_LOFF, O_IPOS, O_ILEN, O_SOF, O_SID, O_IVAL, NOUT };
 
 static PyObject *scan(PyObject *self, PyObject *args) {
-    PyObject *bufobj, *learn, *shapes, *outobj[NOUT];
+    PyObject *bufobj, *learn, *shapes, *known, *outobj[NOUT];
     Py_ssize_t start, stop, limit, n, top;
-    if (!PyArg_ParseTuple(args, "OnnnOO!OOOOOOOOO", &bufobj, &start, &stop, &limit, &learn, &PyList_Type, &shapes,
-                          &outobj[0], &outobj[1], &outobj[2], &outobj[3], &outobj[4], &outobj[5], &outobj[6],
+    if (!PyArg_ParseTuple(args, "OnnnOO!O!OOOOOOOOO", &bufobj, &start, &stop, &limit, &learn, &PyList_Type, &shapes,
+                          &PyList_Type, &known, &outobj[0], &outobj[1], &outobj[2], &outobj[3], &outobj[4], &outobj[5], &outobj[6],
                           &outobj[7], &outobj[8]))
         return NULL;
     Py_buffer view, out[NOUT];
     int nout = 0;
     if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
-    Shape *shape = NULL;
-    int nshape = 0, attempts = 0;
+    Shape *pool = NULL, *shape[MAX_SHAPES];
+    int npool = 0, nshape = 0, attempts = 0, nknown = -1;
+    Py_ssize_t known_len = PyList_GET_SIZE(known) < MAX_SHAPES ? PyList_GET_SIZE(known) : MAX_SHAPES;
     Stacks st = {0};
     int64_t refs[MAX_FRAMES_C];
     if (window(&view, start, stop, limit, &n, &top) < 0) goto done;
@@ -276,35 +280,59 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             *ipos = out[O_IPOS].buf, *ilen = out[O_ILEN].buf, *sof = out[O_SOF].buf, *ival = out[O_IVAL].buf;
     int32_t *sid = out[O_SID].buf;
     if (put64(&st.offs, 0) < 0) goto done;
-    shape = calloc(MAX_SHAPES, sizeof(Shape));
-    if (!shape) { PyErr_NoMemory(); goto done; }
+    pool = calloc((size_t)(MAX_SHAPES + known_len), sizeof(Shape));
+    if (!pool) { PyErr_NoMemory(); goto done; }
     Py_ssize_t i = 0;
     for (Py_ssize_t c = next_cand(a, 0, top); c >= 0 && i < m; c = next_cand(a, c + 1, top), i++) {
         cand[i] = c;
         int got = -1;
         for (int k = 0; k < nshape; k++)
-            if (matches(&shape[k], a, n, c)) { got = k; break; }
-        if (got < 0 && attempts < MAX_SHAPES) {
+            if (matches(shape[k], a, n, c)) { got = k; break; }
+        int learning = got < 0 && attempts < MAX_SHAPES;
+        if (learning) {
             attempts++;
+            /* a layout learned in an earlier window that matches is the one learn(c) would parse: every byte
+               the parse reads is a fixed byte of that layout */
+            if (nknown < 0) {
+                for (nknown = 0; nknown < known_len; nknown++) {
+                    PyObject *kv = PyList_GET_ITEM(known, nknown), *spec;
+                    if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyTuple_Check(spec = PyTuple_GET_ITEM(kv, 1))) {
+                        PyErr_SetString(PyExc_TypeError, "known: (shape, spec) pairs");
+                        goto done;
+                    }
+                    if (parse_spec(spec, &pool[npool]) < 0) goto done;
+                    npool++;
+                }
+            }
+            for (int k = 0; k < nknown; k++)
+                if (matches(&pool[k], a, n, c)) {
+                    if (PyList_Append(shapes, PyTuple_GET_ITEM(PyList_GET_ITEM(known, k), 0)) < 0) goto done;
+                    shape[nshape] = &pool[k];
+                    got = nshape++;
+                    break;
+                }
+        }
+        if (got < 0 && learning) {
             PyObject *r = PyObject_CallFunction(learn, "n", c);
             if (!r) goto done;
             if (r != Py_None) {
                 PyObject *obj, *spec;
-                if (!PyArg_ParseTuple(r, "OO!", &obj, &PyTuple_Type, &spec) || parse_spec(spec, &shape[nshape]) < 0) {
+                Shape *ns = &pool[npool];
+                if (!PyArg_ParseTuple(r, "OO!", &obj, &PyTuple_Type, &spec) || parse_spec(spec, ns) < 0) {
                     Py_DECREF(r);
                     goto done;
                 }
-                if (matches(&shape[nshape], a, n, c)) {
-                    if (PyList_Append(shapes, obj) < 0) { Py_DECREF(r); shape_free(&shape[nshape]); goto done; }
+                npool++;
+                if (matches(ns, a, n, c)) {
+                    if (PyList_Append(shapes, obj) < 0) { Py_DECREF(r); goto done; }
+                    shape[nshape] = ns;
                     got = nshape++;
-                } else {
-                    shape_free(&shape[nshape]);
                 }
             }
             Py_DECREF(r);
         }
         if (got < 0) continue;
-        const Shape *s = &shape[got];
+        const Shape *s = shape[got];
         const unsigned char *q = a + c;
         sid[i] = got;
         end[i] = c + s->length;
@@ -325,9 +353,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("(NN)", as_bytes(&st.flat), as_bytes(&st.offs));
 done:
-    if (shape) {
-        for (int k = 0; k < nshape; k++) shape_free(&shape[k]);
-        free(shape);
+    if (pool) {
+        for (int k = 0; k < npool; k++) shape_free(&pool[k]);
+        free(pool);
     }
     free(st.flat.p); free(st.offs.p); free(st.table);
     for (int k = 0; k < nout; k++) PyBuffer_Release(&out[k]);

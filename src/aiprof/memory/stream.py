@@ -44,6 +44,7 @@ WINDOW = 8 << 20  # bytes parsed by NumPy at once
 MAX_KEYS = 16  # an entry with more keys than this is left to the machine
 MAX_FRAMES = 256  # a frames list longer than this is left to the machine
 MAX_SHAPES = 1024  # entry layouts tried per window (a layout that fails counts too)
+MAX_KNOWN = 256  # layouts the native scan carries from window to window
 _TIME_LIMIT = 1 << 53  # time_us * 1000 must fit in int64
 
 
@@ -247,7 +248,10 @@ class _Window:
     and integer (or memo index), and the frames list's memo indices. A ``FRAME`` opcode between two entries
     is recorded on the second (position and length: :meth:`_Scanner.run` checks that frames chain)."""
 
-    def __init__(self, buf: Any, start: int, size: int) -> None:
+    def __init__(self, buf: Any, start: int, size: int,
+                 known: list[tuple[_Shape, tuple[Any, ...]]] | None = None) -> None:
+        """``known``: layouts learned in earlier windows, for the native scan (a fresh list when None)."""
+        known = [] if known is None else known
         stop = min(size, start + WINDOW + (1 << 20))
         self.start = start
         self.limit = min(size, start + WINDOW)
@@ -259,7 +263,7 @@ class _Window:
         self.shapes: list[_Shape] = []
         native = _native()
         if native is not None:
-            cand, ok, end, inner_pos, inner_len, shape_id, stack_of = self._match_native(native, buf, start, stop)
+            cand, ok, end, inner_pos, inner_len, shape_id, stack_of = self._match_native(native, buf, start, stop, known)
             m = cand.size
         else:
             if n > 3:
@@ -379,9 +383,12 @@ class _Window:
         self.chained = chained & self.ok
         del self.a
 
-    def _match_native(self, native: Any, buf: Any, start: int, stop: int) -> tuple[Any, ...]:
+    def _match_native(self, native: Any, buf: Any, start: int, stop: int,
+                      known: list[tuple[_Shape, tuple[Any, ...]]]) -> tuple[Any, ...]:
         """The NumPy loop's results from the native scan (``_snapscan.c``): the same candidates, layouts
-        (learned here, in the same order), values and stack ids, per candidate in one pass over the bytes."""
+        (in the same order), values and stack ids, per candidate in one pass over the bytes. ``known``: the
+        layouts earlier windows learned (with their specs for the scan), which it reuses where they match
+        (the same layout as a new parse would give, without parsing again); new ones are added to it."""
         a = self.a
 
         def learn(c: int) -> tuple[_Shape, tuple[Any, ...]] | None:
@@ -394,6 +401,8 @@ class _Window:
             slots = [(off, width, signed) for _, _, off, width, signed in shape.slots]
             spec = (shape.length, mask.tobytes(), want.tobytes(), slots, list(shape.frames), shape.frame_at,
                     shape.memo_inc, shape.list_off, shape.list_slot >= 0)
+            if len(known) < MAX_KNOWN:
+                known.append((shape, spec))
             return shape, spec
 
         m = native.count(buf, start, stop, self.limit)
@@ -402,7 +411,7 @@ class _Window:
         inner_pos, stack_of = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
         shape_id = np.full(m, -1, np.int32)
         self.ival = np.zeros((MAX_KEYS, m), np.int64)  # rows no layout uses are never touched
-        flat, offs = native.scan(buf, start, stop, self.limit, learn, self.shapes, cand, end, self.memo_inc,
+        flat, offs = native.scan(buf, start, stop, self.limit, learn, self.shapes, known, cand, end, self.memo_inc,
                                  self.list_off, inner_pos, inner_len, stack_of, shape_id, self.ival)
         self.starts = cand + start
         refs = np.frombuffer(flat, np.int64).tolist()
@@ -493,6 +502,7 @@ class _Scanner:
         self.buf = buf
         self.size = size
         self.window: _Window | None = None
+        self.known: list[tuple[_Shape, tuple[Any, ...]]] = []  # layouts learned so far, for the native scan
 
     def run(self, pos: int, frame_end: int, memo: dict[int, Any], memo_len: int,
             lists: _Lists, cut: int | None = None) -> tuple[Run, int, int, int] | None:
@@ -503,7 +513,7 @@ class _Scanner:
             self.window = None
             if hasattr(self.buf, "madvise") and pos > (1 << 24):  # the bytes behind are done with
                 self.buf.madvise(mmap.MADV_DONTNEED, 0, (pos - (1 << 23)) & ~(mmap.PAGESIZE - 1))
-            w = self.window = _Window(self.buf, pos, self.size)
+            w = self.window = _Window(self.buf, pos, self.size, self.known)
         i, j = w.run_span(pos)
         if j <= i:
             return None
