@@ -48,6 +48,7 @@ static int buf_reserve(Buf *b, Py_ssize_t more) {
 }
 
 static int buf_put(Buf *b, const void *v, Py_ssize_t n) {
+    if (n == 0) return 0;
     if (buf_reserve(b, n) < 0) return -1;
     memcpy(b->p + b->len, v, (size_t)n);
     b->len += n;
