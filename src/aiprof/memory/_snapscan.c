@@ -77,10 +77,14 @@ static uint64_t load64(const unsigned char *p) {
     return v; /* little-endian hosts only: checked at import */
 }
 
+/* the little-endian integer of width (1..8) bytes at p; 8 bytes from p must be readable (they are: a value
+   lies inside its layout, and a layout is only matched with span >= length + 8 bytes in the window) */
 static int64_t read_int(const unsigned char *p, int width, int sgn) {
-    uint64_t v = 0;
-    for (int k = width - 1; k >= 0; k--) v = (v << 8) | p[k];
-    if (sgn && width < 8 && (v >> (8 * width - 1)) & 1) v |= ~(uint64_t)0 << (8 * width);
+    uint64_t v = load64(p);
+    if (width < 8) {
+        v &= ((uint64_t)1 << (8 * width)) - 1;
+        if (sgn && (v >> (8 * width - 1)) & 1) v |= ~(uint64_t)0 << (8 * width);
+    }
     return (int64_t)v;
 }
 
@@ -260,7 +264,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(bufobj, &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
     Shape *pool = NULL, *shape[MAX_SHAPES];
-    int npool = 0, nshape = 0, attempts = 0, nknown = -1;
+    int npool = 0, nshape = 0, attempts = 0, nknown = -1, last = -1;
     Py_ssize_t known_len = PyList_GET_SIZE(known) < MAX_SHAPES ? PyList_GET_SIZE(known) : MAX_SHAPES;
     Stacks st = {0};
     int64_t refs[MAX_FRAMES_C];
@@ -281,14 +285,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             *ipos = out[O_IPOS].buf, *ilen = out[O_ILEN].buf, *sof = out[O_SOF].buf, *ival = out[O_IVAL].buf;
     int32_t *sid = out[O_SID].buf;
     if (put64(&st.offs, 0) < 0) goto done;
-    pool = calloc((size_t)(MAX_SHAPES + known_len), sizeof(Shape));
+    pool = malloc((size_t)(MAX_SHAPES + known_len) * sizeof(Shape)); /* each filled by parse_spec */
     if (!pool) { PyErr_NoMemory(); goto done; }
     Py_ssize_t i = 0;
     for (Py_ssize_t c = next_cand(a, 0, top); c >= 0 && i < m; c = next_cand(a, c + 1, top), i++) {
         cand[i] = c;
+        /* at most one layout matches a candidate (a match is the candidate's own parse, and a window never
+           learns the same layout twice), so the order they are tried in does not matter: the last one
+           matched first (entries mostly repeat the layout before them) */
         int got = -1;
-        for (int k = 0; k < nshape; k++)
-            if (matches(shape[k], a, n, c)) { got = k; break; }
+        if (last >= 0 && matches(shape[last], a, n, c))
+            got = last;
+        else
+            for (int k = 0; k < nshape; k++)
+                if (k != last && matches(shape[k], a, n, c)) { got = k; break; }
         int learning = got < 0 && attempts < MAX_SHAPES;
         if (learning) {
             attempts++;
@@ -333,6 +343,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             Py_DECREF(r);
         }
         if (got < 0) continue;
+        last = got;
         const Shape *s = shape[got];
         const unsigned char *q = a + c;
         sid[i] = got;
