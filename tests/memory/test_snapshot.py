@@ -326,6 +326,7 @@ def _both_paths(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
 def test_native_scan_is_used_and_agrees_on_the_shared_snapshot(traces_dir: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     native = _snapscan()
+    monkeypatch.delenv("AIPROF_NATIVE", raising=False)
     path = traces_dir / "memory" / "transformer_lm_snapshot.pickle"
     calls = []
     real = native.scan
