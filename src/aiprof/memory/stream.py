@@ -18,6 +18,9 @@ itself and fills NumPy columns straight from the bytes:
   the next starts, or after ``APPENDS MARK`` or a ``FRAME`` that continues the frame chain) and whose
   references resolve (keys and the action to strings, frames to frame dicts already in the memo, or the
   frames value to a list) become a :class:`Run` of columns in place of their dicts.
+* where it is built, the native scan (``_snapscan.c``, :func:`_native`) does the window's candidate finding,
+  layout checking and value reading in one C pass, with the layouts still parsed here (and reused from window
+  to window); it fills the same columns the NumPy loop would, which stays as the fallback (``AIPROF_NATIVE=0``).
 
 Anything else (another protocol, ``PUT`` opcodes, a reference to an object only a run created, a value of an
 unexpected type, an opcode that would edit a run, truncation) raises :class:`Unsupported`, and the caller
