@@ -117,7 +117,7 @@ def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
 
     if reader_for(Path(paths[0])).name != "kineto":  # only the JSON loader has helpers to start early
         return lambda: None
-    from aiprof.trace.stream import discard_primed, prime
+    from aiprof.trace.kineto.stream import discard_primed, prime
 
     try:
         prime(Path(paths[0]))
@@ -306,7 +306,7 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
 def set_load_limits(max_trace_mb: float | None, max_events: int | None) -> None:
     """How much trace text and how many events a load may take (``--max-trace-mb``, ``--max-events``;
     None or 0: the defaults). A process setting, inherited by the workers forked after it."""
-    from aiprof.trace import source
+    from aiprof.trace.kineto import source
 
     source.configure(source.LoadLimits.from_options(max_trace_mb, max_events))
 

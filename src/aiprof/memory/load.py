@@ -14,7 +14,7 @@ STATS_FILE = "memory_stats.jsonl"
 
 
 def _read(path: Path) -> tuple[bytes, list[str]]:
-    from aiprof.trace.loader import read_bytes
+    from aiprof.trace.kineto.loader import read_bytes
 
     try:
         return read_bytes(path)
