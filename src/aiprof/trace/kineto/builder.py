@@ -36,7 +36,7 @@ from aiprof.trace.model import (
     kind_of_category,
 )
 from aiprof.trace import suspect
-from aiprof.trace.kineto.schema import NO_ARGS, ABSENT, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
+from aiprof.trace.kineto.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
 
 T = TypeVar("T", bound=msgspec.Struct)
 I64 = npt.NDArray[np.int64]
