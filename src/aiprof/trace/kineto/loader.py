@@ -24,11 +24,11 @@ import msgspec
 from aiprof.errors import TraceError
 from aiprof.heap import release_free_memory
 from aiprof.trace.model import Trace
+from aiprof.trace.kineto import stream
 from aiprof.trace.kineto.builder import HEADER_DECODER, Builder, RawTrace, encode_json, short_error, typed_header
 from aiprof.trace.kineto.schema import Header, TraceFile
 from aiprof.trace.kineto.source import GZIP_TRUNCATED, LoadLimits, not_a_trace, read_all, too_many_events
 from aiprof.trace.kineto.source import current as current_limits
-from aiprof.trace.kineto.stream import stream_load
 
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 
@@ -213,7 +213,7 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
 
 
 def _load_file(path: Path, rank: int, rank_source: str) -> Trace:
-    streamed = stream_load(path, rank, rank_source)
+    streamed = stream.stream_load(path, rank, rank_source)  # looked up at call time (tests swap it)
     if streamed is not None:
         release_free_memory()
         return streamed
