@@ -110,8 +110,8 @@ def _replace(f: Finding, **changes: Any) -> Finding:
 
 
 def run_directory_of(path: Path) -> Path | None:
-    """The aiprof run directory holding a trace (it has ``meta.json``), or None."""
-    for folder in (path.parent, path.parent.parent):
-        if (folder / "meta.json").is_file():
-            return folder
-    return None
+    """The aiprof run directory holding a trace (:func:`aiprof.rundir.owner_of`), or None."""
+    from aiprof.rundir import owner_of
+
+    found = owner_of(path)
+    return found.path if found is not None else None

@@ -108,11 +108,11 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     ov = document_of("resnet50_nw0")["ranks"][0]["timeline_overview"]
     base = int(ov["base_time_ns"])
     n = _write_telemetry(run_dir / "telemetry.csv", base + ov["start_ns"], base + ov["end_ns"])
-    (run_dir / "meta.json").write_text(json.dumps({"command": ["python", "train.py"], "world_size": 1}))
+    (run_dir / "meta.json").write_text(json.dumps({"format": "aiprof-run", "command": ["python", "train.py"], "mode": "run"}))
 
     doc: dict[str, Any] = document_for_paths((str(run_dir),))
     jsonschema.validate(doc, schema())
-    assert doc["telemetry"]["samples"] == n and doc["run_metadata"]["world_size"] == 1
+    assert doc["telemetry"]["samples"] == n and doc["run_metadata"]["mode"] == "run"
     assert len(doc["telemetry"]["series"]["cpu_pct"]) == n
     from aiprof.cli.analyze import render
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import threading
 import time
@@ -18,6 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from aiprof.rundir import read_telemetry
 
 Clock = Callable[[], int]
 Row = list[float | int | None]
@@ -295,21 +298,14 @@ def default_probes(root_pid: int | None = None) -> tuple[list[Probe], dict[str, 
 
 
 def read_rows(path: Path, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[dict[str, float]]:
-    """Stream rows back (numbers only, empty cells dropped), optionally within a time window."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            return
-        for raw in reader:
-            if len(raw) != len(header):
-                continue  # a row cut short by a crash
-            try:
-                t = int(raw[0])  # an int: a float would round unix ns to ~256 ns
-                row = {k: float(v) for k, v in zip(header[1:], raw[1:]) if v != ""}
-            except ValueError:
-                continue
-            row["t_unix_ns"] = t
-            if (start_ns is not None and t < start_ns) or (end_ns is not None and t > end_ns):
-                continue
-            yield row
+    """Rows back from ``telemetry.csv`` (through :func:`aiprof.rundir.read_telemetry`, the one reader),
+    empty cells dropped, optionally within a unix-ns time window."""
+    columns = read_telemetry(path)
+    times = columns.pop("t_unix_ns", [])
+    named = list(columns.items())
+    for i, t in enumerate(times):
+        if (start_ns is not None and t < start_ns) or (end_ns is not None and t > end_ns):
+            continue
+        row = {name: col[i] for name, col in named if not math.isnan(col[i])}
+        row["t_unix_ns"] = t
+        yield row

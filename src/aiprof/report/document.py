@@ -22,6 +22,7 @@ def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = Non
     from aiprof.report.runcontext import run_context
 
     ranks = [_rank(r) for r in run.ranks]
+    warnings = list(run.warnings)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"aiprof {__version__}",
@@ -29,10 +30,10 @@ def build_document(run: RunAnalysis, findings: list[dict[str, Any]] | None = Non
         "summary": _summary(ranks),
         "ranks": ranks,
         "findings": list(findings or []),
-        "warnings": list(run.warnings),
+        "warnings": warnings,
     }
     # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
-    doc.update(run_context(list(run.sources)))
+    doc.update(run_context(list(run.sources), notes=warnings))
     return doc
 
 
