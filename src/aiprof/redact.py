@@ -67,6 +67,7 @@ _QUERY_PARAM = re.compile(r"(?P<lead>[?&;])(?P<name>[^=&#;\s]+)=(?P<value>[^&#;\
 _HEADER = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9_-]*)\s*:\s*(?P<value>\S.*)$")
 _ASSIGN = re.compile(r"^(?P<name>[+~]{0,2}[A-Za-z_][A-Za-z0-9_.\-]*)=(?P<value>.*)$", re.DOTALL)
 _CANDIDATE = re.compile(r"^[A-Za-z0-9+_=-]{32,}$")
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]+")
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -121,10 +122,11 @@ def is_secret_name(name: str, *, switch_ok: bool = False) -> bool:
 
 
 def looks_random(value: str) -> bool:
-    """A long token-like string: ≥ 32 characters of ``[A-Za-z0-9+_=-]`` (no path, no dot), with letters and
-    at least 10 % digits, and ≥ 3.5 bits of entropy per character. Words, paths and numbers are not."""
-    if not _CANDIDATE.match(value):
-        return False
+    """A long token-like string: ≥ 32 characters of ``[A-Za-z0-9+_=-]`` (no path, no dot) with a run of ≥ 20
+    letters and digits, at least 10 % digits, and ≥ 3.5 bits of entropy per character. Words, paths, run
+    names and numbers are not."""
+    if not _CANDIDATE.match(value) or max(map(len, _ALNUM_RUN.findall(value)), default=0) < 20:
+        return False  # names built from words keep short runs between separators (run_lr3e-4_bs64_…)
     digits = sum(c.isdigit() for c in value)
     letters = sum(c.isalpha() for c in value)
     if digits < 0.1 * len(value) or letters < 0.2 * len(value):

@@ -155,7 +155,11 @@ class Runner:
             code = self._run_child(run_dir, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        meta = self._settle(run_dir, code)
+        try:
+            meta = self._settle(run_dir, code)
+        except rundir.RunDirError as err:  # a full disk: say so in meta.json when it still fits, then one line
+            rundir.record_failure(run_dir, str(err))
+            raise
         return RunResult(run_dir, code, meta)
 
     def _env(self, run_dir: Path, folder: Path) -> dict[str, str]:
@@ -231,8 +235,11 @@ class Runner:
             claimed.update(p.name for p in parts)
             if parts:
                 path = rundir.trace_path(run_dir, int(entry.get("rank", 0)), int(entry.get("pid", 0)))
-                entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
-                entry["trace_files"] = [path.name]
+                try:
+                    entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
+                    entry["trace_files"] = [path.name]
+                except rundir.RunDirError as err:  # the cycle files stay: the run's data is not lost
+                    entry.update(status="incomplete", reason=str(err), trace_files=[])
         orphans = self._orphans(run_dir, claimed)
         for pid, parts in orphans.items():  # a process killed before it could write its metadata
             path = run_dir / f"pid{pid}{rundir.TRACE_SUFFIX}"

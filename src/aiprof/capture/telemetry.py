@@ -257,10 +257,24 @@ class TelemetrySampler:
             self.recent.append(row)
             self.samples += 1
             if self._writer is not None:
-                self._writer.writerow(["" if v is None else v for v in row])
-                if self.samples % _FLUSH_EVERY == 0 and self._fh is not None:
-                    self._fh.flush()
+                try:
+                    self._writer.writerow(["" if v is None else v for v in row])
+                    if self.samples % _FLUSH_EVERY == 0 and self._fh is not None:
+                        self._fh.flush()
+                except OSError as err:  # a full disk: stop writing, keep the run going, say why
+                    self._close_file(err)
         return row
+
+    def _close_file(self, error: OSError | None = None) -> None:
+        """Close the CSV (under ``self._lock``); a write that fails (disk full) is recorded, not raised."""
+        fh, self._fh, self._writer = self._fh, None, None
+        try:
+            if fh is not None:
+                fh.close()
+        except OSError as err:
+            error = error or err
+        if error is not None and len(self.errors) < 5:
+            self.errors.append(f"{self.path}: cannot write ({error.strerror or error}); telemetry stopped there")
 
     def stop(self) -> None:
         """Stop the thread, take one last sample and close the file. Safe to call twice."""
@@ -270,9 +284,7 @@ class TelemetrySampler:
             thread.join(timeout=max(2.0, 5 * self.interval_s))
             self.sample_once()
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh, self._writer = None, None
+            self._close_file()
         for probe in self.probes:
             probe.close()
 
