@@ -229,6 +229,7 @@ class Runner:
         interval = self.options.telemetry_interval_s
         telemetry_dir = run_dir if self.options.telemetry else None
         claimed: set[str] = set()
+        failed: list[str] = []
         entries: list[dict[str, Any]] = meta.get("ranks", [])
         for entry in entries:
             parts = [run_dir / name for name in entry.get("cycle_files", []) if (run_dir / name).exists()]
@@ -240,6 +241,7 @@ class Runner:
                     entry["trace_files"] = [path.name]
                 except rundir.RunDirError as err:  # the cycle files stay: the run's data is not lost
                     entry.update(status="incomplete", reason=str(err), trace_files=[])
+                    failed.append(f"{err}; the profiler's cycle files stay in {run_dir}")
         orphans = self._orphans(run_dir, claimed)
         for pid, parts in orphans.items():  # a process killed before it could write its metadata
             path = run_dir / f"pid{pid}{rundir.TRACE_SUFFIX}"
@@ -256,7 +258,10 @@ class Runner:
                 m["status"] = "incomplete"
                 m["reason"] = _exit_reason(code) + (f"; {m['reason']}" if m.get("reason") else "")
 
-        return rundir.update_meta(run_dir, final)
+        meta = rundir.update_meta(run_dir, final)
+        if failed:
+            raise rundir.RunDirError(failed[0])
+        return meta
 
     @staticmethod
     def _orphans(run_dir: Path, claimed: set[str]) -> dict[int, list[Path]]:
