@@ -31,13 +31,14 @@ _RATES = ("disk_read_bytes", "disk_write_bytes", "net_recv_bytes", "net_sent_byt
 def run_dir_of(sources: list[str], notes: list[str] | None = None) -> rundir.RunDir | None:
     """The run directory when every analysed trace belongs to the same one (:func:`aiprof.rundir.owner_of`)."""
     found: list[str] = []
-    owners = {s: rundir.owner_of(Path(s).resolve(), found) for s in sources}
+    folders = {Path(s).resolve().parent for s in sources}  # the answer depends on the folder only: read each once
+    owners = [rundir.owner_of(folder / "trace", found) for folder in sorted(folders)]
     if notes is not None:
         notes.extend(dict.fromkeys(found))
-    dirs = {o.path for o in owners.values() if o is not None}
-    if len(dirs) != 1 or None in owners.values():
+    dirs = {o.path for o in owners if o is not None}
+    if len(dirs) != 1 or None in owners:
         return None
-    return next(o for o in owners.values() if o is not None)
+    return next(o for o in owners if o is not None)
 
 
 def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] | None:
