@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,3 +108,11 @@ def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
 
 def _replace(f: Finding, **changes: Any) -> Finding:
     return dataclasses.replace(f, **changes)
+
+
+def run_directory_of(path: Path) -> Path | None:
+    """The aiprof run directory holding a trace (:func:`aiprof.rundir.owner_of`), or None."""
+    from aiprof.rundir import owner_of
+
+    found = owner_of(path)
+    return found.path if found is not None else None
