@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
+from aiprof.errors import printable
 
 if TYPE_CHECKING:
     from aiprof.report.model import Report
@@ -120,7 +121,7 @@ class AnalyzeCommand:
 
 def warn(message: str) -> None:
     """A warning about the inputs, on stderr (what every verb does with ``AnalyzeOptions.on_warning``)."""
-    print(f"aiprof: warning: {message}", file=sys.stderr)
+    print(f"aiprof: warning: {printable(message)}", file=sys.stderr)
 
 
 def render(doc: Report, fmt: str, width: int | None = None, is_tty: bool = False) -> str:
