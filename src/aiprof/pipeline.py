@@ -2,9 +2,12 @@
 calls; it builds the report from what this returns).
 
 Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``);
-their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. Cross-rank rules then run
-here on the small results, per-rank findings of the same id are merged across ranks, and everything is
-ranked by estimated saving.
+their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. When the rank has memory data
+(``[memory]`` events in its trace, or an allocator snapshot of its rank in the run directory's ``memory/``),
+the worker also computes its :class:`~aiprof.memory.report.MemoryReport` (``extras["memory"]``, the report's
+memory section) and the memory findings join the rank's findings. Cross-rank rules then run here on the
+small results, per-rank findings of the same id are merged across ranks, and everything is ranked by
+estimated saving (a memory finding saves bytes, not time: it ranks after every finding with a time saving).
 """
 
 from __future__ import annotations
@@ -13,14 +16,18 @@ import dataclasses
 import functools
 import os
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
-from aiprof.trace.model import Trace
+from aiprof.trace.model import Kind, Trace
 from aiprof.trace.runset import ProgressCallback
+
+if TYPE_CHECKING:
+    from aiprof.memory.report import MemoryReport
 
 
 def diagnose_hook(
@@ -36,7 +43,71 @@ def diagnose_hook(
     from aiprof.rules.telemetry import load_run_inputs
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
-    return {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    memory = rank_memory(trace, notes)
+    if memory is not None:
+        from aiprof.rules.memory_findings import memory_findings
+
+        out["memory"] = memory
+        out["findings"] += [f.to_dict() for f in memory_findings(memory)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
+# ---------------------------------------------------------------------------------------------------
+META_FILE = "meta.json"
+MEMORY_DIR = "memory"
+STATS_FILE = "memory_stats.jsonl"
+
+
+def memory_inputs(trace: Trace) -> list[Path]:
+    """The memory inputs of a rank, best first: its allocator snapshots in the run directory's ``memory/``
+    (the OOM dump, then the end-of-window one), then its trace when it holds ``[memory]`` events."""
+    found: list[Path] = []
+    folder = run_dir_of(trace.path)
+    if folder is not None and (folder / MEMORY_DIR).is_dir():
+        for stem in ("oom", "snapshot"):
+            path = folder / MEMORY_DIR / f"{stem}.rank{trace.rank}.pickle"
+            if path.is_file():
+                found.append(path)
+    name = trace.path.name.lower()
+    if len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
+        found.append(trace.path)
+    return found
+
+
+def run_dir_of(trace_path: Path) -> Path | None:
+    """The ``aiprof run`` directory a trace sits in (its folder or the one above, with ``meta.json``)."""
+    for folder in (trace_path.parent, trace_path.parent.parent):
+        if (folder / META_FILE).is_file():
+            return folder
+    return None
+
+
+def rank_memory(trace: Trace, notes: list[str] | None = None) -> MemoryReport | None:
+    """The memory report of one rank, or None when it has no memory data. An input that cannot be read
+    becomes a note (in ``notes``), never a failed analysis."""
+    inputs = memory_inputs(trace)
+    if not inputs:
+        return None
+    from aiprof.memory import analyze_memory, load_memory
+    from aiprof.memory.load import _stats
+    from aiprof.memory.model import MemoryInputError
+
+    try:
+        data = load_memory(inputs[0])
+    except MemoryInputError as err:
+        if notes is not None:
+            notes.append(f"memory section left out: {err}")
+        return None
+    stats = inputs[0].parent / STATS_FILE
+    if inputs[0] != trace.path and stats.is_file():
+        data.stats = _stats(stats)
+    capacity = {d.index: d.total_memory_bytes for d in trace.devices if d.total_memory_bytes}
+    for device, size in capacity.items():
+        data.capacity_bytes.setdefault(device, size)
+    return analyze_memory(data)
 
 
 def analyze_and_diagnose(
