@@ -23,6 +23,7 @@ from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
+from aiprof.report.compare_memory import MemoryComparison, compare_memory
 from aiprof.report.model import Report, Summary
 from aiprof.rules.finding import FindingRecord
 
@@ -140,6 +141,7 @@ class Comparison(msgspec.Struct, kw_only=True):
     verdict: Verdict
     partial: bool
     warnings: list[str]
+    memory: MemoryComparison | None = None  # both sides have memory data (report.compare_memory)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -212,6 +214,7 @@ def compare_reports(before: Report, after: Report, noise_pct: float = NOISE_PCT)
         verdict=_verdict(step, util, noise_pct, partial),
         partial=bool(partial),
         warnings=_warnings(before, after),
+        memory=compare_memory(before, after),
     )
 
 

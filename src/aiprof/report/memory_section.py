@@ -13,6 +13,8 @@ rules). The HTML draws the timeline stacked by category and the icicle of what i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aiprof.memory.report import DeviceMemory, MemoryReport
 from aiprof.memory.units import binary
 from aiprof.report import common
@@ -195,7 +197,7 @@ def html_section(doc: Report) -> str:
     return "".join(parts)
 
 
-def _table(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _table(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     if not rows:
         return ""
     thead = "".join(f"<th>{html(h)}</th>" for h in head)
