@@ -12,7 +12,8 @@ import msgspec
 
 from aiprof.memory.report import MemoryReport
 from aiprof.memory.units import binary
-from aiprof.report.escape import html, markdown, terminal
+from aiprof.report.escape import html as _html
+from aiprof.report.escape import markdown, terminal
 from aiprof.report.model import Report
 from aiprof.rules.finding import FindingRecord
 
@@ -44,6 +45,11 @@ class MemoryComparison(msgspec.Struct, kw_only=True):
     resolved: list[str]
     new: list[str]
     unchanged: list[str]
+
+
+def html(text: object) -> str:
+    """Text for HTML: control and bidi characters made visible, then HTML-escaped."""
+    return _html(terminal(text))
 
 
 def _delta(before: int, after: int) -> BytesDelta:

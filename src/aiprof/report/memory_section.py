@@ -18,13 +18,19 @@ from collections.abc import Sequence
 from aiprof.memory.report import DeviceMemory, MemoryReport
 from aiprof.memory.units import binary
 from aiprof.report import common
-from aiprof.report.escape import html, markdown, terminal
+from aiprof.report.escape import html as _html
+from aiprof.report.escape import markdown, terminal
 from aiprof.report.model import RankReport, Report
 from aiprof.rules.finding import FindingRecord
 
 # The memory family's time-side rules (rules/memory.py): they save time, and their subject is memory.
 TIME_SIDE_RULES = ("allocator_churn", "memory_pressure")
 TOP_SITES = 5
+
+
+def html(text: object) -> str:
+    """Text for HTML: control and bidi characters made visible (as in a terminal), then HTML-escaped."""
+    return _html(terminal(text))
 
 
 def memory_rank(doc: Report) -> RankReport | None:
