@@ -7,7 +7,8 @@ their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. W
 the worker also computes its :class:`~aiprof.memory.report.MemoryReport` (``extras["memory"]``, the report's
 memory section) and the memory findings join the rank's findings. Cross-rank rules then run here on the
 small results, per-rank findings of the same id are merged across ranks, and everything is ranked by
-estimated saving (a memory finding saves bytes, not time: it ranks after every finding with a time saving).
+estimated saving; the memory findings save bytes, not time, and come after all the others (largest
+saving in bytes first).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def diagnose_hook(
 # ---------------------------------------------------------------------------------------------------
 # Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
 # ---------------------------------------------------------------------------------------------------
+MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
 META_FILE = "meta.json"
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
@@ -143,7 +145,20 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
-    return [f.to_dict() for f in rank_findings(merged)]
+    return [f.to_dict() for f in memory_last(rank_findings(merged))]
+
+
+def memory_last(ranked: list[Finding]) -> list[Finding]:
+    """The memory findings (``mem_*``: they save bytes, not time) after every other finding, largest
+    ``evidence['est_saving_bytes']`` first; the others keep their order."""
+    time = [f for f in ranked if not f.id.startswith(MEMORY_PREFIX)]
+    memory = [f for f in ranked if f.id.startswith(MEMORY_PREFIX)]
+    return time + sorted(memory, key=lambda f: -_saving_bytes(f))
+
+
+def _saving_bytes(f: Finding) -> int:
+    value = f.evidence.get("est_saving_bytes")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _of_rank(f: Finding, rank: RankAnalysis) -> Finding:

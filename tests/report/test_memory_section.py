@@ -136,17 +136,23 @@ def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> N
     savings = [f.est_saving_ns_per_step for f in report.findings]
     first_zero = next((i for i, s in enumerate(savings) if s <= 0), len(savings))
     assert all(s <= 0 for s in savings[first_zero:])
-    # a memory finding (0 ns, its bytes in the evidence) is never ranked above a finding that saves time
+    # memory findings (0 ns, their bytes in the evidence) come after every other finding, even an info
+    # note that saves nothing, largest saving in bytes first
+    from aiprof.pipeline import memory_last
     from aiprof.rules.memory_findings import _finding
     from aiprof.rules.registry import rank_findings
 
     mem = report.ranks[0].memory
     assert isinstance(mem, MemoryReport)
-    memory = _finding("mem_leak", "grows", mem.devices[0], 10 * MiB, {}, "fix", "formula", severity="medium")
+    small = _finding("mem_leak", "grows", mem.devices[0], MiB, {}, "fix", "formula", severity="medium")
+    big = _finding("mem_activation_dominant", "acts", mem.devices[0], 10 * MiB, {}, "fix", "formula")
     time = Finding(id="host_bound", title="host", severity="low", est_saving_ns_per_step=1000, share_of_step=0.01,
                    saving_kind="estimate", saving_formula="", confidence="low", evidence={}, fix="fix")
-    for order in ([memory, time], [time, memory]):
-        assert [f.id for f in rank_findings(order)] == ["host_bound", "mem_leak"]
+    note = Finding(id="cold_start", title="cold", severity="info", est_saving_ns_per_step=0, share_of_step=0.0,
+                   saving_kind="estimate", saving_formula="", confidence="low", evidence={}, fix="")
+    for order in ([small, big, note, time], [time, note, big, small]):
+        ranked = [f.id for f in memory_last(rank_findings(order))]
+        assert ranked == ["host_bound", "cold_start", "mem_activation_dominant", "mem_leak"]
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("report-1.0-*.json")), ids=lambda p: p.name)
