@@ -170,7 +170,9 @@ def test_compare_shows_memory_peak_deltas(tmp_path: Path) -> None:
     peak = cmp.memory.peaks[0]
     assert (peak.device, peak.peak_allocated_bytes.before, peak.peak_allocated_bytes.after) == ("cpu", 4 * MiB, 2 * MiB)
     assert peak.peak_allocated_bytes.delta == -2 * MiB and peak.peak_allocated_bytes.delta_pct == -50.0
-    assert "cpu peak allocated" in app.render(cmp, "terminal") and "−2.00 MiB (-50.0%)" in app.render(cmp, "terminal")
+    text = app.render(cmp, "terminal")
+    assert "peak allocated    4.00 MiB →   2.00 MiB  −2.00 MiB (-50.0%)" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
     assert "### Memory" in app.render(cmp, "md") and '<section id="memory">' in app.render(cmp, "html")
     assert json.loads(app.render(cmp, "json"))["memory"]["peaks"][0]["peak_allocated_bytes"]["after"] == 2 * MiB
     # a side without memory data: no memory part

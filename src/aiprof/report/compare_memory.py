@@ -123,11 +123,17 @@ def _multi(mem: MemoryComparison) -> bool:
 
 
 def terminal_text(mem: MemoryComparison | None) -> str:
-    """Lines to append to the terminal comparison ("" without memory data on both sides)."""
+    """Lines to append to the terminal comparison ("" without memory data on both sides): one heading per
+    device, then one line per measure, each within 80 columns."""
     if mem is None:
         return ""
+    multi = _multi(mem)
     lines = ["", "Memory"]
-    lines += [f"  {what:<34} {b:>11} → {a:>11}  {change}" for what, b, a, change in _rows(mem, _multi(mem))]
+    for p in mem.peaks:
+        lines.append(f"  {p.device}" + (f" (rank {p.rank})" if multi else ""))
+        for name, d in (("peak allocated", p.peak_allocated_bytes), ("peak reserved", p.peak_reserved_bytes)):
+            if d is not None:
+                lines.append(f"    {name:<15} {binary(d.before):>10} → {binary(d.after):>10}  {_signed(d)}")
     lines += [f"  {status}: {f}" for status, f in _finding_rows(mem)]
     return "\n".join(terminal(line) for line in lines) + "\n"
 

@@ -107,7 +107,8 @@ def _finding_text(f: FindingRecord) -> str:
 # ---------------------------------------------------------------------------------------------------
 def terminal_lines(doc: Report) -> list[str]:
     """The terminal summary: per device the peak and what dominates it, OOM verdicts, the top memory
-    finding. Empty when no rank has memory data. Every string is escaped for a terminal."""
+    finding. Empty when no rank has memory data. Every string is escaped for a terminal; lines are kept
+    short (one fact each) so they fit 80 columns."""
     rank = memory_rank(doc)
     if rank is None or not isinstance(rank.memory, MemoryReport):
         return []
@@ -115,16 +116,31 @@ def terminal_lines(doc: Report) -> list[str]:
     who = f"rank {rank.rank}, " if len(doc.ranks) > 1 else ""
     lines = [f"Memory ({who}{mem.source}, categories {mem.categories_from})"]
     for dev in mem.devices:
-        lines.append(f"  {dev.device}: {_peak_line(dev)}")
-        lines.append(f"    at the peak: {_dominant_text(dev)}")
+        lines.append(f"  {dev.device}: peak allocated {binary(dev.peak_allocated_bytes)}"
+                     + (f" (step {dev.peak_step})" if dev.peak_step is not None else "")
+                     + (f" of {binary(dev.capacity_bytes)}" if dev.capacity_bytes else ""))
+        if dev.peak_reserved_bytes is not None:
+            lines.append(f"    peak reserved {binary(dev.peak_reserved_bytes)}"
+                         + (f"; reserved − allocated at the peak {binary(dev.fragmentation_at_peak_bytes)}"
+                            if dev.fragmentation_at_peak_bytes is not None else ""))
+        top = _dominant(dev)
+        if top is not None:
+            lines.append(f"    at the peak: {top[0]} {binary(top[1])} ({_share(top[1], dev.peak_allocated_bytes)})")
+        if dev.live_at_peak_by_site:
+            site = dev.live_at_peak_by_site[0]
+            lines.append(f"    top site: {site.site} ({binary(site.bytes)})")
         leak = _leak_text(dev)
         if leak:
             lines.append(f"    across steps: {leak}")
         lines += [f"    OOM ({oom.verdict}): {oom.explanation}" for oom in dev.ooms[:3]]
     found = memory_findings(doc)
     if found:
-        lines.append(f"  top memory finding: {_finding_text(found[0])}"
-                     + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""))
+        first = found[0]
+        saved = saving_bytes(first)
+        extra = common.saving_text(first) or (f"frees ≈ {binary(saved)}" if saved else "")
+        lines.append(f"  top memory finding: {first.id}" + (f" ({extra})" if extra else "")
+                     + (f", +{len(found) - 1} more" if len(found) > 1 else ""))
+        lines.append(f"    {first.title}")
     return [terminal(line) for line in lines]
 
 
