@@ -49,6 +49,7 @@ class AnalyzeOptions:
     rules: RuleOptions | None = None
     progress: ProgressCallback | None = None
     on_warning: Warn | None = None
+    memory: bool = True  # the memory section (and findings) of ranks with memory data (docs/memory.md)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ def analyze(paths: Sequence[PathArg], options: AnalyzeOptions | None = None) -> 
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     from aiprof.pipeline import analyze_and_diagnose
 
-    return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules)
+    return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
+                                memory=opts.memory)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:

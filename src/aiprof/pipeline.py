@@ -36,6 +36,7 @@ def diagnose_hook(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
+    memory: bool = True,
 ) -> dict[str, Any]:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
@@ -45,12 +46,12 @@ def diagnose_hook(
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
     out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
-    memory = rank_memory(trace, notes)
-    if memory is not None:
+    report = rank_memory(trace, notes) if memory else None
+    if report is not None:
         from aiprof.rules.memory_findings import memory_findings
 
-        out["memory"] = memory
-        out["findings"] += [f.to_dict() for f in memory_findings(memory)]
+        out["memory"] = report
+        out["findings"] += [f.to_dict() for f in memory_findings(report)]
     return out
 
 
@@ -120,14 +121,16 @@ def analyze_and_diagnose(
     options: RuleOptions | None = None,
     rank_rules: list[RankRule] | None = None,
     run_rules: list[RunRule] | None = None,
+    memory: bool = True,
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
-    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``."""
+    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory=False``
+    leaves out the memory section and findings."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None:
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory:
         hook: Any = diagnose_hook
     else:
-        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules)
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook)
     return run, diagnose_run(run, opts, run_rules)
 

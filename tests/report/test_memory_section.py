@@ -180,3 +180,15 @@ def test_compare_shows_memory_peak_deltas(tmp_path: Path) -> None:
     plain.step(0, 10.0, 90.0)
     plain.cpu_op("aten::mm", 15.0, 40.0)
     assert app.compare(before, app.analyze([plain.write(tmp_path / "p.json")])).memory is None
+
+
+def test_no_memory_leaves_the_section_and_its_findings_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiprof.cli import main
+
+    path = _memory_trace(tmp_path / "m.json")
+    report = app.analyze([path], app.AnalyzeOptions(memory=False))
+    assert report.ranks[0].memory is UNSET and not [f for f in report.findings if f.id.startswith("mem_")]
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(path), "--no-memory", "-o", str(out)]) == 0
+    assert "memory" not in json.loads(out.read_text())["ranks"][0]
+    assert main(["analyze", str(path)]) == 0 and "Memory (kineto" in capsys.readouterr().out
