@@ -43,6 +43,10 @@ _SLOW_FILES = {
     "test_loader_fuzz.py",
     "test_native_columnar.py",
     "test_flop_counter.py",
+    "test_rule_order.py",  # every corpus case and every shared trace, rules reversed and shuffled
+    "test_nsys_shared.py",  # every shared Nsight sample against independent SQL
+    "test_capture.py",  # memory/: real PyTorch runs through aiprof.profile (pytest.importorskip("torch"))
+    "test_kineto.py",  # memory/: PyTorch runs and shared real traces
 }
 _TORCH_SOURCE_CACHE: dict[Path, bool] = {}
 
@@ -53,7 +57,9 @@ def _uses_torch(path: Path) -> bool:
             text = path.read_text(encoding="utf-8")
         except OSError:
             text = ""
-        _TORCH_SOURCE_CACHE[path] = "import torch" in text or "torch_available" in text
+        _TORCH_SOURCE_CACHE[path] = any(
+            marker in text for marker in ("import torch", "torch_available", 'importorskip("torch")')
+        )
     return _TORCH_SOURCE_CACHE[path]
 
 

@@ -160,7 +160,9 @@ def report_of(source: PathArg | Report, options: AnalyzeOptions | None = None) -
 
 
 def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeOptions | None = None) -> Comparison:
-    """BEFORE against AFTER. A side whose median step is 0 (nothing measured) is refused: there is no
+    """BEFORE against AFTER, over every step of both runs (whole-run step times when both are run
+    directories that have them, else the recorded steps), with the median change's confidence
+    interval. A side whose median step is 0 (nothing measured) is refused: there is no
     baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
     sides = [(name, report_of(side, options)) for name, side in (("BEFORE", before), ("AFTER", after))]
     for name, report in sides:
@@ -182,14 +184,47 @@ def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeO
 
 
 def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
-    """The CI gate: why AFTER fails it (its median step slower than BEFORE's by more than ``limit_pct``
-    percent), or None when it passes. A change that cannot be computed fails."""
-    pct = _step_delta_pct(comparison)
+    """The CI gate: why AFTER fails it, or None when it passes. It fails when the median step's change
+    over every step (``step_time_change_pct``) is beyond ``limit_pct`` percent AND significant (its
+    confidence interval excludes 0): noise between two runs of one program never fails it. With too
+    few steps to tell (no interval) it falls back to the point estimate, and says so. A comparison
+    written before these statistics is gated on its recorded median step. A change that cannot be
+    computed fails."""
+    pct = _gate_pct(comparison)
     if not math.isfinite(pct):
         return "the median step change cannot be computed (no baseline)"
-    if pct > limit_pct:
-        return f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
-    return None
+    if pct <= limit_pct:
+        return None
+    ci = getattr(comparison, "step_time_ci_pct", None)
+    used = getattr(comparison, "steps_used", None)
+    head = f"AFTER's median step is {pct:.1f}% slower than BEFORE's (limit {limit_pct:g}%)"
+    if used is None:
+        return head
+    steps = f"{used.before} + {used.after} {used.source} steps"
+    if ci is None:
+        return f"{head}: point estimate only, too few steps to tell a change from noise ({steps})"
+    if not comparison.significant:
+        return None
+    return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps})"
+
+
+def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
+    """Why a change beyond ``limit_pct`` did not fail the gate (not significant), or None."""
+    pct = _gate_pct(comparison)
+    ci = getattr(comparison, "step_time_ci_pct", None)
+    if not math.isfinite(pct) or pct <= limit_pct or ci is None or comparison.significant:
+        return None
+    return (
+        f"AFTER's median step is {pct:.1f}% slower, beyond the limit of {limit_pct:g}%, but within noise "
+        f"(95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%): the gate passes"
+    )
+
+
+def _gate_pct(comparison: Comparison) -> float:
+    """The change the gate judges: over every step; a comparison without it (written before these
+    statistics): its recorded median step's."""
+    pct = getattr(comparison, "step_time_change_pct", None)
+    return float(pct) if pct is not None else _step_delta_pct(comparison)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,6 +347,14 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
     if points is not None:
         section["measured"] = [p.to_dict() for p in points]
     write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
+
+
+def set_load_limits(max_trace_mb: float | None, max_events: int | None) -> None:
+    """How much trace text and how many events a load may take (``--max-trace-mb``, ``--max-events``;
+    None or 0: the defaults). A process setting, inherited by the workers forked after it."""
+    from aiprof.trace import source
+
+    source.configure(source.LoadLimits.from_options(max_trace_mb, max_events))
 
 
 def set_step_range(regex: str) -> None:
@@ -467,9 +510,12 @@ def render_summary(report: Report) -> str:
 
 
 def _compare_reports(before: Report, after: Report) -> Comparison:
+    """The comparison over every step: whole-run step times from both run directories when both have
+    them, else the recorded steps (``report.compare_steps``)."""
     from aiprof.report.compare import compare_reports
+    from aiprof.report.compare_steps import step_samples
 
-    return compare_reports(before, after)
+    return compare_reports(before, after, steps=step_samples(before, after))
 
 
 def warnings_of(doc: Report | Comparison) -> list[str]:

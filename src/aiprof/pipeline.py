@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+from pathlib import Path
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,6 @@ def diagnose_hook(
 # Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
 # ---------------------------------------------------------------------------------------------------
 MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
-META_FILE = "meta.json"
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
 
@@ -81,11 +81,11 @@ def memory_inputs(trace: Trace) -> list[Path]:
 
 
 def run_dir_of(trace_path: Path) -> Path | None:
-    """The ``aiprof run`` directory a trace sits in (its folder or the one above, with ``meta.json``)."""
-    for folder in (trace_path.parent, trace_path.parent.parent):
-        if (folder / META_FILE).is_file():
-            return folder
-    return None
+    """The ``aiprof run`` directory a trace sits in (``aiprof.rundir.owner_of``), or None."""
+    from aiprof.rundir import owner_of
+
+    owner = owner_of(trace_path)
+    return owner.path if owner is not None else None
 
 
 def rank_memory(trace: Trace, notes: list[str] | None = None) -> MemoryReport | None:
@@ -196,3 +196,11 @@ def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
 
 def _replace(f: Finding, **changes: Any) -> Finding:
     return dataclasses.replace(f, **changes)
+
+
+def run_directory_of(path: Path) -> Path | None:
+    """The aiprof run directory holding a trace (:func:`aiprof.rundir.owner_of`), or None."""
+    from aiprof.rundir import owner_of
+
+    found = owner_of(path)
+    return found.path if found is not None else None

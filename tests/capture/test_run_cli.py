@@ -25,8 +25,13 @@ def test_example_end_to_end_and_analyze(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert f"run directory: {out}" in res.stdout and "aiprof analyze" in res.stdout
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == [
-        "dataloader.rank0.csv", "meta.json", "rank0.pt.trace.json.gz", "telemetry.csv",
+        "capture.log", "dataloader.rank0.csv", "meta.json", "rank0.pt.trace.json.gz", "telemetry.csv",
     ]
+    # torch.profiler's own start/stop chatter goes to the run directory's log, not to the terminal.
+    for chatter in ("USDT:", "STAGE:", "profiler_start", "profiler_stop", "Memory block of unknown size"):
+        assert chatter not in res.stderr and chatter not in res.stdout, chatter
+    log = (out / "capture.log").read_text()
+    assert "profiler_start" in log and "profiler_stop" in log and "Memory block of unknown size" in log
     meta = meta_of(out)
     assert meta["status"] == "complete" and meta["exit_code"] == 0
     assert meta["torch"].startswith("2.") and meta["host"]["cpu_model"] and meta["host"]["cores_logical"] >= 1
@@ -149,6 +154,8 @@ def test_too_few_steps_says_so_and_writes_what_exists(tmp_path: Path) -> None:
         (["--", "python", "missing_script.py"], "missing_script.py: no such script"),
         (["--", "python", str(SCRIPTS / "bad_syntax.py")], "bad_syntax.py:2: syntax error"),
         ([], "no command given"),
+        (["--kill-grace", "nan", "--", "python", TINY], "--kill-grace: expected a number of seconds >= 0"),
+        (["--kill-grace", "-1", "--", "python", TINY], "--kill-grace: expected a number of seconds >= 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], needle: str) -> None:

@@ -114,7 +114,7 @@ def test_names_from_a_trace_are_escaped_in_html_and_markdown(tmp_path: Path) -> 
     "content,expected",
     [
         (b"", "empty"),
-        (b"hello", "not JSON"),
+        (b"hello", "not a Kineto trace"),
         (b'{"foo": 1}', "not a Kineto"),
         (b"[1, 2", "not valid JSON"),
     ],

@@ -145,3 +145,128 @@ def test_oom_verdict_capacity(tmp_path: Path) -> None:
     report = _oom_snapshot(tmp_path, 1024 * MiB, 16 * MiB, [2 * MiB] * 4)
     (oom,) = report.devices[0].ooms
     assert oom.verdict == "capacity" and oom.request_bytes == 1024 * MiB
+
+
+# --- the streaming reader (aiprof.memory.stream) gives exactly what the plain unpickler gives ---------------
+
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from aiprof.memory.model import MemoryData  # noqa: E402
+from aiprof.memory.snapshot import read_snapshot  # noqa: E402
+from aiprof.memory.stream import Run, load_streaming  # noqa: E402
+
+
+def assert_same(a: MemoryData, b: MemoryData) -> None:
+    for name in a.events.__dataclass_fields__:
+        x, y = getattr(a.events, name), getattr(b.events, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert a.stacks == b.stacks
+    for table in ("segments", "blocks"):
+        ta, tb = getattr(a, table), getattr(b, table)
+        for name in ta.__dataclass_fields__:
+            assert np.array_equal(getattr(ta, name), getattr(tb, name)), (table, name)
+    for name in ("source", "path", "snapshot_t_ns", "steps", "settings", "ooms", "seeded_blocks", "warnings"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+def _in_runs(path: Path) -> tuple[int, int]:
+    """(entries the streaming reader read as columns, all entries)."""
+    obj = load_streaming(path)
+    runs = sum(e.t_ns.size for device in obj["device_traces"] for e in device if type(e) is Run)
+    dicts = sum(1 for device in obj["device_traces"] for e in device if type(e) is not Run)
+    return runs, runs + dicts
+
+
+def test_streaming_reader_equals_the_plain_one_on_the_shared_snapshot(traces_dir: Path) -> None:
+    path = traces_dir / "memory" / "transformer_lm_snapshot.pickle"
+    assert_same(read_snapshot(path, stream=False), read_snapshot(path, stream=True))
+    columns, entries = _in_runs(path)
+    assert entries == 5163 and columns > 0.9 * entries  # torch's layout: the columns path, not a fallback
+
+
+_ACTIONS = ["alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+            "segment_unmap", "snapshot", "oom"]
+_ODD_INTS = [0, 1, 255, 256, 65535, 65536, 2**31 - 1, 2**31, -1, -2**31, 2**40 + 512, 2**63 - 1, -2**63]
+
+
+def _random_snapshot(rng: random.Random, n: int, odd: bool) -> dict[str, Any]:
+    frames = [{"filename": f"/src/m{i % 5}.py" if i % 3 else f"D:\\\\w\\\\é{i}.py", "line": rng.choice([1, 300, 70000, i]),
+               "name": f"f{i}"} for i in range(40)]
+    lists = [[rng.choice(frames) for _ in range(rng.choice([0, 1, 2, 8, 30]))] for _ in range(12)]
+    devices: list[list[dict[str, Any]]] = [[] for _ in range(rng.choice([1, 1, 2]))]
+    t = 1_700_000_000_000_000
+    addr = 1 << 40
+    for i in range(n):
+        t += rng.choice([0, 1, 3, 1000])
+        action = rng.choice(_ACTIONS[:3]) if rng.random() < 0.9 else rng.choice(_ACTIONS)
+        stack = rng.choice(lists) if rng.random() < 0.7 else [rng.choice(frames) for _ in range(rng.choice([0, 1, 3]))]
+        e: dict[str, Any] = {"action": action, "addr": addr + 512 * rng.randrange(400), "size": 512 * rng.randrange(1, 5000),
+                             "stream": rng.choice([0, 0, 7, 2**40]), "time_us": t, "frames": stack,
+                             "compile_context": "N/A", "user_metadata": ""}
+        if action == "oom":
+            e["device_free"] = rng.randrange(1 << 30)
+        if odd and rng.random() < 0.05:
+            key = rng.choice(["addr", "size", "stream", "time_us", "frames", "action", "compile_context"])
+            e[key] = rng.choice(_ODD_INTS + [None, True, 1.5, "x", [], (1, 2), {"a": 1}, "mystery"])
+        if odd and rng.random() < 0.02:
+            del e[rng.choice(list(e))]
+        devices[rng.randrange(len(devices))].append(e)
+    live = [block(addr + 512 * k, 512 * (k + 1), rng.choice(["active_allocated", "inactive"])) for k in range(5)]
+    for b in live:
+        b["frames"] = rng.choice(lists)
+    snap = snapshot([segment(1 << 30, live)], [])
+    snap["device_traces"] = devices
+    return snap
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_streaming_reader_equals_the_plain_one_on_generated_snapshots(tmp_path: Path, seed: int, protocol: int) -> None:
+    rng = random.Random(seed)
+    snap = _random_snapshot(rng, [1, 2, 999, 1001, 3000, 5000, 5000, 3000][seed], odd=seed % 2 == 1)
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=protocol))
+    try:
+        plain = read_snapshot(path, stream=False)
+    except Exception as err:  # the plain reader refuses it: so must the streaming one, with the same words
+        with pytest.raises(type(err)) as got:
+            read_snapshot(path, stream=True)
+        assert str(got.value) == str(err)
+        return
+    assert_same(plain, read_snapshot(path, stream=True))
+    if protocol >= 4 and seed % 2 == 0 and len(snap["device_traces"][0]) > 1000:
+        columns, entries = _in_runs(path)
+        assert columns > 0.5 * entries
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "action": st.sampled_from(_ACTIONS + ["mystery"]),
+    "addr": st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from(_ODD_INTS)),
+    "size": st.integers(-2**40, 2**40),
+    "stream": st.integers(0, 2**63 - 1),
+    "time_us": st.one_of(st.integers(-2**54, 2**54), st.floats(0, 1e9, allow_nan=False)),
+    "frames": st.lists(st.sampled_from([0, 1, 2]), max_size=4),
+}), min_size=1, max_size=60))
+def test_streaming_reader_equals_the_plain_one_on_any_values(tmp_path_factory: pytest.TempPathFactory,
+                                                              entries: list[dict[str, Any]]) -> None:
+    shared = [{"filename": "a.py", "line": 1, "name": "f"}, {"filename": "b.py", "line": 2, "name": "g"},
+              {"filename": "c.py", "line": 3, "name": "h"}]
+    for e in entries:
+        e["frames"] = [shared[k] for k in e["frames"]]
+    # the same entries many times over (copies; each frames list shared by its copies): the columns path
+    # sees each layout in bulk
+    snap = snapshot([segment(1 << 30, [block(1 << 30, 4096)])], [dict(e) for _ in range(40) for e in entries])
+    path = tmp_path_factory.mktemp("h") / "s.pickle"
+    path.write_bytes(pickle.dumps(snap, protocol=4))
+    try:
+        plain = read_snapshot(path, stream=False)
+    except Exception as err:
+        with pytest.raises(type(err)):
+            read_snapshot(path, stream=True)
+        return
+    assert_same(plain, read_snapshot(path, stream=True))

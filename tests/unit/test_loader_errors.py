@@ -78,7 +78,9 @@ def test_whitespace_file(tmp_path: Path) -> None:
 def test_not_json(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "x.json"
     path.write_bytes(content)
-    assert_one_line(load_error(path), "not JSON")
+    err = load_error(path)
+    assert_one_line(err, "not a Kineto trace: does not start with a JSON object or list")
+    assert content.decode("latin-1")[:5] not in str(err).replace(str(path), "")  # says what it is not, not what it holds
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,9 @@ Where the iterations come from (``StepWindow.source``), by priority:
 A marker is used only when it occurs at least ``MIN_MARKERS`` times on one thread at a plausibly regular
 pace (``_regular``) and its iterations cover a fair part of the trace. Windows never overlap: a step starts
 no earlier than the previous step's (stretched) end, so the steps partition the time they cover and every
-nanosecond is accounted once.
+nanosecond is accounted once; a step left with no time of its own (empty, or wholly inside the previous
+step's stretch) is dropped rather than shown as a 0 µs step. Device events a clock glitch put far outside
+the host activity (:mod:`aiprof.trace.suspect`) stretch no window.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiprof import arrays
-from aiprof.trace import links
+from aiprof.trace import links, suspect
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
 STEP_PREFIX = "ProfilerStep#"
@@ -116,11 +118,12 @@ def _windows(trace: Trace, names: list[str], numbers: list[int], starts: I64, en
     for i, name in enumerate(names):
         start = max(int(starts[i]), prev_end)
         end = max(int(ends[i]), int(gpu_end[i]), start)
-        windows.append(
-            StepWindow(name, numbers[i], start, end, int(starts[i]), int(ends[i]), int(gpu_end[i]), source)
-        )
-        prev_end = end
-    return windows
+        if end > start:  # a step swallowed by the previous one's stretch holds no time of its own
+            windows.append(
+                StepWindow(name, numbers[i], start, end, int(starts[i]), int(ends[i]), int(gpu_end[i]), source)
+            )
+        prev_end = max(prev_end, end)
+    return windows or [_whole_trace_window(trace)]
 
 
 def _step_number(name: str) -> int:
@@ -276,6 +279,7 @@ def _gpu_end_per_step(trace: Trace, starts: I64, ends: I64) -> I64:
     c = trace.columns
     out = np.full(starts.shape, -1, dtype=np.int64)
     gpu = trace.rows_of(*GPU_WORK_KINDS)
+    gpu = gpu[~suspect.mask(trace)[gpu]]  # a clock glitch would stretch the step over everything
     launch = links.launcher(trace)[gpu]
     linked = launch >= 0
     gpu, launch = gpu[linked], launch[linked]
@@ -290,7 +294,7 @@ def _gpu_end_per_step(trace: Trace, starts: I64, ends: I64) -> I64:
 
 def _whole_trace_window(trace: Trace) -> StepWindow:
     c = trace.columns
-    spans = ~trace.kind_mask(Kind.SPAN, Kind.INSTANT, Kind.MEMORY)
+    spans = ~trace.kind_mask(Kind.SPAN, Kind.INSTANT, Kind.MEMORY) & ~suspect.mask(trace)
     if not spans.any():
         start = end = 0
     else:

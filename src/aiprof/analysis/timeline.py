@@ -35,7 +35,7 @@ from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import StepWindow, step_windows
-from aiprof.trace import links
+from aiprof.trace import links, suspect
 from aiprof.trace.model import I64, Kind, Trace
 
 BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
@@ -124,7 +124,7 @@ def _span_set(trace: Trace, rows: I64) -> iv.IntervalSet:
 
 def _account_gpu(trace: Trace, windows: list[StepWindow], device: int) -> DeviceAccount:
     c = trace.columns
-    on_device = c.device == device
+    on_device = (c.device == device) & ~suspect.mask(trace)  # clock glitches: see aiprof.trace.suspect
     kernels = np.flatnonzero(on_device & (c.kind == int(Kind.KERNEL)))
     comm = is_comm_kernel(trace)[kernels]
     compute_set = _span_set(trace, kernels[~comm])

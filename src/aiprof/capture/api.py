@@ -18,6 +18,7 @@ from typing import Any
 from aiprof.capture import rundir
 from aiprof.capture import session as session_mod
 from aiprof.capture.options import CaptureOptions, Schedule
+from aiprof.capture.recorder import discard_empty_log
 from aiprof.capture.rundir import RunDirError
 from aiprof.errors import AiprofError, AiprofWarning
 
@@ -104,6 +105,7 @@ class Profile(contextlib.ContextDecorator):
         session_mod.set_current(None)
         assert self.run_dir is not None
         meta = rundir.update_meta(self.run_dir, lambda m: settle(m, time.time_ns()))
+        discard_empty_log(self.run_dir)
         if not self.quiet:
             print(f"aiprof: {meta.get('status')} run in {self.run_dir}  (next: aiprof analyze {self.run_dir})", file=sys.stderr)
 
@@ -125,7 +127,7 @@ class Profile(contextlib.ContextDecorator):
         job = job_key()
 
         def claim(meta: dict[str, Any]) -> None:
-            others = [p for p in path.iterdir() if not p.name.startswith(".")]
+            others = [p for p in path.iterdir() if not p.name.startswith(".") or p.name == rundir.CLAIM]
             if meta and job is not None and meta.get("job") == job:
                 return  # another rank of this job created it
             if others:
@@ -226,7 +228,8 @@ def settle(meta: dict[str, Any], now_ns: int) -> None:
     meta["finished_unix_ns"] = now_ns
     meta["trace_files"] = sorted(traces)
     if bad:
-        meta["status"], meta["reason"] = "incomplete", f"rank {bad[0].get('rank')}: {bad[0].get('reason')}"
+        who = f"rank {bad[0]['rank']}" if bad[0].get("rank") is not None else f"process {bad[0].get('pid')}"
+        meta["status"], meta["reason"] = "incomplete", f"{who}: {bad[0].get('reason')}"
     elif not traces:
         meta["status"], meta["reason"] = "incomplete", "no steps recorded"
     else:

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType, ModuleType, TracebackType
+from typing import NoReturn
 
 ENV_OPTIONS = "AIPROF_CAPTURE"
 ENV_RUN_DIR = "AIPROF_RUN_DIR"
@@ -36,6 +37,9 @@ def install() -> bool:
     options = CaptureOptions.from_json(options_json)
 
     def on_torch(_module: ModuleType) -> None:
+        from aiprof.capture import procstate
+
+        procstate.note(Path(run_dir), procstate.TORCH)
         _start_session(options, Path(run_dir))
 
     _post_import_hooks().when_imported("torch", on_torch)
@@ -54,6 +58,7 @@ def _start_session(options: object, run_dir: Path) -> None:
     session.install_signal_handlers()
     _install_sigint_dedupe()
     _wrap_excepthook()
+    _wrap_os_exit()
     set_current(session)
     atexit.register(_at_exit, session)
 
@@ -66,6 +71,29 @@ def _at_exit(session: object) -> None:
         session.finalize("incomplete", _uncaught[-1])
     else:
         session.finalize("complete")
+
+
+def _wrap_os_exit() -> None:
+    """``os._exit`` skips atexit: flush first, so a script that ends that way keeps what it recorded.
+
+    Forked workers (``multiprocessing`` ends them with ``os._exit``) inherit the wrapper, but the
+    session belongs to another pid there, so for them it does nothing.
+    """
+    real = os._exit
+    if getattr(real, "_aiprof_wrapped", False):
+        return
+
+    def _exit(status: int) -> NoReturn:
+        from aiprof.capture.session import current
+
+        session = current()
+        if session is not None:
+            code = status if isinstance(status, int) else 1
+            session.finalize("complete" if code == 0 else "incomplete", None if code == 0 else f"os._exit({code})")
+        real(status)
+
+    _exit._aiprof_wrapped = True  # type: ignore[attr-defined]
+    os._exit = _exit
 
 
 def _wrap_excepthook() -> None:

@@ -58,12 +58,62 @@ class _RestoreOnImport:
         return None
 
 
+CAPTURE_LOG = "capture.log"
+
+
+@contextlib.contextmanager
+def output_to(path: Path | None) -> Iterator[None]:
+    """Send what is written to the process's standard error (file descriptor 2: C++ and Python alike)
+    inside the block to ``path``, appended. torch.profiler prints ``USDT: profiler_start``,
+    ``STAGE: Completed Stage ...`` and allocator warnings when a cycle starts and stops; that is
+    aiprof's doing, not the script's, so it belongs in the run directory, not on the user's terminal.
+    Anything another thread writes to standard error during the block goes there too."""
+    if path is None:
+        yield
+        return
+    try:
+        _flush_stderr()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        saved = os.dup(2)  # fails when the process has no standard error at all
+    except OSError:
+        os.close(fd)
+        yield
+        return
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        _flush_stderr()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
+def discard_empty_log(run_dir: Path) -> None:
+    """The profiler's log stays only when the profiler said something."""
+    path = run_dir / CAPTURE_LOG
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
+
+
+def _flush_stderr() -> None:
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.stderr.flush()
+
+
 class Recorder:
     """Owns the torch.profiler instance of this process; exports every finished cycle to a part file."""
 
     def __init__(self, options: CaptureOptions, run_dir: Path, on_cycle: Callable[[Path], None] | None = None) -> None:
         self.options = options
         self.run_dir = run_dir
+        self.log_path: Path | None = run_dir / CAPTURE_LOG  # where torch.profiler's own chatter goes
+        self._stale: Any = None
         self.on_cycle = on_cycle
         self.pid = os.getpid()
         self.cycles: list[Path] = []
@@ -97,18 +147,40 @@ class Recorder:
             profile_memory=self.options.profile_memory,
             with_stack=self.options.with_stack,
         )
-        with _no_idle_inductor_import():
+        # A block allocated before recording and freed during it makes the CPU allocator log "Memory
+        # block of unknown size ..." on the first such free (then every 1000th), usually in the
+        # script's own code. Free one on purpose inside the logged window, so that line goes there.
+        self._stale = torch.empty(16) if self.options.profile_memory else None
+        with _no_idle_inductor_import(), output_to(self.log_path):
             self._prof.start()
+            self._free_stale()
         self._note_action()
 
     def step(self) -> None:
         """End the current step. Cheap when the schedule is waiting or done."""
         if self._prof is None or self._stopped:
             return
-        with _no_idle_inductor_import():
+        with _no_idle_inductor_import(), output_to(self.log_path if self._changes_state() else None):
             self._prof.step()
+            self._free_stale()
         self.steps += 1
         self._note_action()
+
+    def _changes_state(self) -> bool:
+        """Whether the coming ``step()`` starts, stops or saves a cycle (when torch.profiler talks)."""
+        from torch.profiler import ProfilerAction
+
+        schedule = getattr(self._prof, "schedule", None)
+        current = self._prof.current_action
+        if schedule is None or current == ProfilerAction.RECORD_AND_SAVE:
+            return True
+        return bool(schedule(self._prof.step_num + 1) != current)
+
+    def _free_stale(self) -> None:
+        from torch.profiler import ProfilerAction
+
+        if self._stale is not None and self._prof.current_action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            self._stale = None
 
     def _note_action(self) -> None:
         from torch.profiler import ProfilerAction
@@ -121,7 +193,7 @@ class Recorder:
         if self._prof is None or self._stopped:
             return
         self._stopped = True
-        with _no_idle_inductor_import():
+        with _no_idle_inductor_import(), output_to(self.log_path):
             self._prof.stop()
 
     def _trace_ready(self, prof: Any) -> None:

@@ -18,13 +18,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from aiprof.capture import bootstrap, rundir
+from aiprof.capture import bootstrap, procstate, rundir
 from aiprof.capture.api import run_header, settle, telemetry_header
 from aiprof.capture.options import CaptureOptions
+from aiprof.capture.recorder import discard_empty_log
 from aiprof.capture.session import finish_trace
+from aiprof.capture.supervise import DEFAULT_GRACE_S, Supervisor
 from aiprof.errors import AiprofError
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
@@ -136,12 +137,17 @@ class RunResult:
 class Runner:
     """Runs one command under capture. ``run()`` returns the script's exit status (128+N for a signal)."""
 
-    def __init__(self, command: list[str], options: CaptureOptions, out: Path | None) -> None:
+    def __init__(self, command: list[str], options: CaptureOptions, out: Path | None,
+                 *, kill_grace_s: float = DEFAULT_GRACE_S) -> None:
         self.cmd = parse_command(command)
         self.options = options
         self.out = out
-        self.child: subprocess.Popen[bytes] | None = None
-        self.signals: list[int] = []
+        self.kill_grace_s = kill_grace_s
+        self.supervisor: Supervisor | None = None
+
+    @property
+    def signals(self) -> list[int]:
+        return self.supervisor.signals if self.supervisor is not None else []
 
     def run(self) -> RunResult:
         preflight(self.cmd)
@@ -155,7 +161,11 @@ class Runner:
             code = self._run_child(run_dir, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        meta = self._settle(run_dir, code)
+        try:
+            meta = self._settle(run_dir, code)
+        except rundir.RunDirError as err:  # a full disk: say so in meta.json when it still fits, then one line
+            rundir.record_failure(run_dir, str(err))
+            raise
         return RunResult(run_dir, code, meta)
 
     def _env(self, run_dir: Path, folder: Path) -> dict[str, str]:
@@ -168,24 +178,22 @@ class Runner:
     def _run_child(self, run_dir: Path, folder: Path) -> int:
         sampler: Any = None
         notes: dict[str, str] = {}
+        self.supervisor = Supervisor(self.cmd.argv, self._env(run_dir, folder), grace_s=self.kill_grace_s, run_dir=run_dir)
         try:
-            self.child = subprocess.Popen(self.cmd.argv, env=self._env(run_dir, folder))
+            pid = self.supervisor.start()
         except OSError as err:
             raise AiprofError(f"{self.cmd.argv[0]}: cannot start ({err.strerror}); check the command") from None
-        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             if self.options.telemetry:
-                sampler, notes = self._start_sampler(run_dir, self.child.pid)
+                sampler, notes = self._start_sampler(run_dir, pid)
             rundir.update_meta(run_dir, lambda m: m.update(telemetry=telemetry_header(self.options, sampler, notes)))
-            code = self._wait()
+            rc = self.supervisor.wait()
         finally:
             if sampler is not None:
                 sampler.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         if sampler is not None:
             rundir.update_meta(run_dir, lambda m: m["telemetry"].update(samples=sampler.samples, errors=sampler.errors))
-        return code
+        return 128 - rc if rc < 0 else rc
 
     def _start_sampler(self, run_dir: Path, pid: int) -> tuple[Any, dict[str, str]]:
         from aiprof.capture.telemetry import TelemetrySampler, default_probes
@@ -200,56 +208,67 @@ class Runner:
         sampler.start()
         return sampler, notes
 
-    def _wait(self) -> int:
-        assert self.child is not None
-        while True:
-            try:
-                rc = self.child.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - our handler replaces SIGINT's default
-                continue
-        return 128 - rc if rc < 0 else rc
-
-    def _forward(self, signum: int, frame: FrameType | None) -> None:
-        """Pass the signal to the script, which flushes and exits; we wait for it."""
-        self.signals.append(signum)
-        if self.child is not None and self.child.poll() is None:
-            try:
-                self.child.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
     def _settle(self, run_dir: Path, code: int) -> dict[str, Any]:
-        """Combine every process's cycles into its rank trace (with telemetry); set the final status."""
+        """Combine every process's cycles into its rank trace (with telemetry); account for processes
+        that ended without their own flush; set the final status."""
         meta = rundir.read_meta(run_dir)
         interval = self.options.telemetry_interval_s
         telemetry_dir = run_dir if self.options.telemetry else None
         claimed: set[str] = set()
+        failed: list[str] = []
         entries: list[dict[str, Any]] = meta.get("ranks", [])
         for entry in entries:
             parts = [run_dir / name for name in entry.get("cycle_files", []) if (run_dir / name).exists()]
             claimed.update(p.name for p in parts)
             if parts:
                 path = rundir.trace_path(run_dir, int(entry.get("rank", 0)), int(entry.get("pid", 0)))
-                entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
-                entry["trace_files"] = [path.name]
+                try:
+                    entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
+                    entry["trace_files"] = [path.name]
+                except rundir.RunDirError as err:  # the cycle files stay: the run's data is not lost
+                    entry.update(status="incomplete", reason=str(err), trace_files=[])
+                    failed.append(f"{err}; the profiler's cycle files stay in {run_dir}")
+        states = procstate.read_all(run_dir)
+        how = _how_it_ended(code)
         orphans = self._orphans(run_dir, claimed)
         for pid, parts in orphans.items():  # a process killed before it could write its metadata
             path = run_dir / f"pid{pid}{rundir.TRACE_SUFFIX}"
             finish_trace(parts, path, telemetry_dir, interval)
-            entries.append({"rank": None, "pid": pid, "status": "incomplete", "reason": "killed before its flush", "trace_files": [path.name]})
+            entries.append(_unflushed_rank(pid, how, [path.name]))
+        known = {r.get("pid") for r in entries} | {p.get("pid") for p in meta.get("idle_processes", [])}
+        idle: list[dict[str, Any]] = list(meta.get("idle_processes", []))
+        for pid, state in sorted(states.items()):
+            if pid in known or state.flushed:
+                continue
+            if state.profiling:  # it ran steps, so it is a rank; nothing of it was exported
+                entries.append(_unflushed_rank(pid, how, []))
+            elif state.imported_torch:
+                idle.append({"pid": pid, "argv0": None, "flushed": False})
+        procstate.remove_all(run_dir)
+        discard_empty_log(run_dir)
+        escalated = self.supervisor.escalated if self.supervisor is not None else None
 
         def final(m: dict[str, Any]) -> None:
             m["ranks"] = entries
+            if idle:
+                m["idle_processes"] = idle
             settle(m, time.time_ns())
             m["exit_code"] = code
+            if code > 128 and code - 128 in _SIGNALS:
+                m["exit_signal"] = signal.Signals(code - 128).name
             if self.signals:
                 m["signals_received"] = [signal.Signals(s).name for s in self.signals]
+            if escalated:
+                m["escalation"] = escalated
             if code != 0:
                 m["status"] = "incomplete"
-                m["reason"] = _exit_reason(code) + (f"; {m['reason']}" if m.get("reason") else "")
+                first = f"the script {escalated}" if escalated else _exit_reason(code)
+                m["reason"] = first + (f"; {m['reason']}" if m.get("reason") else "")
 
-        return rundir.update_meta(run_dir, final)
+        meta = rundir.update_meta(run_dir, final)
+        if failed:
+            raise rundir.RunDirError(failed[0])
+        return meta
 
     @staticmethod
     def _orphans(run_dir: Path, claimed: set[str]) -> dict[int, list[Path]]:
@@ -263,7 +282,24 @@ class Runner:
         return {pid: rundir.parts_of(run_dir, pid) for pid in found}
 
 
+_SIGNALS = {s.value for s in signal.Signals}
+
+
+def _how_it_ended(code: int) -> str:
+    """How a process that never flushed most likely ended, from the script's exit status."""
+    if code > 128 and code - 128 in _SIGNALS:
+        return f"killed by {signal.Signals(code - 128).name}"
+    return "killed, or ended by os._exit"
+
+
+def _unflushed_rank(pid: int, how: str, traces: list[str]) -> dict[str, Any]:
+    """A rank entry for a process that ran steps and ended without its flush (SIGKILL, OOM, os._exit)."""
+    kept = "cycles exported before were kept" if traces else "no recorded cycle had been exported"
+    return {"rank": None, "pid": pid, "status": "incomplete", "reason": f"ended without its flush ({how}); {kept}",
+            "trace_files": traces}
+
+
 def _exit_reason(code: int) -> str:
-    if code > 128 and code - 128 in {s.value for s in signal.Signals}:
+    if code > 128 and code - 128 in _SIGNALS:
         return f"the script was stopped by {signal.Signals(code - 128).name}"
     return f"the script exited with status {code}"

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from aiprof.capture import dataloader as dl
-from aiprof.capture import rundir, steps
+from aiprof.capture import procstate, rundir, steps
 from aiprof.capture.memory import MemoryCapture
 from aiprof.capture.options import CaptureOptions
 from aiprof.capture.recorder import Recorder
@@ -67,6 +67,8 @@ class CaptureSession:
         self._uninstall: list[Callable[[], None]] = []
         self._busy = False
         self._deferred_signal: int | None = None
+        self._flushing = False
+        self._signal_after_flush: int | None = None
         self._old_handlers: dict[int, SignalHandler] = {}
         self.memory = MemoryCapture(run_dir, options.schedule) if options.memory else None
 
@@ -123,6 +125,8 @@ class CaptureSession:
         try:
             self.markers += 1
             if not self.recorder.started:
+                if self.lazy_start:
+                    procstate.note(self.run_dir, procstate.PROFILING)
                 self.recorder.start()
                 self.tracker.end_step(0)
             else:
@@ -195,6 +199,11 @@ class CaptureSession:
         if self._busy:
             self._deferred_signal = signum  # inside our own bookkeeping: finish it first
             return
+        if self._flushing:
+            # A second signal during the flush (sent to the process group and forwarded by aiprof run,
+            # or arriving during the flush at exit): finish writing, then die by it.
+            self._signal_after_flush = signum
+            return
         self.finalize("incomplete", f"terminated by {signal.Signals(signum).name}")
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -207,6 +216,9 @@ class CaptureSession:
         if self._pending and not self._busy:
             self._close_last_step()
         self.finished = True
+        self._flushing = True
+        if self.lazy_start:
+            procstate.note(self.run_dir, procstate.FLUSHING)
         self.status, self.reason = status, reason
         self._drop_pending()
         dl.set_tracker(None)
@@ -220,10 +232,22 @@ class CaptureSession:
         if self.sampler is not None:
             _quietly(self.sampler.stop)
         _quietly(self._write_outputs)
+        if self.lazy_start:
+            procstate.note(self.run_dir, procstate.FLUSHED)
+        self._flushing = False
+        if self._signal_after_flush is not None:
+            signal.signal(self._signal_after_flush, signal.SIG_DFL)
+            os.kill(os.getpid(), self._signal_after_flush)
+
+    def is_rank(self) -> bool:
+        """Whether this process is one of the run's ranks: it profiles (the API, or it ran steps under
+        ``aiprof run``), exported a cycle, or torch.distributed gave it a rank. A helper that only
+        imported torch or read a DataLoader (a ``multiprocessing.Pool`` worker) is not a rank."""
+        return not self.lazy_start or self.markers > 0 or bool(self.recorder.cycles) or distributed_rank() is not None
 
     def _write_outputs(self) -> None:
         rank = self.rank if self.rank is not None else 0
-        if self.tracker.active or self.markers:
+        if self.is_rank() and (self.tracker.active or self.markers):
             self.tracker.write_csv(rundir.dataloader_path(self.run_dir, rank, self.pid))
         if self.write_traces and self.recorder.cycles:
             path = rundir.trace_path(self.run_dir, rank, self.pid)
@@ -260,8 +284,8 @@ class CaptureSession:
         return entry
 
     def _merge_rank(self, meta: dict[str, Any]) -> None:
-        if not self.markers and not self.tracker.active and self.lazy_start:
-            # imported torch but never trained (a launcher, a helper): listed apart from the ranks
+        if not self.is_rank():
+            # imported torch but never trained (a launcher, a pool worker): listed apart from the ranks
             idle = [p for p in meta.get("idle_processes", []) if p.get("pid") != self.pid]
             meta["idle_processes"] = idle + [{"pid": self.pid, "argv0": (sys.argv[:1] or [""])[0]}]
             return
@@ -284,14 +308,22 @@ def finish_trace(parts: list[Path], path: Path, telemetry_dir: Path | None, inte
     return rows
 
 
-def current_rank() -> int:
-    """torch.distributed's rank when initialised, else $RANK (torchrun), else 0."""
+def distributed_rank() -> int | None:
+    """torch.distributed's rank when it is initialised in this process, else None."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank())
     except Exception:  # noqa: BLE001
         pass
+    return None
+
+
+def current_rank() -> int:
+    """torch.distributed's rank when initialised, else $RANK (torchrun), else 0."""
+    rank = distributed_rank()
+    if rank is not None:
+        return rank
     try:
         return int(os.environ.get("RANK", "0"))
     except ValueError:

@@ -79,6 +79,9 @@ class AnalyzeCommand:
         parser.add_argument("--width", type=numbers.width, default=None,
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
         parser.add_argument("--jobs", type=numbers.workers, default=None, help="worker processes for multi-rank runs (>= 1)")
+        parser.add_argument("--max-trace-mb", type=float,
+                            help="largest trace text to read, in MB (docs/performance.md)")
+        parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
         parser.add_argument(
             "--rule-option",
             action="append",
@@ -101,6 +104,7 @@ class AnalyzeCommand:
             app.check_writable(args.output)
         rules = numbers.rule_options(args.rule_option)
         said: list[str] = []  # said once the progress bar is gone
+        app.set_load_limits(args.max_trace_mb, args.max_events)
         try:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,

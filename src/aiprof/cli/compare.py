@@ -1,7 +1,9 @@
 """``aiprof compare BEFORE AFTER [-o FILE] [--format …] [--fail-if-slower PCT]``.
 
 BEFORE and AFTER are run directories, traces or JSON reports. Exit 1 when ``--fail-if-slower`` is given
-and AFTER's median step is slower by more than PCT percent (a CI regression gate).
+and AFTER's median step (over every step of both runs) is slower by more than PCT percent and the
+change is significant (its 95 % confidence interval excludes 0): a CI regression gate that noise
+between two runs of one program does not trip (``app.slower_than``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ class CompareCommand:
             "--fail-if-slower",
             type=numbers.percentage,
             metavar="PCT",
-            help="exit 1 when AFTER's median step is slower than BEFORE's by more than PCT percent (finite, >= 0)",
+            help="exit 1 when AFTER's median step is slower than BEFORE's by more than PCT percent (finite, >= 0) "
+            "and the change is significant (its 95%% confidence interval excludes 0; with fewer than 5 steps "
+            "a side: the point estimate, with a warning)",
         )
         parser.add_argument("--width", type=numbers.width, default=None,
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
@@ -51,4 +55,7 @@ class CompareCommand:
             if failed is not None:
                 print(f"aiprof: {failed}", file=sys.stderr)
                 return EXIT_FAILED_CHECK
+            note = app.gate_note(comparison, args.fail_if_slower)
+            if note is not None:
+                warn(note)
         return 0

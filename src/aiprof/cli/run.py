@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ class RunCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         from aiprof.capture.options import CaptureOptions, Schedule
+        from aiprof.capture.supervise import DEFAULT_GRACE_S
 
         s, o = Schedule(), CaptureOptions()
         parser.usage = "aiprof run [options] -- python train.py [args...]   (or: aiprof run [options] train.py [args...])"
@@ -38,6 +40,8 @@ class RunCommand:
         group.add_argument("--telemetry-interval", type=float, default=o.telemetry_interval_s, metavar="SECONDS", help=f"sampling interval (default {o.telemetry_interval_s})")
         group.add_argument("--no-telemetry", dest="telemetry", action="store_false", help="do not sample CPU/memory/disk/network/GPU")
         parser.add_argument("--no-summary", dest="summary", action="store_false", help="do not analyse the run at the end")
+        parser.add_argument("--kill-grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
+                            help=f"after passing a signal on to the script, SIGKILL it if it has not exited within this time (default {DEFAULT_GRACE_S:g})")
         parser.add_argument("script_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the script or command to run")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -62,7 +66,9 @@ class RunCommand:
             from aiprof.capture.steps import parse_marker
 
             parse_marker(options.step_marker)
-        result = Runner(command, options, args.out).run()
+        if not math.isfinite(args.kill_grace) or args.kill_grace < 0:
+            raise AiprofError(f"--kill-grace: expected a number of seconds >= 0, got {args.kill_grace}")
+        result = Runner(command, options, args.out, kill_grace_s=args.kill_grace).run()
         return report(result.run_dir, result.exit_code, result.meta, options, summary=args.summary)
 
 
@@ -85,14 +91,39 @@ def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summ
 
 
 def _why_nothing(meta: dict[str, Any], steps_seen: int, options: Any) -> str:
+    ended = _how_it_ended(meta)
     if not meta.get("ranks") and not meta.get("idle_processes"):
+        if ended:
+            return f"{ended} before any process imported torch; nothing was recorded"
         return "no profiled process imported torch (is it a PyTorch script?)"
+    unflushed = [r for r in meta.get("ranks", []) if r.get("status") == "incomplete" and "without its flush" in str(r.get("reason"))]
+    if unflushed or ended:
+        what = "while profiling, before any recorded cycle was exported" if unflushed else _progress(meta, steps_seen)
+        return f"{ended or 'a profiled process ended without its flush'} {what}; no trace was written"
     if steps_seen == 0:
         return "no steps detected: no optimizer.step() ran; call aiprof.step() each iteration or pass --step-marker"
     return (
         f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {options.schedule.describe()}; "
         "lower --wait/--warmup or run more steps"
     )
+
+
+def _how_it_ended(meta: dict[str, Any]) -> str:
+    """"the script was killed by SIGKILL" / "... exited with status 3", or "" for a clean exit."""
+    code = int(meta.get("exit_code") or 0)
+    if meta.get("escalation"):
+        return f"the script {meta['escalation']}"
+    if meta.get("exit_signal"):
+        return f"the script was killed by {meta['exit_signal']}"
+    return f"the script exited with status {code}" if code else ""
+
+
+def _progress(meta: dict[str, Any], steps_seen: int) -> str:
+    if any(p.get("flushed") is False for p in meta.get("idle_processes", [])) and not meta.get("ranks"):
+        return "after importing torch, before its first step"
+    if steps_seen == 0:
+        return "after importing torch, before any step was detected"
+    return f"after {steps_seen} step(s), before the schedule recorded any"
 
 
 def _recorded(meta: dict[str, Any]) -> str:

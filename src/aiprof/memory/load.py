@@ -14,14 +14,60 @@ STATS_FILE = "memory_stats.jsonl"
 
 
 def _read(path: Path) -> tuple[bytes, list[str]]:
+    """The file's bytes, gunzipped: a pickle as it is (bounded like a trace's text), JSON through the
+    trace reader's sniffing and size-bounded source."""
     from aiprof.trace.loader import read_bytes
 
     try:
+        pickled = _read_pickle(path)
+        if pickled is not None:
+            return pickled, []
         return read_bytes(path)
     except MemoryInputError:
         raise
     except Exception as err:  # TraceError from the shared reader: re-raise as ours, one line
         raise MemoryInputError(str(err)) from None
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1)
+    except OSError:
+        return b""
+
+
+def _read_pickle(path: Path) -> bytes | None:
+    """A pickle's bytes (protocol 2+ starts with PROTO 0x80; gzip-compressed ones too), or None when the
+    file is not one. Decompression stops past the trace size limit (``trace.source``), like a trace's."""
+    import zlib
+
+    from aiprof.trace.source import current
+
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        if head != b"\x1f\x8b":
+            return head + fh.read() if head[:1] == b"\x80" else None
+        allowed = current().max_bytes
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        first = inflate.decompress(head + fh.read(1 << 16), 1 << 16)
+        if first[:1] != b"\x80":
+            return None
+        parts, total, pending = [first], len(first), inflate.unconsumed_tail
+        while not inflate.eof:
+            if not pending:
+                pending = fh.read(1 << 20)
+                if not pending:
+                    raise MemoryInputError(f"{path}: the gzip file is truncated; re-copy or re-dump the snapshot")
+            out = inflate.decompress(pending, 1 << 24)
+            pending = inflate.unconsumed_tail
+            total += len(out)
+            if total > allowed:
+                raise MemoryInputError(
+                    f"{path}: the snapshot inflates past {allowed // (1 << 20):,} MB; raise the limit with --max-trace-mb"
+                )
+            parts.append(out)
+        return b"".join(parts)
 
 
 def load_memory(path: Path) -> MemoryData:
@@ -30,6 +76,10 @@ def load_memory(path: Path) -> MemoryData:
         return _load_dir(path)
     if not path.exists():
         raise MemoryInputError(f"{path}: no such file or folder; check the path")
+    if _head(path) == b"\x80":  # an uncompressed pickle
+        from aiprof.memory.snapshot import read_snapshot
+
+        return read_snapshot(path)  # read (or streamed) there: a large snapshot is never held twice
     data, notes = _read(path)
     stripped = data.lstrip()[:1]
     if data[:1] == b"\x80" or path.name.endswith(PICKLE_SUFFIXES):

@@ -123,9 +123,8 @@ class EventTable:
             step=np.full(n, -1, dtype=np.int32), category=col(category, np.int8, NO_CATEGORY),
             op=col(op, np.int32, -1),
         )
-        order = np.argsort(t, kind="stable")
-        if n and not np.all(order == np.arange(n)):
-            table = table.take(order)
+        if n and not np.all(t[1:] >= t[:-1]):  # already in order (a snapshot's trace): no sort
+            table = table.take(np.argsort(t, kind="stable"))
         return table
 
     def take(self, rows: Any) -> EventTable:

@@ -11,6 +11,7 @@ Snapshots of other torch versions are salvaged where the meaning is clear, with 
 from __future__ import annotations
 
 import operator
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from aiprof.memory.model import (
     SegmentTable,
     Window,
 )
+from aiprof.memory.stream import Run, Unsupported, load_streaming
 from aiprof.memory.unpickle import loads_plain
 
+STREAM_MIN_BYTES = 8 << 20  # from this size on, read with the streaming reader (no dict per trace entry)
 MIN_BLOCK = 512  # the caching allocator's kMinBlockSize: every block is a multiple of it
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 
@@ -85,10 +88,27 @@ def _int(value: Any, default: int = 0) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def read_snapshot(path: Path, data: bytes | None = None) -> MemoryData:
-    """A snapshot file as a :class:`MemoryData` (:class:`MemoryInputError` when it is not one)."""
+def read_snapshot(path: Path, data: bytes | None = None, *, stream: bool | None = None) -> MemoryData:
+    """A snapshot file as a :class:`MemoryData` (:class:`MemoryInputError` when it is not one).
+
+    With ``data`` None the file is read here: a large one (``stream`` None: at least ``STREAM_MIN_BYTES``)
+    through the streaming reader (:mod:`aiprof.memory.stream`), which fills the trace columns without a dict
+    per entry; a pickle it does not handle is read with the plain no-classes unpickler, with the same result.
+    ``AIPROF_MEMORY_STREAM=0`` turns the streaming reader off (the benchmark compares the two)."""
     what = str(path)
     if data is None:
+        if stream is None and os.environ.get("AIPROF_MEMORY_STREAM") == "0":
+            stream = False
+        if stream is None:
+            try:
+                stream = path.stat().st_size >= STREAM_MIN_BYTES
+            except OSError:
+                stream = False
+        if stream:
+            try:
+                return snapshot_from_object(load_streaming(path), what)
+            except (Unsupported, OSError, ValueError):
+                pass
         try:
             data = path.read_bytes()
         except OSError as err:
@@ -110,7 +130,7 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
         )
     stacks = _Stacks()
     segments, blocks = _segments(obj.get("segments"), stacks, what, warnings)
-    columns: dict[str, list[int]] = {k: [] for k in ("t", "dev", "addr", "size", "action", "stream", "stack")}
+    columns: dict[str, list[Any]] = {k: [] for k in ("t", "dev", "addr", "size", "action", "stream", "stack")}
     ooms: list[OomRecord] = []
     traces = obj.get("device_traces")
     if traces is None:
@@ -122,8 +142,13 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
         if not isinstance(entries, list):
             skipped += 1
             continue
+        if any(type(e) is Run for e in entries):
+            _run_columns(entries, device, columns, stacks, ooms)
+            entries.clear()  # the streaming reader's list: its columns are in ``columns`` now
+            continue
         if _fast_columns(entries, device, columns, stacks, ooms):
             continue
+        rows: dict[str, list[int]] = {k: [] for k in columns}
         for i, entry in enumerate(entries):
             action = SNAPSHOT_ACTIONS.get(str(entry.get("action"))) if isinstance(entry, dict) else None
             if action is None:
@@ -135,23 +160,30 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
                 t_us = i
             size = _int(entry.get("size"))
             stack = stacks.intern(entry.get("frames"))
-            columns["t"].append(int(t_us * 1000))
-            columns["dev"].append(device)
-            columns["addr"].append(_int(entry.get("addr"), -1))
-            columns["size"].append(size)
-            columns["action"].append(int(action))
-            columns["stream"].append(_int(entry.get("stream")))
-            columns["stack"].append(stack)
+            rows["t"].append(int(t_us * 1000))
+            rows["dev"].append(device)
+            rows["addr"].append(_int(entry.get("addr"), -1))
+            rows["size"].append(size)
+            rows["action"].append(int(action))
+            rows["stream"].append(_int(entry.get("stream")))
+            rows["stack"].append(stack)
             if action == Action.OOM:
                 ooms.append(OomRecord(int(t_us * 1000), device, size, _int(entry.get("device_free")), stack))
+        for name, values in rows.items():
+            columns[name].append(np.asarray(values, dtype=np.int64))
     if skipped:
         warnings.append(f"{what}: {skipped} trace entries of an unknown shape or action were skipped")
     if untimed:
         warnings.append(f"{what}: {untimed} trace entries carry no time_us (an older torch): event order is used as time")
+    joined: dict[str, Any] = {}
+    for name, parts in columns.items():  # one column at a time, letting go of its pieces
+        joined[name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        parts.clear()
     events = EventTable.build(
-        columns["t"], columns["dev"], columns["addr"], columns["size"], columns["action"],
-        stream=columns["stream"], stack=columns["stack"],
+        joined["t"], joined["dev"], joined["addr"], joined["size"], joined["action"],
+        stream=joined["stream"], stack=joined["stack"],
     )
+    del joined, columns
     _free_when_requested(events)
     settings = obj.get("allocator_settings")
     end_t = int(events.t_ns.max()) if len(events) else 0
@@ -166,7 +198,7 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
 
 
 def _fast_columns(
-    entries: list[Any], device: int, columns: dict[str, list[int]], stacks: _Stacks, ooms: list[OomRecord]
+    entries: list[Any], device: int, columns: dict[str, list[Any]], stacks: _Stacks, ooms: list[OomRecord]
 ) -> bool:
     """The columns of one device's entries when every entry is well formed (a dict with an int ``time_us``,
     ``addr``, ``size`` and a known action), at C speed; False (nothing added) otherwise."""
@@ -185,18 +217,44 @@ def _fast_columns(
     except (KeyError, TypeError, ValueError, OverflowError):
         return False
     intern = stacks.intern
-    columns["t"].extend(t.tolist())
-    columns["dev"].extend([device] * len(entries))
-    columns["addr"].extend(addr.tolist())
-    columns["size"].extend(size.tolist())
-    columns["action"].extend(map(int, actions))
-    columns["stream"].extend(stream.tolist())
-    columns["stack"].extend(map(intern, frames))
+    columns["t"].append(t)
+    columns["dev"].append(np.full(len(entries), device, dtype=np.int64))
+    columns["addr"].append(addr)
+    columns["size"].append(size)
+    columns["action"].append(np.asarray(actions, dtype=np.int64))
+    columns["stream"].append(stream)
+    columns["stack"].append(np.fromiter(map(intern, frames), dtype=np.int64, count=len(entries)))
     for i, a in enumerate(actions):
         if a == Action.OOM:
             e = entries[i]
             ooms.append(OomRecord(int(t[i]), device, int(size[i]), _int(e.get("device_free")), intern(e.get("frames"))))
     return True
+
+
+def _run_columns(
+    entries: list[Any], device: int, columns: dict[str, list[Any]], stacks: _Stacks, ooms: list[OomRecord]
+) -> None:
+    """The columns of one device's entries as the streaming reader left them (runs of columns and the
+    dicts it built one by one), in order; the dicts must convert as :func:`_fast_columns` converts them
+    (else :class:`Unsupported`: the plain reader decides, as it would for the whole device)."""
+    start = 0
+    for k in range(len(entries) + 1):
+        piece = entries[k] if k < len(entries) else None
+        if piece is not None and type(piece) is not Run:
+            continue
+        if k > start and not _fast_columns(entries[start:k], device, columns, stacks, ooms):
+            raise Unsupported("an entry of an unusual shape next to runs")
+        start = k + 1
+        if piece is None:
+            break
+        ids = np.fromiter(map(stacks.intern, piece.stacks), dtype=np.int64, count=len(piece.stacks))
+        columns["t"].append(piece.t_ns)
+        columns["dev"].append(np.full(piece.t_ns.size, device, dtype=np.int64))
+        columns["addr"].append(piece.addr)
+        columns["size"].append(piece.size)
+        columns["action"].append(piece.action.astype(np.int64))
+        columns["stream"].append(piece.stream)
+        columns["stack"].append(ids[piece.rows])
 
 
 def _segments(raw: Any, stacks: _Stacks, what: str, warnings: list[str]) -> tuple[SegmentTable, BlockTable]:

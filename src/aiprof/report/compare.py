@@ -4,7 +4,14 @@
 out (schema in docs/json-schema.md), which ``report.render`` formats like any report. Numbers compared:
 the median step (the run's summary), utilisation, the mean per-step breakdown and idle causes (averaged
 over ranks), ops and kernels matched by name (and input shapes when the ops were grouped by shapes),
-and findings by id: resolved (only before), new (only after), unchanged (both).
+and findings by id and size: resolved (only before), new (only after), unchanged (both, savings within
+``FINDING_FACTOR`` of each other), grew / shrank (both, the saving moved by more than that).
+
+The step-time verdict rests on every step of both runs (``compare_steps.step_samples``: whole-run step
+times from the run directories when both have them, else the recorded steps): the median change with a
+95 % bootstrap confidence interval (``compare_stats``), significant when the interval excludes 0.
+``program_differences`` says when the two runs are not the same program (command, ranks, devices,
+step source): their numbers then compare different things.
 
 Inputs: ``load_report(path)`` reads and validates a JSON report file (one written by this or an older
 aiprof; anything else is a one-line ``AiprofError``); ``is_report_file`` tells such a file from a trace.
@@ -24,12 +31,17 @@ from msgspec import UNSET, UnsetType
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.report.compare_memory import MemoryComparison, compare_memory
+from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change
+from aiprof.report.compare_steps import StepSample, recorded_steps
+from aiprof.report.common import fmt_ms
 from aiprof.report.model import Report, Summary
 from aiprof.rules.finding import FindingRecord
 
 COMPARISON_SCHEMA_VERSION = "1.0"
 NOISE_PCT = 2.0  # step-time changes within ±2 % are reported as unchanged
 TOP_DELTAS = 25
+FINDING_FACTOR = 1.5  # a finding in both runs is "unchanged" while its savings are within this factor
+SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
@@ -107,9 +119,26 @@ class FindingBrief(msgspec.Struct, kw_only=True):
 
 
 class FindingChanges(msgspec.Struct, kw_only=True):
+    """Findings by id: only before, only after, in both with about the same saving (within
+    ``FINDING_FACTOR``), in both with a saving that grew or shrank beyond it (both savings given)."""
+
     resolved: list[FindingBrief]
     new: list[FindingBrief]
     unchanged: list[FindingBrief]
+    grew: list[FindingBrief] = msgspec.field(default_factory=list)
+    shrank: list[FindingBrief] = msgspec.field(default_factory=list)
+
+
+class StepsUsed(msgspec.Struct, kw_only=True):
+    """The steps the step-time statistics rest on: how many per side, from where ("whole-run": every
+    step, from the run directories' data-loader tables; "recorded": the profiler's recorded steps),
+    and each side's median over them."""
+
+    before: int
+    after: int
+    source: str
+    before_median_ns: int
+    after_median_ns: int
 
 
 class Verdict(msgspec.Struct, kw_only=True):
@@ -141,6 +170,15 @@ class Comparison(msgspec.Struct, kw_only=True):
     verdict: Verdict
     partial: bool
     warnings: list[str]
+    # Statistics over every step (absent in comparisons written before them): the median step's change
+    # in percent, its confidence interval (None with fewer than MIN_STEPS steps on a side), whether the
+    # interval excludes 0, and the steps used.
+    step_time_change_pct: float | None = None
+    step_time_ci_pct: list[float] | None = None
+    confidence: float = CONFIDENCE
+    significant: bool = False
+    steps_used: StepsUsed | None = None
+    program_differences: list[str] = msgspec.field(default_factory=list)
     memory: MemoryComparison | None = None  # both sides have memory data (report.compare_memory)
 
 
@@ -189,14 +227,21 @@ def _one_line(err: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------------
 # The comparison
 # ---------------------------------------------------------------------------------------------------
-def compare_reports(before: Report, after: Report, noise_pct: float = NOISE_PCT) -> Comparison:
-    """BEFORE against AFTER; step-time changes within ±``noise_pct`` % read as unchanged."""
+def compare_reports(
+    before: Report, after: Report, noise_pct: float = NOISE_PCT, steps: tuple[StepSample, StepSample] | None = None
+) -> Comparison:
+    """BEFORE against AFTER. ``steps``: the step durations of each run (``compare_steps.step_samples``
+    reads whole-run times from the run directories); None: the reports' recorded steps. A change
+    is "faster"/"slower" only when significant and beyond ±``noise_pct`` %."""
     from aiprof import __version__
 
     step = _delta(before.summary.median_step_ns, after.summary.median_step_ns)
     util_b, util_a = before.summary.gpu_utilization, after.summary.gpu_utilization
     util = Utilization(before=util_b, after=util_a, delta=util_a - util_b)
     partial = _partial_sides(before, after)
+    sample_b, sample_a = steps if steps is not None else (recorded_steps(before), recorded_steps(after))
+    stats = _median_change(sample_b, sample_a, step)
+    differences = program_differences(before, after, sample_b, sample_a)
     return Comparison(
         comparison_schema_version=COMPARISON_SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -211,11 +256,127 @@ def compare_reports(before: Report, after: Report, noise_pct: float = NOISE_PCT)
         ops=_op_deltas(before, after),
         kernels=_kernel_deltas(before, after),
         findings=_finding_changes(before, after),
-        verdict=_verdict(step, util, noise_pct, partial),
+        verdict=_verdict(step, util, noise_pct, partial, stats, sample_b, sample_a),
         partial=bool(partial),
-        warnings=_warnings(before, after),
+        warnings=[f"different programs: {d}" for d in differences] + _too_few_warning(stats, sample_b, sample_a)
+        + shared_machine(before, after) + _warnings(before, after),
+        step_time_change_pct=round(stats.change_pct, 4),
+        step_time_ci_pct=None if stats.ci_pct is None else [round(stats.ci_pct[0], 4), round(stats.ci_pct[1], 4)],
+        significant=stats.significant,
+        steps_used=StepsUsed(
+            before=len(sample_b.durations_ns), after=len(sample_a.durations_ns), source=sample_b.source,
+            before_median_ns=int(round(stats.before_median_ns)), after_median_ns=int(round(stats.after_median_ns)),
+        ),
+        program_differences=differences,
         memory=compare_memory(before, after),
     )
+
+
+def _median_change(b: StepSample, a: StepSample, step: Delta) -> MedianChange:
+    """The statistics over both samples; a side without a positive step (a report that lists no step
+    durations) falls back to the summaries' medians, as a point estimate."""
+    if any(d > 0 for d in b.durations_ns) and any(d > 0 for d in a.durations_ns):
+        return median_change(b.durations_ns, a.durations_ns)
+    return MedianChange(float(step.before), float(step.after), step.delta_pct, None, False, False)
+
+
+def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[str]:
+    if stats.enough:
+        return []
+    return [
+        f"too few steps to tell a change from noise ({len(b.durations_ns)} before, {len(a.durations_ns)} after; "
+        f"at least {MIN_STEPS} each): the verdict and --fail-if-slower use the point estimate only; "
+        "record more steps (aiprof run --active N) or compare run directories"
+    ]
+
+
+def shared_machine(before: Report, after: Report) -> list[str]:
+    """A warning per side whose run shared the machine with other processes: its whole-run telemetry
+    (other processes' mean CPU at least ``SHARED_PCT`` % of the machine) or, without it, the
+    ``noisy_neighbour`` finding. Their load is in its step times, and no statistic over one run can
+    tell it from the change being measured."""
+    out = []
+    for name, doc in (("before", before), ("after", after)):
+        cores = others_cores(doc)
+        if cores is None:
+            cores = next((f.evidence.get("others_cores") for f in doc.findings if f.id == "noisy_neighbour"), None)
+        if isinstance(cores, (int, float)):
+            out.append(
+                f"{name}: the machine was shared (other processes used {cores:.1f} cores on average while it ran): "
+                "their load is in the step times and can look like a change; compare runs made on a quiet machine"
+            )
+    return out
+
+
+def others_cores(doc: Report) -> float | None:
+    """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU
+    minus the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
+    series = (doc.telemetry or {}).get("series") or {}
+    host = (doc.run_metadata or {}).get("host") or {}
+    cores = host.get("cores_logical") if isinstance(host, dict) else None
+    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
+    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
+        return None
+    others = [
+        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
+        if isinstance(m, (int, float)) and isinstance(t, (int, float))
+    ]
+    if not others:
+        return None
+    pct = sum(others) / len(others)
+    return pct / 100.0 * cores if pct >= SHARED_PCT else None
+
+
+def program_differences(before: Report, after: Report, b: StepSample | None = None, a: StepSample | None = None) -> list[str]:
+    """What says the two runs are not the same program: the command (run metadata), the number of
+    ranks, the devices (kind and names), how steps were found. Empty when nothing differs."""
+    out: list[str] = []
+    cmd_b, cmd_a = _command(before), _command(after)
+    if cmd_b is not None and cmd_a is not None and cmd_b != cmd_a:
+        out.append(f"command {_shorten(cmd_b)!r} vs {_shorten(cmd_a)!r}")
+    ranks_b, ranks_a = len(before.ranks), len(after.ranks)
+    if ranks_b != ranks_a:
+        out.append(f"{ranks_b} rank(s) vs {ranks_a}")
+    kind_b, kind_a = before.summary.device_kind, after.summary.device_kind
+    if kind_b != kind_a:
+        out.append(f"device kind {kind_b} vs {kind_a}")
+    names_b, names_a = _device_names(before), _device_names(after)
+    if names_b and names_a and names_b != names_a:
+        out.append(f"devices {', '.join(sorted(names_b))} vs {', '.join(sorted(names_a))}")
+    src_b, src_a = before.summary.step_source, after.summary.step_source
+    if src_b != src_a:
+        out.append(f"steps found by {src_b} vs {src_a}")
+    if b is not None and a is not None and b.source != a.source:
+        out.append(f"step times from the {b.source} vs the {a.source}")
+    return out
+
+
+def _command(doc: Report) -> str | None:
+    meta = doc.run_metadata or {}
+    cmd = meta.get("command")
+    if isinstance(cmd, list):
+        return " ".join(str(c) for c in cmd)
+    return str(cmd) if isinstance(cmd, str) else None
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _device_names(doc: Report) -> set[str]:
+    """Accelerator names (``NVIDIA H100 80GB HBM3``…) of every rank's non-CPU devices, else the
+    run metadata's device names; empty when neither says."""
+    names = {d.name for r in doc.ranks for d in r.devices if d.kind != "cpu" and d.name}
+    if names:
+        return names
+    meta = doc.run_metadata or {}
+    out: set[str] = set()
+    for rank in meta.get("ranks") or []:
+        devices = rank.get("devices") if isinstance(rank, dict) else None
+        for dev in devices if isinstance(devices, list) else []:
+            if isinstance(dev, dict) and dev.get("type") != "cpu" and dev.get("name"):
+                out.add(str(dev["name"]))
+    return out
 
 
 def _is_partial(doc: Report) -> bool:
@@ -385,52 +546,88 @@ def _finding_brief(f: FindingRecord) -> FindingBrief:
 
 
 def _finding_changes(before: Report, after: Report) -> FindingChanges:
-    """By finding id (a rule fires once per run): resolved, new, unchanged."""
+    """By finding id (a rule fires once per run) and size: resolved, new, and for an id in both runs
+    unchanged (savings within ``FINDING_FACTOR`` of each other), grew or shrank (both savings kept)."""
     b = {f.id: f for f in before.findings}
     a = {f.id: f for f in after.findings}
-    unchanged = []
+    both: dict[str, list[FindingBrief]] = {"unchanged": [], "grew": [], "shrank": []}
     for k in sorted(set(b) & set(a)):
         item = _finding_brief(a[k])
         item.before_saving_ns_per_step = b[k].est_saving_ns_per_step
         item.after_saving_ns_per_step = a[k].est_saving_ns_per_step
-        unchanged.append(item)
+        both[saving_change(b[k].est_saving_ns_per_step, a[k].est_saving_ns_per_step)].append(item)
     return FindingChanges(
         resolved=[_finding_brief(b[k]) for k in sorted(set(b) - set(a))],
         new=[_finding_brief(a[k]) for k in sorted(set(a) - set(b))],
-        unchanged=unchanged,
+        unchanged=both["unchanged"],
+        grew=both["grew"],
+        shrank=both["shrank"],
     )
 
 
-def _verdict(step: Delta, util: Utilization, noise_pct: float, partial: Sequence[str] = ()) -> Verdict:
-    from aiprof.report.common import fmt_ms
+def saving_change(before_ns: int, after_ns: int, factor: float = FINDING_FACTOR) -> Literal["unchanged", "grew", "shrank"]:
+    """A finding's saving per step before and after: "unchanged" while within ``factor`` of each other
+    (8 ms and 64 ms are not the same problem), else "grew" or "shrank"."""
+    lo, hi = sorted((max(before_ns, 0), max(after_ns, 0)))
+    if hi <= lo * factor:
+        return "unchanged"
+    return "grew" if after_ns > before_ns else "shrank"
 
-    pct = step.delta_pct
-    result: Literal["faster", "slower", "unchanged"]
-    if pct < -noise_pct:
-        result = "faster"
-    elif pct > noise_pct:
-        result = "slower"
+
+def _verdict(
+    step: Delta, util: Utilization, noise_pct: float, partial: Sequence[str], stats: MedianChange,
+    b: StepSample, a: StepSample,
+) -> Verdict:
+    """Faster / slower when the change is beyond ±``noise_pct`` % and significant (with too few steps:
+    beyond ±``noise_pct`` % on the point estimate alone); else unchanged."""
+    pct = stats.change_pct
+    result: Literal["faster", "slower", "unchanged"] = "unchanged"
+    if stats.significant or not stats.enough:
+        if pct < -noise_pct:
+            result = "faster"
+        elif pct > noise_pct:
+            result = "slower"
+    speedup = stats.before_median_ns / stats.after_median_ns if stats.after_median_ns else None
+    change = f"median step {fmt_ms(stats.before_median_ns)} → {fmt_ms(stats.after_median_ns)}, {change_text(pct, stats)}"
+    steps = f"{len(b.durations_ns)} + {len(a.durations_ns)} {b.source} steps"
+    if result == "faster":
+        text = f"AFTER is faster: {change}" + (f", {speedup:.2f}× speed-up" if speedup else "")
+    elif result == "slower":
+        text = f"AFTER is slower: {change}"
+    elif stats.enough and not stats.significant:
+        text = f"No change beyond noise: {change}"
     else:
-        result = "unchanged"
-    speedup = step.before / step.after if step.after else None
-    change = f"median step {fmt_ms(step.before)} → {fmt_ms(step.after)}"
-    text = {
-        "faster": f"AFTER is faster: {change} ({pct:+.1f}%, {speedup:.2f}× speed-up)" if speedup else "AFTER is faster",
-        "slower": f"AFTER is slower: {change} ({pct:+.1f}%)",
-        "unchanged": f"No change beyond noise (±{noise_pct:g}%): {change} ({pct:+.1f}%)",
-    }[result]
-    caveat = None
+        text = f"No change beyond ±{noise_pct:g} %: {change}"
+    caveats = []
     if partial:
-        caveat = (
+        caveats.append(
             f"{' and '.join(partial)} {'is a partial trace' if len(partial) == 1 else 'are partial traces'}: "
             "the numbers compare only the steps whose device side was recorded"
         )
+    if not stats.enough:
+        caveats.append(f"too few steps to tell a change from noise ({steps}): point estimate only")
     return Verdict(
         result=result,
-        caveat=caveat,
-        step_time_delta_pct=pct,
+        caveat="; ".join(caveats) or None,
+        step_time_delta_pct=round(pct, 4),
         speedup=None if speedup is None else round(speedup, 4),
         utilization_delta=round(util.delta, 6),
         noise_pct=noise_pct,
-        text=text,
+        text=f"{text} ({steps})",
     )
+
+
+def change_text(pct: float, stats: MedianChange) -> str:
+    """"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"; without an interval, the estimate alone."""
+    if stats.ci_pct is None:
+        return f"{_signed_pct(pct)} %"
+    lo, hi = stats.ci_pct
+    verdict = "significant" if stats.significant else "not significant"
+    return f"{_signed_pct(pct)} % ({round(100 * CONFIDENCE)} % CI {_signed_pct(lo)} … {_signed_pct(hi)} %), {verdict}"
+
+
+def _signed_pct(value: float) -> str:
+    text = f"{abs(value):.1f}"
+    if text.strip("0.") == "":
+        return "±0.0"
+    return ("+" if value > 0 else "−") + text

@@ -1,8 +1,10 @@
 """Renderers for the comparison document (``report.compare.Comparison``): terminal, Markdown, HTML, JSON.
 ``report.render.render`` picks among them; strings from traces are escaped per sink (``report.escape``).
 
-They say the verdict first, then what moved: step time, utilisation, breakdown and idle causes per
-step, findings resolved / new / unchanged, and the ops and kernels that changed most.
+They say the verdict first (the median step's change over every step with its confidence interval:
+"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"), then whether the runs are different programs, then
+what moved: step time, utilisation, breakdown and idle causes per step, findings resolved / new / grew /
+shrank / unchanged (with both savings), and the ops and kernels that changed most.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rich.text import Text
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report.common import fmt_ms
 from aiprof.report import compare_memory
-from aiprof.report.compare import Comparison, DeltaRow, Side
+from aiprof.report.compare import Comparison, DeltaRow, FindingBrief, Side
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown, terminal_text
 from aiprof.report.json_report import JsonRenderer, encode
@@ -47,8 +49,18 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 80, is_tty: bool =
 def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
     """(what, before, after, change, percent) for the headline numbers and every bucket/cause."""
     s, m, u = cmp.step_time_ns, cmp.mean_step_time_ns, cmp.utilization
-    out = [
-        ("median step", fmt_ms(s.before), fmt_ms(s.after), _signed_ms(s.delta), f"{s.delta_pct:+.1f}%"),
+    out = []
+    used = cmp.steps_used
+    if used is not None and cmp.step_time_change_pct is not None:
+        ci = cmp.step_time_ci_pct
+        pct = f"{cmp.step_time_change_pct:+.1f}%" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
+        out.append((
+            f"median step, {used.before}+{used.after} {used.source} steps", fmt_ms(used.before_median_ns),
+            fmt_ms(used.after_median_ns), _signed_ms(used.after_median_ns - used.before_median_ns), pct,
+        ))
+    out += [
+        ("median step" + (", recorded" if used is not None and used.source != "recorded" else ""),
+         fmt_ms(s.before), fmt_ms(s.after), _signed_ms(s.delta), f"{s.delta_pct:+.1f}%"),
         ("mean step", fmt_ms(m.before), fmt_ms(m.after), _signed_ms(m.delta), f"{m.delta_pct:+.1f}%"),
         ("utilization", f"{100 * u.before:.1f}%", f"{100 * u.after:.1f}%", f"{100 * u.delta:+.1f} pt", ""),
     ]
@@ -61,11 +73,25 @@ def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
 
 
 def _finding_lines(cmp: Comparison) -> list[tuple[str, str]]:
+    """(status, text) per finding; one in both runs shows both savings per step."""
+    fc = cmp.findings
     out = []
-    for status, items in (("resolved", cmp.findings.resolved), ("new", cmp.findings.new), ("unchanged", cmp.findings.unchanged)):
+    for status, items in (("resolved", fc.resolved), ("new", fc.new), ("grew", fc.grew), ("shrank", fc.shrank), ("unchanged", fc.unchanged)):
         for f in items:
-            out.append((status, f"{f.title or f.id} ({f.id})"))
+            out.append((status, f"{_savings(f)}{f.title or f.id} ({f.id})"))
     return out
+
+
+def _savings(f: FindingBrief) -> str:
+    b, a = f.before_saving_ns_per_step, f.after_saving_ns_per_step
+    if isinstance(b, int) and isinstance(a, int):
+        return f"[{fmt_ms(b)} → {fmt_ms(a)}/step] "
+    return f"[{fmt_ms(f.est_saving_ns_per_step)}/step] " if f.est_saving_ns_per_step else ""
+
+
+def _notes(cmp: Comparison) -> list[str]:
+    """The warnings not already said at the top (program differences are)."""
+    return [w for w in cmp.warnings if not w.startswith("different programs: ")]
 
 
 def _terminal(cmp: Comparison, width: int, is_tty: bool) -> str:
@@ -76,6 +102,8 @@ def _terminal(cmp: Comparison, width: int, is_tty: bool) -> str:
     console.print(Text(v.text, style=_RESULT_STYLE.get(v.result, "bold")))
     if v.caveat:
         console.print(terminal_text(v.caveat, style="bold yellow"))
+    for d in cmp.program_differences:
+        console.print(terminal_text(f"different programs: {d}", style="bold yellow"))
     for name, side in (("before", cmp.before), ("after", cmp.after)):
         console.print(terminal_text(f"  {name + ':':<7} {_sources(side)}", style="dim"), no_wrap=True, overflow="ellipsis")
     console.print()
@@ -90,7 +118,7 @@ def _terminal(cmp: Comparison, width: int, is_tty: bool) -> str:
         console.print()
         console.print(Text("Findings", style="bold"))
         for status, text in lines:
-            style = {"resolved": "green", "new": "red"}.get(status, "")
+            style = {"resolved": "green", "new": "red", "grew": "red", "shrank": "green"}.get(status, "")
             console.print(Text(f"  {status:<9} ", style=style) + terminal_text(text), no_wrap=True, overflow="ellipsis")
     for title, changes in (("Ops that changed most (per step)", cmp.ops), ("Kernels that changed most (per step)", cmp.kernels)):
         rows = [r for r in changes.rows if r.delta_ns_per_step][:5]
@@ -104,7 +132,7 @@ def _terminal(cmp: Comparison, width: int, is_tty: bool) -> str:
         for r in rows:
             t.add_row(terminal_text(_status_name(r)), fmt_ms(r.before_ns_per_step), fmt_ms(r.after_ns_per_step), _signed_ms(r.delta_ns_per_step))
         console.print(t)
-    warnings = cmp.warnings
+    warnings = _notes(cmp)
     if warnings:
         console.print()
     for note in warnings:
@@ -134,6 +162,8 @@ def _markdown(cmp: Comparison) -> str:
     lines = [f"## aiprof compare: {v.result}", "", f"**{_md_cell(v.text)}**", ""]
     if v.caveat:
         lines += [f"> **{_md_cell(v.caveat)}**", ""]
+    for d in cmp.program_differences:
+        lines += [f"> **different programs:** {_md_cell(d)}", ""]
     lines += ["| per step | before | after | change | % |", "|---|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(_md_cell(x) for x in row) + " |" for row in _rows(cmp)]
     finding_lines = _finding_lines(cmp)
@@ -147,8 +177,8 @@ def _markdown(cmp: Comparison) -> str:
             f"| {_md_cell(_status_name(r))} | {fmt_ms(r.before_ns_per_step)} | {fmt_ms(r.after_ns_per_step)} | {_signed_ms(r.delta_ns_per_step)} |"
             for r in rows
         ]
-    if cmp.warnings:
-        lines += ["", "Notes:", ""] + [f"- {_md_cell(n)}" for n in cmp.warnings]
+    if _notes(cmp):
+        lines += ["", "Notes:", ""] + [f"- {_md_cell(n)}" for n in _notes(cmp)]
     lines += ["", f"<sub>before: {_md_cell(_sources(cmp.before))}; after: {_md_cell(_sources(cmp.after))}; {_md_cell(cmp.generator)}</sub>", ""]
     return "\n".join(lines)
 
@@ -170,7 +200,8 @@ def _html(cmp: Comparison) -> str:
     findings = "".join(f"<li><b>{esc(s)}</b>: {esc(t)}</li>" for s, t in _finding_lines(cmp))
     parts = [
         f"<h1>aiprof compare: {esc(v.result)}</h1><p class=saving>{esc(v.text)}</p>"
-        + (f'<div class="partial" role="alert">{esc(v.caveat)}</div>' if v.caveat else ""),
+        + (f'<div class="partial" role="alert">{esc(v.caveat)}</div>' if v.caveat else "")
+        + "".join(f'<div class="partial" role="alert">different programs: {esc(d)}</div>' for d in cmp.program_differences),
         f"<div class=mute>before: <code>{esc(_sources(cmp.before))}</code><br>after: <code>{esc(_sources(cmp.after))}</code></div>",
         "<h2>Mean step, before and after</h2>" + bars,
         "<h2>Per step</h2><table><thead><tr><th></th><th>before</th><th>after</th><th>change</th><th>%</th></tr></thead><tbody>" + table + "</tbody></table>",
@@ -186,8 +217,8 @@ def _html(cmp: Comparison) -> str:
                 for r in rows
             )
             parts.append(f"<h2>{esc(heading)} (per step)</h2><table><thead><tr><th>name</th><th>before</th><th>after</th><th>change</th></tr></thead><tbody>{body}</tbody></table>")
-    if cmp.warnings:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in cmp.warnings) + "</ul>")
+    if _notes(cmp):
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in _notes(cmp)) + "</ul>")
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'

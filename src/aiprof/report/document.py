@@ -48,7 +48,8 @@ def build_document(
         records = [as_record(dict(f) if isinstance(f, Mapping) else f) for f in findings or ()]
     except msgspec.ValidationError as err:
         raise AiprofError(f"a finding does not fit the report: {err}") from None
-    context = run_context(list(run.sources))
+    warnings = list(run.warnings)
+    context = run_context(list(run.sources), notes=warnings)
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -56,7 +57,7 @@ def build_document(
         summary=_summary(ranks),
         ranks=ranks,
         findings=records,
-        warnings=list(run.warnings),
+        warnings=warnings,
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
         run_metadata=context.get("run_metadata"),
         telemetry=context.get("telemetry"),

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from aiprof.errors import AiprofError
+
 from aiprof.report.common import fmt_ms, saving_text
 from aiprof.report.model import RankReport, Report
 
@@ -25,13 +27,15 @@ def read_raw_trace(path: Path) -> dict[str, Any]:
     """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
     to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
     analysis read it: its complete events and the header fields written before them."""
+    from aiprof.trace.loader import read_bytes
+
+    data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.source)
     try:
-        data = path.read_bytes()
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
         raw = msgspec.json.decode(data)
-    except (EOFError, OSError, ValueError, msgspec.DecodeError):
+    except (ValueError, msgspec.DecodeError):
         return _salvaged_raw_trace(path)
+    except RecursionError:
+        raise AiprofError(f"{path}: JSON nested deeper than the decoder allows; not a trace") from None
     if isinstance(raw, list):
         return {"traceEvents": raw}
     if not isinstance(raw, dict):

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zlib
 from operator import attrgetter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,9 @@ from aiprof.trace.model import (
     Trace,
     kind_of_category,
 )
+from aiprof.trace import suspect
+from aiprof.trace.source import LoadLimits, not_a_trace, read_all
+from aiprof.trace.source import current as current_limits
 from aiprof.trace.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -119,6 +121,27 @@ _T_INT = {name: i for i, name in enumerate(_TIMED_NAMES) if 10 <= i < 28}
 _T_FLOAT = {name: i for i, name in enumerate(_TIMED_NAMES) if i >= 28}
 
 
+MAX_NAME_CHARS = 65_536  # longer names are shortened at load (classifiers scan every name); real ones reach ~5k
+_NAME_HASH_CHARS = 12
+_NAME_KEPT_CHARS = MAX_NAME_CHARS - _NAME_HASH_CHARS - 1
+
+
+def cap_name(text: str) -> str:
+    """``text`` itself, or when longer than :data:`MAX_NAME_CHARS`: its start, ``…`` and a short hash of
+    the whole text, so that two long names that differ only past the start stay distinct."""
+    if len(text) <= MAX_NAME_CHARS:
+        return text
+    import hashlib
+
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=_NAME_HASH_CHARS // 2)
+    return f"{text[:_NAME_KEPT_CHARS]}…{digest.hexdigest()}"
+
+
+def is_capped(text: str) -> bool:
+    """Whether a name is one :func:`cap_name` shortened."""
+    return len(text) == MAX_NAME_CHARS and text[_NAME_KEPT_CHARS] == "…"
+
+
 def _raw_ids(values: I64, local: npt.NDArray[np.int32], strings: list[str]) -> list[int | str]:
     """A pid/tid/id column as the JSON had it: ints, and strings where ``local`` names one."""
     return [strings[s] if s >= 0 else v for v, s in zip(values.tolist(), local.tolist(), strict=True)]
@@ -146,11 +169,11 @@ def is_cut_off(warnings: Sequence[str]) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # Reading bytes
 # ---------------------------------------------------------------------------------------------------
-def read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    """The file's JSON bytes, gunzipped when compressed. A truncated gzip yields what it holds."""
+def read_bytes(path: Path, limits: LoadLimits | None = None) -> tuple[bytes, list[str]]:
+    """The file's JSON bytes, gunzipped when compressed, sniffed and size-bounded (:mod:`.source`).
+    A truncated gzip yields what it holds."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        return read_all(path, limits)
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file; check the path") from None
     except IsADirectoryError:
@@ -159,23 +182,6 @@ def read_bytes(path: Path) -> tuple[bytes, list[str]]:
         raise TraceError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror}); check the file and retry") from None
-    if data[:2] != b"\x1f\x8b":
-        return data, []
-    return _gunzip(path, data)
-
-
-def _gunzip(path: Path, data: bytes) -> tuple[bytes, list[str]]:
-    decomp = zlib.decompressobj(wbits=31)
-    try:
-        out = decomp.decompress(data)
-    except zlib.error as err:
-        raise TraceError(f"{path}: corrupt gzip data ({err}); re-copy or re-record the trace") from None
-    if decomp.eof:
-        return out, []
-    if not out:
-        raise TraceError(f"{path}: the gzip file is truncated before any data; re-copy or re-record the trace")
-    note = f"{path.name}: the {GZIP_TRUNCATED} ({len(data):,} compressed bytes); salvaging what it holds"
-    return out, [note]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -215,14 +221,9 @@ def decode(path: Path, data: bytes) -> RawTrace:
 
 
 def _reject_non_container(path: Path, data: bytes, start: int) -> None:
-    try:
-        value = msgspec.json.decode(data)
-    except msgspec.DecodeError:
-        head = bytes(data[start : start + 12])
-        raise TraceError(f"{path}: not JSON (starts with {head!r}); expected a Kineto/Chrome trace") from None
-    raise TraceError(
-        f"{path}: JSON {type(value).__name__}, not a trace (expected an object with 'traceEvents' or a list)"
-    )
+    """Text that does not open an object or a list. The message says what the file is not, never what
+    it holds (its first bytes could be anything: binary, a secret, terminal escapes)."""
+    raise not_a_trace(path)
 
 
 def _split(path: Path, data: bytes, start: int) -> RawTrace:
@@ -559,7 +560,11 @@ class _Builder:
                     "this is not a Kineto/Chrome trace"
                 )
             raise TraceError(f"{self.path}: the trace holds no timed events (only metadata); re-record it")
-        return self._trace(rank, rank_source, count)
+        trace = self._trace(rank, rank_source, count)
+        note = suspect.warning(trace)  # device events a clock glitch put far outside the host activity
+        if note:
+            trace.warnings.append(note)
+        return trace
 
     def _decode_chunk(self, chunk: list[msgspec.Raw]) -> list[Event]:
         try:
@@ -587,6 +592,12 @@ class _Builder:
         if self.bad_time:
             self.warnings.append(
                 f"{self.path.name}: ignored {self.bad_time:,} event(s) with a missing, NaN or out-of-range time"
+            )
+        capped = sum(1 for text in self.strings if is_capped(text))
+        if capped:
+            self.warnings.append(
+                f"{self.path.name}: shortened {capped:,} name(s) longer than {MAX_NAME_CHARS:,} characters "
+                "(kept: the start, then a hash that keeps distinct names apart)"
             )
 
     # --- one chunk ----------------------------------------------------------------------------
@@ -738,8 +749,11 @@ class _Builder:
     def _string_id(self, text: str) -> int:
         found = self.strings.get(text)
         if found is None:
-            found = self.strings[text] = len(self.strings)
-            self.string_runs.append(self.run_index)
+            text = cap_name(text)
+            found = self.strings.get(text)
+            if found is None:
+                found = self.strings[text] = len(self.strings)
+                self.string_runs.append(self.run_index)
         return found
 
     def _ids(self, values: list[int | str]) -> I64:
@@ -766,7 +780,11 @@ class _Builder:
 
     def _intern(self, values: list[str]) -> npt.NDArray[np.int32]:
         table = self.strings
-        for text in dict.fromkeys(values):
+        distinct = dict.fromkeys(values)
+        if any(len(text) > MAX_NAME_CHARS for text in distinct):
+            values = [cap_name(text) for text in values]
+            distinct = dict.fromkeys(values)
+        for text in distinct:
             if text not in table:
                 table[text] = len(table)
                 self.string_runs.append(self.run_index)
@@ -970,6 +988,7 @@ class _Builder:
         for (kind, pid, tid), arg in zip(keys, args):
             if not isinstance(arg.name, str) or not arg.name:
                 continue
+            arg.name = cap_name(arg.name)
             if kind == "process_name":
                 processes.setdefault(pid, arg.name)
             else:
@@ -1025,7 +1044,21 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
 
     The streaming reader handles well-formed Kineto files in bounded memory; anything it does not
     recognise (a bare list, a truncated or corrupt file, NaN literals…) goes through the whole-file path
-    below, which salvages and explains."""
+    below, which salvages and explains. Both read through :mod:`aiprof.trace.source` (sniffed, size-
+    bounded) under the limits in force (:func:`aiprof.trace.source.configure`)."""
+    try:
+        return _load_file(path, rank, rank_source)
+    except RecursionError:
+        raise TraceError(
+            f"{path}: JSON nested deeper than the decoder allows; this is not a trace aiprof can read"
+        ) from None
+    except MemoryError:
+        raise TraceError(
+            f"{path}: too large for available memory; load fewer events (--max-events) or use a larger machine"
+        ) from None
+
+
+def _load_file(path: Path, rank: int, rank_source: str) -> Trace:
     from aiprof.trace.stream import stream_load
 
     streamed = stream_load(path, rank, rank_source)
@@ -1038,11 +1071,19 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
     raw.warnings[:0] = notes
     if not raw.events:
         raise TraceError(f"{path}: the trace holds no events; re-record it (is the profiler schedule active?)")
+    limit = current_limits().max_events
+    if limit and len(raw.events) > limit:
+        raise too_many_events(path, limit)
     builder = _Builder(raw, path)
     events, raw.events = raw.events, []
     trace = builder.run(events, rank, rank_source)
     release_free_memory()
     return trace
+
+
+def too_many_events(path: Path, limit: int) -> TraceError:
+    """The one-line error past ``LoadLimits.max_events``."""
+    return TraceError(f"{path}: more than {limit:,} events (the --max-events limit); raise it to load this trace")
 
 
 def file_size(path: Path) -> int:

@@ -8,59 +8,48 @@ and an earlier candidate is tried: a run that decodes always ends on a real even
 
 Anything unusual — not an object with ``traceEvents``, a truncated or corrupt file, NaN literals,
 concatenated gzip members — makes :func:`stream_load` return None, and the caller uses the whole-file
-path, which salvages and explains.
+path, which salvages and explains. A file that is no trace at all, or past the load limits, stops here
+with a one-line TraceError (:mod:`aiprof.trace.source`).
+
+Work is linear in the text: a buffer with no decodable cut (one huge event, a run of whitespace) is
+looked at again only once it has doubled, and the last run is decoded in place.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import zlib
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
-from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header
+from aiprof.trace import source
+from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header, too_many_events
 from aiprof.trace.model import Trace
 from aiprof.trace.parallel import Helpers, WorkerError, _Helper, absorb, worker_count
 from aiprof.trace.schema import TraceFile
 
-BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
-PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
+BLOCK_BYTES = source.BLOCK_BYTES  # compressed bytes read at a time
+PIECE_BYTES = source.PIECE_BYTES  # decompressed bytes produced at a time
 CHUNK_BYTES = 1 << 20  # decompressed text decoded at a time (small: less memory per process, finer sharing)
 MAX_PREFIX_BYTES = 64 << 20  # give up streaming if "traceEvents" is not found within this
 MAX_CANDIDATES = 32
+RETRY_CANDIDATES = 4  # cuts tried again once a buffer with no decodable cut has doubled
 
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-_CUT = re.compile(rb"\}\s*,\s*(?=\{)")
-_ARRAY_END = re.compile(rb"\}\s*\]")
-_WS = b" \t\r\n"
+_CUT = re.compile(rb"\}\s*+,\s*+(?=\{)")
+_ARRAY_END = re.compile(rb"\}\s*+\]")
+# A cut's "}", "," and "{" lie at most this far apart: whitespace between two events beyond it (a
+# hostile run of spaces) is no cut, and is not rescanned at every attempt; a later cut takes it along.
+MAX_CUT_GAP = 4096
+_NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _RUN_CHECK = msgspec.json.Decoder(list[msgspec.Raw])  # a run handed to a helper must be whole events
 
 
 class _Fallback(Exception):
     """The file is not a plain, complete Kineto object: use the whole-file path."""
-
-
-def _decompressor() -> Any:
-    """A gzip stream decompressor: ISA-L's inflate when installed (about twice as fast as zlib's: 0.038
-    against 0.075 s for an 82 MB trace), else zlib's. Same interface."""
-    try:
-        from isal import isal_zlib
-    except ImportError:  # isal is a dependency; a platform without its wheels still works
-        return zlib.decompressobj(wbits=31)
-    return isal_zlib.decompressobj(wbits=31)
-
-
-def _inflate_errors() -> tuple[type[BaseException], ...]:
-    try:
-        from isal import isal_zlib
-    except ImportError:
-        return (zlib.error,)
-    isal_error: type[BaseException] = getattr(isal_zlib, "error")  # typed as an instance in its stubs
-    return (zlib.error, isal_error)
 
 
 # Runs handed to the helpers by prime(), ~15 ms of their work while the reader imports (3, 6 and 10
@@ -69,7 +58,7 @@ PRIME_RUNS = 3
 
 
 def _fallback_errors() -> tuple[type[BaseException], ...]:
-    return (_Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *_inflate_errors())
+    return (_Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *source.inflate_errors())
 
 
 _primed: dict[str, _Stream] = {}  # path → a load started by prime()
@@ -118,30 +107,14 @@ def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", work
 
 
 def _pieces(path: Path) -> Iterator[bytes]:
-    """Decompressed text of the file, block by block; raises _Fallback if a gzip stream is incomplete."""
-    with open(path, "rb") as fh:
-        head = fh.read(2)
-        if head != b"\x1f\x8b":
-            yield head
-            while block := fh.read(PIECE_BYTES):
-                yield block
-            return
-        decomp = _decompressor()
-        pending = head
-        while True:
-            # Bounded output per call: traces compress ~30×, so one compressed block can expand a lot.
-            out = decomp.decompress(pending, PIECE_BYTES)
-            if out:
-                yield out
-            pending = decomp.unconsumed_tail
-            if decomp.eof:
-                if decomp.unused_data.strip(b"\x00") or fh.read(1):
-                    raise _Fallback  # concatenated gzip members: zlib's whole-file path handles them
-                return
-            if not pending:
-                pending = fh.read(BLOCK_BYTES)
-                if not pending:
-                    raise _Fallback  # truncated: the whole-file path salvages it with a warning
+    """Decompressed text of the file, sniffed and size-bounded (:func:`aiprof.trace.source.pieces`);
+    raises _Fallback if a gzip stream is incomplete or followed by more data."""
+    try:
+        yield from source.pieces(path, None, PIECE_BYTES, BLOCK_BYTES)
+    except source.Truncated:
+        raise _Fallback from None  # the whole-file path salvages it with a warning
+    except source.TrailingData:
+        raise _Fallback from None  # concatenated gzip members: the whole-file path decides
 
 
 def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
@@ -154,7 +127,7 @@ def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
         pos = buf.rfind(b"}", lo, end)
         if pos < 0:
             break
-        if _CUT.match(buf, pos):
+        if _CUT.match(buf, pos, min(len(buf), pos + MAX_CUT_GAP)):
             found.append(pos)
         end = pos
     return found
@@ -173,6 +146,9 @@ class _Stream:
         self.pieces: Iterator[bytes] | None = None
         self.prefix = b""
         self.priming = False
+        self.opened = False  # the text's first non-whitespace byte has been seen (and is "{")
+        self.retry_at = 0  # after a failed cut, the buffer length at which to try again
+        self.work = 0  # bytes of buffer the scans faced, summed (linear in the text: see tests)
 
     def _start(self) -> Iterator[bytes]:
         if self.pieces is None:
@@ -224,41 +200,74 @@ class _Stream:
         return self.helpers.owner(self.run, helpers_only=self.priming)
 
     def _find_events(self, pieces: Iterator[bytes]) -> bytes:
-        """Read until ``"traceEvents": [``; return the header text before it (ending in ``:``)."""
+        """Read until ``"traceEvents": [``; return the header text before it (ending in ``:``).
+
+        Linear in the text read: the key is searched again only once the buffer has doubled since the
+        last search (a header of megabytes of whitespace, or a huge field, is not rescanned per piece)."""
+        search_at = 0  # buffer length at which to search again
         for piece in pieces:
             self.buf += piece
-            start = self.buf.lstrip(_WS)[:1]
-            if start and start != b"{":
-                raise _Fallback  # a bare list or not JSON: the whole-file path decides
-            match = _EVENTS_KEY.search(self.buf)
-            if match:
-                prefix = bytes(self.buf[: match.end() - 1])
-                del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
-                self.offset += match.end() - 1
-                return prefix
+            if not self.opened:
+                first = _NON_SPACE.search(self.buf, len(self.buf) - len(piece))
+                if first is not None:
+                    if self.buf[first.start()] != ord("{"):
+                        raise _Fallback  # a bare list: the whole-file path reads it
+                    self.opened = True
             if len(self.buf) > MAX_PREFIX_BYTES:
                 raise _Fallback
-        raise _Fallback
+            if len(self.buf) >= search_at:
+                prefix = self._split_header()
+                if prefix is not None:
+                    return prefix
+                search_at = 2 * len(self.buf)
+        prefix = self._split_header() if search_at else None  # the text ended before the buffer doubled
+        if prefix is None:
+            raise _Fallback
+        return prefix
+
+    def _split_header(self) -> bytes | None:
+        """The header text before ``"traceEvents": [`` (dropped from the buffer), or None if not there."""
+        self.work += len(self.buf)
+        match = _EVENTS_KEY.search(self.buf)
+        if match is None:
+            return None
+        prefix = bytes(self.buf[: match.end() - 1])
+        del self.buf[: match.end() - 1]  # keep the "[": runs are decoded in place
+        self.offset += match.end() - 1
+        return prefix
 
     def _decode_complete_events(self) -> None:
         """Decode the longest decodable run of whole events at the front of the buffer.
 
         The buffer always starts with ``[``; the byte after the cut's ``}`` is overwritten with ``]`` for
-        the decode and restored after, so the run is decoded in place, without a copy."""
-        # Look near the end first (cheap); if nothing there decodes, anywhere in the buffer. With no
-        # usable cut at all (one giant event), keep reading: the end of the array is handled anyway.
-        for window_start in (max(1, len(self.buf) - max(CHUNK_BYTES // 4, 1 << 16)), 1):
-            for cut in _last_cuts(self.buf, window_start, MAX_CANDIDATES):
-                if self._decode_in_place(cut + 1):
-                    comma = self.buf.index(b",", cut)
-                    # Drop the decoded run: deleting from the front is O(1) for a bytearray (a slice
-                    # after the "[" would move and shrink the buffer every time); the comma becomes "[".
-                    del self.buf[:comma]
-                    self.offset += comma
-                    self.buf[0] = ord("[")
-                    return
-            if window_start == 1:
+        the decode and restored after, so the run is decoded in place, without a copy.
+
+        Linear in the text: when no cut decodes (one huge event, a long run of whitespace), the buffer
+        is not looked at again until it has doubled, so the work of all attempts sums to a few times the
+        text, not the square of it (``work`` counts the bytes each attempt faces)."""
+        if len(self.buf) < self.retry_at:
+            return
+        self.work += len(self.buf)
+        limit = MAX_CANDIDATES if self.retry_at == 0 else RETRY_CANDIDATES
+        for cut in _last_cuts(self.buf, 1, limit):
+            if self._decode_in_place(cut + 1):
+                comma = self.buf.index(b",", cut)
+                # Drop the decoded run: deleting from the front is O(1) for a bytearray (a slice
+                # after the "[" would move and shrink the buffer every time); the comma becomes "[".
+                del self.buf[:comma]
+                self.offset += comma
+                self.buf[0] = ord("[")
+                self.retry_at = 0
+                self._check_count()
                 return
+        # No usable cut (one giant event, a run of whitespace): keep reading; the end of the array is
+        # handled anyway.
+        self.retry_at = 2 * len(self.buf)
+
+    def _check_count(self) -> None:
+        limit = source.current().max_events
+        if limit and self.count > limit:
+            raise too_many_events(self.path, limit)
 
     def _decode_in_place(self, close_at: int) -> bool:
         saved = self.buf[close_at]
@@ -286,27 +295,42 @@ class _Stream:
             self.buf[close_at] = saved
 
     def _finish_array(self, prefix: bytes) -> None:
-        """The buffer holds the last events, ``]``, and the rest of the top-level object."""
-        tail = bytes(self.buf[1:])
-        self.buf = bytearray()
+        """The buffer holds ``[``, the last events, ``]``, and the rest of the top-level object. The
+        events are decoded in place (no copy of what may be a large buffer: one huge event)."""
+        buf = self.buf
         # The array ends with "}" then "]" (or is empty: "]" first). Later header fields may hold many
-        # other "]" (Kineto's INFO log lines): only these candidates are tried, last first.
-        ends = [m.end() - 1 for m in _ARRAY_END.finditer(tail)]
-        if tail.lstrip(_WS)[:1] == b"]":
-            ends.insert(0, tail.index(b"]"))
+        # other "]" (Kineto's INFO log lines): only the last of these candidates are tried, last first.
+        ends = list(deque((m.end() - 1 for m in _ARRAY_END.finditer(buf, 1)), maxlen=4 * MAX_CANDIDATES))
+        first = _NON_SPACE.search(buf, 1)
+        if first is not None and buf[first.start()] == ord("]"):
+            ends.insert(0, first.start())
         for end in reversed(ends[-4 * MAX_CANDIDATES :]):
             # Both sides must decode: a "]" that closes some other list (a later header field, an
-            # event's "grid") leaves one side malformed. feed_text adds nothing unless it decodes.
+            # event's "grid") leaves one side malformed. feed_array adds nothing unless it decodes.
             try:
-                header = _HEADER_DECODER.decode(prefix + b"[]" + tail[end + 1 :])
-                events = tail[:end].strip(_WS)
-                if events:
+                header = _HEADER_DECODER.decode(prefix + b"[]" + bytes(buf[end + 1 :]))
+                if _NON_SPACE.search(buf, 1, end) is not None:
                     self.builder.run_index = self.run
-                    self.count += self.builder.feed_text(events)
+                    self.count += self._feed_until(end)
             except msgspec.MsgspecError:
                 continue
+            self.buf = bytearray()
             typed, notes = _typed_header(header, self.path)
             self.builder.header = typed
             self.builder.warnings.extend(notes)
+            self._check_count()
             return
         raise _Fallback
+
+    def _feed_until(self, end: int) -> int:
+        """Decode ``buf[: end + 1]`` (``[``, events, ``]``) in place; return how many events."""
+        view = memoryview(self.buf)
+        part = view[: end + 1]
+        try:
+            return self.builder.feed_array(part)
+        finally:
+            try:
+                part.release()
+                view.release()
+            except BufferError:  # an interrupted decode left events pointing into the buffer
+                pass

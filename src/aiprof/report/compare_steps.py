@@ -1,0 +1,88 @@
+"""The step durations a comparison rests on: every step of the run when the run directory has them,
+else the steps the profiler recorded.
+
+* ``recorded_steps(report)``: the report's recorded steps (``ranks[].steps``, complete steps only).
+* ``whole_run_steps(report)``: every step of an ``aiprof run`` directory, from its data-loader table
+  (``dataloader.rank<N>[-pid<P>].csv``: ``step,start_unix_ns,end_unix_ns,wait_ns,batches``, one row per
+  step, recorded or not; step −1, the time before the first step, is left out), or None when the
+  report's traces are not in a run directory that still holds those files.
+
+On several ranks a step lasts as long as its slowest rank (the others wait for it at the next
+collective), so durations are taken per step number as the maximum over ranks.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from aiprof.report.model import Report
+
+Source = Literal["whole-run", "recorded"]
+_MAX_ROWS = 10_000_000
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """The step durations (ns) of one run and where they come from."""
+
+    durations_ns: list[int]
+    source: Source
+
+
+def recorded_steps(report: Report) -> StepSample:
+    """The recorded steps' durations, the slowest rank's per step number."""
+    per_step: dict[int, int] = {}
+    for rank in report.ranks:
+        for step in rank.steps:
+            per_step[step.number] = max(per_step.get(step.number, 0), step.duration_ns)
+    return StepSample([per_step[k] for k in sorted(per_step)], "recorded")
+
+
+def whole_run_steps(report: Report) -> StepSample | None:
+    """Every step of the run from its run directory's data-loader tables, or None (see the module text)."""
+    from aiprof.report.runcontext import run_dir_of
+
+    found = run_dir_of([str(s) for s in report.sources])
+    if found is None:
+        return None
+    folder = found.path
+    per_step: dict[int, int] = {}
+    for path in sorted(folder.glob("dataloader.rank*.csv")):
+        for number, duration in _rows(path):
+            per_step[number] = max(per_step.get(number, 0), duration)
+    if not per_step:
+        return None
+    return StepSample([per_step[k] for k in sorted(per_step)], "whole-run")
+
+
+def _rows(path: Path) -> Iterable[tuple[int, int]]:
+    """(step, duration) of each well-formed row with step >= 0; a cut or unreadable row is skipped."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            if header[:3] != ["step", "start_unix_ns", "end_unix_ns"]:
+                return
+            for i, row in enumerate(reader):
+                if i >= _MAX_ROWS:
+                    return
+                try:
+                    number, start, end = int(row[0]), int(row[1]), int(row[2])
+                except (IndexError, ValueError):
+                    continue
+                if number >= 0 and end > start:
+                    yield number, end - start
+    except (OSError, UnicodeDecodeError):
+        return
+
+
+def step_samples(before: Report, after: Report) -> tuple[StepSample, StepSample]:
+    """Like with like: both runs' whole-run steps when both have them, else both runs' recorded steps."""
+    b, a = whole_run_steps(before), whole_run_steps(after)
+    if b is not None and a is not None:
+        return b, a
+    return recorded_steps(before), recorded_steps(after)

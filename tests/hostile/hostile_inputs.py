@@ -1,0 +1,180 @@
+"""Generated hostile trace files, small enough for tests and scalable for ``bench/hostile_scaling.py``.
+
+Each writer streams its file (nothing the size of the output is built in memory) and returns the path.
+Sizes are parameters: tests use kilobytes to a few megabytes, the benchmark doubles them.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_BLOCK = 1 << 20
+
+
+def _write(path: Path, parts: Iterator[bytes], gz: bool) -> Path:
+    with open(path, "wb") as fh:
+        if not gz:
+            for part in parts:
+                fh.write(part)
+            return path
+        comp = zlib.compressobj(6, zlib.DEFLATED, 31)
+        for part in parts:
+            fh.write(comp.compress(part))
+        fh.write(comp.flush())
+    return path
+
+
+def _repeat(byte: bytes, count: int) -> Iterator[bytes]:
+    block = byte * _BLOCK
+    while count > 0:
+        take = min(count, _BLOCK)
+        yield block[:take]
+        count -= take
+
+
+def _op(name: str, ts: float, dur: float, tid: int = 1, args: dict[str, Any] | None = None) -> bytes:
+    event = {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+    event["args"] = args or {"External id": 1}
+    return json.dumps(event).encode()
+
+
+def _kernel(name: str, ts: float, dur: float, correlation: int) -> bytes:
+    args = {"correlation": correlation, "stream": 7, "device": 0}
+    event = {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": args}
+    return json.dumps(event).encode()
+
+
+def _trace(events: Iterator[bytes]) -> Iterator[bytes]:
+    yield b'{"schemaVersion": 1, "traceEvents": ['
+    first = True
+    for event in events:
+        if not first:
+            yield b","
+        first = False
+        yield event
+    yield b"]}"
+
+
+def gzip_bomb(path: Path, decompressed_bytes: int, byte: bytes = b"\0") -> Path:
+    """A gzip file of ``decompressed_bytes`` copies of one byte (zeros: the classic bomb, ~1000x)."""
+    return _write(path, _repeat(byte, decompressed_bytes), gz=True)
+
+
+def padded_trace_bomb(path: Path, decompressed_bytes: int) -> Path:
+    """A valid-looking trace start, then ``decompressed_bytes`` of spaces: passes the sniff, compresses
+    ~1000x, and only the size limits stop it."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"traceEvents": [' + _op("aten::mm", 0, 1) + b","
+        yield from _repeat(b" ", decompressed_bytes)
+        yield _op("aten::mm", 2, 1) + b"]}"
+
+    return _write(path, parts(), gz=True)
+
+
+def normal_trace(path: Path, events: int, gz: bool = False) -> Path:
+    """``events`` ordinary events: ProfilerSteps of ops, each op launching a kernel."""
+
+    def parts() -> Iterator[bytes]:
+        step_len = 1000.0
+        ops_per_step = 50
+        for i in range(0, events, 2):
+            step, k = divmod(i // 2, ops_per_step)
+            ts = step * step_len + k * 10.0
+            if k == 0:
+                yield _op(f"ProfilerStep#{step}", step * step_len, step_len - 1).replace(b"cpu_op", b"user_annotation")
+            yield _op("aten::mm", ts + 1, 5, args={"External id": i, "correlation": i})
+            yield _kernel("sgemm_128x64_nn", ts + 3, 4, i)
+
+    return _write(path, _trace(parts()), gz)
+
+
+def spaces_run(path: Path, spaces: int, gz: bool = False) -> Path:
+    """Two events with a run of ``spaces`` whitespace bytes between them (no event boundary for a long
+    stretch: a reader that rescans its buffer per piece is quadratic here)."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"traceEvents": [' + _op("aten::mm", 0, 1) + b","
+        yield from _repeat(b" ", spaces)
+        yield _op("aten::add", 2, 1) + b"," + _op("aten::mm", 4, 1) + b"]}"
+
+    return _write(path, parts(), gz)
+
+
+def huge_event(path: Path, inner_objects: int, gz: bool = False) -> Path:
+    """One event whose args hold ``inner_objects`` small objects in a list (``},{`` inside the event: cut
+    candidates that never decode), between ordinary events."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"traceEvents": [' + _op("aten::mm", 0, 1) + b","
+        head = _op("aten::huge", 2, 1, args={"External id": 2, "items": []})
+        yield head[: head.index(b"[]") + 1]
+        block = b",".join([b'{"a":1}'] * 4096)
+        left = inner_objects
+        first = True
+        while left > 0:
+            take = min(left, 4096)
+            yield (b"" if first else b",") + block[: take * 8 - 1]
+            first = False
+            left -= take
+        yield b"]}}," + _op("aten::mm", 4, 1) + b"]}"
+
+    return _write(path, parts(), gz)
+
+
+def long_name(path: Path, name_chars: int, gz: bool = False) -> Path:
+    """One op whose name is ``name_chars`` characters, between ordinary events."""
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"traceEvents": [' + _op("aten::mm", 0, 1) + b","
+        yield b'{"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "name": "'
+        yield from _repeat(b"x", name_chars)
+        yield b'"},' + _op("aten::mm", 4, 1) + b"]}"
+
+    return _write(path, parts(), gz)
+
+
+def many_names(path: Path, events: int, gz: bool = False) -> Path:
+    """``events`` ops, every one with a distinct name."""
+    return _write(path, _trace(_op(f"op_{i}", float(i), 0.5) for i in range(events)), gz)
+
+
+def deep_nesting(path: Path, depth: int, gz: bool = False) -> Path:
+    """``depth`` CPU ops on one thread, each nested inside the previous (a stack ``depth`` deep)."""
+    total = 2.0 * depth + 10
+    return _write(path, _trace(_op("aten::linear", float(i), total - 2.0 * i) for i in range(depth)), gz)
+
+
+def deep_json(path: Path, depth: int) -> Path:
+    """A trace whose one event's args nest ``depth`` lists deep (deeper than any JSON decoder's stack)."""
+    args = b'{"External id": 1, "x": ' + b"[" * depth + b"]" * depth + b"}"
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 1, "args": ' + args + b"}"
+    return _write(path, iter([b'{"traceEvents": [', event, b"]}"]), gz=False)
+
+
+def far_kernel(path: Path, steps: int, kernel_ts_us: float, kernel_dur_us: float, gz: bool = False) -> Path:
+    """``steps`` ProfilerSteps of 1 ms, each with an op launching a 100 µs kernel, and in step 0 one
+    more launch whose kernel starts at ``kernel_ts_us`` and lasts ``kernel_dur_us`` (a CUPTI glitch:
+    an 11-day kernel, or a timestamp far in the future)."""
+
+    def parts() -> Iterator[bytes]:
+        corr = 0
+        for step in range(steps):
+            t = step * 1000.0
+            yield _op(f"ProfilerStep#{step}", t, 999.0).replace(b"cpu_op", b"user_annotation")
+            for k in range(2 if step == 0 else 1):
+                corr += 1
+                yield _op("aten::mm", t + 10 + 100 * k, 50, args={"External id": corr})
+                launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                          "ts": t + 20 + 100 * k, "dur": 5, "args": {"correlation": corr, "External id": corr}}
+                yield json.dumps(launch).encode()
+                if k == 1:
+                    yield _kernel("glitch_kernel", kernel_ts_us, kernel_dur_us, corr)
+                else:
+                    yield _kernel("sgemm_128x64_nn", t + 30, 100.0, corr)
+
+    return _write(path, _trace(parts()), gz)
