@@ -47,7 +47,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int, *needles: str)
 # ---------------------------------------------------------------------------------------------------
 # One composition root
 # ---------------------------------------------------------------------------------------------------
-PIPELINE_MODULES = ("aiprof.pipeline", "aiprof.analysis", "aiprof.report", "aiprof.trace", "aiprof.rules.registry")
+PIPELINE_MODULES = ("aiprof.pipeline", "aiprof.analysis", "aiprof.report", "aiprof.trace", "aiprof.rules.registry", "aiprof.memory")
 
 
 def _imports(path: Path) -> set[str]:

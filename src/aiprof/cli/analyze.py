@@ -90,6 +90,8 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
+        parser.add_argument("--no-memory", dest="memory", action="store_false",
+                            help="leave out the memory section (it reads a trace with [memory] events a second time)")
         parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
                             "whose name matches REGEX are the steps (see docs/nsight.md)")
 
@@ -107,7 +109,8 @@ class AnalyzeCommand:
         try:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
-                                             progress=progress.update, on_warning=said.append)
+                                             progress=progress.update, on_warning=said.append,
+                                             memory=args.memory)
                 report = app.analyze(args.paths, options)
         finally:
             for message in said:
