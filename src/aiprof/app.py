@@ -27,6 +27,7 @@ from aiprof.errors import AiprofError
 if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
     from aiprof.memory.report import MemoryReport
+    from aiprof.pipeline import MemoryMode
     from aiprof.report.compare import Comparison
     from aiprof.report.model import Report
     from aiprof.roofline.analysis import RooflineResult
@@ -49,7 +50,9 @@ class AnalyzeOptions:
     rules: RuleOptions | None = None
     progress: ProgressCallback | None = None
     on_warning: Warn | None = None
-    memory: bool = True  # the memory section (and findings) of ranks with memory data (docs/memory.md)
+    # The memory section (and findings): "auto" from allocator dumps of `aiprof run --memory`, "all" also from
+    # a trace's [memory] events (read a second time: `analyze --memory`), "off" none (docs/memory.md).
+    memory: MemoryMode = "auto"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
 from aiprof.rules.finding import Finding
@@ -37,7 +37,7 @@ def diagnose_hook(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
-    memory: bool = True,
+    memory: MemoryMode = "auto",
 ) -> dict[str, Any]:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
@@ -47,7 +47,9 @@ def diagnose_hook(
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
     out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
-    report = rank_memory(trace, notes) if memory else None
+    report = rank_memory(trace, notes, memory)
+    if report is None and memory == "auto" and len(trace.rows_of(Kind.MEMORY)):
+        notes.append("this trace has [memory] events: `aiprof analyze --memory` adds the memory section")
     if report is not None:
         from aiprof.rules.memory_findings import memory_findings
 
@@ -59,39 +61,38 @@ def diagnose_hook(
 # ---------------------------------------------------------------------------------------------------
 # Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
 # ---------------------------------------------------------------------------------------------------
+MemoryMode = Literal["auto", "all", "off"]
+"""Which memory inputs make a rank's memory section: ``auto`` the allocator dumps an ``aiprof run --memory``
+wrote (cheap); ``all`` also a trace's ``[memory]`` events (``aiprof analyze --memory``: the trace is read
+a second time, about 1-4x its load time); ``off`` none."""
 MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
 
 
-def memory_inputs(trace: Trace) -> list[Path]:
+def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
     """The memory inputs of a rank, best first: its allocator snapshots in the run directory's ``memory/``
-    (the OOM dump, then the end-of-window one), then its trace when it holds ``[memory]`` events."""
+    (the OOM dump, then the end-of-window one), then (``mode="all"``) its trace when it holds ``[memory]``
+    events."""
     found: list[Path] = []
-    folder = run_dir_of(trace.path)
+    if mode == "off":
+        return found
+    folder = run_directory_of(trace.path)
     if folder is not None and (folder / MEMORY_DIR).is_dir():
         for stem in ("oom", "snapshot"):
             path = folder / MEMORY_DIR / f"{stem}.rank{trace.rank}.pickle"
             if path.is_file():
                 found.append(path)
     name = trace.path.name.lower()
-    if len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
+    if mode == "all" and len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
         found.append(trace.path)
     return found
 
 
-def run_dir_of(trace_path: Path) -> Path | None:
-    """The ``aiprof run`` directory a trace sits in (``aiprof.rundir.owner_of``), or None."""
-    from aiprof.rundir import owner_of
-
-    owner = owner_of(trace_path)
-    return owner.path if owner is not None else None
-
-
-def rank_memory(trace: Trace, notes: list[str] | None = None) -> MemoryReport | None:
+def rank_memory(trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all") -> MemoryReport | None:
     """The memory report of one rank, or None when it has no memory data. An input that cannot be read
     becomes a note (in ``notes``), never a failed analysis."""
-    inputs = memory_inputs(trace)
+    inputs = memory_inputs(trace, mode)
     if not inputs:
         return None
     from aiprof.memory import analyze_memory, load_memory
@@ -121,13 +122,13 @@ def analyze_and_diagnose(
     options: RuleOptions | None = None,
     rank_rules: list[RankRule] | None = None,
     run_rules: list[RunRule] | None = None,
-    memory: bool = True,
+    memory: MemoryMode = "auto",
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
-    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory=False``
-    leaves out the memory section and findings."""
+    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
+    which memory inputs make the memory section and findings (:data:`MemoryMode`)."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None and memory:
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto":
         hook: Any = diagnose_hook
     else:
         hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory)

@@ -34,8 +34,8 @@ def test_analyze_has_a_memory_section_in_every_format(activation_trace: Path, tm
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     out = {fmt: tmp_path / f"r.{ext}" for fmt, ext in (("json", "json"), ("md", "md"), ("html", "html"))}
     for path in out.values():
-        assert main(["analyze", str(activation_trace), "-o", str(path)]) == 0
-    assert main(["analyze", str(activation_trace)]) == 0
+        assert main(["analyze", str(activation_trace), "--memory", "-o", str(path)]) == 0
+    assert main(["analyze", str(activation_trace), "--memory"]) == 0
     text = capsys.readouterr().out
     report = load_report(out["json"])
     mem = report.ranks[0].memory

@@ -25,6 +25,8 @@ EVIL = "<script>alert(1)</script>|[x](http://e)\x1b[31m\u202e"
 MiB = 1 << 20
 FIXTURES = Path(__file__).parent / "fixtures"
 
+ALL = app.AnalyzeOptions(memory="all")  # a trace's [memory] events make the section only when asked (--memory)
+
 
 def _memory_trace(path: Path, *, op: str = "aiten::mm", batch_mib: int = 4, steps: int = 3) -> Path:
     """CPU steps, each allocating ``batch_mib`` MiB inside ``op`` and freeing it at the step's end, after
@@ -60,7 +62,7 @@ def test_a_trace_without_memory_events_has_no_memory_section(tmp_path: Path) -> 
 
 def test_memory_section_in_every_format_and_the_json_decodes(tmp_path: Path) -> None:
     path = _memory_trace(tmp_path / "m.json")
-    report = app.analyze([path])
+    report = app.analyze([path], ALL)
     mem = report.ranks[0].memory
     assert isinstance(mem, MemoryReport) and report.schema_version == SCHEMA_VERSION == "1.1"
     peak = mem.devices[0].peak_allocated_bytes
@@ -79,7 +81,7 @@ def test_memory_section_in_every_format_and_the_json_decodes(tmp_path: Path) -> 
 
 
 def test_hostile_site_names_are_escaped_in_every_format(tmp_path: Path) -> None:
-    report = app.analyze([_memory_trace(tmp_path / "m.json", op=EVIL)])
+    report = app.analyze([_memory_trace(tmp_path / "m.json", op=EVIL)], ALL)
     mem = report.ranks[0].memory
     assert isinstance(mem, MemoryReport)
     assert any(EVIL in s.site for s in mem.devices[0].live_at_peak_by_site)
@@ -131,7 +133,7 @@ def test_a_broken_snapshot_is_a_note_not_a_failed_analysis(tmp_path: Path) -> No
 def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> None:
     from aiprof.rules.finding import Finding
 
-    report = app.analyze([_memory_trace(tmp_path / "m.json")])
+    report = app.analyze([_memory_trace(tmp_path / "m.json")], ALL)
     assert report.findings  # the run has findings: time ones and, where the rules apply, memory ones
     savings = [f.est_saving_ns_per_step for f in report.findings]
     first_zero = next((i for i, s in enumerate(savings) if s <= 0), len(savings))
@@ -163,8 +165,8 @@ def test_an_old_report_decodes_without_a_memory_section(path: Path) -> None:
 
 
 def test_compare_shows_memory_peak_deltas(tmp_path: Path) -> None:
-    before = app.analyze([_memory_trace(tmp_path / "a.json", batch_mib=4)])
-    after = app.analyze([_memory_trace(tmp_path / "b.json", batch_mib=2)])
+    before = app.analyze([_memory_trace(tmp_path / "a.json", batch_mib=4)], ALL)
+    after = app.analyze([_memory_trace(tmp_path / "b.json", batch_mib=2)], ALL)
     cmp = app.compare(before, after)
     assert cmp.memory is not None
     peak = cmp.memory.peaks[0]
@@ -186,9 +188,10 @@ def test_no_memory_leaves_the_section_and_its_findings_out(tmp_path: Path, capsy
     from aiprof.cli import main
 
     path = _memory_trace(tmp_path / "m.json")
-    report = app.analyze([path], app.AnalyzeOptions(memory=False))
+    report = app.analyze([path], app.AnalyzeOptions(memory="off"))
     assert report.ranks[0].memory is UNSET and not [f for f in report.findings if f.id.startswith("mem_")]
     out = tmp_path / "r.json"
     assert main(["analyze", str(path), "--no-memory", "-o", str(out)]) == 0
     assert "memory" not in json.loads(out.read_text())["ranks"][0]
-    assert main(["analyze", str(path)]) == 0 and "Memory (kineto" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--memory"]) == 0 and "Memory (kineto" in capsys.readouterr().out
+    assert main(["analyze", str(path)]) == 0 and "Memory (kineto" not in capsys.readouterr().out

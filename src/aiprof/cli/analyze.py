@@ -90,8 +90,13 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
-        parser.add_argument("--no-memory", dest="memory", action="store_false",
-                            help="leave out the memory section (it reads a trace with [memory] events a second time)")
+        memory = parser.add_mutually_exclusive_group()
+        memory.add_argument("--memory", dest="memory", action="store_const", const="all", default="auto",
+                            help="add the memory section from the trace's [memory] events too (profile_memory=True; "
+                                 "the trace is read a second time). By default only allocator dumps of "
+                                 "`aiprof run --memory` make it")
+        memory.add_argument("--no-memory", dest="memory", action="store_const", const="off",
+                            help="leave out the memory section")
         parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
                             "whose name matches REGEX are the steps (see docs/nsight.md)")
 
