@@ -11,11 +11,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml setup.py src/aiprof/trace/_columnar.c | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py src/aiprof/trace/kineto/_columnar.c | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml setup.py src/aiprof/trace/_columnar.c | $(BIN)/python
+$(VENV)/.dev-installed: pyproject.toml setup.py src/aiprof/trace/kineto/_columnar.c | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,telemetry]' '$(TORCH)'
 	touch $(VENV)/.installed $@
 
@@ -50,15 +50,15 @@ bench: dev
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info
 
-# The native columniser (src/aiprof/trace/_columnar.c) under AddressSanitizer + UBSan: a sanitized build
+# The native columniser (src/aiprof/trace/kineto/_columnar.c) under AddressSanitizer + UBSan: a sanitized build
 # in a copy of src/ (build/sanitize), then its tests and every shared trace through it; then the same for the
 # snapshot reader's native scan (src/aiprof/memory/_snapscan.c) and the snapshot tests.
 SAN_PY = $(BIN)/python -c
 sanitize: dev
 	rm -rf build/sanitize && mkdir -p build/sanitize && cp -r src build/sanitize/
 	gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -std=c11 -fPIC -shared \
-	  -I"$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/aiprof/trace/_columnar.c \
-	  -o build/sanitize/src/aiprof/trace/_columnar$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	  -I"$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/aiprof/trace/kineto/_columnar.c \
+	  -o build/sanitize/src/aiprof/trace/kineto/_columnar$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_native_columnar.py \

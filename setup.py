@@ -8,8 +8,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "aiprof.trace._columnar",
-            ["src/aiprof/trace/_columnar.c"],
+            "aiprof.trace.kineto._columnar",
+            ["src/aiprof/trace/kineto/_columnar.c"],
             optional=True,
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         ),

@@ -54,7 +54,8 @@ def measure(path: Path, reader: str) -> dict[str, Any]:
 
     warnings.simplefilter("ignore")
     from aiprof.analysis.steps import step_windows
-    from aiprof.trace import links, loader, stream
+    from aiprof.trace import links
+    from aiprof.trace.kineto import loader, stream
 
     if reader == "whole-file":
         stream.stream_load = lambda *a, **k: None  # type: ignore[assignment]

@@ -23,8 +23,9 @@ from hostile_inputs import (
 
 import aiprof
 from aiprof.errors import TraceError
-from aiprof.trace import loader, source, stream
-from aiprof.trace.loader import MAX_NAME_CHARS, cap_name, is_capped, load_file, read_bytes
+from aiprof.trace.kineto import loader, source, stream
+from aiprof.trace.kineto.builder import MAX_NAME_CHARS, cap_name, is_capped
+from aiprof.trace.kineto.loader import load_file, read_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +128,7 @@ def test_non_trace_files_are_named_by_what_they_are_not(tmp_path: Path, content:
 # --- linear scanning -----------------------------------------------------------------------------
 def _stream_work(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
     """(bytes the stream's scans faced, decompressed text size) for a load in this process."""
-    monkeypatch.setattr(stream, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(source, "PIECE_BYTES", 4096)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
     s = stream._Stream(path, 0)
     s.load(0, "file order")

@@ -12,7 +12,7 @@ from hostile_inputs import far_kernel
 from aiprof.analysis.steps import step_windows
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, account
 from aiprof.trace import suspect
-from aiprof.trace.loader import load_file
+from aiprof.trace.kineto.loader import load_file
 
 STEPS = 6
 DAY_US = 86_400e6

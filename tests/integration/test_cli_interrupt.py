@@ -54,7 +54,7 @@ class Interrupt(importlib.abc.MetaPathFinder):  # Ctrl-C while the CLI imports t
 
 sys.meta_path.insert(0, Interrupt())
 from aiprof import cli
-from aiprof.trace import stream
+from aiprof.trace.kineto import stream
 code = cli.main(["analyze", sys.argv[1], "-o", sys.argv[2]])
 try:
     os.waitpid(-1, os.WNOHANG)

@@ -11,7 +11,7 @@ from test_load_all_traces import FILES, NOT_TRACES, ROOT
 
 from aiprof.errors import TraceError
 from aiprof.trace import links
-from aiprof.trace.loader import load_file
+from aiprof.trace.kineto.loader import load_file
 from aiprof.trace.model import Kind, Trace
 
 

@@ -12,7 +12,7 @@ from test_load_all_traces import FILES, NOT_TRACES, ROOT
 from aiprof.analysis import run
 from aiprof.errors import TraceError
 from aiprof.pipeline import diagnose_hook
-from aiprof.trace.loader import load_file
+from aiprof.trace.kineto.loader import load_file
 
 pytestmark = [
     pytest.mark.skipif(not FILES, reason=f"shared traces not found at {ROOT}"),

@@ -7,7 +7,7 @@ import pytest
 from test_load_all_traces import FILES, NOT_TRACES, ROOT
 from trace_compare import identical
 
-from aiprof.trace import stream
+from aiprof.trace.kineto import source, stream
 
 pytestmark = pytest.mark.skipif(not FILES, reason=f"shared traces not found at {ROOT}")
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not FILES, reason=f"shared traces not found at {
 def test_helpers_match_one_process_on_every_shared_trace(rel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     path = ROOT / rel
     monkeypatch.setattr(stream, "CHUNK_BYTES", 256 << 10)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(source, "PIECE_BYTES", 64 << 10)
     serial = stream.stream_load(path, workers=0)  # cut the same way (string ids follow the runs)
     if serial is None:
         pytest.skip("not a streamable file (the whole-file path loads it)")

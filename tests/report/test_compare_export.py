@@ -110,12 +110,12 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     assert isinstance(ov, dict)
     base = int(ov["base_time_ns"])
     n = _write_telemetry(run_dir / "telemetry.csv", base + ov["start_ns"], base + ov["end_ns"])
-    (run_dir / "meta.json").write_text(json.dumps({"command": ["python", "train.py"], "world_size": 1}))
+    (run_dir / "meta.json").write_text(json.dumps({"format": "aiprof-run", "command": ["python", "train.py"], "mode": "run"}))
 
     doc: Report = document_for_paths((str(run_dir),))
     jsonschema.validate(json.loads(render(doc, "json")), schema())
     assert doc.telemetry is not None and doc.run_metadata is not None
-    assert doc.telemetry["samples"] == n and doc.run_metadata["world_size"] == 1
+    assert doc.telemetry["samples"] == n and doc.run_metadata["mode"] == "run"
     assert len(doc.telemetry["series"]["cpu_pct"]) == n
 
     html = render(doc, "html")

@@ -232,7 +232,7 @@ def _cpu_gemm(tmp: Path) -> Path:
 
 def test_cpu_roof_scaled_to_the_threads_of_the_run(tmp_path: Path) -> None:
     path = _cpu_gemm(tmp_path)
-    (tmp_path / "meta.json").write_text(json.dumps({"torch_threads": 1, "ranks": [{"rank": 0, "torch_threads": 1}]}))
+    (tmp_path / "meta.json").write_text(json.dumps({"format": "aiprof-run", "torch_threads": 1, "ranks": [{"rank": 0, "torch_threads": 1}]}))
     result = roofline(_load(path), CPU_PEAKS)
     assert result.peaks is not None and result.peaks.flops_per_s["matrix_fp32"] == pytest.approx(50e9)
     assert result.cpu_threads == 1 and "scaled to the 1 intra-op thread" in result.peaks_note

@@ -226,14 +226,14 @@ def test_data_loading_fix_follows_the_machine(tmp_path: Path) -> None:
     assert cpu2.title.startswith("Training loop waits")
 
     gpu16 = _loader_fix(tmp_path / "gpu16", _gpu_loader_steps,
-                        {"host": {"cores_logical": 16, "cores_available": 16}})
+                        {"format": "aiprof-run", "host": {"cores_logical": 16, "cores_available": 16}})
     assert "num_workers=4" in gpu16.fix and "pin_memory=True" in gpu16.fix and "non_blocking=True" in gpu16.fix
 
     foreign = _loader_fix(tmp_path / "foreign", _gpu_loader_steps, None)  # a trace found in the wild
     assert "num_workers=N" in foreign.fix and "up to the free cores" in foreign.fix, foreign.fix
     assert not re.search(r"num_workers=\d", foreign.fix), foreign.fix
 
-    one = _loader_fix(tmp_path / "one", _cpu_loader_steps, {"host": {"cores_available": 1}})
+    one = _loader_fix(tmp_path / "one", _cpu_loader_steps, {"format": "aiprof-run", "host": {"cores_available": 1}})
     assert "num_workers=" not in one.fix and "1 core" in one.fix, one.fix
 
     multi = _loader_fix(tmp_path / "multi", lambda b: _cpu_loader_steps(b, multi=True), META_2)

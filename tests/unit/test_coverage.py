@@ -16,7 +16,7 @@ from aiprof.analysis.run import analyze_paths, analyze_trace
 from aiprof.analysis.steps import step_windows
 from aiprof.errors import AiprofWarning
 from aiprof.pipeline import analyze_and_diagnose
-from aiprof.trace.loader import load_file
+from aiprof.trace.kineto.loader import load_file
 from aiprof.trace.model import Trace
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from kineto_builder import TraceBuilder
 
 from aiprof.errors import NoTracesError, TraceError
-from aiprof.trace.loader import load_file
+from aiprof.trace.kineto.loader import load_file
 from aiprof.trace.model import Trace
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -98,7 +98,7 @@ def test_mutated_real_trace(tmp_path: Path, edits: list[tuple[int, bytes, int]],
 
 
 @FUZZ
-# relative timestamps up to 2^43 µs (~100 days) convert exactly; see loader._to_ns
+# relative timestamps up to 2^43 µs (~100 days) convert exactly; see builder._to_ns
 @given(st.lists(st.tuples(st.integers(0, 8_796_093_022_207_999), st.integers(0, 10**12)), min_size=1, max_size=30),
        st.sampled_from(["new", "legacy"]))
 def test_valid_traces_round_trip_ns(tmp_path: Path, spans: list[tuple[int, int]], schema: str) -> None:

@@ -1,6 +1,6 @@
 """The native columniser against the pure-Python path, on the same text.
 
-Its contract (``aiprof/trace/_columnar.c``): build exactly what the pure path builds, or hand the run
+Its contract (``aiprof/trace/kineto/_columnar.c``): build exactly what the pure path builds, or hand the run
 back (``None``) without changing anything. Every test here feeds one JSON array of events to a builder
 through each path and compares the traces they finish into, bit for bit (string ids, side tables and
 warnings included), or the errors they raise."""
@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from trace_compare import identical
 
 from aiprof.errors import TraceError
-from aiprof.trace import loader
-from aiprof.trace.loader import RawTrace, _Builder
+from aiprof.trace.kineto import builder as column_builder
+from aiprof.trace.kineto.builder import Builder, RawTrace
 from aiprof.trace.model import Trace
-from aiprof.trace.schema import TraceFile
+from aiprof.trace.kineto.schema import TraceFile
 
-NATIVE = loader._native
+NATIVE = column_builder._native
 needs_native = pytest.mark.skipif(NATIVE is None, reason="the native columniser is not built (or AIPROF_NATIVE=0)")
 
 
@@ -57,10 +57,10 @@ def dump(value: Any, indent: int | None, ascii_only: bool, level: int = 0) -> st
 
 def build(blob: bytes, native: Any) -> tuple[Trace | None, str]:
     """Feed ``blob`` (a JSON array) to a fresh builder on one path; the trace, or the error it raised."""
-    saved = loader._native
-    loader._native = native
+    saved = column_builder._native
+    column_builder._native = native
     try:
-        builder = _Builder(RawTrace([], TraceFile(), []), Path("t.json"))
+        builder = Builder(RawTrace([], TraceFile(), []), Path("t.json"))
         try:
             count = builder.feed_array(blob)
         except msgspec.DecodeError as err:
@@ -70,13 +70,13 @@ def build(blob: bytes, native: Any) -> tuple[Trace | None, str]:
         except TraceError as err:
             return None, f"TraceError: {err}"
     finally:
-        loader._native = saved
+        column_builder._native = saved
 
 
 def same(blob: bytes) -> bool:
     """Both paths agree on ``blob``; True when the native path read it itself."""
     pure, pure_error = build(blob, None)
-    ran = NATIVE.columnize(blob, loader._kind_code) is not None
+    ran = NATIVE.columnize(blob, column_builder._kind_code) is not None
     native, native_error = build(blob, NATIVE)
     assert native_error == pure_error
     if pure is not None:
@@ -258,7 +258,7 @@ def test_edge_cases_are_read_natively_and_identically(items: list[Any]) -> None:
     ],
 )
 def test_what_the_native_path_hands_back(text: bytes) -> None:
-    assert NATIVE.columnize(text, loader._kind_code) is None
+    assert NATIVE.columnize(text, column_builder._kind_code) is None
     assert not same(text)
 
 
@@ -302,7 +302,7 @@ def test_pretty_printed_shapes_are_minified_as_the_pure_path_does() -> None:
 @needs_native
 def test_a_bad_time_hands_the_run_back_unchanged() -> None:
     text = events_text([span(name="first"), span(ts=Lit("1e17"))])
-    builder = _Builder(RawTrace([], TraceFile(), []), Path("t.json"))
+    builder = Builder(RawTrace([], TraceFile(), []), Path("t.json"))
     builder.feed_array(text)
     assert builder.native_fallbacks == 1 and builder.bad_time == 1 and builder.strings == {"cpu_op": 0, "first": 1}
     assert same(text) is True  # columnize read it; the builder then chose the pure path
@@ -314,4 +314,4 @@ def test_the_extension_is_built_where_a_compiler_is() -> None:
         pytest.skip("AIPROF_NATIVE=0")
     if not (shutil.which(str(sysconfig.get_config_var("CC") or "cc").split()[0]) or shutil.which("cc")):
         pytest.skip("no C compiler here")
-    assert loader.native_enabled()
+    assert column_builder.native_enabled()

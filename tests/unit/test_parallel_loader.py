@@ -15,7 +15,8 @@ import pytest
 from kineto_builder import TraceBuilder
 from trace_compare import identical
 
-from aiprof.trace import loader, parallel, stream
+from aiprof.trace import cores
+from aiprof.trace.kineto import loader, parallel, source, stream
 from aiprof.trace.runset import map_files
 
 
@@ -58,7 +59,7 @@ def test_helpers_build_the_same_trace_as_one_process(
 ) -> None:
     path = busy_trace(tmp_path)
     monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(stream, "PIECE_BYTES", max(chunk // 3, 64))
+    monkeypatch.setattr(source, "PIECE_BYTES", max(chunk // 3, 64))
     serial = stream.stream_load(path, workers=0)
     shared = stream.stream_load(path, workers=workers)
     assert serial is not None and shared is not None
@@ -70,7 +71,7 @@ def test_helpers_build_the_same_trace_as_one_process(
 def test_a_failing_helper_falls_back_to_one_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = busy_trace(tmp_path)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 2048)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(source, "PIECE_BYTES", 1024)
 
     def broken(conn: Any, path: Path) -> None:
         raise SystemExit(3)  # the helper dies without a word
@@ -87,19 +88,19 @@ def test_a_failing_helper_falls_back_to_one_process(tmp_path: Path, monkeypatch:
 
 def test_helper_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIPROF_DECODE_WORKERS", "0")
-    assert parallel.worker_count() == 0
+    assert cores.worker_count() == 0
     monkeypatch.setenv("AIPROF_DECODE_WORKERS", "2")
-    assert parallel.worker_count() == (2 if "fork" in multiprocessing.get_all_start_methods() else 0)
+    assert cores.worker_count() == (2 if "fork" in multiprocessing.get_all_start_methods() else 0)
     monkeypatch.setenv("AIPROF_DECODE_WORKERS", "many")
-    assert parallel.worker_count() == 0
+    assert cores.worker_count() == 0
     monkeypatch.delenv("AIPROF_DECODE_WORKERS")
-    assert 0 <= parallel.worker_count() <= parallel.MAX_WORKERS
+    assert 0 <= cores.worker_count() <= cores.MAX_WORKERS
     monkeypatch.setattr(multiprocessing.current_process(), "_config", {"daemon": True})
-    assert parallel.worker_count() == 0  # inside a daemonic process: its owner manages the cores
+    assert cores.worker_count() == 0  # inside a daemonic process: its owner manages the cores
 
 
 def _helpers_here(job: tuple[Path]) -> int:
-    return parallel.worker_count()
+    return cores.worker_count()
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="helpers need fork")
@@ -108,12 +109,12 @@ def test_pool_workers_share_the_cores(monkeypatch: pytest.MonkeyPatch, tmp_path:
     them: with as many files in flight as cores, none of them forks decode helpers."""
     monkeypatch.delenv("AIPROF_DECODE_WORKERS", raising=False)
     jobs = [(tmp_path / f"rank{i}.json",) for i in range(2)]
-    share = parallel.usable_cores() // 2
-    expected = max(0, min(share - 1, parallel.MAX_WORKERS))
+    share = cores.usable_cores() // 2
+    expected = max(0, min(share - 1, cores.MAX_WORKERS))
     assert map_files(_helpers_here, jobs, 2, None) == [expected, expected]
     for workers in (3, 8):  # more workers than cores: one core each, no helpers
         many = [(tmp_path / f"rank{i}.json",) for i in range(workers)]
-        if parallel.usable_cores() <= workers:
+        if cores.usable_cores() <= workers:
             assert set(map_files(_helpers_here, many, workers, None)) == {0}
 
 
@@ -123,7 +124,7 @@ def test_a_primed_load_is_the_same_trace(tmp_path: Path, monkeypatch: pytest.Mon
     dealt while priming)."""
     path = busy_trace(tmp_path)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(source, "PIECE_BYTES", 2048)
     monkeypatch.setenv("AIPROF_DECODE_WORKERS", "1")
     serial = stream.stream_load(path, workers=0)
     stream.prime(path, runs)
@@ -139,7 +140,7 @@ def test_an_interrupt_while_receiving_results_does_not_hang(tmp_path: Path, monk
     pipe, is killed, not waited for (which would wait forever)."""
     path = busy_trace(tmp_path)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 2048)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 1024)
+    monkeypatch.setattr(source, "PIECE_BYTES", 1024)
     monkeypatch.setattr(parallel, "PIPE_BYTES", 4096)  # the state does not fit: the helper blocks writing
     started: list[parallel.Helpers] = []
     real_init = parallel.Helpers.__init__
@@ -187,7 +188,7 @@ def test_discarding_a_primed_load_stops_its_helpers(tmp_path: Path, monkeypatch:
     are killed and reaped, none is left running or as a zombie."""
     path = busy_trace(tmp_path)
     monkeypatch.setattr(stream, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(stream, "PIECE_BYTES", 2048)
+    monkeypatch.setattr(source, "PIECE_BYTES", 2048)
     monkeypatch.setenv("AIPROF_DECODE_WORKERS", "2")
     stream.prime(path, 2)
     helpers = stream._primed[str(path.resolve())].helpers

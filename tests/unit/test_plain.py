@@ -52,7 +52,7 @@ def test_same_as_asdict_on_real_statistics() -> None:
     from aiprof.analysis.comm import comm_stats
     from aiprof.analysis.kernels import kernel_stats
     from aiprof.analysis.ops import op_stats
-    from aiprof.trace.loader import load_file
+    from aiprof.trace.kineto.loader import load_file
 
     path = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hta" / "amd_trace"
     files = sorted(path.glob("*.json.gz"))

@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 from kineto_builder import TraceBuilder
 
-from aiprof.trace import loader, stream
+from aiprof.trace.kineto import builder as column_builder
+from aiprof.trace.kineto import loader, source, stream
 from aiprof.trace.model import Trace
 
 
 def whole_file(path: Path) -> Trace:
     data, _ = loader.read_bytes(path)
     raw = loader.decode(path, data)
-    return loader._Builder(raw, path).run(raw.events, 0, "file order")
+    return column_builder.Builder(raw, path).run(raw.events, 0, "file order")
 
 
 def same(a: Trace, b: Trace) -> None:
@@ -61,8 +62,8 @@ def test_streaming_equals_whole_file_for_any_chunk_size(
 ) -> None:
     path = tricky_trace(tmp_path, name)
     monkeypatch.setattr(stream, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(stream, "PIECE_BYTES", max(chunk // 2, 16))
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 97)
+    monkeypatch.setattr(source, "PIECE_BYTES", max(chunk // 2, 16))
+    monkeypatch.setattr(source, "BLOCK_BYTES", 97)
     streamed = stream.stream_load(path)
     assert streamed is not None, "a well-formed trace must stream"
     same(streamed, whole_file(path))

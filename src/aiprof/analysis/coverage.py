@@ -35,7 +35,7 @@ import numpy as np
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.steps import StepWindow
 from aiprof.trace import links
-from aiprof.trace.loader import is_cut_off
+from aiprof.trace.kineto.loader import is_cut_off
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
 # Runtime / driver calls that put work on the device (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel,

@@ -62,7 +62,7 @@ def start(fn: Callable[[], T]) -> Pending[T] | None:
     spare core, or decode helpers turned off with ``AIPROF_DECODE_WORKERS=0``). Call it inside
     :func:`aiprof.interrupts.interrupts_held` and record the result before the block ends, so that
     Ctrl-C cannot leave a child nobody closes."""
-    from aiprof.trace.parallel import worker_count
+    from aiprof.trace.cores import worker_count
 
     if not hasattr(os, "fork") or worker_count() <= 0:
         return None

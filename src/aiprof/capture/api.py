@@ -127,7 +127,7 @@ class Profile(contextlib.ContextDecorator):
         job = job_key()
 
         def claim(meta: dict[str, Any]) -> None:
-            others = [p for p in path.iterdir() if not p.name.startswith(".")]
+            others = [p for p in path.iterdir() if not p.name.startswith(".") or p.name == rundir.CLAIM]
             if meta and job is not None and meta.get("job") == job:
                 return  # another rank of this job created it
             if others:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from aiprof.capture.rundir import atomic_write
+from aiprof.rundir import atomic_write, format_waits
 
 _PATCHED_FLAG = "_aiprof_patched"
 
@@ -80,10 +80,8 @@ class DataLoaderTracker:
         """``step,start_unix_ns,end_unix_ns,wait_ns,batches``; the open step is closed first."""
         if self._batches or self._wait_ns:
             self.end_step(self.step_index + 1)
-        lines = ["step,start_unix_ns,end_unix_ns,wait_ns,batches"]
-        for row in zip(self.steps, self.starts, self.ends, self.waits, self.batches):
-            lines.append(",".join(str(v) for v in row))
-        atomic_write(path, ("\n".join(lines) + "\n").encode())
+        rows = zip(self.steps, self.starts, self.ends, self.waits, self.batches)
+        atomic_write(path, format_waits(rows))
 
     def summary(self) -> dict[str, Any]:
         waits = sorted(w for s, w in zip(self.steps, self.waits) if s >= 0)

@@ -1,52 +1,24 @@
 """Metadata of a run: versions, machine, devices, command line and a few environment variables.
 
 Environment variables are copied only from an explicit allow-list: traces found in the wild leak
-tokens (HF_TOKEN, WANDB_API_KEY, AWS keys) through exactly this field. The command line is kept, with
-the values of options that look like secrets replaced.
+tokens (HF_TOKEN, WANDB_API_KEY, AWS keys) through exactly this field (the list lives in
+:mod:`aiprof.rundir`, which filters it again on reading). The command line is kept, with every secret in it
+replaced (:mod:`aiprof.redact`: by name, by token shape, URL passwords).
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import re
 import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Only variables that change performance and hold no secrets.
-ENV_ALLOW_LIST: tuple[str, ...] = (
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_LAUNCH_BLOCKING",
-    "CUDA_DEVICE_MAX_CONNECTIONS",
-    "CUBLAS_WORKSPACE_CONFIG",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "KMP_AFFINITY",
-    "PYTORCH_CUDA_ALLOC_CONF",
-    "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-    "TORCH_DISTRIBUTED_DEBUG",
-    "NCCL_DEBUG",
-    "NCCL_ALGO",
-    "NCCL_PROTO",
-    "NCCL_IB_DISABLE",
-    "NCCL_P2P_DISABLE",
-    "NCCL_SHM_DISABLE",
-    "NCCL_NET_GDR_LEVEL",
-    "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS",
-    "WORLD_SIZE",
-    "RANK",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",
-    "ROLE_RANK",
-)
+from aiprof.redact import redact_argv
+from aiprof.rundir import ENV_ALLOW_LIST
 
-_SECRET_OPTION = re.compile(r"(token|secret|passw|api[-_]?key|credential|auth)", re.IGNORECASE)
+__all__ = ["ENV_ALLOW_LIST", "allowed_env", "cpu_model", "host_info", "redact_command", "torch_info"]
 
 
 def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -56,23 +28,9 @@ def allowed_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def redact_command(argv: Sequence[str]) -> list[str]:
-    """The command line with the values of secret-looking options (``--hf-token X``, ``--api-key=X``) hidden."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-            continue
-        if arg.startswith("-") and _SECRET_OPTION.search(arg):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=<redacted>")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
+    """The command line with every secret value hidden: by option name, by token shape, URL passwords
+    (:func:`aiprof.redact.redact_argv`)."""
+    return redact_argv(argv)
 
 
 def cpu_model() -> str:

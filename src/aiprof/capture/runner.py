@@ -161,7 +161,11 @@ class Runner:
             code = self._run_child(run_dir, folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        meta = self._settle(run_dir, code)
+        try:
+            meta = self._settle(run_dir, code)
+        except rundir.RunDirError as err:  # a full disk: say so in meta.json when it still fits, then one line
+            rundir.record_failure(run_dir, str(err))
+            raise
         return RunResult(run_dir, code, meta)
 
     def _env(self, run_dir: Path, folder: Path) -> dict[str, str]:
@@ -211,14 +215,19 @@ class Runner:
         interval = self.options.telemetry_interval_s
         telemetry_dir = run_dir if self.options.telemetry else None
         claimed: set[str] = set()
+        failed: list[str] = []
         entries: list[dict[str, Any]] = meta.get("ranks", [])
         for entry in entries:
             parts = [run_dir / name for name in entry.get("cycle_files", []) if (run_dir / name).exists()]
             claimed.update(p.name for p in parts)
             if parts:
                 path = rundir.trace_path(run_dir, int(entry.get("rank", 0)), int(entry.get("pid", 0)))
-                entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
-                entry["trace_files"] = [path.name]
+                try:
+                    entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
+                    entry["trace_files"] = [path.name]
+                except rundir.RunDirError as err:  # the cycle files stay: the run's data is not lost
+                    entry.update(status="incomplete", reason=str(err), trace_files=[])
+                    failed.append(f"{err}; the profiler's cycle files stay in {run_dir}")
         states = procstate.read_all(run_dir)
         how = _how_it_ended(code)
         orphans = self._orphans(run_dir, claimed)
@@ -256,7 +265,10 @@ class Runner:
                 first = f"the script {escalated}" if escalated else _exit_reason(code)
                 m["reason"] = first + (f"; {m['reason']}" if m.get("reason") else "")
 
-        return rundir.update_meta(run_dir, final)
+        meta = rundir.update_meta(run_dir, final)
+        if failed:
+            raise rundir.RunDirError(failed[0])
+        return meta
 
     @staticmethod
     def _orphans(run_dir: Path, claimed: set[str]) -> dict[int, list[Path]]:

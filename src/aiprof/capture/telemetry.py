@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import threading
 import time
@@ -18,6 +19,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+
+from aiprof.rundir import read_telemetry
 
 Clock = Callable[[], int]
 Row = list[float | int | None]
@@ -254,10 +257,24 @@ class TelemetrySampler:
             self.recent.append(row)
             self.samples += 1
             if self._writer is not None:
-                self._writer.writerow(["" if v is None else v for v in row])
-                if self.samples % _FLUSH_EVERY == 0 and self._fh is not None:
-                    self._fh.flush()
+                try:
+                    self._writer.writerow(["" if v is None else v for v in row])
+                    if self.samples % _FLUSH_EVERY == 0 and self._fh is not None:
+                        self._fh.flush()
+                except OSError as err:  # a full disk: stop writing, keep the run going, say why
+                    self._close_file(err)
         return row
+
+    def _close_file(self, error: OSError | None = None) -> None:
+        """Close the CSV (under ``self._lock``); a write that fails (disk full) is recorded, not raised."""
+        fh, self._fh, self._writer = self._fh, None, None
+        try:
+            if fh is not None:
+                fh.close()
+        except OSError as err:
+            error = error or err
+        if error is not None and len(self.errors) < 5:
+            self.errors.append(f"{self.path}: cannot write ({error.strerror or error}); telemetry stopped there")
 
     def stop(self) -> None:
         """Stop the thread, take one last sample and close the file. Safe to call twice."""
@@ -267,9 +284,7 @@ class TelemetrySampler:
             thread.join(timeout=max(2.0, 5 * self.interval_s))
             self.sample_once()
         with self._lock:
-            if self._fh is not None:
-                self._fh.close()
-                self._fh, self._writer = None, None
+            self._close_file()
         for probe in self.probes:
             probe.close()
 
@@ -295,21 +310,14 @@ def default_probes(root_pid: int | None = None) -> tuple[list[Probe], dict[str, 
 
 
 def read_rows(path: Path, start_ns: int | None = None, end_ns: int | None = None) -> Iterator[dict[str, float]]:
-    """Stream rows back (numbers only, empty cells dropped), optionally within a time window."""
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            return
-        for raw in reader:
-            if len(raw) != len(header):
-                continue  # a row cut short by a crash
-            try:
-                t = int(raw[0])  # an int: a float would round unix ns to ~256 ns
-                row = {k: float(v) for k, v in zip(header[1:], raw[1:]) if v != ""}
-            except ValueError:
-                continue
-            row["t_unix_ns"] = t
-            if (start_ns is not None and t < start_ns) or (end_ns is not None and t > end_ns):
-                continue
-            yield row
+    """Rows back from ``telemetry.csv`` (through :func:`aiprof.rundir.read_telemetry`, the one reader),
+    empty cells dropped, optionally within a unix-ns time window."""
+    columns = read_telemetry(path)
+    times = columns.pop("t_unix_ns", [])
+    named = list(columns.items())
+    for i, t in enumerate(times):
+        if (start_ns is not None and t < start_ns) or (end_ns is not None and t > end_ns):
+            continue
+        row = {name: col[i] for name, col in named if not math.isnan(col[i])}
+        row["t_unix_ns"] = t
+        yield row

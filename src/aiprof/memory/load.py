@@ -16,7 +16,7 @@ STATS_FILE = "memory_stats.jsonl"
 def _read(path: Path) -> tuple[bytes, list[str]]:
     """The file's bytes, gunzipped: a pickle as it is (bounded like a trace's text), JSON through the
     trace reader's sniffing and size-bounded source."""
-    from aiprof.trace.loader import read_bytes
+    from aiprof.trace.kineto.loader import read_bytes
 
     try:
         pickled = _read_pickle(path)
@@ -39,10 +39,10 @@ def _head(path: Path) -> bytes:
 
 def _read_pickle(path: Path) -> bytes | None:
     """A pickle's bytes (protocol 2+ starts with PROTO 0x80; gzip-compressed ones too), or None when the
-    file is not one. Decompression stops past the trace size limit (``trace.source``), like a trace's."""
+    file is not one. Decompression stops past the trace size limit (``trace.kineto.source``), like a trace's."""
     import zlib
 
-    from aiprof.trace.source import current
+    from aiprof.trace.kineto.source import current
 
     with open(path, "rb") as fh:
         head = fh.read(2)

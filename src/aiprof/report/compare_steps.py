@@ -46,9 +46,10 @@ def whole_run_steps(report: Report) -> StepSample | None:
     """Every step of the run from its run directory's data-loader tables, or None (see the module text)."""
     from aiprof.report.runcontext import run_dir_of
 
-    folder = run_dir_of([str(s) for s in report.sources])
-    if folder is None:
+    found = run_dir_of([str(s) for s in report.sources])
+    if found is None:
         return None
+    folder = found.path
     per_step: dict[int, int] = {}
     for path in sorted(folder.glob("dataloader.rank*.csv")):
         for number, duration in _rows(path):

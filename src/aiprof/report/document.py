@@ -11,10 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
+from aiprof.memory.report import MemoryReport
 from aiprof.report.model import (
     SCHEMA_VERSION,
     SECTIONS,
@@ -46,7 +48,8 @@ def build_document(
         records = [as_record(dict(f) if isinstance(f, Mapping) else f) for f in findings or ()]
     except msgspec.ValidationError as err:
         raise AiprofError(f"a finding does not fit the report: {err}") from None
-    context = run_context(list(run.sources))
+    warnings = list(run.warnings)
+    context = run_context(list(run.sources), notes=warnings)
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -54,7 +57,7 @@ def build_document(
         summary=_summary(ranks),
         ranks=ranks,
         findings=records,
-        warnings=list(run.warnings),
+        warnings=warnings,
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
         run_metadata=context.get("run_metadata"),
         telemetry=context.get("telemetry"),
@@ -110,8 +113,15 @@ def _rank(r: RankAnalysis) -> RankReport:
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
         incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
         coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
+        memory=_memory(r),
         **r.sections,
     )
+
+
+def _memory(r: RankAnalysis) -> MemoryReport | UnsetType:
+    """The rank's memory report, computed by the diagnosis hook while its trace was loaded (or UNSET)."""
+    memory = r.extras.get("memory")
+    return memory if isinstance(memory, MemoryReport) else UNSET
 
 
 def _summary(ranks: list[RankReport]) -> Summary:

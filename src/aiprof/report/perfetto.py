@@ -27,9 +27,9 @@ def read_raw_trace(path: Path) -> dict[str, Any]:
     """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
     to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
     analysis read it: its complete events and the header fields written before them."""
-    from aiprof.trace.loader import read_bytes
+    from aiprof.trace.kineto.loader import read_bytes
 
-    data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.source)
+    data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.kineto.source)
     try:
         raw = msgspec.json.decode(data)
     except (ValueError, msgspec.DecodeError):
@@ -44,9 +44,9 @@ def read_raw_trace(path: Path) -> dict[str, Any]:
 
 
 def _salvaged_raw_trace(path: Path) -> dict[str, Any]:
-    """The loader's slow path (``trace.loader.decode``): every complete event before a cut, as dicts."""
+    """The loader's slow path (``trace.kineto.loader.decode``): every complete event before a cut, as dicts."""
     from aiprof.errors import TraceError
-    from aiprof.trace.loader import decode, read_bytes
+    from aiprof.trace.kineto.loader import decode, read_bytes
 
     try:
         data, _ = read_bytes(path)

@@ -1,23 +1,23 @@
-"""What an ``aiprof run`` directory holds beside its traces: telemetry counters and run metadata.
+"""What an aiprof run directory holds beside its traces: telemetry counters and run metadata.
 
 Read here, in the report layer, because they describe the run rather than any trace: the analysis
-never sees them. The format is the capture's (``telemetry.csv``: a ``t_unix_ns`` column, then one
-column per counter, empty cells where a probe had no value; ``meta.json``), read without importing
-the capture package so the report never depends on torch-side code.
+never sees them. The run directory is found and read through :mod:`aiprof.rundir` (its one owner: the
+same answer the rules get), so only aiprof's own ``meta.json`` is embedded, size-capped and decoded into
+:class:`aiprof.rundir.RunMeta`: the report shows its fields (the allow-list), with the command line
+redacted, never whatever else a file beside a trace holds. A foreign or oversized ``meta.json`` is ignored
+with a note.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-TELEMETRY = "telemetry.csv"
-META = "meta.json"
+from aiprof import rundir
+
 MAX_POINTS = 600
 
 # Counters worth plotting, by column name; per-core CPU columns are left out (too many lines).
@@ -28,38 +28,34 @@ _KEEP = re.compile(
 _RATES = ("disk_read_bytes", "disk_write_bytes", "net_recv_bytes", "net_sent_bytes")
 
 
-def run_dir_of(sources: list[str]) -> Path | None:
-    """The run directory when every analysed trace sits in one folder that has telemetry or metadata."""
-    parents = {Path(s).resolve().parent for s in sources}
-    if len(parents) != 1:
+def run_dir_of(sources: list[str], notes: list[str] | None = None) -> rundir.RunDir | None:
+    """The run directory when every analysed trace belongs to the same one (:func:`aiprof.rundir.owner_of`)."""
+    found: list[str] = []
+    folders = {Path(s).resolve().parent for s in sources}  # the answer depends on the folder only: read each once
+    owners = [rundir.owner_of(folder / "trace", found) for folder in sorted(folders)]
+    if notes is not None:
+        notes.extend(dict.fromkeys(found))
+    dirs = {o.path for o in owners if o is not None}
+    if len(dirs) != 1 or None in owners:
         return None
-    folder = parents.pop()
-    return folder if (folder / TELEMETRY).is_file() or (folder / META).is_file() else None
-
-
-def read_meta(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((run_dir / META).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return next(o for o in owners if o is not None)
 
 
 def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] | None:
     """Counters as columns over time, at most ``max_points`` samples (means over equal chunks)."""
-    header, rows = _read_csv(path)
-    if not header or not rows:
+    columns = rundir.read_telemetry(path)
+    times = columns.pop("t_unix_ns", [])
+    if not times:
         return None
-    table = np.array(rows, dtype=np.float64)
-    t = table[:, 0].astype(np.int64)
+    t = np.array(times, dtype=np.int64)
     order = np.argsort(t, kind="stable")
-    table, t = table[order], t[order]
+    t = t[order]
     series: dict[str, np.ndarray[Any, np.dtype[np.float64]]] = {}
-    for i, name in enumerate(header[1:], start=1):
+    for name, values in columns.items():
         if _KEEP.match(name):
-            series[name] = table[:, i]
+            series[name] = np.array(values, dtype=np.float64)[order]
         elif name in _RATES:
-            series[f"{name}_per_s"] = _rate(t, table[:, i])
+            series[f"{name}_per_s"] = _rate(t, np.array(values, dtype=np.float64)[order])
     keep = [k for k, v in series.items() if np.isfinite(v).any()]
     t_out, chunks = _downsample_times(t, max_points)
     return {
@@ -68,25 +64,6 @@ def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] |
         "t_unix_ns": t_out.tolist(),
         "series": {k: _round_list(_chunk_mean(series[k], chunks)) for k in keep},
     }
-
-
-def _read_csv(path: Path) -> tuple[list[str], list[list[float]]]:
-    """Numbers only; a row cut short by a crash or with a bad cell is skipped, blanks become NaN."""
-    rows: list[list[float]] = []
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, [])
-            for raw in reader:
-                if len(raw) != len(header) or not raw[0]:
-                    continue
-                try:
-                    rows.append([float(v) if v != "" else float("nan") for v in raw])
-                except ValueError:
-                    continue
-    except OSError:
-        return [], []
-    return header, rows
 
 
 def _rate(t: np.ndarray[Any, np.dtype[np.int64]], cumulative: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -120,17 +97,15 @@ def _round_list(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float | N
     return [None if not np.isfinite(v) else round(float(v), 3) for v in values]
 
 
-def run_context(sources: list[str]) -> dict[str, Any]:
-    """``{"run_metadata": …, "telemetry": …}`` for the document, with only the keys that exist."""
-    run_dir = run_dir_of(sources)
-    if run_dir is None:
+def run_context(sources: list[str], notes: list[str] | None = None) -> dict[str, Any]:
+    """``{"run_metadata": …, "telemetry": …}`` for the document, with only the keys that exist. Why a
+    ``meta.json`` beside the traces was not used goes to ``notes``."""
+    found = run_dir_of(sources, notes)
+    if found is None:
         return {}
-    out: dict[str, Any] = {}
-    meta = read_meta(run_dir)
-    if meta is not None:
-        out["run_metadata"] = meta
-    if (run_dir / TELEMETRY).is_file():
-        telemetry = read_telemetry(run_dir / TELEMETRY)
+    out: dict[str, Any] = {"run_metadata": found.meta.to_dict()}
+    if found.telemetry_path is not None:
+        telemetry = read_telemetry(found.telemetry_path)
         if telemetry is not None:
             out["telemetry"] = telemetry
     return out

@@ -450,30 +450,19 @@ def cpu_threads_used(trace: Trace) -> tuple[int, str]:
 
 
 def _read_run_threads(trace: Trace) -> tuple[int, str]:
+    from aiprof.rundir import owner_of
+
     path = getattr(trace, "path", None)
-    if path is None:
+    found = owner_of(path) if path is not None else None
+    if found is None:
         return 0, ""
-    for folder in (path.parent, path.parent.parent):
-        meta_path = folder / "meta.json"
-        if not meta_path.is_file():
-            continue
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return 0, ""
-        if not isinstance(meta, dict):
-            return 0, ""
-        ranks = [r for r in meta.get("ranks") or [] if isinstance(r, dict)]
-        mine = [r for r in ranks if r.get("rank") == trace.rank] + [meta]
-        for entry in mine:
-            value = entry.get("torch_threads")
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value, "torch.get_num_threads() in the run's meta.json"
-        env = meta.get("env")
-        text = str(env.get("OMP_NUM_THREADS", "")).strip() if isinstance(env, dict) else ""
-        if text.isdecimal() and int(text) > 0:
-            return int(text), "OMP_NUM_THREADS in the run's meta.json"
-        return 0, ""
+    meta = found.meta
+    for value in [r.torch_threads for r in meta.ranks if r.rank == trace.rank] + [meta.torch_threads]:
+        if isinstance(value, int) and value > 0:
+            return value, "torch.get_num_threads() in the run's meta.json"
+    text = meta.env.get("OMP_NUM_THREADS", "").strip()
+    if text.isdecimal() and int(text) > 0:
+        return int(text), "OMP_NUM_THREADS in the run's meta.json"
     return 0, ""
 
 

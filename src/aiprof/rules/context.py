@@ -42,6 +42,7 @@ class RunInputs:
     meta: dict[str, Any] | None = None
     telemetry: dict[str, list[float]] | None = None
     telemetry_path: str | None = None
+    loader_waits: dict[int, int] | None = None  # step number → ns in DataLoader.__next__, timed by the loader
     other: Mapping[str, Any] = field(default_factory=dict)  # keys this type does not know yet
 
     @staticmethod
@@ -50,11 +51,13 @@ class RunInputs:
         the wrong type reads as missing."""
         values = values or {}
         meta, table, path = values.get("run_meta"), values.get("telemetry"), values.get("telemetry_path")
-        known = ("run_meta", "telemetry", "telemetry_path")
+        waits = values.get("loader_waits")
+        known = ("run_meta", "telemetry", "telemetry_path", "loader_waits")
         return RunInputs(
             meta=meta if isinstance(meta, dict) else None,
             telemetry=table if isinstance(table, dict) else None,
             telemetry_path=str(path) if path is not None else None,
+            loader_waits=waits if isinstance(waits, dict) else None,
             other={k: v for k, v in values.items() if k not in known},
         )
 

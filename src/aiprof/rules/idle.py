@@ -39,8 +39,13 @@ _SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 @rank_rule(saving=Saving.IDLE, options=("data_loading_share",), needs=("idle_causes", "machine", "trace"),
            capture_idle=True)
 def data_loading(ctx: RankContext) -> list[Finding]:
-    """The device idles while the host waits in ``DataLoader.__next__``."""
+    """The device idles while the host waits in ``DataLoader.__next__``. When the run directory holds the
+    loader's own per-step waits (``aiprof run``), they are the evidence, and on a CPU-only run the saving:
+    the loop's wait is exactly the time the step loses, measured in every step rather than inferred."""
     exposed = ctx.per_step("idle_causes_ns", "data_loading")
+    measured = _measured_waits(ctx)
+    if measured is not None and not ctx.is_gpu:
+        exposed = float(measured)
     if ctx.share(exposed) < ctx.options.data_loading_share:
         return []
     rows = _annotations(ctx, _DATALOADER)
@@ -54,6 +59,12 @@ def data_loading(ctx: RankContext) -> list[Finding]:
         "data_loader": names.most_common(1)[0][0] if names else None,
         "workers": "multi-process" if multi else "single-process (num_workers=0)",
     }
+    formula = "mean over steady steps of the idle time whose host thread was inside DataLoader.__next__"
+    if measured is not None:
+        evidence["loader_wait_ns_per_step"] = measured
+        evidence["loader_wait_source"] = "the loader's own clock (aiprof run's dataloader.rank<N>.csv)"
+        formula = ("mean over steady steps of the time the training loop waited in DataLoader.__next__, timed "
+                   "by the loader in every step" if not ctx.is_gpu else formula + "; the loader's own wait is evidence")
     facts = machine_facts(ctx)
     evidence["cores"] = facts.cores
     evidence["recommended_num_workers"] = facts.loader_workers
@@ -67,10 +78,22 @@ def data_loading(ctx: RankContext) -> list[Finding]:
             exposed,
             evidence=evidence,
             fix=fix,
-            formula="mean over steady steps of the idle time whose host thread was inside DataLoader.__next__",
+            formula=formula,
             confidence="high",
         )
     ]
+
+
+def _measured_waits(ctx: RankContext) -> int | None:
+    """Mean per steady step of the loader's own wait (``loader_waits`` from the run directory), when it has
+    every steady ``ProfilerStep#N`` (the loader counts steps the same way); None otherwise."""
+    waits = ctx.inputs.loader_waits
+    if waits is None or ctx.analysis.step_source != "ProfilerStep" or not ctx.steps:
+        return None
+    found = [w for w in (waits.get(s.number) for s in ctx.steps) if isinstance(w, int)]
+    if len(found) != len(ctx.steps):
+        return None
+    return sum(found) // len(found)
 
 
 def _data_loading_fix(facts: MachineFacts, multi: bool) -> str:

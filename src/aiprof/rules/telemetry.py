@@ -17,72 +17,40 @@ stay readable: the split is then unknown and ``cpu_saturation`` says so (confide
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aiprof import rundir
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.machine import machine_facts, telemetry_core_count
 from aiprof.rules.spec import Saving, rank_rule
-
-TELEMETRY_FILE = "telemetry.csv"
-META_FILE = "meta.json"
-
+from aiprof.rundir import read_telemetry
 
 def load_run_inputs(trace_path: Path) -> dict[str, Any]:
-    """What the run directory around a trace adds to the trace: the telemetry table (column → list) and
-    ``meta.json`` (``run_meta``: host cores, torch threads…), when the trace sits in an aiprof run directory."""
-    for folder in (trace_path.parent, trace_path.parent.parent):
-        if not (folder / META_FILE).is_file():
-            continue
-        out: dict[str, Any] = {}
-        meta = read_meta(folder / META_FILE)
-        if meta:
-            out["run_meta"] = meta
-        csv_path = folder / TELEMETRY_FILE
-        if csv_path.is_file():
-            out["telemetry"] = read_telemetry(csv_path)
-            out["telemetry_path"] = str(csv_path)
-        return out
-    return {}
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    """``meta.json`` as a dict; empty when it is unreadable (a run cut mid-write) — never an error."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """What the run directory around a trace adds to the trace (:func:`aiprof.rundir.owner_of`: aiprof's own
+    run directories only): ``run_meta`` (``meta.json``'s known fields: host cores, torch threads…), the
+    telemetry table (column → list), and ``loader_waits`` (step number → ns the training loop waited in
+    ``DataLoader.__next__``, measured by the loader itself) for the process that wrote this trace."""
+    found = rundir.owner_of(trace_path)
+    if found is None:
         return {}
-    return data if isinstance(data, dict) else {}
-
-
-def read_telemetry(path: Path) -> dict[str, list[float]]:
-    """The CSV as columns of floats (NaN where a probe had no value)."""
-    columns: dict[str, list[float]] = {}
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            return {}
-        for name in header:
-            columns[name] = []
-        for row in reader:
-            if len(row) != len(header):
-                continue  # a row cut by a crash
-            for name, value in zip(header, row):
-                columns[name].append(_float(value))
-    return columns
-
-
-def _float(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return math.nan
+    out: dict[str, Any] = {}
+    meta = found.meta.to_dict()
+    if meta:
+        out["run_meta"] = meta
+    csv_path = found.telemetry_path
+    if csv_path is not None:
+        out["telemetry"] = read_telemetry(csv_path)
+        out["telemetry_path"] = str(csv_path)
+    waits_path = found.waits_path(trace_path)
+    waits = rundir.read_waits(waits_path) if waits_path is not None else None
+    if waits is not None and waits.steps:
+        out["loader_waits"] = waits.by_step()
+        out["loader_waits_path"] = str(waits_path)
+    return out
 
 
 def _window_rows(ctx: RankContext) -> tuple[dict[str, list[float]], list[int]] | None:

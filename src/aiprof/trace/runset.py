@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
+from aiprof.trace.cores import share_cores, usable_cores
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks
 
@@ -150,8 +151,6 @@ def map_files(
 ) -> list[O]:
     """``fn`` over jobs whose first item is a file path, in worker processes when there are several
     (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
-    from aiprof.trace.parallel import share_cores, usable_cores
-
     count = len(jobs)
     cores = usable_cores()
     workers = min(workers or cores, count)

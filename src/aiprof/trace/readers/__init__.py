@@ -52,7 +52,7 @@ def load_ranks(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
 
 def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
     """One file's trace (its first rank, for a file holding several). Same contract as
-    :func:`aiprof.trace.loader.load_file`."""
+    :func:`aiprof.trace.kineto.loader.load_file`."""
     trace = load_ranks(path)[0]
     if trace.rank == 0 and rank:
         trace.rank, trace.rank_source = rank, rank_source

@@ -1,5 +1,5 @@
-"""Kineto / Chrome-trace JSON (``.json``, ``.json.gz``, a bare event list): the existing loader
-(:mod:`aiprof.trace.loader`), seen through the reader interface."""
+"""Kineto / Chrome-trace JSON (``.json``, ``.json.gz``, a bare event list): the Kineto loader
+(:mod:`aiprof.trace.kineto`), seen through the reader interface."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class KinetoReader:
         return text[:1] in (b"{", b"[")
 
     def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
-        from aiprof.trace.loader import load_file
+        from aiprof.trace.kineto.loader import load_file  # here: imported on the first Kineto file only
 
         return [load_file(path)]
 

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from aiprof.arrays import unique
 from aiprof.errors import TraceError
+from aiprof.trace.cores import worker_count
 from aiprof.trace.model import I64, DeviceInfo, Kind, Trace
 from aiprof.trace.readers.base import Block, ReaderOptions, Strings, TraceParts, assemble, block
 
@@ -191,8 +192,6 @@ class _Layout:
 def _helpers(rows: int) -> int:
     if rows < _PARALLEL_ROWS:
         return 0
-    from aiprof.trace.parallel import worker_count
-
     return min(worker_count(), rows // _PARALLEL_ROWS)
 
 

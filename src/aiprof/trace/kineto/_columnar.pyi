@@ -1,4 +1,4 @@
-"""Types of the native columniser (``_columnar.c``); what it returns is ``aiprof.trace.loader.Columnized``."""
+"""Types of the native columniser (``_columnar.c``); what it returns is ``aiprof.trace.kineto.builder.Columnized``."""
 
 from collections.abc import Callable
 from typing import Any

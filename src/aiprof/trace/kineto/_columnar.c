@@ -1,7 +1,7 @@
-/* aiprof.trace._columnar: one pass over a JSON array of Kineto events, straight into columns.
+/* aiprof.trace.kineto._columnar: one pass over a JSON array of Kineto events, straight into columns.
  *
- * The optional native half of the loader (aiprof/trace/loader.py, _Builder.feed_array). It reads the
- * events of one run (~1 MB of text) and fills the columns the pure-Python path fills, without a struct,
+ * The optional native half of the loader (aiprof/trace/kineto/builder.py, Builder.feed_array). It reads
+ * the events of one run (~1 MB of text) and fills the columns the pure-Python path fills, without a struct,
  * dict or str per event: strings are interned in a hash table keyed on their bytes, numbers are parsed
  * in place, each kind's args are read with the keys (and the types) of the msgspec struct the pure path
  * decodes them with.
@@ -28,7 +28,7 @@
 
 typedef unsigned char u8;
 
-/* Phases (as in loader.py) and kinds (aiprof.trace.model.Kind). */
+/* Phases (as in builder.py) and kinds (aiprof.trace.model.Kind). */
 enum { PH_OTHER = 0, PH_META = 1, PH_FLOW = 2, PH_SPAN = 3, PH_INSTANT = 4 };
 enum { K_CPU_OP = 0, K_USER_ANNOTATION = 1, K_DRIVER = 4, K_KERNEL = 5, K_GPU_OTHER = 10, K_MEMORY = 11,
        K_INSTANT = 12, K_OTHER = 14 };
@@ -740,7 +740,7 @@ static void args_reset(Args *a) {
 enum {
     V_INT,        /* int -> ints[slot] */
     V_FLOAT,      /* int or float -> floats[slot] */
-    V_DIMS,       /* list[int] | null -> product (as loader._prod3) into ints[slot] */
+    V_DIMS,       /* list[int] | null -> product (as builder._prod3) into ints[slot] */
     V_SHAPE,      /* any value, kept as its span in shape[slot] */
     V_STACK,      /* str | null */
     V_COLLECTIVE, /* str | null */
@@ -805,7 +805,7 @@ static const ArgKey *find_arg(const char *s, Py_ssize_t n, int cls) {
  * drops it (parse_args then checks the rest of the object as that decode would). */
 #define MISTYPED 1
 
-/* A grid/block value as loader._prod3 sees it: the product of a list of ints; -1 for null, [], anything
+/* A grid/block value as builder._prod3 sees it: the product of a list of ints; -1 for null, [], anything
  * that is not a list of ints (msgspec drops that key), or a product outside [0, 2^63). */
 static int parse_dims(Ctx *c, int64_t *out) {
     *out = -1;
@@ -1003,7 +1003,7 @@ static int phase_of(const char *s, Py_ssize_t n, int *start) {
 }
 
 /* A pid, tid or flow id: an int64 (*str = -1) or a string (*str = its local id, *out = 0). Python
- * turns strings into numbers as _Builder._ids does. */
+ * turns strings into numbers as Builder._ids does. */
 static int id_value(Ctx *c, int64_t *out, int32_t *str) {
     *out = 0;
     *str = -1;
@@ -1198,7 +1198,7 @@ static int parse_event(Ctx *c, Args *a) {
 }
 
 /* ------------------------------------------------------------------------------------------------ */
-/* Canonical op inputs (as loader._canonical_shapes)                                                 */
+/* Canonical op inputs (as builder._canonical_shapes)                                               */
 /* ------------------------------------------------------------------------------------------------ */
 static int has_newline(Span s) { return s.at != NULL && memchr(s.at, '\n', (size_t)s.len) != NULL; }
 
@@ -1396,8 +1396,8 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "aiprof.trace._columnar",
-    "Kineto trace events straight into columns (the optional native half of aiprof.trace.loader).", -1,
+    PyModuleDef_HEAD_INIT, "aiprof.trace.kineto._columnar",
+    "Kineto trace events straight into columns (the optional native half of aiprof.trace.kineto.builder).", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -1,24 +1,19 @@
-"""Read one Kineto / Chrome-trace JSON file into a :class:`~aiprof.trace.model.Trace`.
+"""The column builder shared by every Kineto path: events (undecoded ``msgspec.Raw`` views, or a run of
+JSON text) in, the columns and side tables of a :class:`~aiprof.trace.model.Trace` out.
 
-Fast path, bounded memory: gunzip; one msgspec pass that splits ``traceEvents`` into undecoded
-``msgspec.Raw`` views; then chunks of ~20k events are decoded into slim structs, turned into numpy column
-pieces (args decoded per kind in one batch) and dropped before the next chunk. Nothing keeps a dict or a
-struct per event, so peak memory is the file plus the columns plus one chunk.
+Chunks of ~20k events are decoded into slim structs, turned into numpy column pieces (args decoded per
+kind in one batch) and dropped before the next chunk. Nothing keeps a dict or a struct per event, so peak
+memory is the text plus the columns plus one chunk. The whole-file path (:mod:`.loader`), the streaming
+reader (:mod:`.stream`) and its helper processes (:mod:`.parallel`) all feed a :class:`Builder`.
 
 Faster still, where it is built: the native columniser (``_columnar.c``) turns a run of events into the
-same columns in one C pass, or hands the run back to the msgspec path (:meth:`_Builder.feed_array`);
+same columns in one C pass, or hands the run back to the msgspec path (:meth:`Builder.feed_array`);
 the two give bit-identical traces (docs/architecture.md).
-
-Slow paths, taken only when the fast one fails: a file cut off mid-write is salvaged up to its last
-complete event; JSON with NaN/Infinity is decoded generically and re-encoded; events of the wrong shape
-are decoded one by one and the bad ones skipped. Each of these leaves a warning on the trace.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from operator import attrgetter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +25,6 @@ import numpy as np
 import numpy.typing as npt
 
 from aiprof.errors import TraceError
-from aiprof.heap import release_free_memory
 from aiprof.trace.model import (
     DEVICE_KINDS,
     ArgsStore,
@@ -42,9 +36,7 @@ from aiprof.trace.model import (
     kind_of_category,
 )
 from aiprof.trace import suspect
-from aiprof.trace.source import LoadLimits, not_a_trace, read_all
-from aiprof.trace.source import current as current_limits
-from aiprof.trace.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
+from aiprof.trace.kineto.schema import ABSENT, NO_ARGS, Event, GpuArgs, Header, MemoryArgs, MetaArgs, OpArgs, ShapeArgs, TraceFile
 
 T = TypeVar("T", bound=msgspec.Struct)
 I64 = npt.NDArray[np.int64]
@@ -71,7 +63,6 @@ class _PhaseCodes(dict[str, int]):
 _PH_CODES = _PhaseCodes(
     {"X": _PH_SPAN, "i": _PH_INSTANT, "I": _PH_INSTANT, "M": _PH_META, "s": _PH_FLOW, "f": _PH_FLOW, "t": _PH_FLOW}
 )
-_NON_SPACE = re.compile(rb"[^ \t\r\n]")
 
 
 def _native_module() -> Any:
@@ -79,7 +70,7 @@ def _native_module() -> Any:
     if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
         return None
     try:
-        from aiprof.trace import _columnar
+        from aiprof.trace.kineto import _columnar
     except ImportError:
         return None
     return _columnar
@@ -156,102 +147,17 @@ class RawTrace:
     warnings: list[str]
 
 
-# The words of the salvage warnings: a trace that carries one is partial (``is_cut_off``).
-GZIP_TRUNCATED = "gzip stream is truncated"
-CUT_OFF = "cut off mid-write"
-
-
-def is_cut_off(warnings: Sequence[str]) -> bool:
-    """Whether a trace's load warnings say its file was cut off and salvaged (only a prefix was read)."""
-    return any(CUT_OFF in w or GZIP_TRUNCATED in w for w in warnings)
-
 
 # ---------------------------------------------------------------------------------------------------
-# Reading bytes
+# Decoders and the header
 # ---------------------------------------------------------------------------------------------------
-def read_bytes(path: Path, limits: LoadLimits | None = None) -> tuple[bytes, list[str]]:
-    """The file's JSON bytes, gunzipped when compressed, sniffed and size-bounded (:mod:`.source`).
-    A truncated gzip yields what it holds."""
-    try:
-        return read_all(path, limits)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file; check the path") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a folder; pass the folder itself to load every trace in it") from None
-    except PermissionError:
-        raise TraceError(f"{path}: permission denied; make the file readable (chmod +r) and retry") from None
-    except OSError as err:
-        raise TraceError(f"{path}: cannot read ({err.strerror}); check the file and retry") from None
-
-
-# ---------------------------------------------------------------------------------------------------
-# First pass: split traceEvents into raw views
-# ---------------------------------------------------------------------------------------------------
-_HEADER_DECODER = msgspec.json.Decoder(Header)
+HEADER_DECODER = msgspec.json.Decoder(Header)
 _LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENTS_DECODER = msgspec.json.Decoder(list[Event])
 _EVENT_DECODER = msgspec.json.Decoder(Event)
 
 
-def _first_byte(data: bytes) -> int:
-    """Offset of the first non-whitespace byte (no copy of the 100 MB buffer, unlike ``lstrip``)."""
-    match = _NON_SPACE.search(data)
-    return match.start() if match else len(data)
-
-
-def decode(path: Path, data: bytes) -> RawTrace:
-    """Split the JSON into undecoded events plus the header, salvaging what can be salvaged."""
-    start = _first_byte(data)
-    if start >= len(data):
-        raise TraceError(f"{path}: the file is empty; re-record the trace")
-    first = data[start : start + 1]
-    if first not in (b"{", b"["):
-        _reject_non_container(path, data, start)
-    try:
-        return _split(path, data, start)
-    except msgspec.DecodeError:
-        pass
-    try:
-        return _decode_generic(path, data)
-    except TraceError as err:
-        salvaged = _salvage_truncated(path, data, start)
-        if salvaged is None:
-            raise err from None
-        return salvaged
-
-
-def _reject_non_container(path: Path, data: bytes, start: int) -> None:
-    """Text that does not open an object or a list. The message says what the file is not, never what
-    it holds (its first bytes could be anything: binary, a secret, terminal escapes)."""
-    raise not_a_trace(path)
-
-
-def _split(path: Path, data: bytes, start: int) -> RawTrace:
-    if data[start : start + 1] == b"[":
-        return RawTrace(_LIST_DECODER.decode(data), TraceFile(), [])
-    try:
-        header = _HEADER_DECODER.decode(data)
-    except msgspec.ValidationError:
-        raise TraceError(f"{path}: 'traceEvents' is not a list; this is not a Kineto/Chrome trace") from None
-    if header.traceEvents is None:
-        raise TraceError(_no_events_message(path, data))
-    events, header.traceEvents = header.traceEvents, None
-    typed, notes = _typed_header(header, path)
-    return RawTrace(events, typed, notes)
-
-
-def _no_events_message(path: Path, data: bytes) -> str:
-    """Say what the JSON is when it is a well-known neighbour of a Kineto trace."""
-    head = bytes(data[:4096])
-    if b'"nodes"' in head and (b'"schema"' in head or b'"finish_ts"' in head):
-        return (
-            f"{path}: this is a PyTorch execution trace (Chakra ET), not a Kineto trace; pass the "
-            "torch.profiler trace recorded with it (the *.pt.trace.json file)"
-        )
-    return f"{path}: JSON without a 'traceEvents' list; this is not a Kineto/Chrome trace"
-
-
-def _typed_header(header: Header, path: Path) -> tuple[TraceFile, list[str]]:
+def typed_header(header: Header, path: Path) -> tuple[TraceFile, list[str]]:
     """Decode each header field on its own; a field of the wrong type is dropped with a note."""
     values: dict[str, Any] = {}
     bad: list[str] = []
@@ -267,32 +173,7 @@ def _typed_header(header: Header, path: Path) -> tuple[TraceFile, list[str]]:
     return TraceFile(**values), notes
 
 
-def _decode_generic(path: Path, data: bytes) -> RawTrace:
-    """Generic decode (accepts NaN/Infinity), then re-encode each event so the fast pass can read it."""
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as err:
-        raise TraceError(f"{path}: not valid JSON ({_short(err)}); re-copy or re-record the trace") from None
-    notes: list[str] = []
-    header = TraceFile()
-    if isinstance(doc, list):
-        items: list[Any] = doc
-    elif isinstance(doc, dict):
-        found = doc.get("traceEvents")
-        if not isinstance(found, list):
-            raise TraceError(_no_events_message(path, data))
-        items = found
-        header_raw = Header()
-        for key, value in doc.items():
-            if key != "traceEvents" and key in Header.__struct_fields__:
-                setattr(header_raw, key, msgspec.Raw(_encode(value)))
-        header, notes = _typed_header(header_raw, path)
-    else:
-        raise TraceError(f"{path}: JSON {type(doc).__name__}, not a trace (expected an object or a list)")
-    return RawTrace([msgspec.Raw(_encode(item)) for item in items], header, notes)
-
-
-def _encode(value: Any) -> bytes:
+def encode_json(value: Any) -> bytes:
     """JSON bytes; NaN/Infinity become ``null`` (so that event is later skipped as malformed)."""
     try:
         return msgspec.json.encode(value)
@@ -300,52 +181,7 @@ def _encode(value: Any) -> bytes:
         return b"null"
 
 
-def _salvage_truncated(path: Path, data: bytes, start: int) -> RawTrace | None:
-    """A file cut off mid-write: keep every complete event before the cut."""
-    key = data.find(b'"traceEvents"')
-    if key >= 0:
-        begin = data.find(b"[", key)
-    elif data[start : start + 1] == b"[":
-        begin = start
-    else:
-        return None
-    if begin < 0:
-        return None
-    end = len(data)
-    for _ in range(200):
-        end = data.rfind(b"}", begin, end)
-        if end < 0:
-            return None
-        try:
-            events = _LIST_DECODER.decode(data[begin : end + 1] + b"]")
-        except msgspec.DecodeError:
-            continue
-        if not events:
-            return None
-        header = _salvage_header(path, data[:begin]) if key >= 0 else TraceFile()
-        pct = 100.0 * (end + 1) / len(data)
-        note = (
-            f"{path.name}: the trace is {CUT_OFF}; salvaged {len(events):,} complete events "
-            f"({pct:.1f}% of {len(data):,} bytes); results cover only what was recorded before the cut"
-        )
-        return RawTrace(events, header, [note])
-    return None
-
-
-def _salvage_header(path: Path, prefix: bytes) -> TraceFile:
-    """Top-level fields written before ``traceEvents`` (Kineto writes its header first)."""
-    text = prefix.rstrip()
-    key = text.rfind(b'"traceEvents"')
-    if key < 0:
-        return TraceFile()
-    head = text[:key].rstrip().rstrip(b",") + b"}"
-    try:
-        return _typed_header(_HEADER_DECODER.decode(head), path)[0]
-    except msgspec.MsgspecError:
-        return TraceFile()
-
-
-def _short(err: Exception) -> str:
+def short_error(err: Exception) -> str:
     return str(err).splitlines()[0][:160]
 
 
@@ -418,7 +254,7 @@ def _decode_args_one(raw: msgspec.Raw, type_: type[T]) -> T:
     raw_keys = _raw_keys(type_)
     for key, item in value.items():
         if key in raw_keys:  # any value is a valid Raw (convert takes only Raw objects, not the value)
-            good[key] = msgspec.Raw(_encode(item))
+            good[key] = msgspec.Raw(encode_json(item))
             continue
         try:
             msgspec.convert({key: item}, type_)
@@ -481,7 +317,7 @@ def _link_ids(cols: dict[str, npt.NDArray[Any]], rows: I64, args: Sequence[OpArg
 
 
 @dataclass
-class _Piece:
+class Piece:
     """Columns of one chunk's timed events, before concatenation."""
 
     cols: dict[str, npt.NDArray[Any]]
@@ -493,7 +329,7 @@ class _Piece:
     stacks: dict[int, str] = field(default_factory=dict)
 
 
-class _Builder:
+class Builder:
     """Turns raw events into :class:`Columns` plus the side tables of a :class:`Trace`, chunk by chunk."""
 
     def __init__(self, raw: RawTrace, path: Path) -> None:
@@ -506,7 +342,7 @@ class _Builder:
         self.meta: dict[tuple[str, int, int], tuple[int, bytes]] = {}  # → (run, raw args)
         self.flow_parts: list[tuple[int, FlowPart]] = []  # (run, part)
         self.run_index = 0  # the run of events being fed (set by a reader that decodes runs out of order)
-        self.pieces: list[_Piece] = []
+        self.pieces: list[Piece] = []
         self.piece_sizes: list[int] = []
         self.op_texts: dict[bytes, int] = {}  # distinct canonical op inputs → id, numbered as first met
         self.rows = 0
@@ -577,7 +413,7 @@ class _Builder:
                 good.append(_EVENT_DECODER.decode(raw))
             except msgspec.MsgspecError as err:
                 self.skipped += 1
-                self.skip_reason = self.skip_reason or f"event: {_short(err)}"
+                self.skip_reason = self.skip_reason or f"event: {short_error(err)}"
         return good
 
     def _note_problems(self) -> None:
@@ -664,7 +500,7 @@ class _Builder:
         cols["tid"] = np.where(stream >= 0, stream, tid)
         device_type, device_id = t[_T_INT["device_type"]], t[_T_INT["device_id"]]
         cols["mem_device"] = np.where(device_type == 0, -1, np.clip(device_id, -1, 1 << 16)).astype(np.int32)
-        piece = _Piece(cols, self.run_index)
+        piece = Piece(cols, self.run_index)
         piece.op_rows = np.frombuffer(shape_rows, dtype=np.int64).tolist()
         table = self.op_texts
         add = table.setdefault
@@ -839,14 +675,14 @@ class _Builder:
             cols[name] = np.full(n, -1, dtype=np.int64)
         for name in _FLOAT_COLUMNS:
             cols[name] = np.full(n, np.nan, dtype=np.float32)
-        piece = _Piece(cols, self.run_index)
+        piece = Piece(cols, self.run_index)
         self._cpu_args(events, names, piece)
         self._device_args(events, piece)
         self._memory_args(events, piece)
         self.pieces.append(piece)
         self.rows += n
 
-    def _cpu_args(self, events: list[Event], names: list[str], piece: _Piece) -> None:
+    def _cpu_args(self, events: list[Event], names: list[str], piece: Piece) -> None:
         cols = piece.cols
         rows = np.flatnonzero(np.isin(cols["kind"], _CPU_KINDS))
         if not len(rows):
@@ -868,7 +704,7 @@ class _Builder:
         piece.comm_chunks += [bytes(events[i].args) for i in comm]
         piece.stacks.update((i, a.call_stack) for i, a in zip(index, args) if a.call_stack)
 
-    def _device_args(self, events: list[Event], piece: _Piece) -> None:
+    def _device_args(self, events: list[Event], piece: Piece) -> None:
         cols = piece.cols
         rows = np.flatnonzero(np.isin(cols["kind"], _DEV_KINDS))
         if not len(rows):
@@ -897,7 +733,7 @@ class _Builder:
                 piece.comm_rows.append(i)
                 piece.comm_chunks.append(bytes(events[i].args))
 
-    def _memory_args(self, events: list[Event], piece: _Piece) -> None:
+    def _memory_args(self, events: list[Event], piece: Piece) -> None:
         cols = piece.cols
         rows = np.flatnonzero(cols["kind"] == int(Kind.MEMORY))
         if not len(rows):
@@ -1039,58 +875,8 @@ def _header_metadata(header: TraceFile) -> dict[str, Any]:
     return out
 
 
-def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
-    """Load one trace file. Raises :class:`TraceError` with a one-line message on bad input.
 
-    The streaming reader handles well-formed Kineto files in bounded memory; anything it does not
-    recognise (a bare list, a truncated or corrupt file, NaN literals…) goes through the whole-file path
-    below, which salvages and explains. Both read through :mod:`aiprof.trace.source` (sniffed, size-
-    bounded) under the limits in force (:func:`aiprof.trace.source.configure`)."""
-    try:
-        return _load_file(path, rank, rank_source)
-    except RecursionError:
-        raise TraceError(
-            f"{path}: JSON nested deeper than the decoder allows; this is not a trace aiprof can read"
-        ) from None
-    except MemoryError:
-        raise TraceError(
-            f"{path}: too large for available memory; load fewer events (--max-events) or use a larger machine"
-        ) from None
-
-
-def _load_file(path: Path, rank: int, rank_source: str) -> Trace:
-    from aiprof.trace.stream import stream_load
-
-    streamed = stream_load(path, rank, rank_source)
-    if streamed is not None:
-        release_free_memory()
-        return streamed
-    data, notes = read_bytes(path)
-    raw = decode(path, data)
-    del data
-    raw.warnings[:0] = notes
-    if not raw.events:
-        raise TraceError(f"{path}: the trace holds no events; re-record it (is the profiler schedule active?)")
-    limit = current_limits().max_events
-    if limit and len(raw.events) > limit:
-        raise too_many_events(path, limit)
-    builder = _Builder(raw, path)
-    events, raw.events = raw.events, []
-    trace = builder.run(events, rank, rank_source)
-    release_free_memory()
-    return trace
-
-
-def too_many_events(path: Path, limit: int) -> TraceError:
-    """The one-line error past ``LoadLimits.max_events``."""
-    return TraceError(f"{path}: more than {limit:,} events (the --max-events limit); raise it to load this trace")
-
-
-def file_size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
-
-
-__all__ = ["RawTrace", "decode", "file_size", "is_cut_off", "load_file", "read_bytes"]
+__all__ = [
+    "CHUNK_EVENTS", "HEADER_DECODER", "MAX_NAME_CHARS", "Builder", "Columnized", "FlowPart", "Piece", "RawTrace",
+    "cap_name", "encode_json", "is_capped", "native_enabled", "short_error", "typed_header",
+]  # fmt: skip

@@ -9,7 +9,7 @@ and an earlier candidate is tried: a run that decodes always ends on a real even
 Anything unusual — not an object with ``traceEvents``, a truncated or corrupt file, NaN literals,
 concatenated gzip members — makes :func:`stream_load` return None, and the caller uses the whole-file
 path, which salvages and explains. A file that is no trace at all, or past the load limits, stops here
-with a one-line TraceError (:mod:`aiprof.trace.source`).
+with a one-line TraceError (:mod:`aiprof.trace.kineto.source`).
 
 Work is linear in the text: a buffer with no decodable cut (one huge event, a run of whitespace) is
 looked at again only once it has doubled, and the last run is decoded in place.
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import msgspec
 
-from aiprof.trace import source
-from aiprof.trace.loader import _HEADER_DECODER, RawTrace, _Builder, _typed_header, too_many_events
+from aiprof.trace.cores import worker_count
 from aiprof.trace.model import Trace
-from aiprof.trace.parallel import Helpers, WorkerError, _Helper, absorb, worker_count
-from aiprof.trace.schema import TraceFile
+from aiprof.trace.kineto import source
+from aiprof.trace.kineto.builder import HEADER_DECODER, Builder, RawTrace, typed_header
+from aiprof.trace.kineto.parallel import Helper, Helpers, WorkerError, absorb
+from aiprof.trace.kineto.schema import TraceFile
+from aiprof.trace.kineto.source import Fallback, too_many_events
 
-BLOCK_BYTES = source.BLOCK_BYTES  # compressed bytes read at a time
-PIECE_BYTES = source.PIECE_BYTES  # decompressed bytes produced at a time
 CHUNK_BYTES = 1 << 20  # decompressed text decoded at a time (small: less memory per process, finer sharing)
 MAX_PREFIX_BYTES = 64 << 20  # give up streaming if "traceEvents" is not found within this
 MAX_CANDIDATES = 32
@@ -48,17 +48,13 @@ _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _RUN_CHECK = msgspec.json.Decoder(list[msgspec.Raw])  # a run handed to a helper must be whole events
 
 
-class _Fallback(Exception):
-    """The file is not a plain, complete Kineto object: use the whole-file path."""
-
-
 # Runs handed to the helpers by prime(), ~15 ms of their work while the reader imports (3, 6 and 10
 # measured alike on 2 cores; more would leave the reader waiting at the end when the imports are quick).
 PRIME_RUNS = 3
 
 
 def _fallback_errors() -> tuple[type[BaseException], ...]:
-    return (_Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *source.inflate_errors())
+    return (Fallback, OSError, msgspec.MsgspecError, BufferError, WorkerError, *source.inflate_errors())
 
 
 _primed: dict[str, _Stream] = {}  # path → a load started by prime()
@@ -94,7 +90,7 @@ def discard_primed() -> None:
 
 def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
-    helper processes decode runs in parallel (default: :func:`aiprof.trace.parallel.worker_count`)."""
+    helper processes decode runs in parallel (default: :func:`aiprof.trace.cores.worker_count`)."""
     stream = _primed.pop(os.path.realpath(path), None) if workers is None else None
     if stream is None:
         stream = _Stream(path, workers)
@@ -104,17 +100,6 @@ def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", work
         return None
     finally:
         stream.close()
-
-
-def _pieces(path: Path) -> Iterator[bytes]:
-    """Decompressed text of the file, sniffed and size-bounded (:func:`aiprof.trace.source.pieces`);
-    raises _Fallback if a gzip stream is incomplete or followed by more data."""
-    try:
-        yield from source.pieces(path, None, PIECE_BYTES, BLOCK_BYTES)
-    except source.Truncated:
-        raise _Fallback from None  # the whole-file path salvages it with a warning
-    except source.TrailingData:
-        raise _Fallback from None  # concatenated gzip members: the whole-file path decides
 
 
 def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
@@ -137,7 +122,7 @@ class _Stream:
     def __init__(self, path: Path, workers: int | None = 0) -> None:
         self.path = path
         self.buf = bytearray()
-        self.builder = _Builder(RawTrace([], TraceFile(), []), path)
+        self.builder = Builder(RawTrace([], TraceFile(), []), path)
         self.count = 0
         self.offset = 0  # where buf[0] is in the decompressed text
         self.run = 0  # runs of events handed out so far
@@ -152,7 +137,7 @@ class _Stream:
 
     def _start(self) -> Iterator[bytes]:
         if self.pieces is None:
-            self.pieces = _pieces(self.path)
+            self.pieces = source.stream_pieces(self.path)
             self.prefix = self._find_events(self.pieces)
         return self.pieces
 
@@ -186,7 +171,7 @@ class _Stream:
             self.helpers.close()
             self.helpers = None
 
-    def _owner(self) -> _Helper | None:
+    def _owner(self) -> Helper | None:
         """Who decodes the next run: a helper process, or None for this one. Helpers start with the
         second run (a file of one run is not worth a process)."""
         if self.run == 0 and not self.priming:
@@ -211,10 +196,10 @@ class _Stream:
                 first = _NON_SPACE.search(self.buf, len(self.buf) - len(piece))
                 if first is not None:
                     if self.buf[first.start()] != ord("{"):
-                        raise _Fallback  # a bare list: the whole-file path reads it
+                        raise Fallback  # a bare list: the whole-file path reads it
                     self.opened = True
             if len(self.buf) > MAX_PREFIX_BYTES:
-                raise _Fallback
+                raise Fallback
             if len(self.buf) >= search_at:
                 prefix = self._split_header()
                 if prefix is not None:
@@ -222,7 +207,7 @@ class _Stream:
                 search_at = 2 * len(self.buf)
         prefix = self._split_header() if search_at else None  # the text ended before the buffer doubled
         if prefix is None:
-            raise _Fallback
+            raise Fallback
         return prefix
 
     def _split_header(self) -> bytes | None:
@@ -308,19 +293,19 @@ class _Stream:
             # Both sides must decode: a "]" that closes some other list (a later header field, an
             # event's "grid") leaves one side malformed. feed_array adds nothing unless it decodes.
             try:
-                header = _HEADER_DECODER.decode(prefix + b"[]" + bytes(buf[end + 1 :]))
+                header = HEADER_DECODER.decode(prefix + b"[]" + bytes(buf[end + 1 :]))
                 if _NON_SPACE.search(buf, 1, end) is not None:
                     self.builder.run_index = self.run
                     self.count += self._feed_until(end)
             except msgspec.MsgspecError:
                 continue
             self.buf = bytearray()
-            typed, notes = _typed_header(header, self.path)
+            typed, notes = typed_header(header, self.path)
             self.builder.header = typed
             self.builder.warnings.extend(notes)
             self._check_count()
             return
-        raise _Fallback
+        raise Fallback
 
     def _feed_until(self, end: int) -> int:
         """Decode ``buf[: end + 1]`` (``[``, events, ``]``) in place; return how many events."""

@@ -1,8 +1,8 @@
 """Decoding one large trace file on several cores.
 
-The streaming reader (:mod:`aiprof.trace.stream`) cuts the decompressed text into runs of whole events
-(~1 MB each). With helpers, it deals the runs round-robin to itself and to forked helper processes,
-each of which turns its runs into columns with its own :class:`~aiprof.trace.loader._Builder`.
+The streaming reader (:mod:`aiprof.trace.kineto.stream`) cuts the decompressed text into runs of whole
+events (~1 MB each). With helpers, it deals the runs round-robin to itself and to forked helper processes,
+each of which turns its runs into columns with its own :class:`~aiprof.trace.kineto.builder.Builder`.
 At the end the helpers send back what they built and :func:`absorb` merges it into the reader's builder
 so that the trace is *identical* to the one a single process builds: pieces, flows and process names
 are put back in file order (every piece carries the number of its run), and strings are renumbered in
@@ -14,11 +14,11 @@ text each of its runs is (a 24-byte frame). The reader checks every run it hands
 syntax-only decode, so a cut that falls inside an event is caught before it leaves the reader. A
 helper that fails or dies makes the whole load fall back to the single-process whole-file path.
 
-Helpers are forked (Linux, macOS): nothing is re-imported, and start-up costs a few milliseconds. They
-share the cores with the pool that loads several files at once (:func:`share_cores`: with as many files
-in flight as cores, there are none), are not used inside daemonic processes, or where ``fork`` does not
-exist. ``AIPROF_DECODE_WORKERS`` sets their number (0 turns them off); by default, one fewer than the
-usable cores, at most 3.
+Helpers are forked (Linux, macOS): nothing is re-imported, and start-up costs a few milliseconds. How
+many (:func:`aiprof.trace.cores.worker_count`): they share the cores with the pool that loads several
+files at once (with as many files in flight as cores, there are none), are not used inside daemonic
+processes, or where ``fork`` does not exist. ``AIPROF_DECODE_WORKERS`` sets their number (0 turns them
+off); by default, one fewer than the usable cores, at most 3.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import os
 import pickle
 import signal
 import struct
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,55 +36,17 @@ import numpy as np
 
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import ignore_in_child, interrupts_held
-from aiprof.trace.loader import FlowPart, RawTrace, _Builder, _Piece
-from aiprof.trace.schema import TraceFile
+from aiprof.trace.kineto.builder import Builder, FlowPart, Piece, RawTrace
+from aiprof.trace.kineto.schema import TraceFile
+from aiprof.trace.kineto.source import stream_pieces
 
-MAX_WORKERS = 3
 PIPE_BYTES = 1 << 20  # pipe buffer asked for the results (Linux allows 1 MB without privileges)
 _FRAME = struct.Struct("<qqq")  # run number (-1: no more runs), start and end in the decompressed text
-_PID_BASE = -1000  # _Builder._id: a string pid/tid ``"Spans"`` is ``-1000 - its string id``
+_PID_BASE = -1000  # Builder._id: a string pid/tid ``"Spans"`` is ``-1000 - its string id``
 
 
 class WorkerError(Exception):
     """A helper failed or died; the caller falls back to loading in one process."""
-
-
-_core_share: int | None = None  # set in a pool's worker: how many cores this process may use
-
-
-def share_cores(cores: int) -> None:
-    """Let this process use only ``cores`` cores for decoding (the initializer of a pool's workers:
-    with one file per worker in flight, helpers would only compete with the other workers)."""
-    global _core_share
-    _core_share = max(1, cores)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
-def worker_count() -> int:
-    """How many helper processes to use for one file (0: decode in this process only)."""
-    setting = os.environ.get("AIPROF_DECODE_WORKERS", "").strip()
-    if setting:
-        try:
-            wanted = max(0, int(setting))
-        except ValueError:
-            wanted = 0
-    else:
-        wanted = min(usable_cores() - 1, MAX_WORKERS)
-    if _core_share is not None:
-        wanted = min(wanted, _core_share - 1)
-    if wanted <= 0 or not hasattr(os, "fork"):
-        return 0
-    mp = sys.modules.get("multiprocessing")  # a daemonic process is one multiprocessing started
-    if mp is not None and mp.current_process().daemon:
-        return 0
-    return wanted
 
 
 @dataclass
@@ -96,7 +57,7 @@ class BuilderState:
     string_runs: list[int]
     meta: list[tuple[tuple[str, int, int], int, bytes]]  # (key, run, raw args), in insertion order
     flow_parts: list[tuple[int, FlowPart]]
-    pieces: list[_Piece]
+    pieces: list[Piece]
     op_texts: list[bytes]  # distinct canonical op inputs, by the builder's id
     rows: int
     skipped: int
@@ -105,7 +66,7 @@ class BuilderState:
     bad_time: int
 
 
-def export_state(builder: _Builder) -> BuilderState:
+def export_state(builder: Builder) -> BuilderState:
     strings = [""] * len(builder.strings)
     for text, index in builder.strings.items():
         strings[index] = text
@@ -124,7 +85,7 @@ def export_state(builder: _Builder) -> BuilderState:
     )
 
 
-def absorb(builder: _Builder, others: list[BuilderState]) -> None:
+def absorb(builder: Builder, others: list[BuilderState]) -> None:
     """Merge the helpers' states into ``builder`` as if it had read every run itself, in file order."""
     states = [export_state(builder), *others]
     # Strings in the order one reader meets them: by the run each builder first saw them in.
@@ -138,7 +99,7 @@ def absorb(builder: _Builder, others: list[BuilderState]) -> None:
             runs.append(run)
     remaps = [np.array([table[t] for t in st.strings], dtype=np.int64) for st in states]
     meta: list[tuple[int, int, int, tuple[str, int, int], bytes]] = []
-    pieces: list[tuple[_Piece, int]] = []  # (piece, index of its state)
+    pieces: list[tuple[Piece, int]] = []  # (piece, index of its state)
     flow_parts: list[tuple[int, FlowPart]] = []
     for i, (st, remap) in enumerate(zip(states, remaps, strict=True)):
         for piece in st.pieces:
@@ -170,7 +131,7 @@ def absorb(builder: _Builder, others: list[BuilderState]) -> None:
     builder.skip_reason = next((st.skip_reason for st in states if st.skip_reason), "")
 
 
-def _merge_op_texts(pieces: list[tuple[_Piece, int]], states: list[BuilderState]) -> dict[bytes, int]:
+def _merge_op_texts(pieces: list[tuple[Piece, int]], states: list[BuilderState]) -> dict[bytes, int]:
     """Number the distinct op inputs of all states as one reader would (in the order the pieces, in file
     order, first use them) and rewrite every piece's keys to those numbers.
 
@@ -228,9 +189,7 @@ class _Replay:
     """The helper's own copy of the decompressed text, read forward as its runs ask for it."""
 
     def __init__(self, path: Path) -> None:
-        from aiprof.trace.stream import _pieces  # here: the stream module imports this one
-
-        self.pieces: Iterator[bytes] = _pieces(path)
+        self.pieces: Iterator[bytes] = stream_pieces(path)
         self.buf = bytearray()
         self.base = 0  # offset of buf[0] in the decompressed text
 
@@ -240,7 +199,7 @@ class _Replay:
             raise EOFError("the decompressed text ended before the run")
         self.buf += piece
 
-    def feed(self, builder: _Builder, start: int, end: int) -> None:
+    def feed(self, builder: Builder, start: int, end: int) -> None:
         """Decode the run at ``[start, end)``: ``,{…},…,{…}`` followed by one byte, turned into a JSON
         array in place (first byte ``[``, last ``]``) as the reader does."""
         while self.base + len(self.buf) <= start:  # everything held comes before the run
@@ -262,7 +221,7 @@ class _Replay:
             self.buf[0], self.buf[close] = saved
 
 
-def _helper_main(runs_fd: int, out_fd: int, path: Path, inherited: list[_Helper]) -> None:
+def _helper_main(runs_fd: int, out_fd: int, path: Path, inherited: list[Helper]) -> None:
     """In the helper: decode each run named on ``runs_fd`` (framed: run number, start, end) from its own
     decompression of the file; at run -1, send the state back on ``out_fd``. ``inherited``: the
     reader's side of the helpers started before (and its own pipe's write end), closed here: if the
@@ -270,7 +229,7 @@ def _helper_main(runs_fd: int, out_fd: int, path: Path, inherited: list[_Helper]
     ignore_in_child()  # Ctrl-C is the reader's to handle: it stops the helpers
     for other in inherited:
         other.forget()
-    builder = _Builder(RawTrace([], TraceFile(), []), path)
+    builder = Builder(RawTrace([], TraceFile(), []), path)
     failure = ""
     text = _Replay(path)
     while True:
@@ -323,7 +282,7 @@ def _receive(fd: int) -> Any:
 
 def _packed(part: FlowPart) -> FlowPart:
     """A flow part as arrays (one buffer each to pickle instead of a list of Python objects). Id columns
-    stay lists where the reader's ``_Builder._ids`` would not take them as int64 as they are (string or
+    stay lists where the reader's ``Builder._ids`` would not take them as int64 as they are (string or
     out-of-range ids: the reader numbers those itself, in file order)."""
     ids, starts, fwdbwd, pids, tids, ts = part
     return (
@@ -335,7 +294,7 @@ def _packed(part: FlowPart) -> FlowPart:
 def _int64_or_list(values: list[Any]) -> Any:
     try:
         return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):  # the same conversion, and failures, as _Builder._ids
+    except (TypeError, ValueError, OverflowError):  # the same conversion, and failures, as Builder._ids
         return values
 
 
@@ -349,12 +308,12 @@ def _widen_pipe(fd: int) -> None:
         pass
 
 
-class _Helper:
+class Helper:
     """One helper process, forked. The reader names each run it hands over in a 24-byte frame on a pipe
     (one atomic ``write``; the pipe holds thousands, so the reader never waits for a busy helper); the
     helper decompresses the text itself. Results come back, pickled, on a second pipe."""
 
-    def __init__(self, path: Path, inherited: list[_Helper]) -> None:
+    def __init__(self, path: Path, inherited: list[Helper]) -> None:
         runs_read, self.fd = os.pipe()
         self.results_fd, results_write = os.pipe()
         _widen_pipe(results_write)
@@ -428,16 +387,16 @@ class Helpers:
     decompressing the text itself and sending its state back)."""
 
     def __init__(self, path: Path, count: int) -> None:
-        self.helpers: list[_Helper] = []
+        self.helpers: list[Helper] = []
         try:
             for _ in range(count):
                 with interrupts_held():  # no Ctrl-C between the fork and the list: every helper is stopped
-                    self.helpers.append(_Helper(path, list(self.helpers)))
+                    self.helpers.append(Helper(path, list(self.helpers)))
         except BaseException:
             self.close()
             raise
 
-    def owner(self, run: int, helpers_only: bool = False) -> _Helper | None:
+    def owner(self, run: int, helpers_only: bool = False) -> Helper | None:
         """Who decodes run ``run``: a helper, or None for the reader itself (never with
         ``helpers_only``: the runs dealt while the reader is busy elsewhere, see ``stream.prime``)."""
         if helpers_only:

@@ -32,6 +32,7 @@ BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
 PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
 _MB = 1 << 20
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
+GZIP_TRUNCATED = "gzip stream is truncated"  # the words of the salvage note (``loader.is_cut_off``)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,11 @@ def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
     )
 
 
+def too_many_events(path: Path, limit: int) -> TraceError:
+    """The one-line error past ``LoadLimits.max_events``."""
+    return TraceError(f"{path}: more than {limit:,} events (the --max-events limit); raise it to load this trace")
+
+
 def not_a_trace(path: Path) -> TraceError:
     """The one-line error for a file whose text does not open a JSON object or list."""
     return TraceError(f"{path}: not a Kineto trace: does not start with a JSON object or list")
@@ -166,6 +172,22 @@ def pieces(
                 pending = fh.read(block_bytes)
                 if not pending:
                     raise Truncated
+
+
+class Fallback(Exception):
+    """The text is not for the streaming reader (not a plain, complete Kineto object): the whole-file
+    path reads it, and salvages and explains."""
+
+
+def stream_pieces(path: Path) -> Iterator[bytes]:
+    """The text as the streaming reader and its helper processes read it: :func:`pieces`, ``PIECE_BYTES``
+    at a time; raises :class:`Fallback` if a gzip stream is incomplete or followed by more data."""
+    try:
+        yield from pieces(path, None, PIECE_BYTES, BLOCK_BYTES)
+    except Truncated:
+        raise Fallback from None  # the whole-file path salvages it with a warning
+    except TrailingData:
+        raise Fallback from None  # concatenated gzip members: the whole-file path decides
 
 
 class _Sniff:
@@ -219,8 +241,6 @@ def read_all(path: Path, limits: LoadLimits | None = None) -> tuple[bytes, list[
                 raise TraceError(
                     f"{path}: the gzip file is truncated before any data; re-copy or re-record the trace"
                 ) from None
-            from aiprof.trace.loader import GZIP_TRUNCATED
-
             notes.append(f"{path.name}: the {GZIP_TRUNCATED} ({_size(path):,} compressed bytes); salvaging what it holds")
     except inflate_errors() as err:
         raise TraceError(f"{path}: corrupt gzip data ({err}); re-copy or re-record the trace") from None
@@ -236,4 +256,7 @@ def _size(path: Path) -> int:
         return 0
 
 
-__all__ = ["LoadLimits", "Truncated", "TrailingData", "configure", "current", "pieces", "read_all"]
+__all__ = [
+    "GZIP_TRUNCATED", "Fallback", "LoadLimits", "Truncated", "TrailingData", "configure", "current", "not_a_trace",
+    "pieces", "read_all", "stream_pieces", "too_large", "too_many_events",
+]  # fmt: skip

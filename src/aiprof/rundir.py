@@ -1,0 +1,426 @@
+"""The run directory: the one module that knows what an aiprof run folder holds, how it is written, and
+how to recognise one. Capture writes through it; rules, reports, discovery and export read through it.
+
+Layout (``aiprof run`` / ``aiprof.profile``)::
+
+    <run>/meta.json                      RunMeta: format marker, command (redacted), host, ranks, status
+    <run>/telemetry.csv                  t_unix_ns, then one column per counter (empty cell: no value)
+    <run>/rank<N>.pt.trace.json.gz       one Kineto trace per rank (rank<N>-pid<P>… for a second process)
+    <run>/dataloader.rank<N>.csv         step,start_unix_ns,end_unix_ns,wait_ns,batches: every step's loader wait
+    <run>/.aiprof.claim, .aiprof.lock    who owns the folder; the lock over meta.json
+    <run>/.pid<P>.cycle<C>.part          one profiler cycle not yet combined (readers skip it)
+
+Writing: a run never overwrites another (the folder is claimed atomically: an ``O_EXCL`` claim file);
+every file a reader may mistake for a result is written to a temporary name and renamed into place, and a
+failed write (a full disk) removes its temporary file and says so in one line; ``meta.json`` is updated
+under a file lock because several ranks (and the ``aiprof run`` parent) write their part of it.
+
+Reading: :func:`owner_of` is the one answer to "which run directory holds this trace". Only aiprof's own
+``meta.json`` counts (``"format": "aiprof-run"``, at most :data:`MAX_META_BYTES`); a foreign or oversized one
+is ignored with a note, and what is read is decoded into :class:`RunMeta`, whose fields are the allow-list
+of what reports may show. Importing this module imports neither torch nor numpy (nor msgspec: the
+profiled process writes through it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiprof.errors import AiprofError
+
+if TYPE_CHECKING:
+    from aiprof.runmeta import RankMeta, RunMeta
+
+FORMAT = "aiprof-run"
+FORMAT_VERSION = 1
+META = "meta.json"
+TELEMETRY = "telemetry.csv"
+LOCK = ".aiprof.lock"
+CLAIM = ".aiprof.claim"
+TRACE_SUFFIX = ".pt.trace.json.gz"
+# One profiler cycle, not yet combined; readers skip it (not *.json*). Uncompressed on purpose:
+# torch's gzip export writes line by line in Python (~0.8 s per cycle of a small model, inside a
+# training step); plain export is C++ and fast, and the combine step compresses anyway.
+PART_SUFFIX = ".part"
+WAITS_HEADER = "step,start_unix_ns,end_unix_ns,wait_ns,batches"
+# aiprof's own meta.json is a few KB (a 1,000-rank job: a few hundred KB); anything larger is not ours.
+MAX_META_BYTES = 1 << 20
+
+RawMeta = dict[str, Any]
+
+
+class RunDirError(AiprofError):
+    """The run directory cannot be created or written."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# meta.json, typed (the Structs live in aiprof.runmeta: msgspec is imported only when a reader needs it)
+# ---------------------------------------------------------------------------------------------------
+def read_run_meta(path: Path) -> tuple[RunMeta | None, str]:
+    """``meta.json`` decoded, or ``None`` and why it is ignored: too large, unreadable, not aiprof's."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_META_BYTES:
+            return None, f"{path}: {size:,} bytes, more than aiprof's run metadata ever is: ignored"
+        data = path.read_bytes()[:MAX_META_BYTES]
+    except OSError as err:
+        return None, f"{path}: unreadable ({err.strerror}): ignored"
+    import msgspec
+
+    from aiprof.runmeta import RunMeta
+
+    raw = _decode_json(data)
+    if not isinstance(raw, dict):
+        return None, f"{path}: not a JSON object (cut mid-write?): ignored"
+    if raw.get("format") != FORMAT:
+        return None, f"{path}: not an aiprof run's metadata (no \"format\": \"{FORMAT}\"): ignored"
+    try:
+        meta = msgspec.convert(raw, RunMeta, strict=False)
+    except (msgspec.ValidationError, RecursionError) as err:
+        return None, f"{path}: does not match aiprof's run metadata ({err}): ignored"
+    return _sanitised(meta), ""
+
+
+def _decode_json(data: bytes) -> Any:
+    """msgspec first; the stdlib for NaN/Infinity (which ``json.dumps`` may have written); None when
+    neither reads it (cut mid-write, nested deeper than a decoder allows)."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        pass
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _sanitised(meta: RunMeta) -> RunMeta:
+    """Secrets out even of runs an older aiprof wrote: the command redacted again, the env allow-listed."""
+    from aiprof.redact import redact_argv
+
+    meta.command = redact_argv(meta.command)
+    meta.env = {k: v for k, v in meta.env.items() if k in ENV_ALLOW_LIST}
+    return meta
+
+
+# Only variables that change performance and hold no secrets.
+ENV_ALLOW_LIST: tuple[str, ...] = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_LAUNCH_BLOCKING",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "KMP_AFFINITY",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "TORCH_DISTRIBUTED_DEBUG",
+    "NCCL_DEBUG",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_IB_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which run directory holds a trace
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunDir:
+    """An aiprof run directory and its decoded ``meta.json``."""
+
+    path: Path
+    meta: RunMeta
+
+    @property
+    def telemetry_path(self) -> Path | None:
+        path = self.path / TELEMETRY
+        return path if path.is_file() else None
+
+    def rank_of(self, trace_path: Path) -> RankMeta | None:
+        """The process entry that wrote ``trace_path`` (by file name), when ``meta.json`` lists it."""
+        return next((r for r in self.meta.ranks if trace_path.name in r.trace_files), None)
+
+    def waits_path(self, trace_path: Path) -> Path | None:
+        """The per-step data-loader waits of the process that wrote ``trace_path``, when it wrote them."""
+        entry = self.rank_of(trace_path)
+        if entry is not None:
+            rank = entry.rank if entry.rank is not None else 0
+            names = [f"dataloader.rank{rank}-pid{entry.pid}.csv", f"dataloader.rank{rank}.csv"]
+        else:
+            stem = trace_path.name.removesuffix(TRACE_SUFFIX)
+            names = [f"dataloader.{stem}.csv"] if re.fullmatch(r"rank\d+(-pid\d+)?", stem) else []
+        return next((self.path / n for n in names if (self.path / n).is_file()), None)
+
+
+def owner_of(trace_path: Path, notes: list[str] | None = None) -> RunDir | None:
+    """The aiprof run directory holding ``trace_path``: the nearest of its folder and that folder's parent
+    with a ``meta.json``, when that file is aiprof's own. A foreign, oversized or unreadable one makes the
+    answer ``None`` and adds a note to ``notes``."""
+    for folder in (trace_path.parent, trace_path.parent.parent):
+        path = folder / META
+        if not path.is_file():
+            continue
+        meta, why = read_run_meta(path)
+        if meta is None:
+            if notes is not None:
+                notes.append(why)
+            return None
+        return RunDir(folder, meta)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# telemetry.csv and the data-loader waits
+# ---------------------------------------------------------------------------------------------------
+def read_telemetry(path: Path) -> dict[str, list[float]]:
+    """``telemetry.csv`` as columns: ``t_unix_ns`` as exact ints, counters as floats (NaN where a probe had
+    no value or a cell is not a number). A row cut short by a crash, or without a time, is skipped."""
+    import csv
+
+    columns: dict[str, list[float]] = {}
+    try:
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if not header or header[0] != "t_unix_ns":
+                return {}
+            cells = [columns.setdefault(name, []) for name in header]
+            width = len(header)
+            for row in reader:
+                if len(row) != width:
+                    continue
+                try:
+                    t = int(row[0])  # an int: a float would round unix ns to ~256 ns
+                except ValueError:
+                    continue
+                cells[0].append(t)
+                for col, value in zip(cells[1:], row[1:]):
+                    col.append(_float(value))
+    except (OSError, csv.Error):
+        return {}
+    return columns
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text) if text else math.nan
+    except ValueError:
+        return math.nan
+
+
+@dataclass(frozen=True)
+class LoaderWaits:
+    """One process's per-step time in ``DataLoader.__next__`` (the loader's own clock; step -1: setup)."""
+
+    steps: tuple[int, ...]
+    starts_unix_ns: tuple[int, ...]
+    ends_unix_ns: tuple[int, ...]
+    waits_ns: tuple[int, ...]
+    batches: tuple[int, ...]
+
+    def by_step(self) -> dict[int, int]:
+        """Wait per step number (``ProfilerStep#N`` is step N)."""
+        return dict(zip(self.steps, self.waits_ns))
+
+
+def format_waits(rows: Iterable[tuple[int, int, int, int, int]]) -> bytes:
+    """The waits file's bytes: ``step,start_unix_ns,end_unix_ns,wait_ns,batches``, one line per step."""
+    lines = [WAITS_HEADER, *(",".join(str(v) for v in row) for row in rows)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def read_waits(path: Path) -> LoaderWaits | None:
+    """The waits file, or ``None`` when it is missing or is not one; malformed lines are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != WAITS_HEADER:
+        return None
+    rows: list[tuple[int, ...]] = []
+    for line in lines[1:]:
+        try:
+            row = tuple(int(v) for v in line.split(","))
+        except ValueError:
+            continue
+        if len(row) == 5:
+            rows.append(row)
+    columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
+    return LoaderWaits(*(tuple(c) for c in columns))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------------
+def default_run_dir(script: str | None, now: float | None = None, root: Path | None = None) -> Path:
+    """``./aiprof-runs/<YYYYmmdd-HHMMSS>-<script>/``: sorts by time, says what ran."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    stem = Path(script).stem if script else "python"
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:40] or "run"
+    return (root or Path.cwd() / "aiprof-runs") / f"{stamp}-{stem}"
+
+
+def create_new(path: Path, *, explicit: bool) -> Path:
+    """Create and claim a fresh run directory. An explicit ``--out`` that exists and is not empty, or that
+    another run claimed first, is an error; a default name that is taken (two runs in the same second) gets
+    a numeric suffix. The claim is an ``O_EXCL`` file: of two runs racing for one folder, one wins."""
+    candidates = [path] if explicit else [path] + [path.with_name(f"{path.name}-{i}") for i in range(2, 100)]
+    for candidate in candidates:
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            if not candidate.is_dir() or any(p.name != CLAIM for p in candidate.iterdir()):
+                continue
+        except OSError as err:
+            raise RunDirError(f"{candidate}: cannot create the run directory ({err.strerror}); pass --out to a writable folder") from None
+        check_writable(candidate)
+        if claim(candidate):
+            return candidate
+        if explicit:
+            raise RunDirError(f"{candidate}: another aiprof run claimed this folder first; choose another --out")
+    if explicit:
+        raise RunDirError(f"{path}: already exists and is not empty; aiprof never overwrites a run, choose another --out")
+    raise RunDirError(f"{path}: too many runs with this name; pass --out")
+
+
+def claim(run_dir: Path) -> bool:
+    """Create the claim file; False when it exists (another run owns the folder)."""
+    try:
+        fd = os.open(run_dir / CLAIM, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    except OSError as err:
+        raise RunDirError(f"{run_dir}: cannot claim the run directory ({err.strerror}); pass --out to a writable folder") from None
+    with contextlib.suppress(OSError):
+        os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
+    return True
+
+
+def check_writable(path: Path) -> None:
+    """Fail early, before the script runs for minutes, when the folder cannot take files."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".aiprof-probe-"):
+            pass
+    except OSError as err:
+        raise RunDirError(f"{path}: not writable ({err.strerror}); pass --out to a writable folder") from None
+
+
+@contextlib.contextmanager
+def locked(run_dir: Path) -> Iterator[None]:
+    """An exclusive lock over the run directory's shared files (``meta.json``)."""
+    try:
+        fd = os.open(run_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise RunDirError(f"{run_dir}: cannot lock the run directory ({err.strerror})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write to a temporary sibling, then rename (:func:`aiprof.fsutil.atomic_write`, without fsync: run
+    files are rewritten often): readers see the old file or the whole new one. A failed write (disk full,
+    quota, permissions) removes the temporary file and raises :class:`RunDirError`."""
+    from aiprof.fsutil import atomic_write as write_atomically
+
+    try:
+        write_atomically(path, data, fsync=False)
+    except OSError as err:
+        raise RunDirError(_write_failed(path, err)) from err
+
+
+def _write_failed(path: Path, err: OSError) -> str:
+    why = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{path}: cannot write ({why}); free space on that disk or pass --out to another one"
+    return f"{path}: cannot write ({why})"
+
+
+def read_meta(run_dir: Path) -> RawMeta:
+    """``meta.json`` as the writer's dict (every key kept); empty when missing or unreadable. For writers:
+    readers use :func:`owner_of` / :func:`read_run_meta`."""
+    try:
+        data = (run_dir / META).read_bytes()
+    except OSError:
+        return {}
+    raw = _decode_json(data)
+    return raw if isinstance(raw, dict) else {}
+
+
+def update_meta(run_dir: Path, change: Callable[[RawMeta], None]) -> RawMeta:
+    """Read ``meta.json``, apply ``change`` in place, write it back, all under the lock."""
+    with locked(run_dir):
+        meta = read_meta(run_dir)
+        change(meta)
+        atomic_write(run_dir / META, (json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n").encode())
+        return meta
+
+
+def record_failure(run_dir: Path, reason: str) -> None:
+    """Best effort, after a write failed: mark the run incomplete with the reason (on a full disk the small
+    ``meta.json`` often still fits once the large file's temporary copy is gone). Never raises."""
+
+    def change(meta: RawMeta) -> None:
+        meta["status"] = "incomplete"
+        meta["reason"] = reason
+        meta.setdefault("finished_unix_ns", time.time_ns())
+
+    with contextlib.suppress(RunDirError, OSError):
+        update_meta(run_dir, change)
+
+
+def trace_path(run_dir: Path, rank: int, pid: int) -> Path:
+    """``rank<N>.pt.trace.json.gz``; a second process claiming the same rank gets its pid appended."""
+    path = run_dir / f"rank{rank}{TRACE_SUFFIX}"
+    if path.exists():
+        path = run_dir / f"rank{rank}-pid{pid}{TRACE_SUFFIX}"
+    return path
+
+
+def part_path(run_dir: Path, pid: int, cycle: int) -> Path:
+    return run_dir / f".pid{pid}.cycle{cycle}{PART_SUFFIX}"
+
+
+def parts_of(run_dir: Path, pid: int) -> list[Path]:
+    """This process's cycle files, in cycle order."""
+    found = list(run_dir.glob(f".pid{pid}.cycle*{PART_SUFFIX}"))
+    return sorted(found, key=lambda p: int(re.findall(r"cycle(\d+)", p.name)[0]))
+
+
+def dataloader_path(run_dir: Path, rank: int, pid: int) -> Path:
+    path = run_dir / f"dataloader.rank{rank}.csv"
+    if path.exists():
+        path = run_dir / f"dataloader.rank{rank}-pid{pid}.csv"
+    return path
