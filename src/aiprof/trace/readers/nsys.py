@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -80,6 +81,7 @@ class _Db:
     con: sqlite3.Connection
     columns: dict[str, set[str]]  # table → its columns (tables with rows or not)
     names: dict[int, str]  # StringIds
+    native: Any = None  # the native column reader (_sqlcols), or None: Python's sqlite3 reads everything
 
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.columns.get(table)
@@ -94,6 +96,12 @@ class _Db:
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if self.native is not None:  # C reads the values straight into int64 rows: no packing, no helpers
+            if not order and self._rows(table) >= _PACK_ROWS:  # the same values as the packed read gives
+                sql_exprs = [sql_exprs[0], *(f"max({e}, -1)" for e in sql_exprs[1:])]
+            sql = f"SELECT {', '.join(sql_exprs)} FROM {table}"
+            return self._native_rows(sql + f" {order}" if order else sql, 0 if order else self._rows(table),
+                                     len(exprs))
         if order or self._rows(table) < _PACK_ROWS:
             return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
         # The first expression (a timestamp) gets a word of its own, unbounded; the others are ids, sizes and
@@ -104,6 +112,21 @@ class _Db:
         ranges = [(-1, int(h) if h is not None else -1) for h in highs]
         layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
         return layout.unpack(self._words(table, layout.words))
+
+    def _native_rows(self, sql: str, last: int, width: int) -> I64:
+        """``sql`` through the native reader; a long table (``last``: its largest rowid, 0 = read it whole)
+        in rowid ranges on threads (the reader steps SQLite without the GIL), concatenated in rowid order."""
+        parts = _helpers(last)
+        if parts < 2:
+            return _native_fetch(self.native, self.path, sql, width)
+        bounds = np.linspace(0, last, parts + 1).astype(np.int64).tolist()
+        where = f"{sql} WHERE rowid BETWEEN ? AND ?"
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(parts) as pool:
+            chunks = list(pool.map(lambda r: _native_fetch(self.native, self.path, where, width, (r[0] + 1, r[1])),
+                                   zip(bounds[:-1], bounds[1:])))
+        return np.concatenate(chunks)
 
     def _rows(self, table: str) -> int:
         last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
@@ -200,6 +223,27 @@ def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: in
     return flat.reshape(-1, width)
 
 
+def native_reader() -> Any:
+    """The native column reader (``_sqlcols.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+        return None
+    try:
+        from aiprof.trace.readers import _sqlcols
+    except ImportError:
+        return None
+    return _sqlcols
+
+
+def _native_fetch(native: Any, path: Path, sql: str, width: int, params: tuple[int, ...] = ()) -> I64:
+    """One query through the native reader (its own read-only connection), as an (n, width) array; its
+    errors become sqlite3's, with SQLite's own message, so they read as on the Python path."""
+    try:
+        rows, buffer = native.query(str(path), sql, width, -1, params)
+    except native.Error as err:
+        raise sqlite3.DatabaseError(err.args[0]) from None
+    return np.frombuffer(buffer, dtype=np.int64).reshape(rows, width)
+
+
 def _fetch_range(job: tuple[str, str, int, int, int]) -> I64:
     """In a helper: one rowid range of a query, on a connection of its own."""
     path, sql, lo, hi, width = job
@@ -286,7 +330,7 @@ def _open(path: Path, con: sqlite3.Connection) -> _Db:
                          "re-export it with `nsys export --type sqlite`")
     _require(path, columns)
     names = {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds")}
-    return _Db(path, con, columns, names)
+    return _Db(path, con, columns, names, native_reader())
 
 
 _REQUIRED = {
