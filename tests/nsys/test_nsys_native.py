@@ -61,8 +61,8 @@ def test_synthetic_databases_read_the_same(rows: int, tmp_path: Path, monkeypatc
     import nsys_import
 
     path = tmp_path / "synthetic.sqlite"
-    nsys_import.build(path, max(rows, 1))
-    if rows == 0:  # no launch rows at all: every kernel an orphan
+    nsys_import.build(path, rows or 300)
+    if rows == 0:  # no launch rows at all (every kernel an orphan), negative grids (clamped on a long table)
         con = sqlite3.connect(path)
         con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME")
         con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = NULL, gridX = -5")

@@ -54,6 +54,8 @@ static PyObject *query(PyObject *self, PyObject *args) {
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK) /* pages mapped, not copied in by read(); best effort (SQLite caps the size) */
+        sqlite3_exec(db, "PRAGMA mmap_size = 17179869184", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db, sql, -1, &stmt, NULL);
     for (Py_ssize_t i = 0; rc == SQLITE_OK && i < nparams; i++)

@@ -96,12 +96,13 @@ class _Db:
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
-        if self.native is not None:  # C reads the values straight into int64 rows: no packing, no helpers
-            if not order and self._rows(table) >= _PACK_ROWS:  # the same values as the packed read gives
-                sql_exprs = [sql_exprs[0], *(f"max({e}, -1)" for e in sql_exprs[1:])]
-            sql = f"SELECT {', '.join(sql_exprs)} FROM {table}"
-            return self._native_rows(sql + f" {order}" if order else sql, 0 if order else self._rows(table),
-                                     len(exprs))
+        if self.native is not None:  # C reads the values straight into int64 rows, NULL as -1 (the coalesce)
+            last = 0 if order else self._rows(table)
+            sql = f"SELECT {', '.join(f'({e})' for e in exprs)} FROM {table}"
+            rows = self._native_rows(f"{sql} {order}" if order else sql, last, len(exprs))
+            if last >= _PACK_ROWS:  # the packed read's clamp at -1 (below), in numpy rather than per value in SQL
+                np.maximum(rows[:, 1:], -1, out=rows[:, 1:])
+            return rows
         if order or self._rows(table) < _PACK_ROWS:
             return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
         # The first expression (a timestamp) gets a word of its own, unbounded; the others are ids, sizes and
