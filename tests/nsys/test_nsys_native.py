@@ -132,3 +132,16 @@ def test_the_reader_reports_sqlite_errors_as_sqlite3_does(tmp_path: Path) -> Non
         sqlcols.query(str(tmp_path / "absent.sqlite"), "SELECT 1", 1, -1)
     assert not (tmp_path / "absent.sqlite").exists()  # read-only: never created
     shutil.rmtree(tmp_path)
+
+
+def test_distinct_is_numpy_unique() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    for values in (rng.integers(0, 50, 1000), rng.integers(0, 1 << 40, 100), rng.integers(-3, 9, 77),
+                   np.array([5], dtype=np.int64), rng.integers(0, 70_000, 10)):
+        values = values.astype(np.int64)
+        distinct, inverse = nsys._distinct(values)
+        want, want_inverse = np.unique(values, return_inverse=True)
+        assert distinct.dtype == np.int64 and np.array_equal(distinct, want)
+        assert np.array_equal(inverse, want_inverse.reshape(-1))

@@ -594,10 +594,23 @@ def _names(db: _Db, ids: I64, strings: Strings, clean: Any = None) -> npt.NDArra
     """nsys string ids → our string ids (one lookup per distinct id)."""
     if not len(ids):
         return np.zeros(0, dtype=np.int32)
-    distinct, inverse = np.unique(ids, return_inverse=True)
+    distinct, inverse = _distinct(ids)
     texts = [db.name(int(i)) for i in distinct.tolist()]
     mapped = np.array([strings(clean(t) if clean else t) for t in texts], dtype=np.int32)
-    return mapped[inverse.reshape(-1)]
+    return mapped[inverse]
+
+
+def _distinct(values: I64) -> tuple[I64, npt.NDArray[np.intp]]:
+    """``np.unique(values, return_inverse=True)``; small non-negative values (string ids, codes) by a
+    counting table, in linear time instead of a sort of every row."""
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= max(1 << 16, 4 * len(values)):
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct, inverse.reshape(-1)
+    distinct = np.flatnonzero(np.bincount(values, minlength=high + 1)).astype(np.int64)
+    place = np.zeros(high + 1, dtype=np.intp)
+    place[distinct] = np.arange(len(distinct))
+    return distinct, place[values]
 
 
 def _api_block(db: _Db, rows: I64, kind: Kind, cat: str, strings: Strings) -> Block:
@@ -633,8 +646,8 @@ def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings
 def _labels(codes: I64, label: Any, strings: Strings) -> npt.NDArray[np.int32]:
     if not len(codes):
         return np.zeros(0, dtype=np.int32)
-    distinct, inverse = np.unique(codes, return_inverse=True)
-    return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse.reshape(-1)]
+    distinct, inverse = _distinct(codes)
+    return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse]
 
 
 def _memcpy_block(rows: I64, strings: Strings) -> Block:
