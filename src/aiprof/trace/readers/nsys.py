@@ -544,17 +544,17 @@ def _process_trace(db: _Db, tables: _Tables, pid: int, shared: _Shared, options:
         thread_names={k: v for k, v in shared.thread_names.items() if k[0] == pid},
         process_names={pid: shared.process_names[pid]} if pid in shared.process_names else {},
     )
-    runtime, dropped = _dedupe_calls(tables.runtime[tables.runtime[:, 2] == pid])
-    driver, dropped_driver = _dedupe_calls(tables.driver[tables.driver[:, 2] == pid])
+    runtime, dropped = _dedupe_calls(_of(tables.runtime, 2, pid))
+    driver, dropped_driver = _dedupe_calls(_of(tables.driver, 2, pid))
     parts.blocks.append(_api_block(db, runtime, Kind.RUNTIME, "cuda_runtime", strings))
     parts.blocks.append(_api_block(db, driver, Kind.DRIVER, "cuda_driver", strings))
-    kernels = tables.kernels[tables.kernels[:, 2] == pid]
+    kernels = _of(tables.kernels, 2, pid)
     parts.blocks.append(_kernel_block(db, kernels, shared.sm_count, strings))
-    parts.blocks.append(_memcpy_block(tables.memcpy[tables.memcpy[:, 2] == pid], strings))
-    parts.blocks.append(_memset_block(tables.memset[tables.memset[:, 2] == pid], strings))
-    parts.blocks.append(_sync_block(tables.sync[tables.sync[:, 2] == pid], strings))
+    parts.blocks.append(_memcpy_block(_of(tables.memcpy, 2, pid), strings))
+    parts.blocks.append(_memset_block(_of(tables.memset, 2, pid), strings))
+    parts.blocks.append(_sync_block(_of(tables.sync, 2, pid), strings))
     _nvtx_blocks(tables.nvtx, pid, parts, strings, options)
-    parts.blocks.append(_memory_block(tables.memory[tables.memory[:, 1] == pid], pid, strings))
+    parts.blocks.append(_memory_block(_of(tables.memory, 1, pid), pid, strings))
     parts.event_count = sum(len(b["ts"]) for b in parts.blocks) + dropped + dropped_driver
     parts.metadata["nsys_duplicate_calls_dropped"] = dropped + dropped_driver
     orphans = _orphans(kernels, runtime, driver)
@@ -565,6 +565,12 @@ def _process_trace(db: _Db, tables: _Tables, pid: int, shared: _Shared, options:
             "attribution skips them: was the CUDA API trace started after they were launched?)"
         )
     return assemble(db.path, parts, strings.table)
+
+
+def _of(rows: I64, column: int, pid: int) -> I64:
+    """The rows of process ``pid`` (``column`` holds the pid); all of them without a copy when they all are."""
+    mine = rows[:, column] == pid
+    return rows if mine.all() else rows[mine]
 
 
 def _dedupe_calls(rows: I64) -> tuple[I64, int]:
