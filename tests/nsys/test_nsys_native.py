@@ -118,18 +118,18 @@ def test_the_reader_reports_sqlite_errors_as_sqlite3_does(tmp_path: Path) -> Non
     con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(1, 2.5, "7"), (None, -3.0, None), (2**62, 0.0, "x")])
     con.commit()
     con.close()
-    rows, buffer = sqlcols.query(str(path), "SELECT a, b, c FROM t WHERE rowid BETWEEN ? AND ?", 3, -9, (1, 3))
+    rows, buffer = sqlcols.query(bytes(path), "SELECT a, b, c FROM t WHERE rowid BETWEEN ? AND ?", 3, -9, (1, 3))
     import numpy as np
 
     values = np.frombuffer(buffer, dtype=np.int64).reshape(rows, 3)
     assert values.tolist() == [[1, 2, 7], [-9, -3, -9], [2**62, 0, 0]]
     with pytest.raises(sqlcols.Error) as native:
-        sqlcols.query(str(path), "SELECT a FROM missing", 1, -1)
+        sqlcols.query(bytes(path), "SELECT a FROM missing", 1, -1)
     with pytest.raises(sqlite3.Error) as python:
         sqlite3.connect(path).execute("SELECT a FROM missing")
     assert native.value.args[0] == str(python.value)
     with pytest.raises(sqlcols.Error, match="unable to open"):
-        sqlcols.query(str(tmp_path / "absent.sqlite"), "SELECT 1", 1, -1)
+        sqlcols.query(bytes(tmp_path / "absent.sqlite"), "SELECT 1", 1, -1)
     assert not (tmp_path / "absent.sqlite").exists()  # read-only: never created
     shutil.rmtree(tmp_path)
 

@@ -1,6 +1,6 @@
 /* Optional native reader of SQLite query results into packed int64 rows (aiprof.trace.readers._sqlcols).
  *
- * query(path, sql, width, null, params) opens ``path`` read-only (its own connection), runs ``sql`` with the
+ * query(path, sql, width, null, params) opens ``path`` (bytes, os.fsencode) read-only (its own connection), runs ``sql`` with the
  * integer ``params`` bound to ?1, ?2 ..., and returns (rows, buffer): ``buffer`` is a bytearray of
  * rows * width native int64 values, row-major (numpy.frombuffer(...).reshape(rows, width)). Each value is
  * sqlite3_column_int64 of the column (SQLite's own conversion of REAL/TEXT), NULL becomes ``null``. The query
@@ -29,7 +29,7 @@ static PyObject *query(PyObject *self, PyObject *args) {
     int width;
     long long null_value;
     PyObject *params = NULL;
-    if (!PyArg_ParseTuple(args, "ssiL|O", &path, &sql, &width, &null_value, &params))
+    if (!PyArg_ParseTuple(args, "ysiL|O", &path, &sql, &width, &null_value, &params))
         return NULL;
     if (width <= 0) {
         PyErr_SetString(PyExc_ValueError, "width must be positive");

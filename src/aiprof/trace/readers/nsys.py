@@ -239,7 +239,7 @@ def _native_fetch(native: Any, path: Path, sql: str, width: int, params: tuple[i
     """One query through the native reader (its own read-only connection), as an (n, width) array; its
     errors become sqlite3's, with SQLite's own message, so they read as on the Python path."""
     try:
-        rows, buffer = native.query(str(path), sql, width, -1, params)
+        rows, buffer = native.query(os.fsencode(path), sql, width, -1, params)
     except native.Error as err:
         raise sqlite3.DatabaseError(err.args[0]) from None
     return np.frombuffer(buffer, dtype=np.int64).reshape(rows, width)
