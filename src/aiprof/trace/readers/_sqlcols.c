@@ -85,9 +85,10 @@ static PyObject *query(PyObject *self, PyObject *args) {
         Py_ssize_t room = capacity - rows;
         Py_BEGIN_ALLOW_THREADS
         while (room > 0 && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-            for (int c = 0; c < width; c++)
-                cell[c] = sqlite3_column_type(stmt, c) == SQLITE_NULL ? (int64_t)null_value
-                                                                      : (int64_t)sqlite3_column_int64(stmt, c);
+            for (int c = 0; c < width; c++) { /* NULL reads as 0: its type is asked only then */
+                int64_t value = (int64_t)sqlite3_column_int64(stmt, c);
+                cell[c] = value == 0 && sqlite3_column_type(stmt, c) == SQLITE_NULL ? (int64_t)null_value : value;
+            }
             cell += width;
             rows++;
             room--;
