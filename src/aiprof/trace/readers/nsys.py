@@ -381,13 +381,14 @@ def _device_rows(db: _Db, table: str, extra: list[str]) -> I64:
     rows = db.ints(table, ["start", "end - start", _pid("globalPid"), "streamId", "deviceId",
                            "coalesce(correlationId, 0)", *extra])
     rows[:, 1] += rows[:, 0]
-    rows[:, 3] = np.where(rows[:, 3] == _U32, -1, rows[:, 3])  # 0xFFFFFFFF: no stream (context-wide)
-    rows[:, 5] = _correlation(rows[:, 5])
+    rows[rows[:, 3] == _U32, 3] = -1  # 0xFFFFFFFF: no stream (context-wide)
+    _correlation(rows[:, 5])
     return rows
 
 
-def _correlation(values: I64) -> I64:
-    return np.where(values == 0, -1, values)
+def _correlation(values: I64) -> None:
+    """Correlation id 0 (none) → -1, in place."""
+    values[values == 0] = -1
 
 
 def _kernels(db: _Db) -> I64:
@@ -409,7 +410,7 @@ def _api_rows(db: _Db, table: str) -> I64:
     rows = db.ints(table, ["start", "end - start", _pid("globalTid"), "globalTid & 16777215",
                            "coalesce(correlationId, 0)", "nameId"])
     rows[:, 1] += rows[:, 0]
-    rows[:, 4] = _correlation(rows[:, 4])
+    _correlation(rows[:, 4])
     return rows
 
 
