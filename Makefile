@@ -51,7 +51,8 @@ clean:
 	rm -rf $(VENV) build dist src/*.egg-info
 
 # The native columniser (src/aiprof/trace/kineto/_columnar.c) under AddressSanitizer + UBSan: a sanitized build
-# in a copy of src/ (build/sanitize), then its tests and every shared trace through it.
+# in a copy of src/ (build/sanitize), then its tests and every shared trace through it; then the same for the
+# snapshot reader's native scan (src/aiprof/memory/_snapscan.c) and the snapshot tests.
 SAN_PY = $(BIN)/python -c
 sanitize: dev
 	rm -rf build/sanitize && mkdir -p build/sanitize && cp -r src build/sanitize/
@@ -62,3 +63,9 @@ sanitize: dev
 	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_native_columnar.py \
 	  tests/integration/test_native_shared.py tests/unit/test_loader_fuzz.py
+	gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -std=c11 -fPIC -shared \
+	  -I"$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/aiprof/memory/_snapscan.c \
+	  -o build/sanitize/src/aiprof/memory/_snapscan$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/memory/test_snapshot.py

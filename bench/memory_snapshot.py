@@ -1,6 +1,6 @@
 """Analyse a synthetic allocator snapshot of a given size and print the time and the peak RSS.
 
-    python bench/memory_snapshot.py [--mib 1024] [--keep PATH] [--plain]
+    python bench/memory_snapshot.py [--mib 1024] [--keep PATH] [--plain] [--numpy] [--repeat 3]
 
 The snapshot imitates torch's layout: 64 distinct stacks of 8 frames whose frame dicts are shared (pickle
 memoizes them, as in real dumps), one trace entry per alloc / free_requested / free_completed, a
@@ -9,7 +9,8 @@ the end. It is written by a small streaming pickle writer that emits exactly the
 protocol=4)`` writes for the same object (memo, batches of 1000, 64 KiB frames; checked against pickle at
 a small size), so a 1 GiB snapshot never needs its 6 GiB of Python objects. The analysis runs in a child
 process (``aiprof memory --format json``) so its time and RSS are its own; ``--plain`` also times the
-plain no-classes unpickler (``AIPROF_MEMORY_STREAM=0``) on the same file.
+plain no-classes unpickler (``AIPROF_MEMORY_STREAM=0``) on the same file, ``--numpy`` the streaming reader
+without its native window scan (``AIPROF_NATIVE=0``: the NumPy path used where ``_snapscan.c`` is not built).
 Goal (issue 13): a 1 GiB snapshot in ≤ 10 s and ≤ 2 GiB RSS on the 2-core machine.
 """
 
@@ -203,11 +204,13 @@ def check_writer() -> None:
         raise SystemExit("the streaming writer no longer writes what pickle writes")
 
 
-def _child(path: Path, plain: bool) -> tuple[int, float, float, str]:
-    """Run ``aiprof memory`` on ``path``: (exit status, seconds, peak RSS in GiB, stderr tail)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
-    if plain:
-        env["AIPROF_MEMORY_STREAM"] = "0"
+_READERS = {"stream": {}, "numpy": {"AIPROF_NATIVE": "0"}, "plain": {"AIPROF_MEMORY_STREAM": "0"}}
+
+
+def _child(path: Path, reader: str) -> tuple[int, float, float, str]:
+    """Run ``aiprof memory`` on ``path`` with ``reader`` (a key of _READERS): (exit status, seconds, peak RSS
+    in GiB, stderr tail)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), **_READERS[reader]}
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "aiprof", "memory", str(path), "--format", "json", "-o", os.devnull],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -223,6 +226,8 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=1024, help="target pickle size in MiB (default 1024)")
     parser.add_argument("--keep", type=Path, help="write the snapshot here and keep it (reused if it exists)")
     parser.add_argument("--plain", action="store_true", help="also time the plain unpickler on the same file")
+    parser.add_argument("--numpy", action="store_true",
+                        help="also time the streaming reader without its native scan (AIPROF_NATIVE=0)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each reader (the median is printed)")
     args = parser.parse_args()
     check_writer()
@@ -232,10 +237,13 @@ def main() -> int:
         write_synthetic(path, args.mib << 20)
         print(f"wrote {path} ({path.stat().st_size / 2**20:,.0f} MiB) in {time.perf_counter() - t0:.1f} s")
     size = path.stat().st_size / 2**20
+    built = any((Path(__file__).resolve().parents[1] / "src/aiprof/memory").glob("_snapscan*.so"))
+    print(f"native window scan (_snapscan.c): {'built' if built else 'not built (the NumPy path runs)'}")
     status = 0
     results: dict[str, tuple[float, float]] = {}
-    for name in ("stream", "plain") if args.plain else ("stream",):
-        runs = [_child(path, name == "plain") for _ in range(args.repeat)]
+    names = ["stream"] + ["numpy"] * args.numpy + ["plain"] * args.plain
+    for name in names:
+        runs = [_child(path, name) for _ in range(args.repeat)]
         for code, _, _, err in runs:
             if code:
                 print(err)
@@ -248,6 +256,8 @@ def main() -> int:
     if "plain" in results:
         (ws, rs), (wp, rp) = results["stream"], results["plain"]
         print(f"stream vs plain: {wp / ws:.1f}x faster, {rp / rs:.1f}x less memory")
+    if "numpy" in results:
+        print(f"native scan vs NumPy scan: {results['numpy'][0] / results['stream'][0]:.2f}x faster")
     if args.keep is None:
         path.unlink()
     return status

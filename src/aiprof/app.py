@@ -26,6 +26,8 @@ from aiprof.errors import AiprofError
 
 if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
+    from aiprof.memory.report import MemoryReport
+    from aiprof.pipeline import MemoryMode
     from aiprof.report.compare import Comparison
     from aiprof.report.model import Report
     from aiprof.roofline.analysis import RooflineResult
@@ -48,6 +50,9 @@ class AnalyzeOptions:
     rules: RuleOptions | None = None
     progress: ProgressCallback | None = None
     on_warning: Warn | None = None
+    # The memory section (and findings): "auto" from allocator dumps of `aiprof run --memory`, "all" also from
+    # a trace's [memory] events (read a second time: `analyze --memory`), "off" none (docs/memory.md).
+    memory: MemoryMode = "auto"
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,14 @@ class RenderOptions:
     width: int | None = None
     is_tty: bool = False
     top: int = 15
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """The device's memory in bytes when the input does not say (a snapshot does not): enables the
+    capacity findings. None: what the input says."""
+
+    device_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ def analyze(paths: Sequence[PathArg], options: AnalyzeOptions | None = None) -> 
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     from aiprof.pipeline import analyze_and_diagnose
 
-    return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules)
+    return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
+                                memory=opts.memory)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -354,6 +368,22 @@ def set_step_range(regex: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
+# memory
+# ---------------------------------------------------------------------------------------------------
+def memory(path: PathArg, options: MemoryOptions | None = None) -> MemoryReport:
+    """The memory report of an allocator snapshot, a trace with ``[memory]`` events, an
+    ``export_memory_timeline`` file or a run directory (``aiprof memory``); render it with :func:`render`,
+    which adds its findings (``rules.memory_findings``)."""
+    from aiprof.memory import analyze_memory, load_memory
+
+    opts = options or MemoryOptions()
+    size = opts.device_memory_bytes
+    if size is not None and size <= 0:
+        raise AiprofError(f"the device memory must be a positive number of bytes, not {size}")
+    return analyze_memory(load_memory(Path(path)), size)
+
+
+# ---------------------------------------------------------------------------------------------------
 # render and write
 # ---------------------------------------------------------------------------------------------------
 def output_format(output: Path | None, explicit: str | None) -> str:
@@ -361,9 +391,14 @@ def output_format(output: Path | None, explicit: str | None) -> str:
     return _format_for(output, explicit)
 
 
-def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderOptions | None = None) -> str:
-    """A report, a comparison or a roofline as text in ``fmt`` (terminal, json, md, html)."""
+def render(
+    doc: Report | Comparison | RooflineResult | MemoryReport, fmt: str, options: RenderOptions | None = None
+) -> str:
+    """A report, a comparison, a roofline or a memory report as text in ``fmt`` (terminal, json, md, html)."""
     opts = options or RenderOptions()
+    mem = _as_memory(doc)
+    if mem is not None:
+        return _render_memory(mem, fmt)
     width = opts.width
     if width is None:
         width = min(_terminal_columns(), 100) if opts.is_tty else 80
@@ -377,7 +412,7 @@ def render(doc: Report | Comparison | RooflineResult, fmt: str, options: RenderO
 
 
 def write(
-    doc: Report | Comparison | RooflineResult,
+    doc: Report | Comparison | RooflineResult | MemoryReport,
     output: Path | None,
     fmt: str,
     options: RenderOptions | None = None,
@@ -427,6 +462,25 @@ def _as_roofline(doc: object) -> RooflineResult | None:
     """``doc`` if it is a roofline result (its module is loaded whenever one exists: no import to tell)."""
     module = sys.modules.get("aiprof.roofline.analysis")
     return doc if module is not None and isinstance(doc, module.RooflineResult) else None
+
+
+def _as_memory(doc: object) -> MemoryReport | None:
+    """``doc`` if it is a memory report (its module is loaded whenever one exists)."""
+    module = sys.modules.get("aiprof.memory.report")
+    return doc if module is not None and isinstance(doc, module.MemoryReport) else None
+
+
+def _render_memory(report: MemoryReport, fmt: str) -> str:
+    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format)."""
+    from aiprof.memory.render import RENDERERS, to_json
+    from aiprof.rules.memory_findings import memory_findings
+
+    findings = memory_findings(report)
+    if fmt == "json":
+        return to_json(report, findings).decode("utf-8")
+    if fmt not in RENDERERS:
+        raise AiprofError(f"unknown format {fmt!r} for a memory report; use terminal, json, md or html")
+    return str(RENDERERS[fmt](report, findings))
 
 
 def _terminal_columns() -> int:

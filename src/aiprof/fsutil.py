@@ -22,11 +22,14 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, fsync: bool
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+        try:
+            view = memoryview(payload)
+            while view:  # os.write until all is written (a short write is not an error)
+                view = view[os.write(fd, view):]
             if fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600: results are as shareable as any file
         os.replace(tmp, target)
     except BaseException:

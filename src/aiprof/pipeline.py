@@ -2,9 +2,13 @@
 calls; it builds the report from what this returns).
 
 Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``);
-their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. Cross-rank rules then run
-here on the small results, per-rank findings of the same id are merged across ranks, and everything is
-ranked by estimated saving.
+their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. When the rank has memory data
+(``[memory]`` events in its trace, or an allocator snapshot of its rank in the run directory's ``memory/``),
+the worker also computes its :class:`~aiprof.memory.report.MemoryReport` (``extras["memory"]``, the report's
+memory section) and the memory findings join the rank's findings. Cross-rank rules then run here on the
+small results, per-rank findings of the same id are merged across ranks, and everything is ranked by
+estimated saving; the memory findings save bytes, not time, and come after all the others (largest
+saving in bytes first).
 """
 
 from __future__ import annotations
@@ -14,14 +18,18 @@ import functools
 import os
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
-from aiprof.trace.model import Trace
+from aiprof.trace.model import Kind, Trace
 from aiprof.trace.runset import ProgressCallback
+
+if TYPE_CHECKING:
+    from aiprof.memory.report import MemoryReport
 
 
 def diagnose_hook(
@@ -29,6 +37,7 @@ def diagnose_hook(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
+    memory: MemoryMode = "auto",
 ) -> dict[str, Any]:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
@@ -37,7 +46,72 @@ def diagnose_hook(
     from aiprof.rules.telemetry import load_run_inputs
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
-    return {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    report = rank_memory(trace, notes, memory)
+    if report is None and memory == "auto" and len(trace.rows_of(Kind.MEMORY)):
+        notes.append("this trace has [memory] events: `aiprof analyze --memory` adds the memory section")
+    if report is not None:
+        from aiprof.rules.memory_findings import memory_findings
+
+        out["memory"] = report
+        out["findings"] += [f.to_dict() for f in memory_findings(report)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
+# ---------------------------------------------------------------------------------------------------
+MemoryMode = Literal["auto", "all", "off"]
+"""Which memory inputs make a rank's memory section: ``auto`` the allocator dumps an ``aiprof run --memory``
+wrote (cheap); ``all`` also a trace's ``[memory]`` events (``aiprof analyze --memory``: the trace is read
+a second time, about 1-4x its load time); ``off`` none."""
+MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
+MEMORY_DIR = "memory"
+STATS_FILE = "memory_stats.jsonl"
+
+
+def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
+    """The memory inputs of a rank, best first: its allocator snapshots in the run directory's ``memory/``
+    (the OOM dump, then the end-of-window one), then (``mode="all"``) its trace when it holds ``[memory]``
+    events."""
+    found: list[Path] = []
+    if mode == "off":
+        return found
+    folder = run_directory_of(trace.path)
+    if folder is not None and (folder / MEMORY_DIR).is_dir():
+        for stem in ("oom", "snapshot"):
+            path = folder / MEMORY_DIR / f"{stem}.rank{trace.rank}.pickle"
+            if path.is_file():
+                found.append(path)
+    name = trace.path.name.lower()
+    if mode == "all" and len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
+        found.append(trace.path)
+    return found
+
+
+def rank_memory(trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all") -> MemoryReport | None:
+    """The memory report of one rank, or None when it has no memory data. An input that cannot be read
+    becomes a note (in ``notes``), never a failed analysis."""
+    inputs = memory_inputs(trace, mode)
+    if not inputs:
+        return None
+    from aiprof.memory import analyze_memory, load_memory
+    from aiprof.memory.load import _stats
+    from aiprof.memory.model import MemoryInputError
+
+    try:
+        data = load_memory(inputs[0])
+    except MemoryInputError as err:
+        if notes is not None:
+            notes.append(f"memory section left out: {err}")
+        return None
+    stats = inputs[0].parent / STATS_FILE
+    if inputs[0] != trace.path and stats.is_file():
+        data.stats = _stats(stats)
+    capacity = {d.index: d.total_memory_bytes for d in trace.devices if d.total_memory_bytes}
+    for device, size in capacity.items():
+        data.capacity_bytes.setdefault(device, size)
+    return analyze_memory(data)
 
 
 def analyze_and_diagnose(
@@ -48,14 +122,16 @@ def analyze_and_diagnose(
     options: RuleOptions | None = None,
     rank_rules: list[RankRule] | None = None,
     run_rules: list[RunRule] | None = None,
+    memory: MemoryMode = "auto",
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
-    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``."""
+    ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
+    which memory inputs make the memory section and findings (:data:`MemoryMode`)."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None:
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto":
         hook: Any = diagnose_hook
     else:
-        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules)
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook)
     return run, diagnose_run(run, opts, run_rules)
 
@@ -73,7 +149,20 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
-    return [f.to_dict() for f in rank_findings(merged)]
+    return [f.to_dict() for f in memory_last(rank_findings(merged))]
+
+
+def memory_last(ranked: list[Finding]) -> list[Finding]:
+    """The memory findings (``mem_*``: they save bytes, not time) after every other finding, largest
+    ``evidence['est_saving_bytes']`` first; the others keep their order."""
+    time = [f for f in ranked if not f.id.startswith(MEMORY_PREFIX)]
+    memory = [f for f in ranked if f.id.startswith(MEMORY_PREFIX)]
+    return time + sorted(memory, key=lambda f: -_saving_bytes(f))
+
+
+def _saving_bytes(f: Finding) -> int:
+    value = f.evidence.get("est_saving_bytes")
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _of_rank(f: Finding, rank: RankAnalysis) -> Finding:

@@ -350,30 +350,15 @@ def locked(run_dir: Path) -> Iterator[None]:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write to a temporary sibling, then rename: readers see the old file or the whole new one. A failed
-    write (disk full, quota, permissions) removes the temporary file and raises :class:`RunDirError`."""
-    tmp = ""
+    """Write to a temporary sibling, then rename (:func:`aiprof.fsutil.atomic_write`, without fsync: run
+    files are rewritten often): readers see the old file or the whole new one. A failed write (disk full,
+    quota, permissions) removes the temporary file and raises :class:`RunDirError`."""
+    from aiprof.fsutil import atomic_write as write_atomically
+
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            _write_all(fd, data)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are as shareable as any file
-        os.replace(tmp, path)
-    except BaseException as err:
-        if tmp:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        if isinstance(err, OSError):
-            raise RunDirError(_write_failed(path, err)) from err
-        raise
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        write_atomically(path, data, fsync=False)
+    except OSError as err:
+        raise RunDirError(_write_failed(path, err)) from err
 
 
 def _write_failed(path: Path, err: OSError) -> str:
@@ -381,18 +366,6 @@ def _write_failed(path: Path, err: OSError) -> str:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"{path}: cannot write ({why}); free space on that disk or pass --out to another one"
     return f"{path}: cannot write ({why})"
-
-
-def _umask() -> int:
-    """The process umask, read without changing it (os.umask would race with other threads)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
 
 
 def read_meta(run_dir: Path) -> RawMeta:

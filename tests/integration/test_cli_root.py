@@ -47,7 +47,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str], code: int, *needles: str)
 # ---------------------------------------------------------------------------------------------------
 # One composition root
 # ---------------------------------------------------------------------------------------------------
-PIPELINE_MODULES = ("aiprof.pipeline", "aiprof.analysis", "aiprof.report", "aiprof.trace", "aiprof.rules.registry")
+PIPELINE_MODULES = ("aiprof.pipeline", "aiprof.analysis", "aiprof.report", "aiprof.trace", "aiprof.rules.registry", "aiprof.memory")
 
 
 def _imports(path: Path) -> set[str]:
@@ -360,3 +360,11 @@ def test_a_real_memory_error_is_one_line(tmp_path: Path) -> None:
     assert done.stderr.strip().startswith("aiprof: error: "), done.stderr
     assert "too large for available memory" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_error_and_warning_lines_carry_no_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file name is data: an ESC sequence (clear screen, window title, OSC 52) in it prints visibly."""
+    hostile = tmp_path / "t\x1b]0;owned\x07\x1b[2J\u202e.json"
+    err = one_line_error(capsys, main(["analyze", str(hostile)]))
+    assert "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+    assert "\u241b]0;owned" in err

@@ -270,3 +270,134 @@ def test_streaming_reader_equals_the_plain_one_on_any_values(tmp_path_factory: p
             read_snapshot(path, stream=True)
         return
     assert_same(plain, read_snapshot(path, stream=True))
+
+
+# --- the native window scan (_snapscan.c) gives exactly what the NumPy path gives ---------------------------
+
+from aiprof.memory import stream as stream_mod  # noqa: E402
+
+
+def _snapscan() -> Any:
+    return pytest.importorskip("aiprof.memory._snapscan")
+
+
+def _window_facts(w: Any) -> dict[str, Any]:
+    """Everything a window hands to the run builder, stack ids as the reference tuples they stand for."""
+    facts = {name: getattr(w, name).tolist() for name in
+             ("starts", "ok", "chained", "ends", "shape_id", "memo_inc", "list_off", "frame_pos", "frame_len")}
+    facts["ival"] = np.asarray(w.ival).tolist()
+    facts["stacks"] = [w.stack_refs[s] if s >= 0 else None for s in w.stack_of.tolist()]
+    facts["stack_max"] = [int(w.stack_max[s]) for s in w.stack_of.tolist()]
+    # layouts: the same structure (the native scan may reuse an equal layout learned in an earlier window)
+    facts["shapes"] = [(s.length, s.fixed, bytes(r if f else 0 for r, f in zip(s.raw, s.fixed)), s.slots, s.frames,
+                        s.memo_inc, s.list_off, s.list_slot, s.frame_at) for s in w.shapes]
+    return facts
+
+
+def _windows_agree(monkeypatch: pytest.MonkeyPatch, data: bytes, starts: list[int]) -> None:
+    known: list[Any] = []  # the native scan carries layouts from window to window, as in a read
+    for start in starts:
+        monkeypatch.setenv("AIPROF_NATIVE", "0")
+        plain = _window_facts(stream_mod._Window(data, start, len(data)))
+        monkeypatch.delenv("AIPROF_NATIVE")
+        native = _window_facts(stream_mod._Window(data, start, len(data), known))
+        for name in plain:
+            assert native[name] == plain[name], (start, name)
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
+    """read_snapshot through the native scan and through the NumPy one: the same data, or the same error."""
+    got: list[Any] = []
+    for native in (False, True):
+        if native:
+            monkeypatch.delenv("AIPROF_NATIVE", raising=False)
+        else:
+            monkeypatch.setenv("AIPROF_NATIVE", "0")
+        try:
+            got.append(read_snapshot(path, stream=True))
+        except Exception as err:
+            got.append((type(err), str(err)))
+    if isinstance(got[0], tuple):
+        assert got[1] == got[0]
+    else:
+        assert_same(got[0], got[1])
+
+
+def test_native_scan_is_used_and_agrees_on_the_shared_snapshot(traces_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    native = _snapscan()
+    monkeypatch.delenv("AIPROF_NATIVE", raising=False)
+    path = traces_dir / "memory" / "transformer_lm_snapshot.pickle"
+    calls = []
+    real = native.scan
+    monkeypatch.setattr(native, "scan", lambda *a: calls.append(a[1]) or real(*a))
+    assert_same(read_snapshot(path, stream=False), read_snapshot(path, stream=True))
+    assert calls  # the columns came from the native scan
+    monkeypatch.undo()
+    _both_paths(monkeypatch, path)
+    data = path.read_bytes()
+    _windows_agree(monkeypatch, data, [m.start() for m in __import__("re").finditer(b"}\x94\\(", data)][::97])
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("protocol", [4, 5])
+def test_native_scan_agrees_on_generated_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int,
+                                                   protocol: int) -> None:
+    _snapscan()
+    rng = random.Random(seed)
+    snap = _random_snapshot(rng, [1, 2, 999, 1001, 3000, 5000, 5000, 3000][seed], odd=seed % 2 == 1)
+    data = pickle.dumps(snap, protocol=protocol)
+    path = tmp_path / "s.pickle"
+    path.write_bytes(data)
+    _both_paths(monkeypatch, path)
+    # windows from anywhere, whole and cut short (the scan never reads past the end)
+    starts = sorted({0, 1, len(data) // 3, len(data) - 9} | {rng.randrange(len(data)) for _ in range(6)})
+    _windows_agree(monkeypatch, data, [s for s in starts if 0 <= s < len(data)])
+    cut = data[: rng.randrange(1, len(data))]
+    _windows_agree(monkeypatch, cut, [0, len(cut) // 2])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_native_scan_agrees_on_truncated_and_corrupt_snapshots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               seed: int) -> None:
+    _snapscan()
+    rng = random.Random(100 + seed)
+    data = pickle.dumps(_random_snapshot(rng, 2000, odd=False), protocol=4)
+    path = tmp_path / "s.pickle"
+    for _ in range(4):
+        if rng.random() < 0.5:
+            broken = data[: rng.randrange(2, len(data))]
+        else:
+            raw = bytearray(data)
+            for _ in range(rng.choice([1, 3, 20])):
+                raw[rng.randrange(2, len(raw))] = rng.choice([0x7D, 0x94, 0x28, 0x68, 0x4A, 0x95, 0x00, 0xFF])
+            broken = bytes(raw)
+        path.write_bytes(broken)
+        _both_paths(monkeypatch, path)
+        _windows_agree(monkeypatch, broken, [0, rng.randrange(len(broken))])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "action": st.sampled_from(_ACTIONS + ["mystery"]),
+    "addr": st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from(_ODD_INTS)),
+    "size": st.integers(-2**40, 2**40),
+    "time_us": st.integers(-2**54, 2**54),
+    "frames": st.lists(st.sampled_from([0, 1, 2]), max_size=4),
+}), min_size=1, max_size=40), st.integers(0, 2**20))
+def test_native_scan_agrees_on_any_values(tmp_path_factory: pytest.TempPathFactory, entries: list[dict[str, Any]],
+                                          cut: int) -> None:
+    _snapscan()
+    shared = [{"filename": "a.py", "line": 1, "name": "f"}, {"filename": "b.py", "line": 2, "name": "g"},
+              {"filename": "c.py", "line": 3, "name": "h"}]
+    for e in entries:
+        e["frames"] = [shared[k] for k in e["frames"]]
+        e["stream"] = 0
+    snap = snapshot([segment(1 << 30, [block(1 << 30, 4096)])], [dict(e) for _ in range(30) for e in entries])
+    data = pickle.dumps(snap, protocol=4)
+    path = tmp_path_factory.mktemp("n") / "s.pickle"
+    with pytest.MonkeyPatch.context() as mp:
+        for body in (data, data[: max(2, len(data) - cut % len(data))]):
+            path.write_bytes(body)
+            _both_paths(mp, path)
+            _windows_agree(mp, body, [0, cut % len(body)])

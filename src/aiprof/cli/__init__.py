@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
-from aiprof.errors import EXIT_USAGE, AiprofError, AiprofWarning
+from aiprof.errors import EXIT_USAGE, AiprofError, AiprofWarning, printable
 from aiprof.heap import keep_freed_memory
 
 
@@ -65,7 +65,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (``aiprof: error: …``, exit 2), like every other error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"aiprof: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"aiprof: error: {printable(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -92,7 +92,7 @@ def _show_warning(
     file: object = None,
     line: str | None = None,
 ) -> None:
-    print(f"aiprof: warning: {message}", file=sys.stderr)
+    print(f"aiprof: warning: {printable(message)}", file=sys.stderr)
 
 
 # Commands that only read traces and write a report: once they are done, the interpreter's teardown
@@ -174,7 +174,7 @@ def _main(given: list[str]) -> int:
     try:
         return commands[args.command].run(args)
     except AiprofError as err:
-        print(f"aiprof: error: {err}", file=sys.stderr)
+        print(f"aiprof: error: {printable(err)}", file=sys.stderr)
         return err.exit_code
     except BrokenPipeError:
         return 0
@@ -193,7 +193,7 @@ def _main(given: list[str]) -> int:
 
 
 def _usage_error(message: str) -> int:
-    print(f"aiprof: error: {message}", file=sys.stderr)
+    print(f"aiprof: error: {printable(message)}", file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
+from aiprof.errors import printable
 
 if TYPE_CHECKING:
     from aiprof.report.model import Report
@@ -89,6 +90,13 @@ class AnalyzeCommand:
             metavar="NAME=VALUE",
             help="change a diagnosis threshold, e.g. data_loading_share=0.1 (repeatable; see docs/findings.md)",
         )
+        memory = parser.add_mutually_exclusive_group()
+        memory.add_argument("--memory", dest="memory", action="store_const", const="all", default="auto",
+                            help="add the memory section from the trace's [memory] events too (profile_memory=True; "
+                                 "the trace is read a second time). By default only allocator dumps of "
+                                 "`aiprof run --memory` make it")
+        memory.add_argument("--no-memory", dest="memory", action="store_const", const="off",
+                            help="leave out the memory section")
         parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
                             "whose name matches REGEX are the steps (see docs/nsight.md)")
 
@@ -106,7 +114,8 @@ class AnalyzeCommand:
         try:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
-                                             progress=progress.update, on_warning=said.append)
+                                             progress=progress.update, on_warning=said.append,
+                                             memory=args.memory)
                 report = app.analyze(args.paths, options)
         finally:
             for message in said:
@@ -120,7 +129,7 @@ class AnalyzeCommand:
 
 def warn(message: str) -> None:
     """A warning about the inputs, on stderr (what every verb does with ``AnalyzeOptions.on_warning``)."""
-    print(f"aiprof: warning: {message}", file=sys.stderr)
+    print(f"aiprof: warning: {printable(message)}", file=sys.stderr)
 
 
 def render(doc: Report, fmt: str, width: int | None = None, is_tty: bool = False) -> str:

@@ -23,28 +23,18 @@ class MemoryCommand:
                             help="device memory in GiB, when the input does not say (enables capacity findings)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from aiprof.memory import analyze_memory, load_memory
-        from aiprof.memory.render import RENDERERS, to_json
-        from aiprof.rules.memory_findings import memory_findings
+        from aiprof import app
 
         gib = args.device_memory_gib
         if gib is not None and not (0 < gib < 1 << 20):
             raise AiprofError(f"--device-memory-gib must be a positive number of GiB, not {gib}")
         fmt = args.format or _format_of(args.output)
-        report = analyze_memory(load_memory(args.path), int(gib * (1 << 30)) if gib else None)
-        findings = memory_findings(report)
-        if fmt == "json":
-            data = to_json(report, findings)
-        else:
-            data = RENDERERS[fmt](report, findings).encode("utf-8")
-        if args.output is None:
-            sys.stdout.buffer.write(data)
-            sys.stdout.flush()
-        else:
-            try:
-                args.output.write_bytes(data)
-            except OSError as err:
-                raise AiprofError(f"{args.output}: cannot write ({err.strerror})") from None
+        if args.output is not None:
+            app.check_writable(args.output)
+        options = app.MemoryOptions(device_memory_bytes=int(gib * (1 << 30)) if gib else None)
+        report = app.memory(args.path, options)
+        app.write(report, args.output, fmt, what="memory report")
+        if args.output is not None:
             print(f"aiprof: wrote {args.output}", file=sys.stderr)
         return 0
 

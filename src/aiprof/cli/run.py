@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aiprof.errors import EXIT_USAGE, AiprofError
+from aiprof.errors import EXIT_USAGE, AiprofError, printable
 
 
 
@@ -78,7 +78,7 @@ def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summ
     steps_seen = max((r.get("steps_seen", 0) for r in meta.get("ranks", [])), default=0)
     if not traces:
         why = _why_nothing(meta, steps_seen, options)
-        print(f"aiprof: error: {why}; wrote what exists to {run_dir} (marked incomplete)", file=sys.stderr)
+        print(f"aiprof: error: {printable(why)}; wrote what exists to {run_dir} (marked incomplete)", file=sys.stderr)
         return code if code != 0 else EXIT_USAGE
     status = meta.get("status", "?")
     note = "" if status == "complete" else f" ({meta.get('reason')})"

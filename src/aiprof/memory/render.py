@@ -225,3 +225,8 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
 
 
 RENDERERS: dict[str, Any] = {"terminal": render_terminal, "md": render_markdown, "html": render_html}
+
+
+# The charts, for other reports that show a device's memory (``aiprof analyze``'s memory section).
+timeline_svg = _timeline_svg
+icicle_svg = _icicle_svg

@@ -18,6 +18,9 @@ itself and fills NumPy columns straight from the bytes:
   the next starts, or after ``APPENDS MARK`` or a ``FRAME`` that continues the frame chain) and whose
   references resolve (keys and the action to strings, frames to frame dicts already in the memo, or the
   frames value to a list) become a :class:`Run` of columns in place of their dicts.
+* where it is built, the native scan (``_snapscan.c``, :func:`_native`) does the window's candidate finding,
+  layout checking and value reading in one C pass, with the layouts still parsed here (and reused from window
+  to window); it fills the same columns the NumPy loop would, which stays as the fallback (``AIPROF_NATIVE=0``).
 
 Anything else (another protocol, ``PUT`` opcodes, a reference to an object only a run created, a value of an
 unexpected type, an opcode that would edit a run, truncation) raises :class:`Unsupported`, and the caller
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +47,7 @@ WINDOW = 8 << 20  # bytes parsed by NumPy at once
 MAX_KEYS = 16  # an entry with more keys than this is left to the machine
 MAX_FRAMES = 256  # a frames list longer than this is left to the machine
 MAX_SHAPES = 1024  # entry layouts tried per window (a layout that fails counts too)
+MAX_KNOWN = 256  # layouts the native scan carries from window to window
 _TIME_LIMIT = 1 << 53  # time_us * 1000 must fit in int64
 
 
@@ -246,7 +251,10 @@ class _Window:
     and integer (or memo index), and the frames list's memo indices. A ``FRAME`` opcode between two entries
     is recorded on the second (position and length: :meth:`_Scanner.run` checks that frames chain)."""
 
-    def __init__(self, buf: Any, start: int, size: int) -> None:
+    def __init__(self, buf: Any, start: int, size: int,
+                 known: list[tuple[_Shape, tuple[Any, ...]]] | None = None) -> None:
+        """``known``: layouts learned in earlier windows, for the native scan (a fresh list when None)."""
+        known = [] if known is None else known
         stop = min(size, start + WINDOW + (1 << 20))
         self.start = start
         self.limit = min(size, start + WINDOW)
@@ -254,84 +262,89 @@ class _Window:
         n = a.size
         self.a = a
         self.last = n - 1
-        if n > 3:
-            hits = np.flatnonzero(a[: min(n, self.limit - start + 2)] == 0x7D)
-            hits = hits[hits < n - 2]
-            cand = hits[(a[hits + 1] == 0x94) & (a[hits + 2] == 0x28)]
-        else:
-            cand = np.zeros(0, np.int64)
-        cand = cand[cand < self.limit - start].astype(np.int64)
-        m = cand.size
-        self.starts = cand + start
         words = np.ndarray((max(n - 7, 0),), dtype="<u8", buffer=a, strides=(1,)) if n >= 8 else np.zeros(0, "<u8")
-        self.ival = np.zeros((MAX_KEYS, m), dtype=np.int64)
-        self.memo_inc = np.ones(m, dtype=np.int64)
-        self.list_off = np.zeros(m, dtype=np.int64)
-        ok = np.zeros(m, dtype=bool)
-        end = np.zeros(m, dtype=np.int64)
-        self._ids: dict[tuple[int, ...], int] = {}
-        stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
-        blocks: dict[int, Any] = {}  # the window as overlapping records of N bytes, one per byte position
-        inner_pos = np.full(m, -1, dtype=np.int64)
-        inner_len = np.zeros(m, dtype=np.int64)
-        shape_id = np.full(m, -1, dtype=np.int32)
         self.shapes: list[_Shape] = []
-        todo = np.arange(m)
-        attempts = 0
-        while todo.size and attempts < MAX_SHAPES:
-            attempts += 1
-            c = int(cand[todo[0]])
-            try:
-                shape = _Shape(bytes(a[c:c + 4096]))
-            except (ValueError, IndexError):
-                todo = todo[1:]
-                continue
-            # check the word holding the last fixed byte on every candidate left, then the others on the few
-            # that pass; the values are read from the same words
-            live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
-            w0, mask0, want0 = shape.words[shape.first]
-            live = live[(words[cand[todo[live]] + w0] & np.uint64(mask0)) == np.uint64(want0)]
-            if not live.size:
-                todo = todo[1:]
-                continue
-            base = cand[todo[live]]
-            span = (shape.length + 15) // 8 * 8  # every word of the layout lies inside
-            live = live[base + span <= n]
-            base = base[base + span <= n]
-            if span not in blocks:
-                blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
-            entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
-            mask, want = shape.aligned(span)
-            hit = ((entry.view("<u8") & mask) == want).all(axis=1)  # every fixed byte, 8 at a time
-            if not hit.any():
-                todo = todo[1:]
-                continue
-            if not hit.all():
-                live, base, entry = live[hit], base[hit], np.ascontiguousarray(entry[hit])
-            got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
-                   for w, _, _ in shape.words]
-            rows = todo[live]
-            keep_todo = np.ones(todo.size, dtype=bool)
-            keep_todo[live] = False
-            todo = todo[keep_todo]
-            ok[rows] = True
-            shape_id[rows] = len(self.shapes)
-            self.shapes.append(shape)
-            end[rows] = base + shape.length
-            if shape.frame_at >= 0:
-                inner_pos[rows] = base + shape.frame_at
-                inner_len[rows] = _word(words, base + shape.frame_at + 1, 8, False)
-            self.memo_inc[rows] = shape.memo_inc
-            self.list_off[rows] = shape.list_off
-            for step, (key, kind, off, width, signed) in enumerate(shape.slots):
-                read = shape.reads[step]
-                if read is not None:
-                    self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
-            if shape.frames:
-                self._stacks_of(a, entry, shape, rows, base, stack_of)
-            elif shape.list_slot >= 0:
-                stack_of[rows] = self._stack_id(())
-        self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
+        native = _native()
+        if native is not None:
+            cand, ok, end, inner_pos, inner_len, shape_id, stack_of = self._match_native(native, buf, start, stop, known)
+            m = cand.size
+        else:
+            if n > 3:
+                hits = np.flatnonzero(a[: min(n, self.limit - start + 2)] == 0x7D)
+                hits = hits[hits < n - 2]
+                cand = hits[(a[hits + 1] == 0x94) & (a[hits + 2] == 0x28)]
+            else:
+                cand = np.zeros(0, np.int64)
+            cand = cand[cand < self.limit - start].astype(np.int64)
+            m = cand.size
+            self.starts = cand + start
+            self.ival = np.zeros((MAX_KEYS, m), dtype=np.int64)
+            self.memo_inc = np.ones(m, dtype=np.int64)
+            self.list_off = np.zeros(m, dtype=np.int64)
+            ok = np.zeros(m, dtype=bool)
+            end = np.zeros(m, dtype=np.int64)
+            self._ids: dict[tuple[int, ...], int] = {}
+            stack_of = np.full(m, -1, dtype=np.int64)  # the inline frames list, as an id into stack_refs
+            blocks: dict[int, Any] = {}  # the window as overlapping records of N bytes, one per byte position
+            inner_pos = np.full(m, -1, dtype=np.int64)
+            inner_len = np.zeros(m, dtype=np.int64)
+            shape_id = np.full(m, -1, dtype=np.int32)
+            todo = np.arange(m)
+            attempts = 0
+            while todo.size and attempts < MAX_SHAPES:
+                attempts += 1
+                c = int(cand[todo[0]])
+                try:
+                    shape = _Shape(bytes(a[c:c + 4096]))
+                except (ValueError, IndexError):
+                    todo = todo[1:]
+                    continue
+                # check the word holding the last fixed byte on every candidate left, then the others on the few
+                # that pass; the values are read from the same words
+                live = np.flatnonzero(cand[todo] + shape.length + 8 <= n)
+                w0, mask0, want0 = shape.words[shape.first]
+                live = live[(words[cand[todo[live]] + w0] & np.uint64(mask0)) == np.uint64(want0)]
+                if not live.size:
+                    todo = todo[1:]
+                    continue
+                base = cand[todo[live]]
+                span = (shape.length + 15) // 8 * 8  # every word of the layout lies inside
+                live = live[base + span <= n]
+                base = base[base + span <= n]
+                if span not in blocks:
+                    blocks[span] = np.ndarray((n - span + 1,), dtype=f"V{span}", buffer=a, strides=(1,))
+                entry = blocks[span][base].view(np.uint8).reshape(-1, span)  # each candidate's bytes, one gather
+                mask, want = shape.aligned(span)
+                hit = ((entry.view("<u8") & mask) == want).all(axis=1)  # every fixed byte, 8 at a time
+                if not hit.any():
+                    todo = todo[1:]
+                    continue
+                if not hit.all():
+                    live, base, entry = live[hit], base[hit], np.ascontiguousarray(entry[hit])
+                got = [np.ndarray((base.size,), dtype="<u8", buffer=entry, offset=w, strides=(span,))
+                       for w, _, _ in shape.words]
+                rows = todo[live]
+                keep_todo = np.ones(todo.size, dtype=bool)
+                keep_todo[live] = False
+                todo = todo[keep_todo]
+                ok[rows] = True
+                shape_id[rows] = len(self.shapes)
+                self.shapes.append(shape)
+                end[rows] = base + shape.length
+                if shape.frame_at >= 0:
+                    inner_pos[rows] = base + shape.frame_at
+                    inner_len[rows] = _word(words, base + shape.frame_at + 1, 8, False)
+                self.memo_inc[rows] = shape.memo_inc
+                self.list_off[rows] = shape.list_off
+                for step, (key, kind, off, width, signed) in enumerate(shape.slots):
+                    read = shape.reads[step]
+                    if read is not None:
+                        self.ival[step, rows] = _bits(got[read[0]], read[1], width, signed)
+                if shape.frames:
+                    self._stacks_of(a, entry, shape, rows, base, stack_of)
+                elif shape.list_slot >= 0:
+                    stack_of[rows] = self._stack_id(())
+            self.stack_refs = [refs for refs, _ in sorted(self._ids.items(), key=lambda kv: kv[1])]
         self.stack_max = np.array([max(r, default=-1) for r in self.stack_refs] + [-1], dtype=np.int64)
         # a candidate inside an entry that parsed is no entry (a string or number that looks like one)
         if m > 1:
@@ -372,6 +385,42 @@ class _Window:
         self.ok = ok & (end + 8 <= n)
         self.chained = chained & self.ok
         del self.a
+
+    def _match_native(self, native: Any, buf: Any, start: int, stop: int,
+                      known: list[tuple[_Shape, tuple[Any, ...]]]) -> tuple[Any, ...]:
+        """The NumPy loop's results from the native scan (``_snapscan.c``): the same candidates, layouts
+        (in the same order), values and stack ids, per candidate in one pass over the bytes. ``known``: the
+        layouts earlier windows learned (with their specs for the scan), which it reuses where they match
+        (the same layout as a new parse would give, without parsing again); new ones are added to it."""
+        a = self.a
+
+        def learn(c: int) -> tuple[_Shape, tuple[Any, ...]] | None:
+            try:
+                shape = _Shape(bytes(a[c:c + 4096]))
+            except (ValueError, IndexError):
+                return None
+            span = (shape.length + 15) // 8 * 8
+            mask, want = shape.aligned(span)
+            slots = [(off, width, signed) for _, _, off, width, signed in shape.slots]
+            spec = (shape.length, mask.tobytes(), want.tobytes(), slots, list(shape.frames), shape.frame_at,
+                    shape.memo_inc, shape.list_off, shape.list_slot >= 0)
+            if len(known) < MAX_KNOWN:
+                known.append((shape, spec))
+            return shape, spec
+
+        m = native.count(buf, start, stop, self.limit)
+        cand, end, inner_len = np.zeros(m, np.int64), np.zeros(m, np.int64), np.zeros(m, np.int64)
+        self.memo_inc, self.list_off = np.ones(m, np.int64), np.zeros(m, np.int64)
+        inner_pos, stack_of = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+        shape_id = np.full(m, -1, np.int32)
+        self.ival = np.zeros((MAX_KEYS, m), np.int64)  # rows no layout uses are never touched
+        flat, offs = native.scan(buf, start, stop, self.limit, learn, self.shapes, known, cand, end, self.memo_inc,
+                                 self.list_off, inner_pos, inner_len, stack_of, shape_id, self.ival)
+        self.starts = cand + start
+        refs = np.frombuffer(flat, np.int64).tolist()
+        bounds = np.frombuffer(offs, np.int64).tolist()
+        self.stack_refs = [tuple(refs[bounds[k]:bounds[k + 1]]) for k in range(len(bounds) - 1)]
+        return cand, shape_id >= 0, end, inner_pos, inner_len, shape_id, stack_of
 
     def _stack_id(self, refs: tuple[int, ...]) -> int:
         return self._ids.setdefault(refs, len(self._ids))
@@ -438,6 +487,17 @@ def _word(words: Any, at: Any, width: int, signed: bool) -> Any:
     return v.view(np.int64)
 
 
+def _native() -> Any:
+    """The native window scan (``_snapscan.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+        return None
+    try:
+        from aiprof.memory import _snapscan
+    except ImportError:
+        return None
+    return _snapscan
+
+
 class _Scanner:
     """Turns runs of well-formed entries into :class:`Run` columns, resolving references against the memo."""
 
@@ -445,6 +505,7 @@ class _Scanner:
         self.buf = buf
         self.size = size
         self.window: _Window | None = None
+        self.known: list[tuple[_Shape, tuple[Any, ...]]] = []  # layouts learned so far, for the native scan
 
     def run(self, pos: int, frame_end: int, memo: dict[int, Any], memo_len: int,
             lists: _Lists, cut: int | None = None) -> tuple[Run, int, int, int] | None:
@@ -455,7 +516,7 @@ class _Scanner:
             self.window = None
             if hasattr(self.buf, "madvise") and pos > (1 << 24):  # the bytes behind are done with
                 self.buf.madvise(mmap.MADV_DONTNEED, 0, (pos - (1 << 23)) & ~(mmap.PAGESIZE - 1))
-            w = self.window = _Window(self.buf, pos, self.size)
+            w = self.window = _Window(self.buf, pos, self.size, self.known)
         i, j = w.run_span(pos)
         if j <= i:
             return None

@@ -30,6 +30,7 @@ from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
+from aiprof.report.compare_memory import MemoryComparison, compare_memory
 from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change
 from aiprof.report.compare_steps import StepSample, recorded_steps
 from aiprof.report.common import fmt_ms
@@ -178,6 +179,7 @@ class Comparison(msgspec.Struct, kw_only=True):
     significant: bool = False
     steps_used: StepsUsed | None = None
     program_differences: list[str] = msgspec.field(default_factory=list)
+    memory: MemoryComparison | None = None  # both sides have memory data (report.compare_memory)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -266,6 +268,7 @@ def compare_reports(
             before_median_ns=int(round(stats.before_median_ns)), after_median_ns=int(round(stats.after_median_ns)),
         ),
         program_differences=differences,
+        memory=compare_memory(before, after),
     )
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report.common import fmt_ms
+from aiprof.report import compare_memory
 from aiprof.report.compare import Comparison, DeltaRow, FindingBrief, Side
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown, terminal_text
@@ -39,10 +40,10 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 80, is_tty: bool =
     if fmt == "json":
         return JsonRenderer().render(cmp)
     if fmt == "md":
-        return _markdown(cmp)
+        return _markdown(cmp) + compare_memory.markdown_text(cmp.memory)
     if fmt == "html":
-        return _html(cmp)
-    return _terminal(cmp, width, is_tty)
+        return compare_memory.with_html_section(_html(cmp), cmp.memory)
+    return _terminal(cmp, width, is_tty) + compare_memory.terminal_text(cmp.memory)
 
 
 def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
+from aiprof.memory.report import MemoryReport
 from aiprof.report.model import (
     SCHEMA_VERSION,
     SECTIONS,
@@ -111,8 +113,15 @@ def _rank(r: RankAnalysis) -> RankReport:
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
         incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
         coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
+        memory=_memory(r),
         **r.sections,
     )
+
+
+def _memory(r: RankAnalysis) -> MemoryReport | UnsetType:
+    """The rank's memory report, computed by the diagnosis hook while its trace was loaded (or UNSET)."""
+    memory = r.extras.get("memory")
+    return memory if isinstance(memory, MemoryReport) else UNSET
 
 
 def _summary(ranks: list[RankReport]) -> Summary:

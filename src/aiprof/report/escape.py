@@ -22,27 +22,9 @@ import re
 from rich.markup import escape as _rich_escape
 from rich.text import Text
 
-_BIDI_AND_SEPARATORS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"
+from aiprof.errors import printable as terminal
 
-
-def _visible(code: int) -> str:
-    if code < 0x20:
-        return chr(0x2400 + code)  # ␀ … ␟ (␛ for ESC)
-    if code == 0x7F:
-        return "\u2421"  # ␡
-    if code <= 0xFF:
-        return f"\\x{code:02x}"  # C1 controls
-    return f"\\u{code:04x}"
-
-
-_TERMINAL = {c: _visible(c) for c in [*range(0x20), *range(0x7F, 0xA0), *map(ord, _BIDI_AND_SEPARATORS)]}
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI_AND_SEPARATORS + "]")
-
-
-def terminal(text: object) -> str:
-    """``text`` with every control character made visible (see the module docstring)."""
-    s = str(text)
-    return s.translate(_TERMINAL) if _UNSAFE.search(s) else s
+__all__ = ["html", "markdown", "markup", "terminal", "terminal_text"]
 
 
 def terminal_text(text: object, style: str = "") -> Text:

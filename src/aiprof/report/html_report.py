@@ -24,6 +24,7 @@ from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
 from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
+from aiprof.report.memory_section import html_section as memory_html
 from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
@@ -103,6 +104,7 @@ class HtmlRenderer:
             ("steps", "Step breakdown", self._steps(focus, multi)),
             ("idle", "Idle causes", self._idle(focus)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
+            ("memory", "Memory", memory_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),
             ("collectives", "Collectives", self._collectives(doc)),
             ("roofline", "Roofline", self._roofline(focus)),
@@ -593,7 +595,7 @@ def _embedded(doc: Report) -> tuple[Report, int]:
 
 def _slim(rank: RankReport) -> RankReport:
     devices = [msgspec.structs.replace(d, steps=[]) for d in rank.devices]
-    return msgspec.structs.replace(rank, steps=[], devices=devices, **dict.fromkeys(SECTIONS, UNSET))
+    return msgspec.structs.replace(rank, steps=[], devices=devices, memory=UNSET, **dict.fromkeys(SECTIONS, UNSET))
 
 
 def _ranks(keys: list[Any]) -> list[int]:

@@ -15,6 +15,7 @@ from aiprof.report.common import fmt_ms
 from aiprof.report.document import mean_per_step
 from aiprof.report.escape import markdown as _cell
 from aiprof.report.escape import markdown_code_line as _cell_code
+from aiprof.report.memory_section import markdown_lines as memory_lines
 from aiprof.report.model import RankReport, Report
 
 
@@ -42,6 +43,7 @@ class MarkdownRenderer:
             lines.append("| … | " + _cell(common.hidden_ranks_text(capped.hidden)) + " |" + " |" * (len(buckets) + 2))
         lines += [_rank_row(r, buckets) for r in capped.tail]
         lines += _findings(doc)
+        lines += memory_lines(doc)
         lines += _top_tables(common.focus_rank(doc), len(doc.ranks) > 1)
         notes = common.notes(doc)
         if notes:

@@ -9,6 +9,9 @@ the analysis did not compute, run context of traces that are not in an ``aiprof 
 Per-rank analysis sections (``kernels``, ``ops``, ``communication``, ``compat``, ``roofline``,
 ``timeline_overview``) and free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by
 the analyses that write them.
+
+Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
+:class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from aiprof.memory.report import MemoryReport
 from aiprof.rules.finding import FindingRecord
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 NonNegative = Annotated[int, Meta(ge=0)]
 
@@ -111,6 +115,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     compat: dict[str, Any] | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
     timeline_overview: dict[str, Any] | UnsetType = UNSET
+    # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
+    memory: MemoryReport | UnsetType = UNSET
 
 
 SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview")

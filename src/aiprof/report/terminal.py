@@ -86,9 +86,20 @@ class TerminalRenderer:
         self._rank_detail(console, focus, len(ranks) > 1)
         console.print()
         self._findings(console, doc)
+        self._memory(console, doc)
         self._sections(console, focus)
         for note in common.notes(doc, focus):
             console.print(terminal_text(f"note: {note}", style="yellow"))
+
+    @staticmethod
+    def _memory(console: Console, doc: Report) -> None:
+        """The memory summary (report.memory_section), when a rank has memory data."""
+        from aiprof.report.memory_section import terminal_lines
+
+        for line in terminal_lines(doc):
+            console.print(Text(line))  # already escaped for a terminal; Text is never read as markup
+        if any(r.memory for r in doc.ranks):
+            console.print()
 
     def _headline(self, doc: Report) -> str:
         s = doc.summary
