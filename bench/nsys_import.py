@@ -2,8 +2,10 @@
 ``cudaLaunchKernel`` runtime rows (the tables' DDL is the one nsys 2024.5 / schema 3.13 writes, as in
 ``perlmutter-cloverleaf-cuda.sqlite``; no indexes, as nsys creates none), then ``aiprof.load`` on it.
 
-Prints kernel rows per second and all rows per second (best of ``--repeat``). Target: >= 1M kernel rows/s.
-Run:  python bench/nsys_import.py [--rows 1000000] [--repeat 3]
+Prints kernel rows per second and all rows per second, wall and CPU (medians of ``--repeat``), through the
+native column reader (``_sqlcols``, when built) and, with ``--python``, the pure ``sqlite3`` path.
+Target: >= 1M kernel rows/s.
+Run:  python bench/nsys_import.py [--rows 1000000] [--repeat 3] [--python]
 """
 
 from __future__ import annotations
@@ -79,30 +81,56 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _measure(path: Path, rows: int, repeat: int) -> tuple[float, float]:
+    """Median wall and CPU seconds (this process, its threads and helpers) of ``aiprof.load``."""
+    import statistics
+
+    import aiprof
+
+    walls, cpus = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), _cpu()
+        trace = aiprof.load(path)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(_cpu() - c0)
+        assert len(trace.kernels()) == rows  # type: ignore[union-attr]
+        del trace
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="kernels (and as many runtime rows)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--python", action="store_true",
+                        help="also time the pure-Python sqlite3 path (AIPROF_NATIVE=0)")
     args = parser.parse_args(argv)
-    import aiprof
+    from aiprof.trace.readers.nsys import native_reader
 
+    modes = ["native"] if native_reader() is not None else []
+    if args.python or not modes:
+        modes.append("python")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.sqlite"
         t0 = time.perf_counter()
         build(path, args.rows)
         print(f"built {args.rows:,} kernels + {args.rows:,} runtime rows in {time.perf_counter() - t0:.1f} s "
               f"({path.stat().st_size / 1e6:.0f} MB)")
-        best, best_cpu = float("inf"), float("inf")
-        for _ in range(args.repeat):
-            t0, c0 = time.perf_counter(), _cpu()
-            trace = aiprof.load(path)
-            best, best_cpu = min(best, time.perf_counter() - t0), min(best_cpu, _cpu() - c0)
-            assert len(trace.kernels()) == args.rows  # type: ignore[union-attr]
-            del trace
-        print(f"import: {best:.3f} s wall  {args.rows / best / 1e6:.2f} M kernel rows/s  "
-              f"{2 * args.rows / best / 1e6:.2f} M rows/s (kernels + runtime)")
-        print(f"        {best_cpu:.3f} s CPU (this process + helpers)  {args.rows / best_cpu / 1e6:.2f} M kernel "
-              f"rows per CPU-second; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        for mode in modes:
+            saved = os.environ.get("AIPROF_NATIVE")
+            os.environ["AIPROF_NATIVE"] = "0" if mode == "python" else "1"
+            try:
+                wall, cpu = _measure(path, args.rows, args.repeat)
+            finally:
+                if saved is None:
+                    os.environ.pop("AIPROF_NATIVE", None)
+                else:
+                    os.environ["AIPROF_NATIVE"] = saved
+            print(f"import ({mode}, median of {args.repeat}): {wall:.3f} s wall  "
+                  f"{args.rows / wall / 1e6:.2f} M kernel rows/s  {2 * args.rows / wall / 1e6:.2f} M rows/s "
+                  f"(kernels + runtime)")
+            print(f"        {cpu:.3f} s CPU  {args.rows / cpu / 1e6:.2f} M kernel rows per CPU-second; "
+                  f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     return 0
 
 

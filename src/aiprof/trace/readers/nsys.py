@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -80,6 +81,7 @@ class _Db:
     con: sqlite3.Connection
     columns: dict[str, set[str]]  # table → its columns (tables with rows or not)
     names: dict[int, str]  # StringIds
+    native: Any = None  # the native column reader (_sqlcols), or None: Python's sqlite3 reads everything
 
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.columns.get(table)
@@ -94,6 +96,13 @@ class _Db:
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if self.native is not None:  # C reads the values straight into int64 rows, NULL as -1 (the coalesce)
+            last = 0 if order else self._rows(table)
+            sql = f"SELECT {', '.join(f'({e})' for e in exprs)} FROM {table}"
+            rows = self._native_rows(f"{sql} {order}" if order else sql, last, len(exprs))
+            if last >= _PACK_ROWS:  # the packed read's clamp at -1 (below), in numpy rather than per value in SQL
+                np.maximum(rows[:, 1:], -1, out=rows[:, 1:])
+            return rows
         if order or self._rows(table) < _PACK_ROWS:
             return _fetch(self.con, f"SELECT {', '.join(sql_exprs)} FROM {table} {order}", (), len(exprs))
         # The first expression (a timestamp) gets a word of its own, unbounded; the others are ids, sizes and
@@ -104,6 +113,21 @@ class _Db:
         ranges = [(-1, int(h) if h is not None else -1) for h in highs]
         layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
         return layout.unpack(self._words(table, layout.words))
+
+    def _native_rows(self, sql: str, last: int, width: int) -> I64:
+        """``sql`` through the native reader; a long table (``last``: its largest rowid, 0 = read it whole)
+        in rowid ranges on threads (the reader steps SQLite without the GIL), concatenated in rowid order."""
+        parts = _helpers(last)
+        if parts < 2:
+            return _native_fetch(self.native, self.path, sql, width)
+        bounds = np.linspace(0, last, parts + 1).astype(np.int64).tolist()
+        where = f"{sql} WHERE rowid BETWEEN ? AND ?"
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(parts) as pool:
+            chunks = list(pool.map(lambda r: _native_fetch(self.native, self.path, where, width, (r[0] + 1, r[1])),
+                                   zip(bounds[:-1], bounds[1:])))
+        return np.concatenate(chunks)
 
     def _rows(self, table: str) -> int:
         last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
@@ -200,6 +224,27 @@ def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: in
     return flat.reshape(-1, width)
 
 
+def native_reader() -> Any:
+    """The native column reader (``_sqlcols.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
+    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
+        return None
+    try:
+        from aiprof.trace.readers import _sqlcols
+    except ImportError:
+        return None
+    return _sqlcols
+
+
+def _native_fetch(native: Any, path: Path, sql: str, width: int, params: tuple[int, ...] = ()) -> I64:
+    """One query through the native reader (its own read-only connection), as an (n, width) array; its
+    errors become sqlite3's, with SQLite's own message, so they read as on the Python path."""
+    try:
+        rows, buffer = native.query(os.fsencode(path), sql, width, -1, params)
+    except native.Error as err:
+        raise sqlite3.DatabaseError(err.args[0]) from None
+    return np.frombuffer(buffer, dtype=np.int64).reshape(rows, width)
+
+
 def _fetch_range(job: tuple[str, str, int, int, int]) -> I64:
     """In a helper: one rowid range of a query, on a connection of its own."""
     path, sql, lo, hi, width = job
@@ -286,7 +331,7 @@ def _open(path: Path, con: sqlite3.Connection) -> _Db:
                          "re-export it with `nsys export --type sqlite`")
     _require(path, columns)
     names = {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds")}
-    return _Db(path, con, columns, names)
+    return _Db(path, con, columns, names, native_reader())
 
 
 _REQUIRED = {
@@ -336,13 +381,14 @@ def _device_rows(db: _Db, table: str, extra: list[str]) -> I64:
     rows = db.ints(table, ["start", "end - start", _pid("globalPid"), "streamId", "deviceId",
                            "coalesce(correlationId, 0)", *extra])
     rows[:, 1] += rows[:, 0]
-    rows[:, 3] = np.where(rows[:, 3] == _U32, -1, rows[:, 3])  # 0xFFFFFFFF: no stream (context-wide)
-    rows[:, 5] = _correlation(rows[:, 5])
+    rows[rows[:, 3] == _U32, 3] = -1  # 0xFFFFFFFF: no stream (context-wide)
+    _correlation(rows[:, 5])
     return rows
 
 
-def _correlation(values: I64) -> I64:
-    return np.where(values == 0, -1, values)
+def _correlation(values: I64) -> None:
+    """Correlation id 0 (none) → -1, in place."""
+    values[values == 0] = -1
 
 
 def _kernels(db: _Db) -> I64:
@@ -364,7 +410,7 @@ def _api_rows(db: _Db, table: str) -> I64:
     rows = db.ints(table, ["start", "end - start", _pid("globalTid"), "globalTid & 16777215",
                            "coalesce(correlationId, 0)", "nameId"])
     rows[:, 1] += rows[:, 0]
-    rows[:, 4] = _correlation(rows[:, 4])
+    _correlation(rows[:, 4])
     return rows
 
 
@@ -499,17 +545,17 @@ def _process_trace(db: _Db, tables: _Tables, pid: int, shared: _Shared, options:
         thread_names={k: v for k, v in shared.thread_names.items() if k[0] == pid},
         process_names={pid: shared.process_names[pid]} if pid in shared.process_names else {},
     )
-    runtime, dropped = _dedupe_calls(tables.runtime[tables.runtime[:, 2] == pid])
-    driver, dropped_driver = _dedupe_calls(tables.driver[tables.driver[:, 2] == pid])
+    runtime, dropped = _dedupe_calls(_of(tables.runtime, 2, pid))
+    driver, dropped_driver = _dedupe_calls(_of(tables.driver, 2, pid))
     parts.blocks.append(_api_block(db, runtime, Kind.RUNTIME, "cuda_runtime", strings))
     parts.blocks.append(_api_block(db, driver, Kind.DRIVER, "cuda_driver", strings))
-    kernels = tables.kernels[tables.kernels[:, 2] == pid]
+    kernels = _of(tables.kernels, 2, pid)
     parts.blocks.append(_kernel_block(db, kernels, shared.sm_count, strings))
-    parts.blocks.append(_memcpy_block(tables.memcpy[tables.memcpy[:, 2] == pid], strings))
-    parts.blocks.append(_memset_block(tables.memset[tables.memset[:, 2] == pid], strings))
-    parts.blocks.append(_sync_block(tables.sync[tables.sync[:, 2] == pid], strings))
+    parts.blocks.append(_memcpy_block(_of(tables.memcpy, 2, pid), strings))
+    parts.blocks.append(_memset_block(_of(tables.memset, 2, pid), strings))
+    parts.blocks.append(_sync_block(_of(tables.sync, 2, pid), strings))
     _nvtx_blocks(tables.nvtx, pid, parts, strings, options)
-    parts.blocks.append(_memory_block(tables.memory[tables.memory[:, 1] == pid], pid, strings))
+    parts.blocks.append(_memory_block(_of(tables.memory, 1, pid), pid, strings))
     parts.event_count = sum(len(b["ts"]) for b in parts.blocks) + dropped + dropped_driver
     parts.metadata["nsys_duplicate_calls_dropped"] = dropped + dropped_driver
     orphans = _orphans(kernels, runtime, driver)
@@ -520,6 +566,12 @@ def _process_trace(db: _Db, tables: _Tables, pid: int, shared: _Shared, options:
             "attribution skips them: was the CUDA API trace started after they were launched?)"
         )
     return assemble(db.path, parts, strings.table)
+
+
+def _of(rows: I64, column: int, pid: int) -> I64:
+    """The rows of process ``pid`` (``column`` holds the pid); all of them without a copy when they all are."""
+    mine = rows[:, column] == pid
+    return rows if mine.all() else rows[mine]
 
 
 def _dedupe_calls(rows: I64) -> tuple[I64, int]:
@@ -549,10 +601,23 @@ def _names(db: _Db, ids: I64, strings: Strings, clean: Any = None) -> npt.NDArra
     """nsys string ids → our string ids (one lookup per distinct id)."""
     if not len(ids):
         return np.zeros(0, dtype=np.int32)
-    distinct, inverse = np.unique(ids, return_inverse=True)
+    distinct, inverse = _distinct(ids)
     texts = [db.name(int(i)) for i in distinct.tolist()]
     mapped = np.array([strings(clean(t) if clean else t) for t in texts], dtype=np.int32)
-    return mapped[inverse.reshape(-1)]
+    return mapped[inverse]
+
+
+def _distinct(values: I64) -> tuple[I64, npt.NDArray[np.intp]]:
+    """``np.unique(values, return_inverse=True)``; small non-negative values (string ids, codes) by a
+    counting table, in linear time instead of a sort of every row."""
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= max(1 << 16, 4 * len(values)):
+        distinct, inverse = np.unique(values, return_inverse=True)
+        return distinct, inverse.reshape(-1)
+    distinct = np.flatnonzero(np.bincount(values, minlength=high + 1)).astype(np.int64)
+    place = np.zeros(high + 1, dtype=np.intp)
+    place[distinct] = np.arange(len(distinct))
+    return distinct, place[values]
 
 
 def _api_block(db: _Db, rows: I64, kind: Kind, cat: str, strings: Strings) -> Block:
@@ -588,8 +653,8 @@ def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings
 def _labels(codes: I64, label: Any, strings: Strings) -> npt.NDArray[np.int32]:
     if not len(codes):
         return np.zeros(0, dtype=np.int32)
-    distinct, inverse = np.unique(codes, return_inverse=True)
-    return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse.reshape(-1)]
+    distinct, inverse = _distinct(codes)
+    return np.array([strings(label(int(c))) for c in distinct.tolist()], dtype=np.int32)[inverse]
 
 
 def _memcpy_block(rows: I64, strings: Strings) -> Block:
