@@ -106,10 +106,10 @@ def _device(
     peak = int(cur[k]) if rows.size else 0
     peak_row = int(rows[k]) if rows.size else -1
     peak_t = int(ev.t_ns[peak_row]) if peak_row >= 0 else 0
-    seed_mask = rows < data.seeded_blocks
-    seed_bytes = int(delta[seed_mask].sum())
-    unseeded = np.cumsum(np.where(seed_mask, 0, delta)) if rows.size else np.zeros(1, np.int64)
-    unseeded_peak = int(max(unseeded.max(), 0))
+    # the seeded rows come first (rows ascend): without them the running sum is cur less their total
+    m = int(np.searchsorted(rows, data.seeded_blocks))
+    seed_bytes = int(cur[m - 1]) if m else 0
+    unseeded_peak = max(int(cur[m:].max()) - seed_bytes, 0) if m < rows.size else 0
     reserved = _reserved_series(data, device, rows)
     reserved_at_peak = int(reserved[k]) if reserved is not None and rows.size else None
     live = _live_at(data, rows, k, free_of)
@@ -145,8 +145,8 @@ def _device(
         reserved_at_peak_bytes=reserved_at_peak,
         fragmentation_at_peak_bytes=max(reserved_at_peak - peak, 0) if reserved_at_peak is not None else None,
         rounding_loss_at_peak_bytes=rounding,
-        allocations=int(np.sum((ev.action[rows] == int(Action.ALLOC)) & ~seed_mask)),
-        allocated_bytes_total=int(ev.block_size[rows][(sign > 0) & ~seed_mask].sum()),
+        allocations=int(np.count_nonzero(sign[m:] > 0)),
+        allocated_bytes_total=int(delta[m:][sign[m:] > 0].sum()),
         segment_allocs=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_ALLOC)))),
         segment_frees=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_FREE)))),
         live_at_peak_by_category=[
@@ -316,16 +316,29 @@ def _timeline(
     n = rows.size
     if n <= TIMELINE_POINTS:
         pick = np.arange(n)
-    else:
+    else:  # each bin's first row holding the bin's maximum (every bin has a row: n > TIMELINE_POINTS)
         edges = np.linspace(0, n, TIMELINE_POINTS + 1).astype(np.int64)
-        pick = np.asarray([lo + int(np.argmax(cur[lo:hi])) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo])
+        counts = np.diff(edges)
+        top = np.maximum.reduceat(cur, edges[:-1])
+        hits = np.flatnonzero(cur == np.repeat(top, counts))
+        pick = hits[np.searchsorted(hits, edges[:-1])]
+    # per-category running sums at the picked rows: sums of delta per (category, rows up to each pick)
     cats = ev.category[rows].astype(np.int64)
-    present = sorted(set(np.unique(cats).tolist()))
-    series = []
-    for c in present:
-        series.append(np.cumsum(np.where(cats == c, delta, 0))[pick].tolist())
+    low = int(cats.min())
+    code = cats - low
+    present = np.flatnonzero(np.bincount(code))
+    upto = np.repeat(np.arange(pick.size + 1), np.diff(np.concatenate([[0], pick + 1, [n]])))
+    key = np.searchsorted(present, code) * (pick.size + 1) + upto
+    if max(int(delta.max()), -int(delta.min())) * n < 2**53:  # float sums of integers are exact below 2**53
+        sums = np.bincount(key, weights=delta, minlength=present.size * (pick.size + 1)).astype(np.int64)
+    else:
+        sums = np.zeros(present.size * (pick.size + 1), np.int64)
+        np.add.at(sums, key, delta)
+    at_picks = np.cumsum(sums.reshape(present.size, pick.size + 1), axis=1)[:, : pick.size]
+    series = [list(map(int, line)) for line in at_picks.tolist()]
+    present_list = (present + low).tolist()
     return Timeline(
-        t_ns=ev.t_ns[rows][pick].tolist(), categories=[CATEGORY_NAMES[c] for c in present], bytes=series,
+        t_ns=ev.t_ns[rows][pick].tolist(), categories=[CATEGORY_NAMES[c] for c in present_list], bytes=series,
         reserved_bytes=reserved[pick].tolist() if reserved is not None else None,
     )
 

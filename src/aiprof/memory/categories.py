@@ -53,9 +53,13 @@ def _window_phase(t: np.ndarray, phases: list[Window]) -> tuple[np.ndarray, np.n
 def _fill_forward(phase: np.ndarray) -> np.ndarray:
     """Rows without a Python stack (the autograd engine's thread records none) take the phase of the last
     row that had one: after ``loss.backward()`` they are backward until a forward or optimizer frame shows."""
-    known = np.where(phase != NONE, np.arange(phase.size), -1)
-    last = np.maximum.accumulate(known) if phase.size else known
-    return np.where(last >= 0, phase[np.maximum(last, 0)], NONE).astype(np.int8)
+    at = np.flatnonzero(phase != NONE)
+    if at.size == phase.size:
+        return phase.astype(np.int8)
+    out = np.full(phase.size, NONE, np.int8)
+    if at.size:  # each known row's phase repeats until the next known row
+        out[at[0]:] = np.repeat(phase[at].astype(np.int8), np.diff(np.append(at, phase.size)))
+    return out
 
 
 def step_of(t: np.ndarray, steps: list[Window]) -> np.ndarray:

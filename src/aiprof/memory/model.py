@@ -216,7 +216,12 @@ def pair_rows(device: I32, addr: I64, action: I8) -> tuple[I64, I64]:
     rows = np.flatnonzero(((action == int(Action.ALLOC)) | (action == int(Action.FREE))) & (addr >= 0))
     if rows.size < 2:
         return free_of, alloc_of
-    order = rows[np.lexsort((rows, addr[rows], device[rows]))]
+    # stable sorts keep time order inside a group; one device (the usual case) needs one key only
+    dev = device[rows]
+    if dev.size and dev.min() == dev.max():
+        order = rows[np.argsort(addr[rows], kind="stable")]
+    else:
+        order = rows[np.lexsort((addr[rows], dev))]
     a, b = order[:-1], order[1:]
     same = (addr[a] == addr[b]) & (device[a] == device[b])
     hit = same & (action[a] == int(Action.ALLOC)) & (action[b] == int(Action.FREE))

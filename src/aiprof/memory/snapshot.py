@@ -321,8 +321,10 @@ def _seed_and_size(data: MemoryData) -> None:
     each allocation's block size: exact for blocks the snapshot still holds, else the rounded request."""
     ev, blocks = data.events, data.blocks
     assert blocks is not None
-    ev.block_size[:] = np.maximum(MIN_BLOCK, -(-ev.size // MIN_BLOCK) * MIN_BLOCK)
-    ev.block_size[ev.action >= int(Action.SEGMENT_ALLOC)] = ev.size[ev.action >= int(Action.SEGMENT_ALLOC)]
+    # the request rounded up to a multiple of MIN_BLOCK (a power of two: a mask, not a division)
+    np.maximum((ev.size + (MIN_BLOCK - 1)) & -MIN_BLOCK, MIN_BLOCK, out=ev.block_size)
+    segment_rows = ev.action >= int(Action.SEGMENT_ALLOC)
+    ev.block_size[segment_rows] = ev.size[segment_rows]
     active = blocks.state != BLOCK_STATES["inactive"]
     final = {(d, a): (s, r, st) for d, a, s, r, st in zip(
         blocks.device[active].tolist(), blocks.addr[active].tolist(), blocks.size[active].tolist(),
