@@ -322,21 +322,19 @@ def _timeline(
         top = np.maximum.reduceat(cur, edges[:-1])
         hits = np.flatnonzero(cur == np.repeat(top, counts))
         pick = hits[np.searchsorted(hits, edges[:-1])]
-    # per-category running sums at the picked rows: sums of delta per (category, rows up to each pick)
-    cats = ev.category[rows].astype(np.int64)
-    low = int(cats.min())
-    code = cats - low
-    present = np.flatnonzero(np.bincount(code))
-    upto = np.repeat(np.arange(pick.size + 1), np.diff(np.concatenate([[0], pick + 1, [n]])))
-    key = np.searchsorted(present, code) * (pick.size + 1) + upto
-    if max(int(delta.max()), -int(delta.min())) * n < 2**53:  # float sums of integers are exact below 2**53
-        sums = np.bincount(key, weights=delta, minlength=present.size * (pick.size + 1)).astype(np.int64)
-    else:
-        sums = np.zeros(present.size * (pick.size + 1), np.int64)
-        np.add.at(sums, key, delta)
-    at_picks = np.cumsum(sums.reshape(present.size, pick.size + 1), axis=1)[:, : pick.size]
-    series = [list(map(int, line)) for line in at_picks.tolist()]
-    present_list = (present + low).tolist()
+    # per-category running sums at the picked rows: rows grouped by category (a radix sort of one byte),
+    # each group's running sum read at its last row up to each pick
+    cats = ev.category[rows]
+    by_cat = np.argsort(cats, kind="stable")
+    grouped = cats[by_cat]
+    starts = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]]))
+    bounds = np.append(starts, n)
+    present_list = grouped[starts].astype(np.int64).tolist()
+    series = []
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        idx = by_cat[lo:hi]  # this category's rows, ascending
+        run = np.concatenate([[0], np.cumsum(delta[idx])])
+        series.append(run[np.searchsorted(idx, pick, side="right")].tolist())
     return Timeline(
         t_ns=ev.t_ns[rows][pick].tolist(), categories=[CATEGORY_NAMES[c] for c in present_list], bytes=series,
         reserved_bytes=reserved[pick].tolist() if reserved is not None else None,
