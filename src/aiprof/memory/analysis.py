@@ -72,7 +72,7 @@ def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> Memor
     site_of_stack = [user_site(s) for s in data.stacks] + ["?"]
     devices = [
         _device(data, int(d), free_of, site_of_stack, capacity_bytes)
-        for d in sorted(set(np.unique(ev.device).tolist()) | _snapshot_devices(data))
+        for d in sorted(set(_devices(ev.device)) | _snapshot_devices(data))
     ]
     settings = {str(k)[:80]: str(v)[:200] for k, v in data.settings.items()}
     return MemoryReport(
@@ -81,6 +81,17 @@ def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> Memor
         expandable_segments=_expandable(data.settings), settings=settings, devices=devices,
         stats=_stats(data.stats), warnings=list(data.warnings),
     )
+
+
+def _devices(column: np.ndarray) -> list[int]:
+    """The distinct devices of the event table (a handful: counted, not hashed or sorted)."""
+    if column.size == 0:
+        return []
+    lo, hi = int(column.min()), int(column.max())
+    if hi - lo < (1 << 16):
+        found: list[int] = (np.flatnonzero(np.bincount((column - lo).astype(np.int64))) + lo).tolist()
+        return found
+    return sorted(set(column.tolist()))
 
 
 def _snapshot_devices(data: MemoryData) -> set[int]:
