@@ -21,7 +21,7 @@ from aiprof.memory.model import (
     Category,
     Frame,
     MemoryData,
-    pair_rows,
+    event_pairs,
 )
 from aiprof.memory.report import (
     AllocatorStats,
@@ -56,8 +56,7 @@ def user_site(frames: tuple[Frame, ...]) -> str:
 def pair_frees(data: MemoryData) -> tuple[np.ndarray, np.ndarray]:
     """``free_of[alloc row]`` and ``alloc_of[free row]`` (-1 where there is none), matched by device and
     address; rows without an address are never paired."""
-    ev = data.events
-    return pair_rows(ev.device, ev.addr, ev.action)
+    return event_pairs(data)
 
 
 def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> MemoryReport:
