@@ -346,7 +346,7 @@ def _timeline(
         run = np.concatenate([[0], np.cumsum(delta[idx])])
         series.append(run[np.searchsorted(idx, pick, side="right")].tolist())
     return Timeline(
-        t_ns=ev.t_ns[rows][pick].tolist(), categories=[CATEGORY_NAMES[c] for c in present_list], bytes=series,
+        t_ns=ev.t_ns[rows[pick]].tolist(), categories=[CATEGORY_NAMES[c] for c in present_list], bytes=series,
         reserved_bytes=reserved[pick].tolist() if reserved is not None else None,
     )
 

@@ -237,13 +237,13 @@ def pair_rows(device: I32, addr: I64, action: I8) -> tuple[I64, I64]:
 
 
 def pair_rows_and_firsts(device: I32, addr: I64, action: I8) -> tuple[I64, I64, I64]:
-    """:func:`pair_rows`, and the first row of each (device, address) group (ascending)."""
+    """:func:`pair_rows`, and the rows that begin their (device, address) group and are frees (any order)."""
     n = int(addr.size)
     free_of = np.full(n, -1, np.int64)
     alloc_of = np.full(n, -1, np.int64)
     rows = np.flatnonzero(((action == int(Action.ALLOC)) | (action == int(Action.FREE))) & (addr >= 0))
     if rows.size < 2:
-        return free_of, alloc_of, rows.astype(np.int64)
+        return free_of, alloc_of, rows[action[rows] == int(Action.FREE)].astype(np.int64)
     # stable sorts keep time order inside a group; one device (the usual case) needs one key only
     dev = device[rows]
     if dev.size and dev.min() == dev.max():
@@ -255,5 +255,6 @@ def pair_rows_and_firsts(device: I32, addr: I64, action: I8) -> tuple[I64, I64, 
     hit = same & (action[a] == int(Action.ALLOC)) & (action[b] == int(Action.FREE))
     free_of[a[hit]] = b[hit]
     alloc_of[b[hit]] = a[hit]
-    firsts = np.sort(np.concatenate([order[:1], b[~same]])).astype(np.int64)
-    return free_of, alloc_of, firsts
+    starts = np.concatenate([order[:1], b[~same]])
+    first_frees: I64 = starts[action[starts] == int(Action.FREE)].astype(np.int64)
+    return free_of, alloc_of, first_frees
