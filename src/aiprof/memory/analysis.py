@@ -108,8 +108,10 @@ def _device(
     data: MemoryData, device: int, free_of: np.ndarray, site_of_stack: list[str], capacity: int | None
 ) -> DeviceMemory:
     ev = data.events
-    rows = np.flatnonzero((ev.device == device) & (ev.action <= int(Action.FREE)))
-    sign = np.where(ev.action[rows] == int(Action.ALLOC), 1, -1)
+    on_device = ev.device == device
+    rows = np.flatnonzero(on_device & (ev.action <= int(Action.FREE)))
+    is_alloc = ev.action[rows] == int(Action.ALLOC)  # else a FREE
+    sign = np.where(is_alloc, 1, -1)
     delta = sign * ev.block_size[rows]
     cur = np.cumsum(delta) if rows.size else np.zeros(1, np.int64)
     k = int(np.argmax(cur)) if rows.size else 0
@@ -123,7 +125,7 @@ def _device(
     reserved = _reserved_series(data, device, rows)
     reserved_at_peak = int(reserved[k]) if reserved is not None and rows.size else None
     live = _live_at(data, rows, k, free_of)
-    if np.any((ev.action[rows] == int(Action.FREE)) & (ev.addr[rows] < 0)) and data.source != "timeline":
+    if data.source != "timeline" and np.any(ev.addr[rows[~is_alloc]] < 0):
         live = live[:0]  # frees without an address cannot be matched: what is live at the peak is unknown
         data.warnings.append(
             f"{'cpu' if device == CPU_DEVICE else f'cuda:{device}'}: the [memory] events carry no Addr: the peak is the running sum of Bytes, "
@@ -155,10 +157,10 @@ def _device(
         reserved_at_peak_bytes=reserved_at_peak,
         fragmentation_at_peak_bytes=max(reserved_at_peak - peak, 0) if reserved_at_peak is not None else None,
         rounding_loss_at_peak_bytes=rounding,
-        allocations=int(np.count_nonzero(sign[m:] > 0)),
-        allocated_bytes_total=int(delta[m:][sign[m:] > 0].sum()),
-        segment_allocs=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_ALLOC)))),
-        segment_frees=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_FREE)))),
+        allocations=int(np.count_nonzero(is_alloc[m:])),
+        allocated_bytes_total=int(delta[m:][is_alloc[m:]].sum()),
+        segment_allocs=int(np.count_nonzero(on_device & (ev.action == int(Action.SEGMENT_ALLOC)))),
+        segment_frees=int(np.count_nonzero(on_device & (ev.action == int(Action.SEGMENT_FREE)))),
         live_at_peak_by_category=[
             CategoryBytes(CATEGORY_NAMES[i], int(b)) for i, b in sorted(enumerate(by_cat.tolist()), key=lambda x: -x[1]) if b > 0
         ],
