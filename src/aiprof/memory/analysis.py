@@ -21,7 +21,7 @@ from aiprof.memory.model import (
     Category,
     Frame,
     MemoryData,
-    pair_rows,
+    event_pairs,
 )
 from aiprof.memory.report import (
     AllocatorStats,
@@ -56,8 +56,7 @@ def user_site(frames: tuple[Frame, ...]) -> str:
 def pair_frees(data: MemoryData) -> tuple[np.ndarray, np.ndarray]:
     """``free_of[alloc row]`` and ``alloc_of[free row]`` (-1 where there is none), matched by device and
     address; rows without an address are never paired."""
-    ev = data.events
-    return pair_rows(ev.device, ev.addr, ev.action)
+    return event_pairs(data)
 
 
 def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> MemoryReport:
@@ -72,7 +71,7 @@ def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> Memor
     site_of_stack = [user_site(s) for s in data.stacks] + ["?"]
     devices = [
         _device(data, int(d), free_of, site_of_stack, capacity_bytes)
-        for d in sorted(set(np.unique(ev.device).tolist()) | _snapshot_devices(data))
+        for d in sorted(set(_devices(ev.device)) | _snapshot_devices(data))
     ]
     settings = {str(k)[:80]: str(v)[:200] for k, v in data.settings.items()}
     return MemoryReport(
@@ -81,6 +80,17 @@ def analyze_memory(data: MemoryData, capacity_bytes: int | None = None) -> Memor
         expandable_segments=_expandable(data.settings), settings=settings, devices=devices,
         stats=_stats(data.stats), warnings=list(data.warnings),
     )
+
+
+def _devices(column: np.ndarray) -> list[int]:
+    """The distinct devices of the event table (a handful: counted, not hashed or sorted)."""
+    if column.size == 0:
+        return []
+    lo, hi = int(column.min()), int(column.max())
+    if hi - lo < (1 << 16):
+        found: list[int] = (np.flatnonzero(np.bincount((column - lo).astype(np.int64))) + lo).tolist()
+        return found
+    return sorted(set(column.tolist()))
 
 
 def _snapshot_devices(data: MemoryData) -> set[int]:
@@ -98,22 +108,24 @@ def _device(
     data: MemoryData, device: int, free_of: np.ndarray, site_of_stack: list[str], capacity: int | None
 ) -> DeviceMemory:
     ev = data.events
-    rows = np.flatnonzero((ev.device == device) & (ev.action <= int(Action.FREE)))
-    sign = np.where(ev.action[rows] == int(Action.ALLOC), 1, -1)
+    on_device = ev.device == device
+    rows = np.flatnonzero(on_device & (ev.action <= int(Action.FREE)))
+    is_alloc = ev.action[rows] == int(Action.ALLOC)  # else a FREE
+    sign = np.where(is_alloc, 1, -1)
     delta = sign * ev.block_size[rows]
     cur = np.cumsum(delta) if rows.size else np.zeros(1, np.int64)
     k = int(np.argmax(cur)) if rows.size else 0
     peak = int(cur[k]) if rows.size else 0
     peak_row = int(rows[k]) if rows.size else -1
     peak_t = int(ev.t_ns[peak_row]) if peak_row >= 0 else 0
-    seed_mask = rows < data.seeded_blocks
-    seed_bytes = int(delta[seed_mask].sum())
-    unseeded = np.cumsum(np.where(seed_mask, 0, delta)) if rows.size else np.zeros(1, np.int64)
-    unseeded_peak = int(max(unseeded.max(), 0))
+    # the seeded rows come first (rows ascend): without them the running sum is cur less their total
+    m = int(np.searchsorted(rows, data.seeded_blocks))
+    seed_bytes = int(cur[m - 1]) if m else 0
+    unseeded_peak = max(int(cur[m:].max()) - seed_bytes, 0) if m < rows.size else 0
     reserved = _reserved_series(data, device, rows)
     reserved_at_peak = int(reserved[k]) if reserved is not None and rows.size else None
     live = _live_at(data, rows, k, free_of)
-    if np.any((ev.action[rows] == int(Action.FREE)) & (ev.addr[rows] < 0)) and data.source != "timeline":
+    if data.source != "timeline" and np.any(ev.addr[rows[~is_alloc]] < 0):
         live = live[:0]  # frees without an address cannot be matched: what is live at the peak is unknown
         data.warnings.append(
             f"{'cpu' if device == CPU_DEVICE else f'cuda:{device}'}: the [memory] events carry no Addr: the peak is the running sum of Bytes, "
@@ -145,10 +157,10 @@ def _device(
         reserved_at_peak_bytes=reserved_at_peak,
         fragmentation_at_peak_bytes=max(reserved_at_peak - peak, 0) if reserved_at_peak is not None else None,
         rounding_loss_at_peak_bytes=rounding,
-        allocations=int(np.sum((ev.action[rows] == int(Action.ALLOC)) & ~seed_mask)),
-        allocated_bytes_total=int(ev.block_size[rows][(sign > 0) & ~seed_mask].sum()),
-        segment_allocs=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_ALLOC)))),
-        segment_frees=int(np.sum((ev.device == device) & (ev.action == int(Action.SEGMENT_FREE)))),
+        allocations=int(np.count_nonzero(is_alloc[m:])),
+        allocated_bytes_total=int(delta[m:][is_alloc[m:]].sum()),
+        segment_allocs=int(np.count_nonzero(on_device & (ev.action == int(Action.SEGMENT_ALLOC)))),
+        segment_frees=int(np.count_nonzero(on_device & (ev.action == int(Action.SEGMENT_FREE)))),
         live_at_peak_by_category=[
             CategoryBytes(CATEGORY_NAMES[i], int(b)) for i, b in sorted(enumerate(by_cat.tolist()), key=lambda x: -x[1]) if b > 0
         ],
@@ -316,16 +328,27 @@ def _timeline(
     n = rows.size
     if n <= TIMELINE_POINTS:
         pick = np.arange(n)
-    else:
+    else:  # each bin's first row holding the bin's maximum (every bin has a row: n > TIMELINE_POINTS)
         edges = np.linspace(0, n, TIMELINE_POINTS + 1).astype(np.int64)
-        pick = np.asarray([lo + int(np.argmax(cur[lo:hi])) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo])
-    cats = ev.category[rows].astype(np.int64)
-    present = sorted(set(np.unique(cats).tolist()))
+        counts = np.diff(edges)
+        top = np.maximum.reduceat(cur, edges[:-1])
+        hits = np.flatnonzero(cur == np.repeat(top, counts))
+        pick = hits[np.searchsorted(hits, edges[:-1])]
+    # per-category running sums at the picked rows: rows grouped by category (a radix sort of one byte),
+    # each group's running sum read at its last row up to each pick
+    cats = ev.category[rows]
+    by_cat = np.argsort(cats, kind="stable")
+    grouped = cats[by_cat]
+    starts = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]]))
+    bounds = np.append(starts, n)
+    present_list = grouped[starts].astype(np.int64).tolist()
     series = []
-    for c in present:
-        series.append(np.cumsum(np.where(cats == c, delta, 0))[pick].tolist())
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        idx = by_cat[lo:hi]  # this category's rows, ascending
+        run = np.concatenate([[0], np.cumsum(delta[idx])])
+        series.append(run[np.searchsorted(idx, pick, side="right")].tolist())
     return Timeline(
-        t_ns=ev.t_ns[rows][pick].tolist(), categories=[CATEGORY_NAMES[c] for c in present], bytes=series,
+        t_ns=ev.t_ns[rows[pick]].tolist(), categories=[CATEGORY_NAMES[c] for c in present_list], bytes=series,
         reserved_bytes=reserved[pick].tolist() if reserved is not None else None,
     )
 

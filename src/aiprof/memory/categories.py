@@ -53,9 +53,13 @@ def _window_phase(t: np.ndarray, phases: list[Window]) -> tuple[np.ndarray, np.n
 def _fill_forward(phase: np.ndarray) -> np.ndarray:
     """Rows without a Python stack (the autograd engine's thread records none) take the phase of the last
     row that had one: after ``loss.backward()`` they are backward until a forward or optimizer frame shows."""
-    known = np.where(phase != NONE, np.arange(phase.size), -1)
-    last = np.maximum.accumulate(known) if phase.size else known
-    return np.where(last >= 0, phase[np.maximum(last, 0)], NONE).astype(np.int8)
+    at = np.flatnonzero(phase != NONE)
+    if at.size == phase.size:
+        return phase.astype(np.int8)
+    out = np.full(phase.size, NONE, np.int8)
+    if at.size:  # each known row's phase repeats until the next known row
+        out[at[0]:] = np.repeat(phase[at].astype(np.int8), np.diff(np.append(at, phase.size)))
+    return out
 
 
 def step_of(t: np.ndarray, steps: list[Window]) -> np.ndarray:
@@ -74,8 +78,10 @@ def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
         ev.category[ev.category == NO_CATEGORY] = int(Category.UNKNOWN)
         return
     t = ev.t_ns
-    freed = free_of[alloc] >= 0
-    t_free = np.where(freed, t[np.maximum(free_of[alloc], 0)], np.iinfo(np.int64).max)
+    freed_by = free_of[alloc]
+    freed = freed_by >= 0
+    free_row = np.maximum(freed_by, 0)  # each allocation's free (row 0 where none: masked by ``freed``)
+    t_free = np.where(freed, t[free_row], np.iinfo(np.int64).max)
     if data.phases:
         phase_all, phase_end_all = _window_phase(t, data.phases)
     else:  # a snapshot: the stacks say which phase
@@ -83,11 +89,12 @@ def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
         phase_all = _fill_forward(by_stack[ev.stack])
         phase_end_all = np.full(t.size, -1, np.int64)
     pa = phase_all[alloc]
-    pf = np.where(freed, phase_all[np.maximum(free_of[alloc], 0)], NONE)
+    pf = np.where(freed, phase_all[free_row], NONE)
     step_all = ev.step
     sa = step_all[alloc]
-    sf = np.where(freed, step_all[np.maximum(free_of[alloc], 0)], -2)
-    same_op = freed & (ev.op[alloc] >= 0) & (ev.op[alloc] == ev.op[np.maximum(free_of[alloc], 0)])
+    sf = np.where(freed, step_all[free_row], -2)
+    op_a = ev.op[alloc]
+    same_op = freed & (op_a >= 0) & (op_a == ev.op[free_row])
     first_step = min((w.start_ns for w in data.steps), default=None)
     cat = np.full(alloc.size, int(Category.UNKNOWN), np.int8)
     windowed = bool(data.phases)
@@ -120,5 +127,4 @@ def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
     if not windowed:  # no step spans: a forward block never freed is persistent (a parameter or a buffer)
         cat[seed & ~freed & (pa == FORWARD)] = Category.PARAMETER
     ev.category[alloc] = cat
-    frees = free_of[alloc]
-    ev.category[frees[frees >= 0]] = cat[frees >= 0]
+    ev.category[freed_by[freed]] = cat[freed]

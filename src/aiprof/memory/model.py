@@ -203,6 +203,28 @@ class MemoryData:
     torch_categories: bool = False  # the category column came from torch's own profiler
     stats: list[dict[str, Any]] = field(default_factory=list)  # capture: memory_stats() per step
     warnings: list[str] = field(default_factory=list)
+    # the reader's free/alloc pairing of ``events`` (see :func:`event_pairs`), not part of the data
+    pairs: PairCache | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PairCache:
+    """:func:`pair_rows` of an event table, with the columns it was computed from (a cache is used only
+    while the table holds these very arrays: the columns are never changed in place after reading)."""
+
+    device: I32
+    addr: I64
+    action: I8
+    free_of: I64
+    alloc_of: I64
+
+
+def event_pairs(data: MemoryData) -> tuple[I64, I64]:
+    """``pair_rows`` of ``data.events``: the reader's pairing when it made one for these columns."""
+    ev, cache = data.events, data.pairs
+    if cache is not None and cache.device is ev.device and cache.addr is ev.addr and cache.action is ev.action:
+        return cache.free_of, cache.alloc_of
+    return pair_rows(ev.device, ev.addr, ev.action)
 
 
 def pair_rows(device: I32, addr: I64, action: I8) -> tuple[I64, I64]:
@@ -210,16 +232,29 @@ def pair_rows(device: I32, addr: I64, action: I8) -> tuple[I64, I64]:
     there is none. Rows are grouped by (device, address) in time order; an ALLOC immediately followed, in its
     group, by a FREE is a pair (an allocator never hands out an address twice before it is freed). Rows
     without an address (< 0) and other actions are never paired."""
+    free_of, alloc_of, _ = pair_rows_and_firsts(device, addr, action)
+    return free_of, alloc_of
+
+
+def pair_rows_and_firsts(device: I32, addr: I64, action: I8) -> tuple[I64, I64, I64]:
+    """:func:`pair_rows`, and the rows that begin their (device, address) group and are frees (any order)."""
     n = int(addr.size)
     free_of = np.full(n, -1, np.int64)
     alloc_of = np.full(n, -1, np.int64)
     rows = np.flatnonzero(((action == int(Action.ALLOC)) | (action == int(Action.FREE))) & (addr >= 0))
     if rows.size < 2:
-        return free_of, alloc_of
-    order = rows[np.lexsort((rows, addr[rows], device[rows]))]
+        return free_of, alloc_of, rows[action[rows] == int(Action.FREE)].astype(np.int64)
+    # stable sorts keep time order inside a group; one device (the usual case) needs one key only
+    dev = device[rows]
+    if dev.size and dev.min() == dev.max():
+        order = rows[np.argsort(addr[rows], kind="stable")]
+    else:
+        order = rows[np.lexsort((addr[rows], dev))]
     a, b = order[:-1], order[1:]
     same = (addr[a] == addr[b]) & (device[a] == device[b])
     hit = same & (action[a] == int(Action.ALLOC)) & (action[b] == int(Action.FREE))
     free_of[a[hit]] = b[hit]
     alloc_of[b[hit]] = a[hit]
-    return free_of, alloc_of
+    starts = np.concatenate([order[:1], b[~same]])
+    first_frees: I64 = starts[action[starts] == int(Action.FREE)].astype(np.int64)
+    return free_of, alloc_of, first_frees

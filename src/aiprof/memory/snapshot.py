@@ -20,7 +20,8 @@ import numpy as np
 
 from aiprof.memory.model import (
     BLOCK_STATES,
-    pair_rows,
+    PairCache,
+    pair_rows_and_firsts,
     SNAPSHOT_ACTIONS,
     Action,
     BlockTable,
@@ -321,13 +322,15 @@ def _seed_and_size(data: MemoryData) -> None:
     each allocation's block size: exact for blocks the snapshot still holds, else the rounded request."""
     ev, blocks = data.events, data.blocks
     assert blocks is not None
-    ev.block_size[:] = np.maximum(MIN_BLOCK, -(-ev.size // MIN_BLOCK) * MIN_BLOCK)
-    ev.block_size[ev.action >= int(Action.SEGMENT_ALLOC)] = ev.size[ev.action >= int(Action.SEGMENT_ALLOC)]
+    # the request rounded up to a multiple of MIN_BLOCK (a power of two: a mask, not a division)
+    np.maximum((ev.size + (MIN_BLOCK - 1)) & -MIN_BLOCK, MIN_BLOCK, out=ev.block_size)
+    segment_rows = ev.action >= int(Action.SEGMENT_ALLOC)
+    ev.block_size[segment_rows] = ev.size[segment_rows]
     active = blocks.state != BLOCK_STATES["inactive"]
     final = {(d, a): (s, r, st) for d, a, s, r, st in zip(
         blocks.device[active].tolist(), blocks.addr[active].tolist(), blocks.size[active].tolist(),
         blocks.requested[active].tolist(), blocks.stack[active].tolist())}
-    free_of, alloc_of = pair_rows(ev.device, ev.addr, ev.action)
+    free_of, alloc_of, first_frees = pair_rows_and_firsts(ev.device, ev.addr, ev.action)
     frees = np.flatnonzero(ev.action == int(Action.FREE))
     paired = frees[alloc_of[frees] >= 0]
     ev.block_size[paired] = ev.block_size[alloc_of[paired]]
@@ -357,7 +360,34 @@ def _seed_and_size(data: MemoryData) -> None:
             name: np.concatenate([getattr(seeded, name), getattr(ev, name)]) for name in ev.__dataclass_fields__
         })
         data.events = merged
+        free_of, alloc_of = _seeded_pairs(merged, seed, free_of, alloc_of, first_frees)
     data.seeded_blocks = len(seed)
+    data.pairs = PairCache(data.events.device, data.events.addr, data.events.action, free_of, alloc_of)
+
+
+def _seeded_pairs(
+    merged: EventTable, seed: list[tuple[int, int, int, int, int]], free_of: np.ndarray, alloc_of: np.ndarray,
+    first_frees: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``pair_rows`` of ``merged`` (the seed rows, then the recorded ones) from the recorded rows' pairing,
+    without sorting again. In a (device, address) group of ``merged`` the seeds (all allocations) come first,
+    then the recorded rows in the same order as before: the recorded pairs stay (shifted by the seeds), and
+    the group's last seed pairs with the group's first recorded row when that row is a free
+    (``first_frees``: those rows, numbered before the seeds)."""
+    shift = len(seed)
+    new_free = np.full(len(merged), -1, np.int64)
+    new_alloc = np.full(len(merged), -1, np.int64)
+    for new, old in ((new_free, free_of), (new_alloc, alloc_of)):
+        np.add(old, shift, out=new[shift:], where=old >= 0)  # -1 stays -1
+    if first_frees.size:
+        last_seed = {(d, a): i for i, (d, a, _, _, _) in enumerate(seed) if a >= 0}
+        rows = first_frees + shift
+        for row, key in zip(rows.tolist(), zip(merged.device[rows].tolist(), merged.addr[rows].tolist())):
+            s = last_seed.get(key)
+            if s is not None:
+                new_free[s] = row
+                new_alloc[row] = s
+    return new_free, new_alloc
 
 
 def _annotation_steps(raw: Any) -> list[Window]:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from aiprof.arrays import unique
 from aiprof.memory.model import SNAPSHOT_ACTIONS, Action
 
 WINDOW = 8 << 20  # bytes parsed by NumPy at once
@@ -498,6 +499,43 @@ def _native() -> Any:
     return _snapscan
 
 
+def _sort_key(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` as a key that sorts the same: offsets from the minimum as uint16 when they fit (NumPy's
+    stable sort of 16-bit keys is a radix sort), else the values."""
+    if values.size and int(values.max()) - int(values.min()) < (1 << 16):
+        key: npt.NDArray[Any] = (values - values.min()).astype(np.uint16)
+        return key
+    return values
+
+
+def _distinct(values: npt.NDArray[Any]) -> list[int]:
+    """Sorted distinct values of an integer array (``np.unique(values).tolist()``), by counting when their
+    range is small (a run's action references and stack ids span a few values), else by sorting."""
+    if values.size == 0:
+        return []
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo <= 4 * values.size + 1024:
+        counted: list[int] = (np.flatnonzero(np.bincount(values - lo)) + lo).tolist()
+        return counted
+    ordered: list[int] = unique(values).tolist()
+    return ordered
+
+
+def _distinct_first(values: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """``np.unique(values, return_index=True, return_inverse=True)`` for a 1-D integer array (the same stable
+    order, so the same first indices), with a radix sort when the values span < 65536."""
+    n = values.size
+    perm = np.argsort(_sort_key(values), kind="stable")
+    ordered = values[perm]
+    change = np.empty(n, dtype=bool)
+    if n:
+        change[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=change[1:])
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[perm] = np.cumsum(change) - 1
+    return ordered[change], perm[change], inverse
+
+
 class _Scanner:
     """Turns runs of well-formed entries into :class:`Run` columns, resolving references against the memo."""
 
@@ -530,8 +568,10 @@ class _Scanner:
         cols = {key: np.zeros(n, dtype=np.int64) for key in range(6)}
         inline = np.zeros(n, dtype=bool)
         sid = w.shape_id[i:j]
-        by_shape = np.argsort(sid, kind="stable")
-        present, cuts = np.unique(sid[by_shape], return_index=True)
+        by_shape = np.argsort(_sort_key(sid), kind="stable")
+        grouped = sid[by_shape]
+        cuts = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]])) if n else np.zeros(0, np.intp)
+        present = grouped[cuts]
         cuts = np.append(cuts, n)
         for k, u in enumerate(present.tolist()):
             rows = by_shape[cuts[k]:cuts[k + 1]]
@@ -556,7 +596,7 @@ class _Scanner:
         # the action: a memo reference to one of the known action strings (not "oom": it carries more)
         act_ref = cols[_KEY_ACTION]
         action = np.full(n, -1, dtype=np.int64)
-        for idx in np.unique(act_ref).tolist():
+        for idx in _distinct(act_ref):
             name = memo.get(int(idx), HOLE)
             known = SNAPSHOT_ACTIONS.get(name) if isinstance(name, str) else None
             if known is None or known == Action.OOM:
@@ -568,7 +608,7 @@ class _Scanner:
         # inline frames lists: references to frame dicts already in the memo
         sids = w.stack_of[i:j]
         bad |= inline & (w.stack_max[sids] >= memo_at)
-        for u in np.unique(sids[inline]).tolist():
+        for u in _distinct(sids[inline]):
             if not all(isinstance(memo.get(f, HOLE), dict) for f in w.stack_refs[u]):
                 bad |= inline & (sids == u)
         # FRAME opcodes inside the run must chain: each at the end of the frame before, entries inside frames
@@ -596,12 +636,12 @@ class _Scanner:
         fref = cols[_KEY_FRAMES][:n]
         # distinct inline lists, in order of first appearance
         rows_in = np.flatnonzero(inline)
-        uniq_in, first_in, inv_in = np.unique(sids[rows_in], return_index=True, return_inverse=True)
+        uniq_in, first_in, inv_in = _distinct_first(sids[rows_in])
         made = [[memo[f] for f in w.stack_refs[u]] for u in uniq_in.tolist()]
         list_memo = (memo_at[:n] + w.list_off[i:i + n])[rows_in]
         # referenced lists: made by the machine, an earlier run, or this run
         rows_ref = np.flatnonzero(~inline)
-        uref, first_ref, inv_ref = np.unique(fref[rows_ref], return_index=True, return_inverse=True)
+        uref, first_ref, inv_ref = _distinct_first(fref[rows_ref])
         referred: list[Any] = []
         stop = n
         for k, idx in enumerate(uref.tolist()):
