@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import document_for_paths, document_of, shared_path
+from report_docs import document_for_paths, document_of, shared_path
 from test_renderers import schema
 
 from aiprof.report.compare import compare_reports

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from browser import Browser, install_sentinel, why_no_browser
-from conftest import RENDERED, as_report, document_of
+from report_docs import RENDERED, as_report, document_of
 from kineto_builder import TraceBuilder
 
 from aiprof.report.render import render

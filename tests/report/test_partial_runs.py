@@ -13,7 +13,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import document_of, shared_path
+from report_docs import document_for_paths, document_of, shared_path
 from corpus.cases_numbers import busy_steps, write_cut_off
 from test_renderers import schema
 
@@ -38,8 +38,6 @@ def whole(tmp_path: Path) -> Path:
 
 
 def _doc(path: Path) -> Report:
-    from conftest import document_for_paths
-
     return document_for_paths((str(path),))
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from conftest import REAL, as_dict, as_report, document_of, shared_path
+from report_docs import REAL, as_dict, as_report, document_of, shared_path
 
 from aiprof.report.common import findings, focus_rank, top_kernels
 from aiprof.report.escape import markdown
