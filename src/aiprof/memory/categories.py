@@ -9,7 +9,10 @@ falls in — from the trace's autograd and ``Optimizer.step#`` spans, else from 
    else ``autograd_detail``;
 5. allocated in forward: freed in backward (or kept past the step) → ``activation``; freed in the same op or
    in forward → ``temporary``;
-6. anything else → ``unknown``.
+6. allocated inside a step but in none of its phase windows (after the optimizer step: a kept output, a
+   metric): kept past the step → ``activation`` (it derives from the forward, as torch's data flow says),
+   freed within the step → ``temporary``;
+7. anything else → ``unknown``.
 """
 
 from __future__ import annotations
@@ -121,6 +124,11 @@ def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
     kept = m & ((pf == BACKWARD) | ~freed | (sf != sa) & (sf != -2) & windowed)
     cat[kept] = Category.ACTIVATION
     cat[m & ~kept] = Category.TEMPORARY
+    if windowed:  # inside a step, outside its forward / backward / optimizer windows: the step's tail
+        m = rest & (pa == NONE) & (sa >= 0)
+        tail_kept = m & (~freed | (sf != sa))
+        cat[tail_kept] = Category.ACTIVATION
+        cat[m & ~tail_kept] = Category.TEMPORARY
     # a snapshot's blocks that predate recording and stay live: parameters (or optimizer state, by stack)
     seed = alloc < data.seeded_blocks
     cat[seed & ~freed & (pa != OPTIMIZER) & (ev.stack[alloc] < 0)] = Category.PARAMETER
