@@ -7,9 +7,12 @@ falls in — from the trace's autograd and ``Optimizer.step#`` spans, else from 
 3. allocated in the optimizer step: live past it → ``optimizer_state``, else ``temporary``;
 4. allocated in backward: live past the backward → ``gradient``; freed in the same op → ``temporary``;
    else ``autograd_detail``;
-5. allocated in forward: freed in backward (or kept past the step) → ``activation``; freed in the same op or
-   in forward → ``temporary``;
-6. anything else → ``unknown``.
+5. allocated in forward: live past the forward (freed in backward, the optimizer step or the step's tail, or
+   kept past the step) → ``activation``; freed in the same op or in forward → ``temporary``;
+6. allocated inside a step but in none of its phase windows (after the optimizer step: a kept output, a
+   metric): kept past the step → ``activation`` (it derives from the forward, as torch's data flow says),
+   freed within the step → ``temporary``;
+7. anything else → ``unknown``.
 """
 
 from __future__ import annotations
@@ -118,9 +121,17 @@ def infer_categories(data: MemoryData, free_of: np.ndarray) -> None:
     cat[m & same_op] = Category.TEMPORARY
     # forward
     m = rest & (pa == FORWARD)
-    kept = m & ((pf == BACKWARD) | ~freed | (sf != sa) & (sf != -2) & windowed)
+    if windowed:  # live past the forward window (through backward, to the optimizer or the step's tail, or on)
+        kept = m & past_phase
+    else:
+        kept = m & ((pf == BACKWARD) | (pf == OPTIMIZER) | ~freed)
     cat[kept] = Category.ACTIVATION
     cat[m & ~kept] = Category.TEMPORARY
+    if windowed:  # inside a step, outside its forward / backward / optimizer windows: the step's tail
+        m = rest & (pa == NONE) & (sa >= 0)
+        tail_kept = m & (~freed | (sf != sa))
+        cat[tail_kept] = Category.ACTIVATION
+        cat[m & ~tail_kept] = Category.TEMPORARY
     # a snapshot's blocks that predate recording and stay live: parameters (or optimizer state, by stack)
     seed = alloc < data.seeded_blocks
     cat[seed & ~freed & (pa != OPTIMIZER) & (ev.stack[alloc] < 0)] = Category.PARAMETER
