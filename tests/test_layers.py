@@ -27,7 +27,7 @@ DOC = ROOT / "docs" / "architecture.md"
 # (aiprof/__init__.py: the error base, everything else imported lazily on first use).
 LAYERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "base": (frozenset({"aiprof", "errors", "fsutil", "arrays", "heap", "plain", "interrupts",
-                        "rundir", "runmeta", "redact"}), frozenset()),
+                        "rundir", "runmeta", "redact", "native"}), frozenset()),
     "capture": (frozenset({"capture", "workloads"}), frozenset({"base"})),
     "trace": (frozenset({"trace"}), frozenset({"base"})),
     "analysis": (frozenset({"analysis", "roofline", "memory"}), frozenset({"base", "trace"})),

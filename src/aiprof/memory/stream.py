@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import mmap
-import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -490,13 +489,9 @@ def _word(words: Any, at: Any, width: int, signed: bool) -> Any:
 
 def _native() -> Any:
     """The native window scan (``_snapscan.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
-    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
-        return None
-    try:
-        from aiprof.memory import _snapscan
-    except ImportError:
-        return None
-    return _snapscan
+    from aiprof.native import optional
+
+    return optional("aiprof.memory._snapscan")
 
 
 def _sort_key(values: npt.NDArray[Any]) -> npt.NDArray[Any]:

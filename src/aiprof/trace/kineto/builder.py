@@ -13,7 +13,6 @@ the two give bit-identical traces (docs/architecture.md).
 
 from __future__ import annotations
 
-import os
 from operator import attrgetter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,13 +66,9 @@ _PH_CODES = _PhaseCodes(
 
 def _native_module() -> Any:
     """The native columniser (``_columnar.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
-    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
-        return None
-    try:
-        from aiprof.trace.kineto import _columnar
-    except ImportError:
-        return None
-    return _columnar
+    from aiprof.native import optional
+
+    return optional("aiprof.trace.kineto._columnar")
 
 
 _native = _native_module()

@@ -226,13 +226,9 @@ def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: in
 
 def native_reader() -> Any:
     """The native column reader (``_sqlcols.c``), or None: not built, or ``AIPROF_NATIVE=0``."""
-    if os.environ.get("AIPROF_NATIVE", "").strip() == "0":
-        return None
-    try:
-        from aiprof.trace.readers import _sqlcols
-    except ImportError:
-        return None
-    return _sqlcols
+    from aiprof.native import optional
+
+    return optional("aiprof.trace.readers._sqlcols")
 
 
 def _native_fetch(native: Any, path: Path, sql: str, width: int, params: tuple[int, ...] = ()) -> I64:
