@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # torch is pinned: an unpinned `torch` makes pip resolve a multi-GB CUDA build.
 TORCH := torch==2.13.0
+# The optional C extensions (setup.py): a change to one rebuilds them.
+NATIVE_SOURCES := src/aiprof/trace/kineto/_columnar.c src/aiprof/memory/_snapscan.c src/aiprof/trace/readers/_sqlcols.c
 
 .PHONY: install dev demo test test-fast typecheck unit clean bench browser sanitize
 
@@ -11,11 +13,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml setup.py src/aiprof/trace/kineto/_columnar.c | $(BIN)/python
+$(VENV)/.installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	touch $@
 
-$(VENV)/.dev-installed: pyproject.toml setup.py src/aiprof/trace/kineto/_columnar.c | $(BIN)/python
+$(VENV)/.dev-installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev,telemetry]' '$(TORCH)'
 	touch $(VENV)/.installed $@
 
