@@ -19,23 +19,29 @@ from __future__ import annotations
 import html as _html
 import re
 
-from rich.markup import escape as _rich_escape
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from aiprof.errors import printable as terminal
+
+if TYPE_CHECKING:  # rich is imported by the functions that need it: a JSON or HTML report never does
+    from rich.text import Text
 
 __all__ = ["html", "markdown", "markup", "terminal", "terminal_text"]
 
 
 def terminal_text(text: object, style: str = "") -> Text:
     """A rich ``Text`` of ``text`` made safe for a terminal; rich never reads it as markup."""
+    from rich.text import Text
+
     return Text(terminal(text), style=style)
 
 
 def markup(text: object) -> str:
     """``text`` made safe for a terminal and escaped for rich markup (``[b]`` prints as ``[b]``; print it
     on a console made with ``emoji=False``, as every aiprof console is)."""
-    return _rich_escape(terminal(text))
+    from rich.markup import escape
+
+    return escape(terminal(text))
 
 
 _MD_SPECIAL = re.compile(r"([\\`*\[\]!|])")

@@ -15,9 +15,26 @@ from aiprof.errors import TraceError
 from aiprof.trace.model import Trace
 from aiprof.trace.readers.base import Reader, ReaderOptions
 from aiprof.trace.readers.kineto import KinetoReader
-from aiprof.trace.readers.nsys import NsysReader
 
-READERS: list[Reader] = [NsysReader(), KinetoReader()]
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class _Nsys:
+    """Nsight Systems reports (:class:`aiprof.trace.readers.nsys.NsysReader`), its module (sqlite3,
+    subprocess, the native column reader) imported only when a file is one: a Kineto trace never pays it."""
+
+    name = "nsys"
+
+    def sniff(self, head: bytes, path: Path) -> bool:
+        return head.startswith(SQLITE_MAGIC) or path.name.lower().endswith(".nsys-rep")
+
+    def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
+        from aiprof.trace.readers.nsys import NsysReader
+
+        return NsysReader().read(path, options)
+
+
+READERS: list[Reader] = [_Nsys(), KinetoReader()]
 FALLBACK: Reader = READERS[-1]
 HEAD_BYTES = 64
 DEFAULT_OPTIONS = [ReaderOptions()]  # one slot, replaced by set_default_options
