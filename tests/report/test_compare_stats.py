@@ -249,3 +249,13 @@ def test_a_very_long_run_is_resampled_from_evenly_spaced_steps() -> None:
     result = median_change(before, after)
     assert result.before_median_ns == float(np.median(before))  # the medians are every step's
     assert result.significant and result.ci_pct is not None and result.ci_pct[0] < 4 < result.ci_pct[1]
+
+
+def test_a_large_move_the_steps_cannot_confirm_is_not_called_no_change() -> None:
+    """−25 % on a few spread-out steps: not significant, so the verdict stays unchanged (the gate does not
+    act), but the words never say "no change"."""
+    before = run_report([100 * MS, 160 * MS, 100 * MS, 170 * MS, 100 * MS, 165 * MS])
+    after = run_report([70 * MS, 160 * MS, 70 * MS, 165 * MS, 72 * MS, 75 * MS])
+    cmp = compare_reports(before, after)
+    assert not cmp.significant and cmp.verdict.result == "unchanged"
+    assert cmp.verdict.text.startswith("Possibly faster, not confirmed") and "No change" not in cmp.verdict.text

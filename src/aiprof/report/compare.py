@@ -39,6 +39,7 @@ from aiprof.rules.finding import FindingRecord
 
 COMPARISON_SCHEMA_VERSION = "1.0"
 NOISE_PCT = 2.0  # step-time changes within ±2 % are reported as unchanged
+LARGE_PCT = 10.0  # a change this large that is not significant is "possibly faster/slower", not "no change"
 TOP_DELTAS = 25
 FINDING_FACTOR = 1.5  # a finding in both runs is "unchanged" while its savings are within this factor
 SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
@@ -594,6 +595,11 @@ def _verdict(
         text = f"AFTER is faster: {change}" + (f", {speedup:.2f}× speed-up" if speedup else "")
     elif result == "slower":
         text = f"AFTER is slower: {change}"
+    elif stats.enough and not stats.significant and abs(pct) >= LARGE_PCT:
+        # A large move the steps cannot confirm (few or spread-out steps): say so, never "no change".
+        direction = "faster" if pct < 0 else "slower"
+        text = (f"Possibly {direction}, not confirmed: {change}; "
+                "record more steps to tell it from noise")
     elif stats.enough and not stats.significant:
         text = f"No change beyond noise: {change}"
     else:

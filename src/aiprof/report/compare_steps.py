@@ -13,16 +13,14 @@ collective), so durations are taken per step number as the maximum over ranks.
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
+
+from aiprof.rundir import read_waits
 
 from aiprof.report.model import Report
 
 Source = Literal["whole-run", "recorded"]
-_MAX_ROWS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -52,32 +50,15 @@ def whole_run_steps(report: Report) -> StepSample | None:
     folder = found.path
     per_step: dict[int, int] = {}
     for path in sorted(folder.glob("dataloader.rank*.csv")):
-        for number, duration in _rows(path):
-            per_step[number] = max(per_step.get(number, 0), duration)
+        waits = read_waits(path)  # the run directory's one reader of these files
+        if waits is None:
+            continue
+        for number, start, end in zip(waits.steps, waits.starts_unix_ns, waits.ends_unix_ns):
+            if number >= 0 and end > start:
+                per_step[number] = max(per_step.get(number, 0), end - start)
     if not per_step:
         return None
     return StepSample([per_step[k] for k in sorted(per_step)], "whole-run")
-
-
-def _rows(path: Path) -> Iterable[tuple[int, int]]:
-    """(step, duration) of each well-formed row with step >= 0; a cut or unreadable row is skipped."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, [])
-            if header[:3] != ["step", "start_unix_ns", "end_unix_ns"]:
-                return
-            for i, row in enumerate(reader):
-                if i >= _MAX_ROWS:
-                    return
-                try:
-                    number, start, end = int(row[0]), int(row[1]), int(row[2])
-                except (IndexError, ValueError):
-                    continue
-                if number >= 0 and end > start:
-                    yield number, end - start
-    except (OSError, UnicodeDecodeError):
-        return
 
 
 def step_samples(before: Report, after: Report) -> tuple[StepSample, StepSample]:
