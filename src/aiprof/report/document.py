@@ -29,6 +29,7 @@ from aiprof.report.model import (
     Summary,
     Totals,
 )
+from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import Finding, FindingRecord, as_record
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
@@ -50,6 +51,7 @@ def build_document(
         raise AiprofError(f"a finding does not fit the report: {err}") from None
     warnings = list(run.warnings)
     context = run_context(list(run.sources), notes=warnings)
+    status = _run_status(context.get("run_metadata"), ranks)
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -61,6 +63,23 @@ def build_document(
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
         run_metadata=context.get("run_metadata"),
         telemetry=context.get("telemetry"),
+        run_status=status if status is not None else UNSET,
+    )
+
+
+def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStatus | None:
+    """The banner's facts: how the run ended (``meta.json``) and how many recorded steps are complete (the
+    rank with the fewest complete steps speaks for the run)."""
+    from aiprof.report.runstatus import run_status
+
+    complete = min((r.totals.steps for r in ranks), default=0)
+    incomplete = max((len(r.incomplete_steps) for r in ranks), default=0)
+    return run_status(
+        meta,
+        complete_steps=complete,
+        incomplete_steps=incomplete,
+        partial=any(r.coverage.partial for r in ranks),
+        cut_off=any(bool(r.coverage.cut_off) for r in ranks),
     )
 
 

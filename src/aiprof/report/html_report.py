@@ -163,7 +163,10 @@ class HtmlRenderer:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
         return (
-            f"<h1>aiprof · {esc(device)}</h1>{sources}"
+            f"<h1>aiprof · {esc(device)}</h1>"
+            # A crashed or incomplete run says so first (report.runstatus).
+            + (f'<div class="partial" role="alert">{esc(doc.run_status.banner)}</div>' if doc.run_status else "")
+            + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
             + "<div class=kpis>"
             + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)

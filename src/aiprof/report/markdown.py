@@ -23,6 +23,8 @@ class MarkdownRenderer:
     def render(self, doc: Report) -> str:
         s = doc.summary
         lines = [f"## aiprof: {s.rank_count} rank(s), {s.step_count} step(s)", ""]
+        if doc.run_status:  # a crashed or incomplete run says so first (report.runstatus)
+            lines += [f"> **⚠ {_cell(doc.run_status.banner)}**", ""]
         lines.append(
             f"Median step **{fmt_ms(s.median_step_ns)}**, "
             f"{'GPU utilization' if s.device_kind == 'gpu' else 'CPU busy'} "

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.memory.report import MemoryReport
+from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
 
 SCHEMA_VERSION = "1.1"
@@ -150,3 +151,5 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Run context of an ``aiprof run`` directory (report.runcontext); absent for bare traces.
     run_metadata: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
+    # A crashed, stopped or incomplete run, or a cut-off trace (report.runstatus): absent when it ended well.
+    run_status: RunStatus | UnsetType = UNSET

@@ -64,6 +64,8 @@ class TerminalRenderer:
         ranks = doc.ranks
         summary = doc.summary
         console.print(terminal_text(self._headline(doc), style="bold"))
+        if doc.run_status:  # a crashed or incomplete run says so first (report.runstatus)
+            console.print(terminal_text(doc.run_status.banner, style="bold red"))
         for source in doc.sources[:3]:
             console.print(terminal_text(f"  {_short_path(source)}", style="dim"))
         if len(doc.sources) > 3:
