@@ -6,7 +6,7 @@ writes one trace file per cycle into one folder. Read as a folder of files, they
 set of files loaded together:
 
 * same process: the same main pid (the pid with the most CPU ops and annotations) and, when the traces
-  record a host name, the same host;
+  record a host name (Kineto's top-level ``host_name``), the same host;
 * not ranks of a job: no ``distributedInfo`` rank, or the same rank in every file;
 * one after the other: their time spans (``base_time_ns`` + first start … last end, every span row) do
   not overlap. Ranks of one job run at the same time; cycles of one process cannot.
@@ -53,7 +53,7 @@ def identity(trace: Trace) -> Identity:
     if rows.size:
         values, counts = np.unique(trace.columns.pid[rows], return_counts=True)
         pid = int(values[int(np.argmax(counts))])
-    host = trace.metadata.get("hostname") or trace.distributed.get("hostname")
+    host = trace.metadata.get("host_name")
     rank = trace.distributed.get("rank")
     start, end = trace.time_range_ns
     return Identity(
