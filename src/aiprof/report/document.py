@@ -29,6 +29,7 @@ from aiprof.report.model import (
     Summary,
     Totals,
 )
+from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import Finding, FindingRecord, as_record
 
@@ -52,6 +53,7 @@ def build_document(
     warnings = list(run.warnings)
     context = run_context(list(run.sources), notes=warnings)
     status = _run_status(context.get("run_metadata"), ranks)
+    whole = _whole_run(list(run.sources), ranks) if "run_metadata" in context else None
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -64,7 +66,20 @@ def build_document(
         run_metadata=context.get("run_metadata"),
         telemetry=context.get("telemetry"),
         run_status=status if status is not None else UNSET,
+        whole_run=whole if whole is not None else UNSET,
     )
+
+
+def _whole_run(sources: list[str], ranks: list[RankReport]) -> WholeRun | None:
+    """Every step of the run from its run directory's data-loader tables (analysis.wholerun), with the
+    recorded steps' place in it; None for bare traces or a run directory without those tables."""
+    from aiprof.analysis.wholerun import whole_run_of
+    from aiprof.report.runcontext import run_dir_of
+
+    found = run_dir_of(sources)
+    if found is None:
+        return None
+    return whole_run_of(found.path, {s.number for r in ranks for s in r.steps} | {s.number for r in ranks for s in r.incomplete_steps})
 
 
 def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStatus | None:

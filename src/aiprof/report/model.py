@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from aiprof.analysis.wholerun import WholeRun
 from aiprof.memory.report import MemoryReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
@@ -153,3 +154,5 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     telemetry: dict[str, Any] | None = None
     # A crashed, stopped or incomplete run, or a cut-off trace (report.runstatus): absent when it ended well.
     run_status: RunStatus | UnsetType = UNSET
+    # Step time and throughput over every step of an ``aiprof run`` (analysis.wholerun): run directories only.
+    whole_run: WholeRun | UnsetType = UNSET
