@@ -129,17 +129,17 @@ def step_chart(w: WholeRun, width: int = 760, height: int = 180) -> str:
                    f'fill-opacity="0.35"><title>warm-up steps {esc(_steps_text(w.warmup_steps))}</title></rect>')
     ty = py(w.spike_threshold_ns)
     out.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{ty:.1f}" y2="{ty:.1f}" class="axis" '
-               f'stroke-dasharray="4 3"><title>spike threshold {esc(fmt_ms(w.spike_threshold_ns))}</title></line>')
+               f'stroke="#888" fill="none" stroke-dasharray="4 3"><title>spike threshold {esc(fmt_ms(w.spike_threshold_ns))}</title></line>')
     path = "".join(f"{'M' if i == 0 else 'L'}{px(x):.1f} {py(y):.1f}" for i, (x, y) in enumerate(zip(xs, ys)))
-    out.append(f'<path d="{path}" class="ln ln0"><title>step time</title></path>')
+    out.append(f'<path d="{path}" class="ln ln0" fill="none"><title>step time</title></path>')
     for s in w.spikes:
         out.append(f'<circle cx="{px(s.step):.1f}" cy="{py(s.duration_ns):.1f}" r="3.5" class="b-host">'
                    f'<title>spike: step {s.step}, {esc(fmt_ms(s.duration_ns))} ({s.times_median:g}× median)</title></circle>')
     # axes: y in ms (0, half, max), x in step numbers (first, middle, last)
-    out.append(f'<path d="M{left} {top}V{top + plot_h}H{left + plot_w}" class="axis"/>')
+    out.append(f'<path d="M{left} {top}V{top + plot_h}H{left + plot_w}" class="axis" stroke="#888" fill="none"/>')
     for frac in (0.0, 0.5, 1.0):
         y = top + plot_h * (1 - frac)
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" class="lbl mute">{esc(fmt_ms(y_max * frac))}</text>')
+        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" class="lbl mute">{esc(fmt_ms(y_max * frac) if frac else "0")}</text>')
     for step in sorted({x0, (x0 + x1) // 2, x1}):
         out.append(f'<text x="{px(step):.1f}" y="{top + plot_h + 14}" text-anchor="middle" class="lbl mute">{step}</text>')
     out.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 3}" text-anchor="middle" class="lbl">step number</text>')
