@@ -6,7 +6,8 @@ Layout (``aiprof run`` / ``aiprof.profile``)::
     <run>/meta.json                      RunMeta: format marker, command (redacted), host, ranks, status
     <run>/telemetry.csv                  t_unix_ns, then one column per counter (empty cell: no value)
     <run>/rank<N>.pt.trace.json.gz       one Kineto trace per rank (rank<N>-pid<P>… for a second process)
-    <run>/dataloader.rank<N>.csv         step,start_unix_ns,end_unix_ns,wait_ns,batches: every step's loader wait
+    <run>/dataloader.rank<N>.csv         step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens: every step's
+                                     loader wait and batch size (samples/tokens −1: unknown; older runs: no such columns)
     <run>/.aiprof.claim, .aiprof.lock    who owns the folder; the lock over meta.json
     <run>/.pid<P>.cycle<C>.part          one profiler cycle not yet combined (readers skip it)
 
@@ -54,7 +55,8 @@ TRACE_SUFFIX = ".pt.trace.json.gz"
 # torch's gzip export writes line by line in Python (~0.8 s per cycle of a small model, inside a
 # training step); plain export is C++ and fast, and the combine step compresses anyway.
 PART_SUFFIX = ".part"
-WAITS_HEADER = "step,start_unix_ns,end_unix_ns,wait_ns,batches"
+WAITS_HEADER = "step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens"
+WAITS_HEADER_V1 = "step,start_unix_ns,end_unix_ns,wait_ns,batches"  # before batch sizes were recorded
 # aiprof's own meta.json is a few KB (a 1,000-rank job: a few hundred KB); anything larger is not ours.
 MAX_META_BYTES = 1 << 20
 
@@ -238,44 +240,55 @@ def _float(text: str) -> float:
 
 @dataclass(frozen=True)
 class LoaderWaits:
-    """One process's per-step time in ``DataLoader.__next__`` (the loader's own clock; step -1: setup)."""
+    """One process's per-step time in ``DataLoader.__next__`` (the loader's own clock; step -1: setup), and
+    the batches' size: ``samples`` (first dimension of the batch's first tensor) and ``tokens`` (batch ×
+    sequence of its token-id tensor), summed over the step's batches; −1 where the batch did not tell,
+    empty for a file written before aiprof recorded them."""
 
     steps: tuple[int, ...]
     starts_unix_ns: tuple[int, ...]
     ends_unix_ns: tuple[int, ...]
     waits_ns: tuple[int, ...]
     batches: tuple[int, ...]
+    samples: tuple[int, ...] = ()
+    tokens: tuple[int, ...] = ()
 
     def by_step(self) -> dict[int, int]:
         """Wait per step number (``ProfilerStep#N`` is step N)."""
         return dict(zip(self.steps, self.waits_ns))
 
 
-def format_waits(rows: Iterable[tuple[int, int, int, int, int]]) -> bytes:
-    """The waits file's bytes: ``step,start_unix_ns,end_unix_ns,wait_ns,batches``, one line per step."""
-    lines = [WAITS_HEADER, *(",".join(str(v) for v in row) for row in rows)]
+def format_waits(rows: Iterable[tuple[int, ...]]) -> bytes:
+    """The waits file's bytes, one line per step: ``step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,
+    tokens`` (rows of five values: the older header without the batch sizes)."""
+    rows = list(rows)
+    header = WAITS_HEADER_V1 if rows and len(rows[0]) == 5 else WAITS_HEADER
+    lines = [header, *(",".join(str(v) for v in row) for row in rows)]
     return ("\n".join(lines) + "\n").encode()
 
 
 def read_waits(path: Path) -> LoaderWaits | None:
-    """The waits file, or ``None`` when it is missing or is not one; malformed lines are skipped."""
+    """The waits file (either header), or ``None`` when it is missing or is not one; malformed lines are
+    skipped."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
     lines = text.splitlines()
-    if not lines or lines[0].strip() != WAITS_HEADER:
+    header = lines[0].strip() if lines else ""
+    if header not in (WAITS_HEADER, WAITS_HEADER_V1):
         return None
+    width = header.count(",") + 1
     rows: list[tuple[int, ...]] = []
     for line in lines[1:]:
         try:
             row = tuple(int(v) for v in line.split(","))
         except ValueError:
             continue
-        if len(row) == 5:
+        if len(row) == width:
             rows.append(row)
-    columns = list(zip(*rows)) if rows else [(), (), (), (), ()]
-    return LoaderWaits(*(tuple(c) for c in columns))
+    columns = [tuple(c) for c in zip(*rows)] if rows else [() for _ in range(width)]
+    return LoaderWaits(*columns)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_example_end_to_end_and_analyze(tmp_path: Path) -> None:
     assert all(lo - margin - 1 <= e["ts"] <= hi + margin + 1 for e in counters)  # same (Kineto) clock
     # Data-loader waits for every step, recorded or not, plus the setup interval (-1).
     lines = (out / "dataloader.rank0.csv").read_text().split()
-    assert lines[0] == "step,start_unix_ns,end_unix_ns,wait_ns,batches"
+    assert lines[0] == "step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens"
     assert [int(line.split(",")[0]) for line in lines[1:]] == list(range(-1, 5))
     # The analysis side reads the directory as one rank.
     import aiprof

@@ -78,12 +78,15 @@ def test_a_folder_of_ranks_is_read_as_ranks(tmp_path: Path) -> None:
 
 
 @needs_shared
-def test_two_captures_of_one_worker_are_not_collapsed(tmp_path: Path) -> None:
+def test_two_captures_of_one_worker_are_its_cycles_not_two_ranks(tmp_path: Path) -> None:
+    """Same host and pid, no distributedInfo, one after the other in time: profiler cycles of one process
+    (aiprof.trace.cycles), one rank with the steps of both, never two ranks."""
     out_file = tmp_path / "r.json"
     run = aiprof("analyze", RESNET0.parent, "-o", out_file)
     assert run.returncode == 0
-    assert "claim rank 0" in run.stderr
-    assert len(json.loads(out_file.read_text())["ranks"]) == 2
+    assert "profiler cycles of one process" in run.stderr and "cycle 2" in run.stderr
+    ranks = json.loads(out_file.read_text())["ranks"]
+    assert len(ranks) == 1 and len(ranks[0]["steps"]) == 12
 
 
 @needs_shared

@@ -16,7 +16,7 @@ import numpy as np
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import step_windows
-from aiprof.analysis.timeline import BUCKETS
+from aiprof.analysis.timeline import BUCKETS, cpu_work
 from aiprof.trace.model import I64, Kind, Trace
 
 DEFAULT_BINS = 240
@@ -88,7 +88,7 @@ def _device_bins(trace: Trace, device: int, edges: I64) -> dict[str, Any]:
 
 
 def _cpu_bins(trace: Trace, edges: I64) -> dict[str, Any]:
-    """CPU-only traces: CPU ops are compute (the timeline accounting's CPU view, without its finer
-    data-loading split, which the per-step numbers carry)."""
-    ops = trace.rows_of(Kind.CPU_OP)
-    return _binned([_rows_set(trace, ops), iv.EMPTY, iv.EMPTY, iv.EMPTY], edges, "CPU", "cpu", -1)
+    """CPU-only traces: the timeline accounting's CPU view (``timeline.cpu_work``): CPU ops are compute,
+    host-side collectives (``gloo:all_reduce``, ``c10d::*``) communication, data-loading waits idle."""
+    compute, communication, _ = cpu_work(trace)
+    return _binned([compute, communication, iv.EMPTY, iv.EMPTY], edges, "CPU", "cpu", -1)

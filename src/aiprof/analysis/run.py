@@ -21,6 +21,7 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
+from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
@@ -260,6 +261,7 @@ class _Loaded:
     error: str | None
     warnings: list[str]
     program: str = ""
+    identity: Identity | None = None  # host, pid, rank, span: whether files are cycles of one process
 
 
 def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]:
@@ -274,9 +276,10 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]
     while traces:
         trace = traces.pop(0)
         assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
+        ident = identity(trace)
         analysis = analyze_trace(trace, hook=hook, fork=True)
         out.append(_Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
-                           program_of(trace)))
+                           program_of(trace), ident))
         # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
         # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.
         trace.cache.clear()
@@ -306,6 +309,7 @@ def analyze_paths(
     results = [r for rs in map_files(_load_and_analyze, jobs, workers, progress) for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
+    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
@@ -318,3 +322,49 @@ def analyze_paths(
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     warnings += [w for r in ranks if (w := r.partial_warning())]
     return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Profiler cycles of one process: one rank (aiprof.trace.cycles)
+# ---------------------------------------------------------------------------------------------------
+def _cycles_as_one_rank(
+    loaded: list[_Loaded], hook: RankHook | None, workers: int | None, progress: ProgressCallback | None
+) -> list[_Loaded]:
+    """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
+    cycles (loaded again, together, in a worker). Only a folder of cycles pays the second load."""
+    idents = [r.identity for r in loaded]
+    if len(loaded) < 2 or any(i is None for i in idents):
+        return loaded
+    groups = cycle_groups([i for i in idents if i is not None])
+    if not groups:
+        return loaded
+    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook)
+            for g in groups]
+    merged = map_files(_load_cycles_and_analyze, jobs, workers, progress)
+    grouped = {i for g in groups for i in g}
+    return [r for i, r in enumerate(loaded) if i not in grouped] + merged
+
+
+def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity]:
+    return [i for i in (idents[k] for k in group) if i is not None]
+
+
+def _load_cycles_and_analyze(
+    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None],
+) -> _Loaded:
+    """Load the cycle files, merge them (in time order) and analyse them as one rank."""
+    _, paths, idents, hook = args
+    traces: list[Trace] = []
+    for path, ident in zip(paths, idents):
+        found = load_ranks(path)
+        traces.append(next((t for t in found if identity(t) == ident), found[0]))
+    note = describe(traces, idents[0].pid)
+    trace = merge_cycles(traces)
+    del traces
+    trace.warnings.append(note)
+    assign_ranks([trace])
+    analysis = analyze_trace(trace, hook=hook, fork=True)
+    out = _Loaded(trace.path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
+                  program_of(trace), identity(trace))
+    trace.cache.clear()
+    return out

@@ -356,13 +356,8 @@ def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
     a collective (a DDP hook or ``backward`` enclosing a blocking all-reduce) is waiting, not compute, but a
     background all-reduce under another thread's ops is overlapped. Data-loading waits are not compute."""
     c = trace.columns
-    ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
     ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
-    data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
-    coll_rows = np.concatenate((ops, ann))
-    coll_rows = coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)]
-    comm_set = _span_set(trace, coll_rows)
-    compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), data_loading)
+    compute_set, comm_set, data_loading = cpu_work(trace)
     layers = _cumulative((compute_set, comm_set, iv.EMPTY, iv.EMPTY))
     window_set = iv.merge(
         np.array([w.start_ns for w in windows], dtype=np.int64), np.array([w.end_ns for w in windows], dtype=np.int64)
@@ -377,6 +372,23 @@ def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
     )
     step_accounts = _step_accounts(windows, layers, causes)
     return DeviceAccount("cpu", -1, "cpu", "CPU", step_accounts, totals_of(step_accounts))
+
+
+def cpu_work(trace: Trace) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalSet]:
+    """A CPU-only trace's work as interval sets: (compute, communication, data-loading waits). Compute is
+    the CPU ops per thread minus that thread's own collective spans and the data-loading waits;
+    communication is every host-side collective (``c10d::*`` ops, a backend's own ranges such as
+    ``gloo:all_reduce`` on its worker thread, ``record_param_comms``). The step accounting and the timeline
+    overview both read this, so a gloo all-reduce is communication in both, never idle."""
+    c = trace.columns
+    ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
+    ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
+    data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
+    coll_rows = np.concatenate((ops, ann))
+    coll_rows = coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)]
+    comm_set = _span_set(trace, coll_rows)
+    compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), data_loading)
+    return compute_set, comm_set, data_loading
 
 
 def _compute_per_thread(trace: Trace, ops: I64, coll_rows: I64) -> iv.IntervalSet:

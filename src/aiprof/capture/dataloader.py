@@ -2,7 +2,11 @@
 (not only the few the profiler records), and how each DataLoader is configured.
 
 It patches ``_BaseDataLoaderIter.__next__`` (every DataLoader iterator inherits it) once per process.
-The per-step table lives in three int64 arrays: a million steps cost 24 MB.
+The per-step table lives in int64 arrays: a million steps cost 56 MB.
+
+Each batch's size is read from its shape only (never its values): ``samples`` is the first dimension of the
+batch's first tensor, ``tokens`` is batch × sequence of its token ids — the ``input_ids`` entry of a dict
+batch, else the first 2-D integer tensor (:func:`batch_size`). A batch without tensors counts −1 (unknown).
 """
 
 from __future__ import annotations
@@ -31,12 +35,16 @@ class DataLoaderTracker:
         self.step_index = -1  # -1: before the first step marker (setup, first batch)
         self._wait_ns = 0
         self._batches = 0
+        self._samples = 0  # -1 once a batch of the step did not tell its size
+        self._tokens = 0
         self._step_start_ns = time.time_ns()
         self.steps = array("q")
         self.starts = array("q")
         self.ends = array("q")
         self.waits = array("q")
         self.batches = array("q")
+        self.samples = array("q")
+        self.tokens = array("q")
         self.total_wait_ns = 0
         self.total_batches = 0
         self.before_next: Callable[[], None] | None = None  # the session applies a pending step boundary
@@ -54,8 +62,10 @@ class DataLoaderTracker:
         self.ends.append(now)
         self.waits.append(self._wait_ns)
         self.batches.append(self._batches)
+        self.samples.append(self._samples if self._batches else -1)
+        self.tokens.append(self._tokens if self._batches else -1)
         self.step_index, self._step_start_ns = next_index, now
-        self._wait_ns = self._batches = 0
+        self._wait_ns = self._batches = self._samples = self._tokens = 0
 
     def note_loader(self, iterator: Any) -> None:
         """Record the configuration of the DataLoader behind ``iterator`` (once per loader)."""
@@ -66,9 +76,14 @@ class DataLoaderTracker:
         self._seen.add(key)
         self.loaders.append(describe_iterator(iterator))
 
-    def record_wait(self, wait_ns: int, batch: bool = True) -> None:
+    def record_wait(self, wait_ns: int, batch: bool = True, size: tuple[int, int] = (-1, -1)) -> None:
+        """Add one ``__next__`` call: its wait, and the batch's (samples, tokens), −1 where unknown."""
         self._wait_ns += wait_ns
         self._batches += int(batch)
+        if batch:
+            samples, tokens = size
+            self._samples = -1 if samples < 0 or self._samples < 0 else self._samples + samples
+            self._tokens = -1 if tokens < 0 or self._tokens < 0 else self._tokens + tokens
         self.total_wait_ns += wait_ns
         self.total_batches += int(batch)
 
@@ -77,10 +92,10 @@ class DataLoaderTracker:
         return self.total_batches > 0
 
     def write_csv(self, path: Path) -> None:
-        """``step,start_unix_ns,end_unix_ns,wait_ns,batches``; the open step is closed first."""
+        """``step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens``; the open step is closed first."""
         if self._batches or self._wait_ns:
             self.end_step(self.step_index + 1)
-        rows = zip(self.steps, self.starts, self.ends, self.waits, self.batches)
+        rows = zip(self.steps, self.starts, self.ends, self.waits, self.batches, self.samples, self.tokens)
         atomic_write(path, format_waits(rows))
 
     def summary(self) -> dict[str, Any]:
@@ -117,6 +132,34 @@ def describe_iterator(iterator: Any) -> dict[str, Any]:
     }
 
 
+def batch_size(batch: Any, tensor_type: type, max_items: int = 16) -> tuple[int, int]:
+    """(samples, tokens) of a batch, from shapes only; −1 where the batch does not tell.
+
+    The tensors are looked for in the batch itself, or the items of a tuple/list/dict batch and one level
+    below (at most ``max_items`` each); a dict's ``input_ids`` comes first. ``samples``: the first
+    dimension of the first tensor found. ``tokens``: batch × sequence (the first two dimensions) of the
+    first 2-D integer tensor (token ids; a 1-D integer tensor is labels, not tokens)."""
+    tensors: list[Any] = []
+    pending: list[tuple[Any, int]] = [(batch, 0)]
+    while pending and len(tensors) < max_items:
+        item, depth = pending.pop(0)
+        if isinstance(item, tensor_type):
+            tensors.append(item)
+        elif depth < 2 and isinstance(item, dict):
+            keys = sorted(list(item)[:max_items], key=lambda k: k != "input_ids")
+            pending += [(item[k], depth + 1) for k in keys]
+        elif depth < 2 and isinstance(item, (list, tuple)):
+            pending += [(x, depth + 1) for x in item[:max_items]]
+    samples = tokens = -1
+    for t in tensors:
+        shape = tuple(t.shape)
+        if samples < 0 and shape:
+            samples = int(shape[0])
+        if tokens < 0 and len(shape) == 2 and not (t.is_floating_point() or t.is_complex()) and str(t.dtype) != "torch.bool":
+            tokens = int(shape[0]) * int(shape[1])
+    return samples, tokens
+
+
 _tracker: DataLoaderTracker | None = None
 
 
@@ -127,8 +170,10 @@ def set_tracker(tracker: DataLoaderTracker | None) -> None:
 
 def install() -> None:
     """Patch the DataLoader iterator base class once; the patch forwards to the current tracker."""
+    import torch
     from torch.utils.data import dataloader as dl
 
+    tensor_type = torch.Tensor
     base = dl._BaseDataLoaderIter
     if getattr(base.__next__, _PATCHED_FLAG, False):
         return
@@ -152,7 +197,12 @@ def install() -> None:
         except StopIteration:
             tracker.record_wait(time.perf_counter_ns() - t0, batch=False)
             raise
-        tracker.record_wait(time.perf_counter_ns() - t0)
+        waited = time.perf_counter_ns() - t0
+        try:
+            size = batch_size(batch, tensor_type)
+        except Exception:  # a batch type that breaks the inspection: its size is unknown, the run goes on
+            size = (-1, -1)
+        tracker.record_wait(waited, size=size)
         return batch
 
     setattr(__next__, _PATCHED_FLAG, True)

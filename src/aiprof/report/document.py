@@ -29,6 +29,8 @@ from aiprof.report.model import (
     Summary,
     Totals,
 )
+from aiprof.analysis.wholerun import WholeRun
+from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import Finding, FindingRecord, as_record
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
@@ -50,6 +52,8 @@ def build_document(
         raise AiprofError(f"a finding does not fit the report: {err}") from None
     warnings = list(run.warnings)
     context = run_context(list(run.sources), notes=warnings)
+    status = _run_status(context.get("run_metadata"), ranks)
+    whole = _whole_run(list(run.sources), ranks) if "run_metadata" in context else None
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -61,6 +65,36 @@ def build_document(
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
         run_metadata=context.get("run_metadata"),
         telemetry=context.get("telemetry"),
+        run_status=status if status is not None else UNSET,
+        whole_run=whole if whole is not None else UNSET,
+    )
+
+
+def _whole_run(sources: list[str], ranks: list[RankReport]) -> WholeRun | None:
+    """Every step of the run from its run directory's data-loader tables (analysis.wholerun), with the
+    recorded steps' place in it; None for bare traces or a run directory without those tables."""
+    from aiprof.analysis.wholerun import whole_run_of
+    from aiprof.report.runcontext import run_dir_of
+
+    found = run_dir_of(sources)
+    if found is None:
+        return None
+    return whole_run_of(found.path, {s.number for r in ranks for s in r.steps} | {s.number for r in ranks for s in r.incomplete_steps})
+
+
+def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStatus | None:
+    """The banner's facts: how the run ended (``meta.json``) and how many recorded steps are complete (the
+    rank with the fewest complete steps speaks for the run)."""
+    from aiprof.report.runstatus import run_status
+
+    complete = min((r.totals.steps for r in ranks), default=0)
+    incomplete = max((len(r.incomplete_steps) for r in ranks), default=0)
+    return run_status(
+        meta,
+        complete_steps=complete,
+        incomplete_steps=incomplete,
+        partial=any(r.coverage.partial for r in ranks),
+        cut_off=any(bool(r.coverage.cut_off) for r in ranks),
     )
 
 

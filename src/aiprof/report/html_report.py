@@ -25,6 +25,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
+from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
@@ -103,6 +104,7 @@ class HtmlRenderer:
             ("findings", "Findings", self._findings(doc)),
             ("steps", "Step breakdown", self._steps(focus, multi)),
             ("idle", "Idle causes", self._idle(focus)),
+            ("wholerun", "Whole run", whole_run_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),
@@ -163,7 +165,10 @@ class HtmlRenderer:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
         return (
-            f"<h1>aiprof · {esc(device)}</h1>{sources}"
+            f"<h1>aiprof · {esc(device)}</h1>"
+            # A crashed or incomplete run says so first (report.runstatus).
+            + (f'<div class="partial" role="alert">{esc(doc.run_status.banner)}</div>' if doc.run_status else "")
+            + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
             + "<div class=kpis>"
             + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)

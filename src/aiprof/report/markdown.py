@@ -16,6 +16,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import markdown as _cell
 from aiprof.report.escape import markdown_code_line as _cell_code
 from aiprof.report.memory_section import markdown_lines as memory_lines
+from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
 from aiprof.report.model import RankReport, Report
 
 
@@ -23,6 +24,8 @@ class MarkdownRenderer:
     def render(self, doc: Report) -> str:
         s = doc.summary
         lines = [f"## aiprof: {s.rank_count} rank(s), {s.step_count} step(s)", ""]
+        if doc.run_status:  # a crashed or incomplete run says so first (report.runstatus)
+            lines += [f"> **⚠ {_cell(doc.run_status.banner)}**", ""]
         lines.append(
             f"Median step **{fmt_ms(s.median_step_ns)}**, "
             f"{'GPU utilization' if s.device_kind == 'gpu' else 'CPU busy'} "
@@ -42,6 +45,7 @@ class MarkdownRenderer:
         if capped.hidden:
             lines.append("| … | " + _cell(common.hidden_ranks_text(capped.hidden)) + " |" + " |" * (len(buckets) + 2))
         lines += [_rank_row(r, buckets) for r in capped.tail]
+        lines += whole_run_lines(doc)  # every step of an `aiprof run` (report.wholerun_section)
         lines += _findings(doc)
         lines += memory_lines(doc)
         lines += _top_tables(common.focus_rank(doc), len(doc.ranks) > 1)

@@ -21,7 +21,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from aiprof.analysis.wholerun import WholeRun
 from aiprof.memory.report import MemoryReport
+from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
 
 SCHEMA_VERSION = "1.1"
@@ -150,3 +152,7 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Run context of an ``aiprof run`` directory (report.runcontext); absent for bare traces.
     run_metadata: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
+    # A crashed, stopped or incomplete run, or a cut-off trace (report.runstatus): absent when it ended well.
+    run_status: RunStatus | UnsetType = UNSET
+    # Step time and throughput over every step of an ``aiprof run`` (analysis.wholerun): run directories only.
+    whole_run: WholeRun | UnsetType = UNSET

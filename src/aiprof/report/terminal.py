@@ -64,6 +64,8 @@ class TerminalRenderer:
         ranks = doc.ranks
         summary = doc.summary
         console.print(terminal_text(self._headline(doc), style="bold"))
+        if doc.run_status:  # a crashed or incomplete run says so first (report.runstatus)
+            console.print(terminal_text(doc.run_status.banner, style="bold red"))
         for source in doc.sources[:3]:
             console.print(terminal_text(f"  {_short_path(source)}", style="dim"))
         if len(doc.sources) > 3:
@@ -84,12 +86,25 @@ class TerminalRenderer:
         focus = common.focus_rank(doc)
         console.print()
         self._rank_detail(console, focus, len(ranks) > 1)
+        self._whole_run(console, doc)
         console.print()
         self._findings(console, doc)
         self._memory(console, doc)
         self._sections(console, focus)
         for note in common.notes(doc, focus):
             console.print(terminal_text(f"note: {note}", style="yellow"))
+
+    @staticmethod
+    def _whole_run(console: Console, doc: Report) -> None:
+        """Every step of an ``aiprof run`` (report.wholerun_section), when the run directory timed them."""
+        from aiprof.report.wholerun_section import terminal_lines as whole_run_lines
+
+        lines = whole_run_lines(doc)
+        if lines:
+            console.print()
+            console.print(terminal_text(lines[0], style="bold"))
+            for line in lines[1:]:
+                console.print(terminal_text(line))
 
     @staticmethod
     def _memory(console: Console, doc: Report) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
 from aiprof.trace.cores import share_cores, usable_cores
+from aiprof.trace.cycles import merge_cycle_sets
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks
 
@@ -96,6 +97,7 @@ def load_paths(
             traces.extend(result)
     single_file = single_file and len(traces) == 1
     check_one_program(traces)
+    traces, _ = merge_cycle_sets(traces)  # cycles of one process are one rank (aiprof.trace.cycles)
     for message in skipped:
         warnings.warn(f"skipped: {message}", AiprofWarning, stacklevel=2)
     if not traces:

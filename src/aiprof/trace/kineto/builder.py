@@ -863,6 +863,7 @@ def _header_metadata(header: TraceFile) -> dict[str, Any]:
         "with_flops",
         "trace_id",
         "displayTimeUnit",
+        "host_name",
     ):
         value = getattr(header, key)
         if value is not None:

@@ -51,6 +51,7 @@ class Header(msgspec.Struct):
     with_stack: msgspec.Raw = ABSENT
     with_flops: msgspec.Raw = ABSENT
     trace_id: msgspec.Raw = ABSENT
+    host_name: msgspec.Raw = ABSENT
 
 
 class TraceFile(msgspec.Struct):
@@ -70,6 +71,7 @@ class TraceFile(msgspec.Struct):
     with_stack: int | None = None
     with_flops: int | None = None
     trace_id: str | None = None
+    host_name: str | None = None  # which machine: profiler cycles of one process share it (trace.cycles)
 
 
 # Args structs: ints default to -1 and floats to NaN (the column fill values), so columns are built
