@@ -25,6 +25,8 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
+from aiprof.report.modules_section import html_section as modules_html
+from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
@@ -105,6 +107,8 @@ class HtmlRenderer:
             ("idle", "Idle causes", self._idle(focus)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
+            ("source-lines", "Source lines", stacks_html(doc)),
+            ("modules", "Modules", modules_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),
             ("collectives", "Collectives", self._collectives(doc)),
             ("roofline", "Roofline", self._roofline(focus)),
