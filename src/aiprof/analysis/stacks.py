@@ -54,9 +54,11 @@ _LIBRARY_ROOTS = frozenset(
      "transformers", "accelerate", "deepspeed", "lightning", "pytorch_lightning", "timm", "aiprof", "importlib",
      "_pytest", "pytest", "pluggy", "tqdm", "scipy", "pandas", "PIL", "runpy", "typing_extensions",
      "_distutils_hack", "setuptools", "pkg_resources", "six", "packaging", "sympy", "filelock", "fsspec",
-     "networkx", "jinja2", "einops", "safetensors", "tokenizers", "datasets", "huggingface_hub", "sklearn"}
+     "networkx", "jinja2", "einops", "safetensors", "tokenizers", "datasets", "huggingface_hub", "sklearn",
+     "diffusers", "peft", "xfuser", "aiter", "vllm", "flash_attn", "xformers", "megatron", "fairscale", "torchrec",
+     "fbgemm_gpu", "torch_xla", "onnx", "onnxruntime", "jax", "tensorflow", "keras", "wandb", "mlflow"}
 )
-_LIBRARY_HINTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>")
+_LIBRARY_HINTS = ("site-packages", "dist-packages", "/lib/python", "<frozen", "<string>", "torchinductor")
 
 
 def is_user_frame(name: str) -> bool:
@@ -197,7 +199,8 @@ def thread_codes(pid: I64, tid: I64) -> I64:
     """Dense codes of (pid, tid) pairs."""
     key = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
     _, inverse = np.unique(key, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64)
+    codes: I64 = inverse.reshape(-1).astype(np.int64)
+    return codes
 
 
 def python_forest(trace: Trace, windows: Windows) -> PyForest:
@@ -220,11 +223,37 @@ def _build_forest(trace: Trace, windows: Windows) -> PyForest:
         parent, how = parents_by_time(codes, start, end), "time nesting"
     depth = depth_of(parent)
     levels = levels_of(depth)
+    start, end = _nested(parent, levels, codes, start, end)
     clipped = windows.clip(start, end)
     has = parent >= 0
     child_ns = np.bincount(parent[has], weights=clipped[has], minlength=rows.size).astype(np.int64)
-    self_ns = np.maximum(clipped - child_ns, 0)
-    return PyForest(rows, parent, depth, clipped, self_ns, codes, start, end, levels, how)
+    return PyForest(rows, parent, depth, clipped, np.maximum(clipped - child_ns, 0), codes, start, end, levels, how)
+
+
+def _nested(parent: I64, levels: list[I64], codes: I64, start: I64, end: I64) -> tuple[I64, I64]:
+    """The spans made properly nested, top down: each cut to its parent's (cut) span, and to start where its
+    earlier siblings end. Real traces hold a few spans that outlive their parent or overlap a sibling (spans
+    closed late when the profiler stopped); cut, every ns lies in one frame at each depth, so the self times
+    of a subtree add up to its root's time."""
+    start, end = start.copy(), end.copy()
+    for depth, level in enumerate(levels):
+        if depth:
+            p = parent[level]
+            start[level] = np.maximum(start[level], start[p])
+            end[level] = np.maximum(np.minimum(end[level], end[p]), start[level])
+        group = codes[level] if depth == 0 else parent[level]
+        order = np.lexsort((start[level], group))
+        sel, g = level[order], group[order]
+        base, span = int(start[sel].min()), int(end[sel].max() - start[sel].min()) + 2
+        _, dense = np.unique(g, return_inverse=True)
+        offset = dense.reshape(-1).astype(np.int64) * span
+        running = np.maximum.accumulate(offset + (end[sel] - base))
+        prev_end = np.concatenate(([0], running[:-1])) - offset + base
+        first = np.concatenate(([True], g[1:] != g[:-1]))
+        lo = np.where(first, start[sel], np.maximum(start[sel], prev_end))
+        start[sel] = lo
+        end[sel] = np.maximum(end[sel], lo)
+    return start, end
 
 
 def _parents_by_id(trace: Trace, rows: I64, codes: I64, start: I64, end: I64) -> tuple[I64 | None, str]:
@@ -348,7 +377,7 @@ def stack_profile(trace: Trace, windows: Sequence[Any] | None = None) -> StackPr
     win = Windows.of(windows, trace)
     forest = python_forest(trace, win)
     inside = forest.clipped > 0
-    names = trace.columns.name[forest.rows]
+    names = trace.columns.name[forest.rows].astype(np.int64)
     user_of_name = _user_names(trace, names)
     user = user_of_name[names]
     frames = _frames(trace, forest, names, user)
@@ -469,7 +498,7 @@ def op_source_lines(trace: Trace, windows: Windows, op_rows: I64, limit: int = T
     """The innermost user frames (``file(line): fn``) the given CPU ops run under, most time first."""
     forest = python_forest(trace, windows)
     c = trace.columns
-    names = c.name[forest.rows]
+    names = c.name[forest.rows].astype(np.int64)
     user = _user_names(trace, names)[names]
     spans = np.flatnonzero(user)
     if spans.size == 0 or op_rows.size == 0:
