@@ -9,6 +9,9 @@ alike. The overhead of a round is median(on) / median(off) − 1; the result is 
 their range. One intra-op thread, as the workloads run in the tests. The trace is not exported (the
 export happens after the recorded steps and is not step time).
 
+Last, the cost per Python call: a loop of 100k calls of a trivial function, with and without ``with_stack``
+(a step's overhead is about this times its Python calls).
+
 Run:  python bench/with_stack_overhead.py [--rounds 5] [--steps 6] [--workloads data_loading host_overhead]
 The number in ``aiprof.analysis.stacks.WITH_STACK_OVERHEAD_PCT`` (quoted by reports without stacks) is the
 ``data_loading`` median; bench/RESULTS.md keeps the runs.
@@ -65,6 +68,27 @@ def measure(name: str, rounds: int, steps: int, warmup: int = 2) -> dict[str, An
     }
 
 
+def _call(i: int) -> int:
+    return i
+
+
+def per_call_ns(calls: int = 100_000, rounds: int = 6) -> float:
+    """CPU time the Python tracer adds per Python call: a loop of ``calls`` calls of a trivial function,
+    profiled with and without ``with_stack`` (alternating), median of the rounds."""
+    import torch  # noqa: F401
+    from torch.profiler import ProfilerActivity, profile
+
+    cpu: dict[bool, list[int]] = {False: [], True: []}
+    for r in range(rounds):
+        for mode in ((False, True) if r % 2 == 0 else (True, False)):
+            with profile(activities=[ProfilerActivity.CPU], with_stack=mode):
+                start = time.process_time_ns()
+                for i in range(calls):
+                    _call(i)
+                cpu[mode].append(time.process_time_ns() - start)
+    return (statistics.median(cpu[True]) - statistics.median(cpu[False])) / calls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8)
@@ -81,6 +105,7 @@ def main() -> None:
         r = measure(name, args.rounds, args.steps)
         print(f"| {name} | {r['wall_off']:.1f} ms | {r['cpu_off']:.1f} ms | {r['cpu_on']:.1f} ms | {r['overhead_pct']:+.1f} % "
               f"| {r['wall_overhead_pct']:+.1f} % |", flush=True)
+    print(f"\nPer Python call: +{per_call_ns():.0f} ns of CPU with with_stack (100k calls of a trivial function).")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from aiprof.trace.model import I64, Kind, Trace
 
 # Median slowdown of a training step with ``with_stack=True`` against the same profiler without it, on the
 # demo workload (``aiprof.workloads``, CPU), measured by bench/with_stack_overhead.py (see bench/RESULTS.md).
-WITH_STACK_OVERHEAD_PCT = 0.0
+WITH_STACK_OVERHEAD_PCT = 4.6
 NOT_RECORDED = (
     "Python stacks not recorded: record with `aiprof run --with-stack` (overhead: measured {pct:.0f} % "
     "per profiled step on the demo workload) for host time by source line and the nn.Module view"
