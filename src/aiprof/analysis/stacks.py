@@ -38,8 +38,8 @@ from aiprof.trace.model import I64, Kind, Trace
 # demo workload (``aiprof.workloads``, CPU), measured by bench/with_stack_overhead.py (see bench/RESULTS.md).
 WITH_STACK_OVERHEAD_PCT = 4.6
 NOT_RECORDED = (
-    "Python stacks not recorded: record with `aiprof run --with-stack` (overhead: measured {pct:.0f} % "
-    "per profiled step on the demo workload) for host time by source line and the nn.Module view"
+    "Source lines and modules: no Python stacks in this trace; record them with `aiprof run --with-stack` "
+    "(overhead: measured {pct:.0f} % CPU per recorded step on the demo workload)"
 )
 MODULE_PREFIX = "nn.Module: "
 TREE_MIN_SHARE = 0.005  # call-tree nodes under this share of the window time are left out of the report
