@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from aiprof.arrays import isin, unique
 from aiprof.analysis.stacks import (
     MODULE_PREFIX,
     NOT_RECORDED,
@@ -171,11 +172,11 @@ def _module_spans(trace: Trace, win: Windows) -> _Spans | None:
 def _annotations(trace: Trace) -> I64:
     """The ``nn.Module:`` annotation rows (names checked once per distinct annotation name)."""
     ann = trace.rows_of(Kind.USER_ANNOTATION)
-    names = np.unique(trace.columns.name[ann])
+    names = unique(trace.columns.name[ann])
     module_names = np.array([i for i in names.tolist() if trace.strings[i].startswith(MODULE_PREFIX)], dtype=np.int32)
     if module_names.size == 0:
         return np.zeros(0, dtype=np.int64)
-    rows: I64 = ann[np.isin(trace.columns.name[ann], module_names)]
+    rows: I64 = ann[isin(trace.columns.name[ann], module_names)]
     return rows
 
 

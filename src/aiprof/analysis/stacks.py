@@ -32,6 +32,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from aiprof import arrays
+from aiprof.arrays import unique
 from aiprof.trace.model import I64, Kind, Trace
 
 # Median slowdown of a training step with ``with_stack=True`` against the same profiler without it, on the
@@ -195,11 +197,23 @@ class PyForest:
         return out
 
 
+def dense(values: I64) -> tuple[I64, I64, I64]:
+    """``np.unique(values, return_index=True, return_inverse=True)`` for a 1-D integer array, by one stable
+    sort (np.unique hashes and imports ``numpy.ma`` on first use): distinct values, the first position of
+    each, and each value's index among them."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.ones(ordered.size, dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    inverse = np.empty(values.size, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new].astype(np.int64), order[new].astype(np.int64), inverse
+
+
 def thread_codes(pid: I64, tid: I64) -> I64:
     """Dense codes of (pid, tid) pairs."""
     key = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
-    _, inverse = np.unique(key, return_inverse=True)
-    codes: I64 = inverse.reshape(-1).astype(np.int64)
+    codes: I64 = dense(key)[2]
     return codes
 
 
@@ -245,8 +259,7 @@ def _nested(parent: I64, levels: list[I64], codes: I64, start: I64, end: I64) ->
         order = np.lexsort((start[level], group))
         sel, g = level[order], group[order]
         base, span = int(start[sel].min()), int(end[sel].max() - start[sel].min()) + 2
-        _, dense = np.unique(g, return_inverse=True)
-        offset = dense.reshape(-1).astype(np.int64) * span
+        offset = dense(g)[2] * span
         running = np.maximum.accumulate(offset + (end[sel] - base))
         prev_end = np.concatenate(([0], running[:-1])) - offset + base
         first = np.concatenate(([True], g[1:] != g[:-1]))
@@ -309,8 +322,8 @@ def path_nodes(parent: I64, names: I64, group: I64, levels: list[I64], nbase: in
     next_id = 0
     for depth, level in enumerate(levels):
         pkey = group[level] if depth == 0 else node[parent[level]] + groups
-        uniq, first, inverse = np.unique(pkey * nbase + names[level], return_index=True, return_inverse=True)
-        node[level] = next_id + inverse.reshape(-1)
+        uniq, first, inverse = dense(pkey * nbase + names[level])
+        node[level] = next_id + inverse
         head = level[first]
         parents.append(np.full(head.size, -1, dtype=np.int64) if depth == 0 else node[parent[head]])
         firsts.append(head)
@@ -320,14 +333,16 @@ def path_nodes(parent: I64, names: I64, group: I64, levels: list[I64], nbase: in
 
 
 def depth_of(parent: I64) -> I64:
-    depth = np.zeros(parent.size, dtype=np.int64)
-    anc = parent.copy()
-    for _ in range(parent.size + 1):  # bounded: ids that form a cycle cannot loop forever
-        live = np.flatnonzero(anc >= 0)
+    """Each element's number of ancestors, by pointer jumping (O(n log depth))."""
+    depth = (parent >= 0).astype(np.int64)
+    jump = parent.copy()
+    for _ in range(64):  # 2**64 levels: bounded even for ids that form a cycle
+        live = np.flatnonzero(jump >= 0)
         if live.size == 0:
             break
-        depth[live] += 1
-        anc[live] = parent[anc[live]]
+        up = jump[live]
+        depth[live] += depth[up]  # fancy-index reads happen before the writes: one synchronous round
+        jump[live] = jump[up]
     return depth
 
 
@@ -380,14 +395,15 @@ def stack_profile(trace: Trace, windows: Sequence[Any] | None = None) -> StackPr
     names = trace.columns.name[forest.rows].astype(np.int64)
     user_of_name = _user_names(trace, names)
     user = user_of_name[names]
-    frames = _frames(trace, forest, names, user)
+    paths = path_nodes(forest.parent, names, forest.thread, forest.levels, len(trace.strings) + 1)
+    frames = _frames(trace, forest, names, user, paths)
     owner = forest.nearest(user)
     has_owner = (owner >= 0) & inside
     own = np.bincount(names[owner[has_owner]], weights=forest.self_ns[has_owner], minlength=len(trace.strings))
     user_lines = sorted((f for f in frames if f.user), key=lambda f: -own[trace.string_id(f.name)])
     for f in user_lines:
         f.own_ns = int(own[trace.string_id(f.name)])
-    tree, total_nodes, min_ns = _tree(trace, forest, names, win.total_ns)
+    tree, total_nodes, min_ns = _tree(trace, forest, names, paths, win.total_ns)
     roots = forest.parent < 0
     by_thread = np.bincount(forest.thread[roots], weights=forest.clipped[roots]) if roots.any() else np.zeros(1)
     main = int(np.argmax(by_thread)) if by_thread.size else 0
@@ -413,56 +429,54 @@ def stack_profile(trace: Trace, windows: Sequence[Any] | None = None) -> StackPr
 def _user_names(trace: Trace, names: I64) -> np.ndarray[Any, np.dtype[np.bool_]]:
     """For every string id, whether it names a user frame (only the ids in ``names`` are looked at)."""
     out = np.zeros(len(trace.strings), dtype=bool)
-    for i in np.unique(names).tolist():
+    for i in unique(names).tolist():
         out[i] = is_user_frame(trace.strings[i])
     return out
 
 
-def _frames(trace: Trace, forest: PyForest, names: I64, user: np.ndarray[Any, np.dtype[np.bool_]]) -> list[FrameStat]:
+def _frames(
+    trace: Trace, forest: PyForest, names: I64, user: np.ndarray[Any, np.dtype[np.bool_]], paths: tuple[I64, I64, I64]
+) -> list[FrameStat]:
     """Per frame name: calls, self time, and total time of its outermost calls (recursion counted once)."""
     inside = forest.clipped > 0
     n = len(trace.strings)
     calls = np.bincount(names[inside], minlength=n)
     self_ns = np.bincount(names, weights=forest.self_ns, minlength=n)
-    outer = _outermost(forest, names)
+    outer = _outermost(names, paths)
     total = np.bincount(names[outer], weights=forest.clipped[outer], minlength=n)
     ids = np.flatnonzero(calls > 0)
     return [
         FrameStat(name=trace.strings[i], user=bool(user_i), calls=int(calls[i]), self_ns=int(self_ns[i]), total_ns=int(total[i]))
-        for i, user_i in zip(ids.tolist(), np.isin(ids, names[user]).tolist(), strict=True)
+        for i, user_i in zip(ids.tolist(), arrays.isin(ids, names[user]).tolist(), strict=True)
     ]
 
 
-def _outermost(forest: PyForest, names: I64) -> np.ndarray[Any, np.dtype[np.bool_]]:
-    """Spans with no enclosing span of the same name on their thread (segmented running max of ends)."""
-    n = names.size
-    if n == 0:
-        return np.zeros(0, dtype=bool)
-    start, end = forest.start, forest.end
-    group = forest.thread * (int(names.max()) + 1) + names
-    order = np.lexsort((-(end - start), start, group))
-    base, span = int(start.min()), int(end.max() - start.min()) + 2
-    g = group[order]
-    _, dense = np.unique(g, return_inverse=True)
-    ekey = dense.reshape(-1) * span + (end[order] - base)
-    skey = dense.reshape(-1) * span + (start[order] - base)
-    running = np.maximum.accumulate(ekey)
-    prev = np.concatenate(([-1], running[:-1]))
-    first = np.concatenate(([True], g[1:] != g[:-1]))
-    outer_sorted = first | (skey >= prev)
-    out = np.empty(n, dtype=bool)
-    out[order] = outer_sorted
+def _outermost(names: I64, paths: tuple[I64, I64, I64]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Spans with no enclosing span of the same name: a property of their call-tree path (node), found by
+    climbing the nodes' ancestors, one level per pass over the (few) nodes."""
+    node, parent, head = paths
+    if head.size == 0:
+        return np.zeros(names.size, dtype=bool)
+    name = names[head]
+    repeated = np.zeros(head.size, dtype=bool)
+    anc = parent.copy()
+    for _ in range(head.size):
+        live = np.flatnonzero(anc >= 0)
+        if live.size == 0:
+            break
+        repeated[live] |= name[anc[live]] == name[live]
+        anc[live] = parent[anc[live]]
+    out: np.ndarray[Any, np.dtype[np.bool_]] = ~repeated[node]
     return out
 
 
-
-
-def _tree(trace: Trace, forest: PyForest, names: I64, window_ns: int) -> tuple[list[StackNode], int, int]:
+def _tree(
+    trace: Trace, forest: PyForest, names: I64, paths: tuple[I64, I64, I64], window_ns: int
+) -> tuple[list[StackNode], int, int]:
     """The call tree per thread (nodes = distinct paths of frame names), pruned to the nodes holding at
     least ``TREE_MIN_SHARE`` of the window time (at most ``TREE_MAX_NODES``); with the node count before
     pruning and the threshold used. A node's total never exceeds its parent's, so pruning keeps a tree."""
-    n = forest.rows.size
-    node, parent, head = path_nodes(forest.parent, names, forest.thread, forest.levels, len(trace.strings) + 1)
+    node, parent, head = paths
     next_id = int(parent.size)
     if next_id == 0:
         return [], 0, 0
@@ -532,7 +546,7 @@ def codes_like(trace: Trace, known_rows: I64, known_codes: I64, rows: I64) -> I6
     if known_rows.size == 0:
         return np.full(rows.size, -1, dtype=np.int64)
     key_py = (c.pid[known_rows].astype(np.int64) << 32) ^ (c.tid[known_rows].astype(np.int64) & 0xFFFFFFFF)
-    keys, first = np.unique(key_py, return_index=True)
+    keys, first, _ = dense(key_py)
     codes = known_codes[first]
     key_q = (c.pid[rows].astype(np.int64) << 32) ^ (c.tid[rows].astype(np.int64) & 0xFFFFFFFF)
     pos = np.minimum(np.searchsorted(keys, key_q), keys.size - 1)
@@ -580,11 +594,11 @@ def add_source_lines(trace: Trace, windows: Sequence[Any] | None, findings: list
         ids = np.array([i for s in named_strings(evidence) if (i := trace.string_id(s)) >= 0], dtype=np.int32)
         if ids.size == 0:
             continue
-        rows = ops[np.isin(c.name[ops], ids)]
-        launched = kernels[np.isin(c.name[kernels], ids)]
+        rows = ops[arrays.isin(c.name[ops], ids)]
+        launched = kernels[arrays.isin(c.name[kernels], ids)]
         if launched.size:
             by = links.gpu_op(trace)[launched]
-            rows = np.union1d(rows, by[by >= 0])
+            rows = unique(np.concatenate((rows, by[by >= 0])))
         rows = rows[win.clip(c.ts[rows], c.ts[rows] + c.dur[rows] + 1) > 0]
         lines = op_source_lines(trace, win, rows)
         if lines:
