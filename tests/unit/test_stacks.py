@@ -188,3 +188,20 @@ def test_source_lines_need_stacks(tmp_path: Path) -> None:
     findings: list[dict[str, Any]] = [{"id": "a", "evidence": {"top_ops": [{"name": "aten::relu"}]}}]
     assert add_source_lines(trace, step_windows(trace), findings) == 0
     assert findings[0]["evidence"] == {"top_ops": [{"name": "aten::relu"}]}
+
+
+def test_host_extras(tmp_path: Path) -> None:
+    from aiprof.analysis.modules import ModuleProfile
+    from aiprof.analysis.stacks import host_extras
+
+    b = TraceBuilder()
+    _one_step(b)
+    trace = _load(b, tmp_path)
+    out = host_extras(trace, step_windows(trace), [])
+    assert isinstance(out["stacks"], StackProfile) and out["stacks"].recorded
+    assert isinstance(out["modules"], ModuleProfile) and not out["modules"].recorded
+    bare = TraceBuilder()
+    bare.step(0, ts=0, dur=10)
+    nsys = _load(bare, tmp_path / "x") if (tmp_path / "x").mkdir() is None else None
+    nsys.metadata["source"] = "nsys"  # an Nsight Systems report: no advice to use --with-stack
+    assert host_extras(nsys, step_windows(nsys), []) == {}

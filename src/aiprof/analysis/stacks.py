@@ -610,9 +610,11 @@ def add_source_lines(trace: Trace, windows: Sequence[Any] | None, findings: list
 def host_extras(trace: Trace, windows: Sequence[Any] | None, findings: list[dict[str, Any]]) -> dict[str, Any]:
     """What the diagnosis hook adds for host time: the rank's :class:`StackProfile` (``"stacks"``) and
     :class:`~aiprof.analysis.modules.ModuleProfile` (``"modules"``), and source lines on ``findings``
-    (in place). Cheap when the trace has no Python events."""
+    (in place). Cheap when the trace has no Python events; nothing for an Nsight Systems report without them."""
     from aiprof.analysis.modules import module_profile
 
+    if trace.metadata.get("source") == "nsys" and not len(trace.rows_of(Kind.PYTHON)):
+        return {}  # an Nsight Systems report: `--with-stack` is no advice for it
     stacks = stack_profile(trace, windows)
     if stacks.recorded:
         add_source_lines(trace, windows, findings)
