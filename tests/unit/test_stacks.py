@@ -202,6 +202,7 @@ def test_host_extras(tmp_path: Path) -> None:
     assert isinstance(out["modules"], ModuleProfile) and not out["modules"].recorded
     bare = TraceBuilder()
     bare.step(0, ts=0, dur=10)
-    nsys = _load(bare, tmp_path / "x") if (tmp_path / "x").mkdir() is None else None
+    (tmp_path / "x").mkdir()
+    nsys = _load(bare, tmp_path / "x")
     nsys.metadata["source"] = "nsys"  # an Nsight Systems report: no advice to use --with-stack
     assert host_extras(nsys, step_windows(nsys), []) == {}
