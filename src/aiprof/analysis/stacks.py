@@ -219,18 +219,18 @@ def thread_codes(pid: I64, tid: I64) -> I64:
 
 def python_forest(trace: Trace, windows: Windows) -> PyForest:
     """The Python span forest of a trace (cached on it per window set)."""
-    key = ("stacks.forest", windows.starts.tobytes(), windows.ends.tobytes())
-    found: PyForest | None = trace.cache.get(key)  # type: ignore[call-overload]
+    key = f"stacks.forest:{hash((windows.starts.tobytes(), windows.ends.tobytes()))}"
+    found: PyForest | None = trace.cache.get(key)
     if found is None:
         found = _build_forest(trace, windows)
-        trace.cache[key] = found  # type: ignore[index]
+        trace.cache[key] = found
     return found
 
 
 def _build_forest(trace: Trace, windows: Windows) -> PyForest:
     c = trace.columns
     rows = trace.rows_of(Kind.PYTHON)
-    codes = thread_codes(np.concatenate((c.pid[rows], [0])), np.concatenate((c.tid[rows], [0])))[:-1]
+    codes = thread_codes(c.pid[rows], c.tid[rows])
     start, end = c.ts[rows], c.ts[rows] + c.dur[rows]
     parent, how = _parents_by_id(trace, rows, codes, start, end)
     if parent is None:
