@@ -52,7 +52,7 @@ def test_self_and_total_are_exact(tmp_path: Path) -> None:
     _one_step(b)
     trace = _load(b, tmp_path)
     p = stack_profile(trace, step_windows(trace))
-    assert p.recorded and p.steps == 1 and p.window_ns == 100 * US and p.python_ns == 100 * US
+    assert p.recorded and p.steps == 1 and p.window_ns == 100 * US and p.python_ns == p.main_python_ns == 100 * US
     assert p.parents_from == "Python parent id"
     main = _frame(p, "train.py(10): main")
     assert (main.self_ns, main.total_ns, main.calls) == (30 * US, 100 * US, 1)  # 100 - 50 - 20

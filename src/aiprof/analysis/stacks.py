@@ -114,6 +114,7 @@ class StackProfile(msgspec.Struct, kw_only=True, omit_defaults=True):
     events: int = 0  # python_function events inside the steps
     parents_from: str = ""  # "Python parent id" or "time nesting"
     main_tid: int = -1  # the thread with the most Python time (the flame graph's)
+    main_python_ns: int = 0  # that thread's time under an outermost Python frame
     no_user_frame_ns: int = 0  # Python self time with no user frame above it (profiler, library threads)
     user_lines: list[FrameStat] = msgspec.field(default_factory=list)  # by own_ns
     frames: list[FrameStat] = msgspec.field(default_factory=list)  # by self_ns
@@ -417,6 +418,7 @@ def stack_profile(trace: Trace, windows: Sequence[Any] | None = None) -> StackPr
         events=int(inside.sum()),
         parents_from=forest.parents_from,
         main_tid=int(trace.columns.tid[main_rows[0]]) if main_rows.size else -1,
+        main_python_ns=int(by_thread[main]) if by_thread.size else 0,
         no_user_frame_ns=int(forest.self_ns[(owner < 0) & inside].sum()),
         user_lines=[f for f in user_lines if f.own_ns > 0 or f.total_ns > 0][:TOP_FRAMES],
         frames=sorted(frames, key=lambda f: -f.self_ns)[:TOP_FRAMES],

@@ -139,7 +139,8 @@ def html_section(doc: Report) -> str:
         return f"<p class=mute>{html(p.hint)}.</p>"
     who = f"Rank {rank.rank}: " if len(doc.ranks) > 1 else ""
     parts = [f"<p>{html(who)}Python stacks, {html(_steps_label(p))}; {p.events:,} Python calls in "
-             f"{per_step(p.window_ns, p.steps)} per step, {_share(p.python_ns, p.window_ns)} of it under a Python frame. "
+             f"{per_step(p.window_ns, p.steps)} per step; the main thread ({html(p.main_tid)}) spends "
+             f"{_share(p.main_python_ns, p.window_ns)} of it under a Python frame. "
              "<i>own</i>: the line's function and the library code it calls, down to the next line of your code; "
              "<i>total</i>: everything under its calls.</p>"]
     parts.append(_table(("source line", "own / step", "total / step", "calls / step"),
