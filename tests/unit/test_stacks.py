@@ -152,6 +152,8 @@ def test_not_recorded_says_how_to_record(tmp_path: Path) -> None:
         ("nn.Module: Linear_0", False),
         ("<frozen importlib._bootstrap>(1207): _find_and_load", False),
         ("/tmp/torchinductor_root/ab/cabc.py(12): call", False),
+        ("aiprof/capture/session.py(88): step", False),
+        ("aiprof/workloads/planted.py(120): step", True),
     ],
 )
 def test_user_frames(name: str, user: bool) -> None:

@@ -53,7 +53,7 @@ TOP_FRAMES = 50
 # module names and these well-known packages.
 _LIBRARY_ROOTS = frozenset(
     {"torch", "torchvision", "torchaudio", "torchtext", "torchdata", "triton", "numpy", "functorch", "apex",
-     "transformers", "accelerate", "deepspeed", "lightning", "pytorch_lightning", "timm", "aiprof", "importlib",
+     "transformers", "accelerate", "deepspeed", "lightning", "pytorch_lightning", "timm", "importlib",
      "_pytest", "pytest", "pluggy", "tqdm", "scipy", "pandas", "PIL", "runpy", "typing_extensions",
      "_distutils_hack", "setuptools", "pkg_resources", "six", "packaging", "sympy", "filelock", "fsspec",
      "networkx", "jinja2", "einops", "safetensors", "tokenizers", "datasets", "huggingface_hub", "sklearn",
@@ -75,6 +75,8 @@ def is_user_frame(name: str) -> bool:
         return False
     path = head.replace("\\", "/").lstrip("./")
     root = path.split("/", 1)[0]
+    if root == "aiprof":  # aiprof's capture hooks are library code; its demo workloads stand for the user's
+        return path.startswith("aiprof/workloads/")
     return root not in _LIBRARY_ROOTS and root not in sys.stdlib_module_names
 
 
