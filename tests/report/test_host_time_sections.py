@@ -121,7 +121,7 @@ def test_hostile_frame_names_are_escaped_in_every_format(name: str) -> None:
     term = render(doc, "terminal", width=100, is_tty=True)
     plain = re.sub(r"\x1b\[[0-9;]*m", "", term)
     assert _unsafe(plain) == [] and "\x1b]" not in term
-    assert escape.terminal(name) in plain  # shown as written, never interpreted
+    assert escape.terminal(name)[-20:] in plain  # shown as written (long names: their end), never interpreted
     md = render(doc, "md")
     assert "<img" not in md and re.search(r"(?<!\\)\]\(", md) is None and "@octocat" not in md
     assert not any(line.startswith("# ") for line in md.splitlines())

@@ -17,6 +17,7 @@ from aiprof.report.common import fmt_ms
 from aiprof.report.escape import html as _html
 from aiprof.report.escape import markdown, terminal
 from aiprof.report.model import RankReport, Report
+from aiprof.report.stacks_section import tail
 
 TOP_TERMINAL = 10
 TOP_TABLE = 60
@@ -80,7 +81,7 @@ def terminal_lines(doc: Report) -> list[str]:
     top = sorted(p.modules, key=lambda m: -(m.forward_self_ns + m.backward_self_ns))[:TOP_TERMINAL]
     out = [f"Top nn.Modules ({who}{_label(p)})", "  by own time; fwd and bwd include child modules"]
     for m in top:
-        out.append(f"  {_ps(m.forward_ns, p):>9} fwd {_ps(m.backward_ns, p):>9} bwd  {m.path}")
+        out.append(f"  {_ps(m.forward_ns, p):>9} fwd {_ps(m.backward_ns, p):>9} bwd  {tail(m.path)}")
     out.append("")
     return [terminal(line) for line in out]
 

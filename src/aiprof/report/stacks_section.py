@@ -52,6 +52,14 @@ def per_step(ns: int, steps: int) -> str:
     return fmt_ms(ns / max(steps, 1))
 
 
+TAIL_WIDTH = 46  # what is left of an 80-column line after the two times
+
+
+def tail(text: str, width: int = TAIL_WIDTH) -> str:
+    """``text`` cut from the left to ``width`` characters (``…`` first): a path's end says the most."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
+
+
 def _share(part: int, whole: int) -> str:
     return f"{100 * part / whole:.0f}%" if whole > 0 else "-"
 
@@ -91,10 +99,12 @@ def terminal_lines(doc: Report) -> list[str]:
     if not p.user_lines:
         out.append("  no frame of your own code in the recorded stacks (all time is in libraries)")
     for f in p.user_lines[:TOP_LINES]:
-        out.append(f"  {per_step(f.own_ns, p.steps):>9} own {per_step(f.total_ns, p.steps):>9} total  {f.name}")
-    lines = finding_lines(doc)
-    if lines:
-        out.append("  findings at: " + "; ".join(f"{fid} → {line}" for fid, line in lines[:5]))
+        out.append(f"  {per_step(f.own_ns, p.steps):>9} own {per_step(f.total_ns, p.steps):>9} total  {tail(f.name)}")
+    by_line: dict[str, list[str]] = {}
+    for fid, line in finding_lines(doc):
+        by_line.setdefault(line, []).append(fid)
+    for line, ids in list(by_line.items())[:5]:
+        out.append(f"  findings at {tail(line, 40)}: {', '.join(ids)}")
     out.append("")
     return [terminal(line) for line in out]
 
