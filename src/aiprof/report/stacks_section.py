@@ -11,7 +11,7 @@ says how to record them. Every frame name is escaped for its sink (:mod:`aiprof.
 
 from __future__ import annotations
 
-from aiprof.analysis.stacks import StackNode, StackProfile
+from aiprof.analysis.stacks import WITH_STACK_OVERHEAD_PCT, StackNode, StackProfile
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
 from aiprof.report.escape import html as _html
@@ -91,8 +91,8 @@ def terminal_lines(doc: Report) -> list[str]:
     if found is None:
         return []
     rank, p = found
-    if not p.recorded:
-        return [terminal(p.hint), ""]
+    if not p.recorded:  # one line that fits 80 columns; the JSON and HTML carry the full hint
+        return [f"Source lines: no Python stacks; `aiprof run --with-stack` adds them (+{WITH_STACK_OVERHEAD_PCT:.0f} % CPU)", ""]
     who = f"rank {rank.rank}, " if len(doc.ranks) > 1 else ""
     out = [f"Host time by source line ({who}{_steps_label(p)})",
            "  own: the function and the library code it calls; total: all under it"]
