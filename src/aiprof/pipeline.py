@@ -42,11 +42,13 @@ def diagnose_hook(
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
     functions too)."""
+    from aiprof.analysis.stacks import host_extras
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
     out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    out.update(host_extras(trace, analysis.windows, out["findings"]))  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory)
     if report is None and memory == "auto" and len(trace.rows_of(Kind.MEMORY)):
         notes.append("this trace has [memory] events: `aiprof analyze --memory` adds the memory section")

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
+from aiprof.analysis.stacks import StackProfile
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.memory.report import MemoryReport
@@ -34,6 +36,8 @@ from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import Finding, FindingRecord, as_record
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
+
+T = TypeVar("T")
 
 
 def build_document(
@@ -148,6 +152,8 @@ def _rank(r: RankAnalysis) -> RankReport:
         incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
         coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
         memory=_memory(r),
+        stacks=_typed(r, "stacks", StackProfile),
+        modules=_typed(r, "modules", ModuleProfile),
         **r.sections,
     )
 
@@ -156,6 +162,12 @@ def _memory(r: RankAnalysis) -> MemoryReport | UnsetType:
     """The rank's memory report, computed by the diagnosis hook while its trace was loaded (or UNSET)."""
     memory = r.extras.get("memory")
     return memory if isinstance(memory, MemoryReport) else UNSET
+
+
+def _typed(r: RankAnalysis, key: str, kind: type[T]) -> T | UnsetType:
+    """A typed section the diagnosis hook computed (``extras[key]``), or UNSET."""
+    value = r.extras.get(key)
+    return value if isinstance(value, kind) else UNSET
 
 
 def _summary(ranks: list[RankReport]) -> Summary:

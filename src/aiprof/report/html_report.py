@@ -26,6 +26,8 @@ from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
+from aiprof.report.modules_section import html_section as modules_html
+from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
@@ -107,6 +109,8 @@ class HtmlRenderer:
             ("wholerun", "Whole run", whole_run_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
+            ("source-lines", "Source lines", stacks_html(doc)),
+            ("modules", "Modules", modules_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),
             ("collectives", "Collectives", self._collectives(doc)),
             ("roofline", "Roofline", self._roofline(focus)),

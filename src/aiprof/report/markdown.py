@@ -17,6 +17,8 @@ from aiprof.report.escape import markdown as _cell
 from aiprof.report.escape import markdown_code_line as _cell_code
 from aiprof.report.memory_section import markdown_lines as memory_lines
 from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
+from aiprof.report.modules_section import markdown_lines as modules_lines
+from aiprof.report.stacks_section import markdown_lines as stacks_lines
 from aiprof.report.model import RankReport, Report
 
 
@@ -48,6 +50,7 @@ class MarkdownRenderer:
         lines += whole_run_lines(doc)  # every step of an `aiprof run` (report.wholerun_section)
         lines += _findings(doc)
         lines += memory_lines(doc)
+        lines += host_time_lines(doc)
         lines += _top_tables(common.focus_rank(doc), len(doc.ranks) > 1)
         notes = common.notes(doc)
         if notes:
@@ -111,3 +114,8 @@ def _count(row: dict[str, Any]) -> str:
 
 def _clip(text: str, n: int = 90) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def host_time_lines(doc: Report) -> list[str]:
+    """Host time by source line, then time per nn.Module (report.stacks_section, report.modules_section)."""
+    return stacks_lines(doc) + modules_lines(doc)

@@ -22,6 +22,8 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.wholerun import WholeRun
+from aiprof.analysis.modules import ModuleProfile
+from aiprof.analysis.stacks import StackProfile
 from aiprof.memory.report import MemoryReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
@@ -119,6 +121,10 @@ class RankReport(msgspec.Struct, kw_only=True):
     timeline_overview: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
     memory: MemoryReport | UnsetType = UNSET
+    # Host time by Python frame (``with_stack``; else ``recorded: false`` and how to record it) and time per
+    # nn.Module, forward and backward (analysis/stacks.py, analysis/modules.py): additive, schema 1.1.
+    stacks: StackProfile | UnsetType = UNSET
+    modules: ModuleProfile | UnsetType = UNSET
 
 
 SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview")

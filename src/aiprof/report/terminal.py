@@ -90,6 +90,7 @@ class TerminalRenderer:
         console.print()
         self._findings(console, doc)
         self._memory(console, doc)
+        _host_time(console, doc)
         self._sections(console, focus)
         for note in common.notes(doc, focus):
             console.print(terminal_text(f"note: {note}", style="yellow"))
@@ -265,3 +266,11 @@ def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool =
     """The terminal summary of a report document or of analysis results (``aiprof run`` uses this)."""
     doc = result if isinstance(result, Report) else build_document(result)
     return TerminalRenderer(width=width, is_tty=is_tty).render(doc)
+
+
+def _host_time(console: Console, doc: Report) -> None:
+    """Host time by source line and the top nn.Modules (report.stacks_section, report.modules_section)."""
+    from aiprof.report import modules_section, stacks_section
+
+    for line in stacks_section.terminal_lines(doc) + modules_section.terminal_lines(doc):
+        console.print(Text(line))  # already escaped for a terminal; Text is never read as markup

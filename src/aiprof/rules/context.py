@@ -19,6 +19,7 @@ import numpy as np
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis.run import RankAnalysis
+from aiprof.analysis.stacks import is_user_frame
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import RuleOptions
@@ -342,13 +343,11 @@ def _first_step_outlier(steps: list[StepAccount]) -> float:
     return 0.0
 
 
-_LIBRARY_HINTS = ("site-packages", "dist-packages", "torch/", "<built-in", "threading.py", "/lib/python")
-
-
 def _first_user_frame(frames: Iterable[str]) -> str | None:
-    """The innermost frame outside libraries (``file.py(12): fn``), else None."""
+    """The innermost frame of the user's own code (``file.py(12): fn``), else None. One definition of a user
+    frame for the rules and the source-lines section: :func:`aiprof.analysis.stacks.is_user_frame`."""
     for frame in frames:
         text = frame.strip()
-        if text and ".py(" in text and not any(h in text for h in _LIBRARY_HINTS):
+        if text and is_user_frame(text):
             return text
     return None
