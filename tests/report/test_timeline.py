@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 from kineto_builder import TraceBuilder
+from test_escape import HOSTILE as ESCAPE_HOSTILE
+from test_escape import HTML_EVIL
 
 import aiprof
 from aiprof import app
@@ -20,13 +22,17 @@ from aiprof.analysis.steps import step_windows
 from aiprof.report.escape import json_script
 from aiprof.report.timeline import TimelineInput, csp, payload, script_hash, script_text, section
 
-HOSTILE = (
+# The house's hostile strings (tests/report/test_escape.py: controls, bidi, terminal sequences, markup,
+# Markdown, HTML) and a few aimed at a script element: every one is a kernel and an op of one trace.
+HOSTILE = tuple(dict.fromkeys((
     "<script>alert('k')</script>",
     "</script><img src=x onerror=alert(2)>",
     "<!-- \"quoted\" & 'single' -->",
     "evil\u202eoverride\u2066isolate\u2069",
     "line\u2028sep",
-)
+    *HTML_EVIL,
+    *(s for s in ESCAPE_HOSTILE if len(s) < 1000),
+)))
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
 

@@ -133,7 +133,8 @@ def test_known_kernel_under_the_mouse(browser: Browser, tmp_path: Path) -> None:
     cx, cy = canvas_point(browser, x, y)
     browser.send("Input.dispatchMouseEvent", type="mouseMoved", x=cx, y=cy)
     tip = browser.evaluate("document.querySelector('#aiprof-tl .tl-tip').textContent")
-    assert tip.split("\n")[0] == "sm90_xmma_gemm_f32f32" and f"start {t / 1e6:.3f} ms" in tip  # t is 1.05 ms
+    assert browser.evaluate("document.querySelector('#aiprof-tl .tl-tip .tl-name').textContent") == "sm90_xmma_gemm_f32f32"
+    assert f"start {t / 1e6:.3f} ms" in tip  # t is 1.05 ms
     # A click selects it and says which launch started it.
     browser.send("Input.dispatchMouseEvent", type="mousePressed", x=cx, y=cy, button="left", clickCount=1)
     browser.send("Input.dispatchMouseEvent", type="mouseReleased", x=cx, y=cy, button="left", clickCount=1)
@@ -161,9 +162,9 @@ def test_hostile_names_are_text(browser: Browser, tmp_path: Path) -> None:
         x = g["gutter"] + (t + d / 2 - v0) / (v1 - v0) * (g["width"] - g["gutter"])
         cx, cy = canvas_point(browser, x, lane["y"] + lane["h"] / 2)
         browser.send("Input.dispatchMouseEvent", type="mouseMoved", x=cx, y=cy)
-        tip = browser.evaluate("document.querySelector('#aiprof-tl .tl-tip').textContent")
-        assert tip.split("\n")[0] == name  # shown as text, exactly
-        assert browser.evaluate("document.querySelector('#aiprof-tl .tl-tip').children.length") == 0
+        shown = browser.evaluate("(() => { const n = document.querySelector('#aiprof-tl .tl-tip .tl-name');"
+                                 " return [n.textContent, n.children.length, n.parentNode.querySelectorAll('*').length]; })()")
+        assert shown == [name, 0, 2]  # the name as text, exactly; no element made from it
     assert browser.evaluate("window.__aiprof_xss") == [] and browser.evaluate("document.querySelectorAll('img').length") == 0
 
 

@@ -311,10 +311,6 @@
     return { index: i, name: S[N[i]], start_ns: T[i], dur_ns: D[i], end_ns: T[i] + D[i],
              track: trackLabel(i), category: P.categories[K[i]] };
   }
-  function describe(i) {
-    var e = info(i);
-    return e.name + "\n" + e.category + " · " + e.track + "\nstart " + fmt(e.start_ns) + " · duration " + fmt(e.dur_ns);
-  }
   function partners(i) {
     var out = [];
     for (var f = 0; f < FS.length; f++) {
@@ -325,7 +321,11 @@
   }
   function select(i) {
     selected = i;
-    sel.textContent = i < 0 ? "" : "selected: " + describe(i).replace(/\n/g, " · ") + (partners(i).length ? " · " + partners(i).join(" · ") : "");
+    if (i < 0) { sel.replaceChildren(); schedule(); return; }
+    var e = info(i), more = partners(i);
+    sel.replaceChildren(el("span", "", "selected: "), el("b", "tl-name", e.name),
+                        el("span", "", " · " + e.category + " · " + e.track + " · start " + fmt(e.start_ns) + " · duration " +
+                           fmt(e.dur_ns) + (more.length ? " · " + more.join(" · ") : "")));
     schedule();
   }
   function local(ev) { var r = canvas.getBoundingClientRect(); return [ev.clientX - r.left, ev.clientY - r.top]; }
@@ -340,7 +340,9 @@
     }
     var i = hitIndex(p[0], p[1]);
     if (i < 0) { tip.hidden = true; return; }
-    tip.textContent = describe(i);
+    var e = info(i), head = el("div", "tl-name", e.name), rest = el("div");
+    rest.textContent = e.category + " · " + e.track + "\nstart " + fmt(e.start_ns) + " · duration " + fmt(e.dur_ns);
+    tip.replaceChildren(head, rest);
     tip.hidden = false;
     tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 320) + "px";
     tip.style.top = (ev.clientY + 14) + "px";

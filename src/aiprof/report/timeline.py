@@ -110,6 +110,7 @@ TIMELINE_CSS = (
     ".tl .tl-tip{position:fixed;pointer-events:none;background:var(--card);border:1px solid var(--line);border-radius:4px;"
     "padding:.3em .5em;font-size:12px;max-width:40em;overflow-wrap:anywhere;white-space:pre-wrap;z-index:9}"
     ".tl .tl-sel{font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere;min-height:1.4em}"
+    ".tl .tl-name{unicode-bidi:isolate;font-weight:600}"
     "button.tl-show{font-size:.8em;margin:.3em 0}"
 )
 
