@@ -275,3 +275,34 @@ def test_telemetry_counters_become_tracks(tmp_path: Path) -> None:
     assert counter["label"] == "cpu_pct" and counter["unit"] == "%"
     assert counter["t"][0] < 0 <= counter["t"][1] and counter["t"][-1] >= p["span_ns"]  # one sample either side
     assert len(counter["t"]) < len(samples)  # only the samples of the shown span (and one each side)
+
+
+def test_ranks_without_a_common_clock_each_start_at_zero(tmp_path: Path) -> None:
+    """Traces on a clock of their own (no unix base time, small timestamps) cannot be aligned: each rank
+    starts at 0 and the page says so."""
+    p0, _ = build_trace(tmp_path / "rank0.json", rank=0, base_time_ns=0)
+    p1, _ = build_trace(tmp_path / "rank1.json", rank=1, base_time_ns=0)
+    p = page_payload([p0, p1])
+    assert p["clock"] == "per-rank" and p["origin_ns"] is None
+    assert any("not on one clock" in line for line in p["left_out"])
+    a = decode(p)
+    firsts = {r: min(a["t"][i] for i in range(len(a["t"])) if track_of(p, i)["rank"] == r) for r in (0, 1)}
+    assert firsts == {0: 0.0, 1: 0.0}
+
+
+def test_legacy_unix_timestamps_align_ranks(tmp_path: Path) -> None:
+    """Kineto traces without baseTimeNanoseconds whose timestamps are unix µs are on one clock already."""
+    paths = []
+    for rank, origin in ((0, 1_623_142_623_000_000), (1, 1_623_142_623_002_000)):
+        b = TraceBuilder("legacy", legacy_origin_us=origin)
+        b.distributed(rank, 2)
+        b.step(0, ts=0, dur=500)
+        op = b.cpu_op("aten::mm", ts=10, dur=100)
+        b.launch(op, kernel="gemm", kernel_ts=50, kernel_dur=200)
+        paths.append(b.write(tmp_path / f"rank{rank}.json"))
+    p = page_payload(paths)
+    assert p["clock"] == "unix"
+    a = decode(p)
+    gemm = p["strings"].index("gemm")
+    t = {track_of(p, i)["rank"]: float(a["t"][i]) for i in np.flatnonzero(a["n"] == gemm).tolist()}
+    assert t[1] - t[0] == 2_000_000.0  # rank 1 started 2 ms later

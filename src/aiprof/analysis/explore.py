@@ -87,7 +87,7 @@ class RankTimeline:
     coverage: list[RowCoverage] = field(default_factory=list)
     total_events: int = 0
     left_out: list[str] = field(default_factory=list)
-    clock: str = "trace"  # "unix" when base_time_ns made the times unix ns
+    clock: str = "trace"  # "unix" when the times read as unix ns (ranks line up), else the trace's own clock
     base_time_ns: int = 0  # the trace's baseTimeNanoseconds: start_ns - base_time_ns is the trace's own ts
 
     def __len__(self) -> int:
@@ -272,8 +272,16 @@ def cap(timeline: RankTimeline, max_events: int) -> RankTimeline:
 # ---------------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------------
+UNIX_2000_NS = 946_684_800 * 10**9
+
+
 def _clock(trace: Trace) -> str:
-    return "unix" if trace.base_time_ns > 0 else "trace"
+    """"unix" when ``base_time_ns + ts`` reads as unix ns (a ``baseTimeNanoseconds``, or Kineto timestamps
+    that are unix µs already: after 2000-01-01), else "trace" (a clock of the trace's own)."""
+    if trace.base_time_ns > 0:
+        return "unix"
+    first = trace.time_range_ns[0]
+    return "unix" if first >= UNIX_2000_NS else "trace"
 
 
 def _add_track(
