@@ -125,8 +125,9 @@ def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, Ti
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     from aiprof.pipeline import analyze_and_diagnose
 
+    budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
-                                memory=opts.memory, timeline=opts.timeline)
+                                memory=opts.memory, timeline=budget)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -526,6 +527,13 @@ def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
     from aiprof.report.document import build_document
 
     return build_document(run, findings)
+
+
+def _timeline_budget(paths: Sequence[PathArg]) -> int:
+    from aiprof.analysis.explore import rank_budget
+    from aiprof.trace.runset import find_trace_files
+
+    return rank_budget(sum(len(find_trace_files(Path(p))) for p in paths))
 
 
 def _timeline_input(run: RunAnalysis) -> TimelineInput | None:

@@ -252,7 +252,7 @@ def test_other_outputs_do_not_pay(tmp_path: Path) -> None:
 
     run, _ = analyze_and_diagnose([str(path)], workers=1)
     assert all("timeline" not in r.extras for r in run.ranks)
-    run2, _ = analyze_and_diagnose([str(path)], workers=1, timeline=True)
+    run2, _ = analyze_and_diagnose([str(path)], workers=1, timeline=1000)
     assert all("timeline" in r.extras for r in run2.ranks)
     plain = app.analyze([str(path)], app.AnalyzeOptions(workers=1))
     with_tl, data = app.analyze_with_timeline([str(path)], app.AnalyzeOptions(workers=1))
@@ -306,3 +306,12 @@ def test_legacy_unix_timestamps_align_ranks(tmp_path: Path) -> None:
     gemm = p["strings"].index("gemm")
     t = {track_of(p, i)["rank"]: float(a["t"][i]) for i in np.flatnonzero(a["n"] == gemm).tolist()}
     assert t[1] - t[0] == 2_000_000.0  # rank 1 started 2 ms later
+
+
+def test_the_run_budget_is_shared_by_its_ranks() -> None:
+    from aiprof.analysis.explore import MAX_RANKS, RUN_EVENTS, rank_budget
+
+    assert rank_budget(1) == 250_000  # one rank: its own cap
+    assert rank_budget(8) == RUN_EVENTS // 8
+    assert rank_budget(MAX_RANKS) * MAX_RANKS <= RUN_EVENTS
+    assert rank_budget(MAX_RANKS + 1) == 0  # thousands of ranks: not gathered at all

@@ -229,3 +229,28 @@ def test_largest_shared_trace_loads_within_budget(browser: Browser, tmp_path: Pa
     assert size < 40e6
     assert stats["load"] < 10_000 and stats["draw"] < 2_000 and wall < 60
     assert heap < 600e6
+
+
+def test_ranks_scroll_and_line_up_on_a_real_multi_rank_run(browser: Browser, tmp_path: Path) -> None:
+    """The 8-rank DLRM run: every rank's tracks on one clock, a canvas no taller than the window however
+    many tracks there are, and a kernel of the last rank found under the mouse after scrolling to it."""
+    from report_docs import shared_path
+
+    page, p = write_page([shared_path("dlrm_8rank")], tmp_path / "dlrm.html")
+    log = browser.open(page)
+    assert log.errors == [] and log.requests == [page.resolve().as_uri()]
+    assert sorted({t["rank"] for t in p["tracks"]}) == list(range(8)) and p["clock"] == "unix"
+    g = browser.evaluate("aiprofTimeline.geometry()")
+    assert g["content"] > g["height"] and g["height"] <= 900  # scrolls inside a window-sized canvas
+    a = decode(p)
+    last = [i for i in range(len(a["t"])) if a["k"][i] == 4 and track_of(p, i)["rank"] == 7]  # rank 7's collectives
+    i = max(last, key=lambda i: a["d"][i])
+    t, d = float(a["t"][i]), float(a["d"][i])
+    v0, v1 = browser.evaluate(f"aiprofTimeline.setView({t - d}, {t + 2 * d})")
+    track = track_of(p, i)
+    row = next(r for r, (lo, hi) in enumerate(track["rows"]) if lo <= i < hi)
+    lane = browser.evaluate(f"aiprofTimeline.rowOf({p['tracks'].index(track)}, {row})")
+    assert 0 < lane["y"] < g["height"]
+    x = g["gutter"] + (t + d / 2 - v0) / (v1 - v0) * (g["width"] - g["gutter"])
+    hit = browser.evaluate(f"aiprofTimeline.hitTest({x}, {lane['y'] + lane['h'] / 2})")
+    assert hit["index"] == i and hit["track"] == f"rank 7 · {track['label']}" and hit["category"] == "communication"

@@ -25,16 +25,20 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from aiprof.analysis.comm import canonical_collective, is_comm_kernel
+from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import StepWindow
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind, Trace
 
-__all__ = ["Category", "RankTimeline", "RowCoverage", "cap", "rank_timeline", "MAX_EVENTS_PER_RANK", "MAX_DEPTH"]
+__all__ = ["Category", "RankTimeline", "RowCoverage", "cap", "rank_budget", "rank_timeline", "MAX_EVENTS_PER_RANK",
+           "MAX_DEPTH", "MAX_RANKS", "RUN_EVENTS"]
 
 MAX_EVENTS_PER_RANK = 250_000  # what one rank may embed (docs/reports.md: page-size budget)
+RUN_EVENTS = 400_000  # what a run may embed, shared by its ranks
+MIN_EVENTS_PER_RANK = 2_000
+MAX_RANKS = 64  # runs of more ranks get no interactive timeline (the static strips stay)
 MAX_DEPTH = 24  # CPU nesting levels shown; deeper spans are counted as left out
-COVERAGE_BINS = 2048  # bins over the rank's span for the events a cap leaves out
+COVERAGE_BINS = 1024  # bins over the rank's span for the events a cap leaves out
 
 _CPU_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.RUNTIME, Kind.DRIVER)
 _DEVICE_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
@@ -63,7 +67,7 @@ class RowCoverage:
     row: int
     start_ns: int
     bin_ns: int
-    busy_ns: np.ndarray  # float64, one value per bin
+    busy_ns: np.ndarray  # float32, one value per bin
     events: int  # how many events it stands for
 
 
@@ -99,6 +103,15 @@ class RankTimeline:
         if not len(self):
             return (0, 0)
         return int(self.start_ns.min()), int((self.start_ns + self.dur_ns).max())
+
+
+def rank_budget(ranks: int) -> int:
+    """Events each rank's timeline may keep when the run has ``ranks`` trace files: the run's budget shared
+    evenly (at least 2,000, at most 250,000 each); 0 (none gathered) past :data:`MAX_RANKS` ranks, where
+    the workers would otherwise send thousands of timelines back to be thrown away."""
+    if ranks > MAX_RANKS or ranks < 1:
+        return 0
+    return max(min(RUN_EVENTS // ranks, MAX_EVENTS_PER_RANK), MIN_EVENTS_PER_RANK)
 
 
 def rank_timeline(
@@ -319,7 +332,7 @@ def _depth(trace: Trace, rows: I64, excluded: I64) -> np.ndarray:
 
 def _cpu_categories(trace: Trace, rows: I64) -> np.ndarray:
     c = trace.columns
-    comm_names = np.fromiter((canonical_collective(s) is not None and _host_comm(s) for s in trace.strings),
+    comm_names = np.fromiter((_host_comm(s) for s in trace.strings),
                              dtype=bool, count=len(trace.strings))
     kind = c.kind[rows]
     cats = np.where(kind == int(Kind.USER_ANNOTATION), int(Category.ANNOTATION),
@@ -331,8 +344,9 @@ def _cpu_categories(trace: Trace, rows: I64) -> np.ndarray:
     return cats.astype(np.int8)
 
 
+# Host-side collectives and their waits (as analysis.timeline counts them): communication, not compute.
 _HOST_COMM_PREFIXES = ("c10d::", "c10d_functional::", "_c10d_functional::", "gloo:", "nccl:", "rccl:", "hccl:",
-                       "mpi:", "ucc:", "symm_mem::", "record_param_comms", "torch.distributed")
+                       "mpi:", "ucc:", "symm_mem::", "record_param_comms", "torch.distributed", "ProcessGroup")
 
 
 def _host_comm(name: str) -> bool:
@@ -393,7 +407,7 @@ def _coverage(timeline: RankTimeline, dropped: I64) -> list[RowCoverage]:
         # Exact spreading: cumulative coverage at the bin edges, differenced.
         edges = np.arange(COVERAGE_BINS + 1, dtype=np.int64) * bin_ns
         cum = _covered_before(edges, np.sort(start), np.sort(end))
-        busy = np.diff(cum).astype(np.float64)
+        busy = np.diff(cum).astype(np.float32)
         out.append(RowCoverage(int(key // 65536), int(key % 65536), lo, int(bin_ns), busy, int(sel.size)))
     return out
 

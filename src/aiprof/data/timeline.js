@@ -59,13 +59,21 @@
   buttons.forEach(function (b) { var btn = el("button", "", b[0]); btn.type = "button"; btn.title = b[1]; btn.setAttribute("aria-label", b[1]); btn.addEventListener("click", b[2]); bar.appendChild(btn); });
   var range = el("span", "mute");
   bar.appendChild(range);
-  var scroll = el("div", "tl-scroll");
+  // The canvas is the height of the visible window only (sticky inside a spacer as tall as every row):
+  // however many ranks and threads, the canvas stays small; rows outside the window are not drawn.
+  var scroll = el("div", "tl-scroll"), spacer = el("div");
+  spacer.style.position = "relative";
+  spacer.style.height = HEIGHT + "px";
   var canvas = el("canvas");
+  canvas.style.position = "sticky";
+  canvas.style.top = "0";
   canvas.tabIndex = 0;
   canvas.setAttribute("role", "application");
   canvas.setAttribute("aria-roledescription", "timeline");
-  canvas.setAttribute("aria-label", "Timeline of " + P.tracks.length + " tracks. Plus and minus zoom, arrow keys pan, 0 resets, Tab leaves.");
-  scroll.appendChild(canvas);
+  canvas.setAttribute("aria-label", "Timeline of " + P.tracks.length + " tracks. Plus and minus zoom, left and right arrows pan, " +
+                      "up, down, page up and page down scroll the tracks, 0 resets, Escape clears the selection, Tab leaves.");
+  spacer.appendChild(canvas);
+  scroll.appendChild(spacer);
   var tip = el("div", "tl-tip");
   tip.hidden = true;
   var sel = el("div", "tl-sel");
@@ -102,7 +110,7 @@
   }
 
   // ----- view state --------------------------------------------------------------------------------
-  var v0 = 0, v1 = SPAN, W = 600, dpr = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
+  var v0 = 0, v1 = SPAN, W = 600, VIEW_H = HEIGHT, dpr = window.devicePixelRatio || 1, ctx = canvas.getContext("2d");
   var selected = -1, highlight = null, drag = null, pending = false, lastDraw = 0;
   function plotW() { return Math.max(W - GUTTER, 10); }
   function nsPerPx() { return (v1 - v0) / plotW(); }
@@ -124,10 +132,12 @@
   }
   function panBy(frac) { var d = (v1 - v0) * frac; setView(v0 + d, v1 + d); }
   function resize() {
-    W = Math.max(host.clientWidth, 300);
     dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(W * dpr); canvas.height = Math.round(HEIGHT * dpr);
-    canvas.style.height = HEIGHT + "px";
+    VIEW_H = Math.min(HEIGHT, Math.max(Math.round(window.innerHeight * 0.75), 240));
+    scroll.style.maxHeight = VIEW_H + "px";
+    W = Math.max(scroll.clientWidth, 300);  // inside the scroll bar, if any
+    canvas.width = Math.round(W * dpr); canvas.height = Math.round(VIEW_H * dpr);
+    canvas.style.width = W + "px"; canvas.style.height = VIEW_H + "px";
     schedule();
   }
   function schedule() { if (!pending) { pending = true; requestAnimationFrame(function () { pending = false; draw(); }); } }
@@ -151,7 +161,7 @@
     ctx.fillStyle = COL.mute; ctx.strokeStyle = COL.line; ctx.font = "11px system-ui,sans-serif"; ctx.textBaseline = "middle";
     for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
       var x = xOf(t);
-      ctx.beginPath(); ctx.moveTo(x + 0.5, AXIS - 6); ctx.lineTo(x + 0.5, HEIGHT); ctx.globalAlpha = 0.35; ctx.stroke(); ctx.globalAlpha = 1;
+      ctx.beginPath(); ctx.moveTo(x + 0.5, AXIS - 6); ctx.lineTo(x + 0.5, VIEW_H); ctx.globalAlpha = 0.35; ctx.stroke(); ctx.globalAlpha = 1;
       ctx.fillText(fmt(t), x + 3, AXIS / 2);
     }
   }
@@ -215,7 +225,9 @@
     }
     ctx.lineWidth = 1;
   }
-  function centreOf(i) { var r = rows[ROWOF[i]]; return [xOf(T[i]), r.y + r.h / 2]; }
+  function centreOf(i) { var r = rows[ROWOF[i]]; return [xOf(T[i]), r.y + r.h / 2 - top()]; }
+  function top() { return scroll.scrollTop; }
+  function visible(row) { var t = top(); return row.y + row.h >= t + AXIS && row.y <= t + VIEW_H; }
   function drawFlows() {
     var drawn = 0, zoomed = (v1 - v0) < SPAN / 20;
     ctx.strokeStyle = COL.fg; ctx.globalAlpha = 0.55;
@@ -257,40 +269,46 @@
     return (Math.round(x * 10) / 10) + (unit === "%" ? " %" : "");
   }
   function draw() {
-    var began = performance.now();
+    var began = performance.now(), t = top();
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-    ctx.clearRect(0, 0, W, HEIGHT);
+    ctx.clearRect(0, 0, W, VIEW_H);
     ctx.save();
-    ctx.beginPath(); ctx.rect(GUTTER, 0, W - GUTTER, HEIGHT); ctx.clip();
+    ctx.beginPath(); ctx.rect(GUTTER, 0, W - GUTTER, VIEW_H); ctx.clip();
     axis();
-    rows.forEach(function (row) {
-      if (row.header) return;
-      if (row.counter) drawCounter(row); else drawRow(row);
-    });
-    rows.forEach(function (row) { if (!row.header && !row.counter && (highlight || selected >= 0)) drawMarks(row); });
+    ctx.save();
+    ctx.beginPath(); ctx.rect(GUTTER, AXIS, W - GUTTER, VIEW_H - AXIS); ctx.clip();
+    ctx.translate(0, -t);
+    var shownRows = rows.filter(function (row) { return !row.header && visible(row); });
+    shownRows.forEach(function (row) { if (row.counter) drawCounter(row); else drawRow(row); });
+    if (highlight || selected >= 0) shownRows.forEach(function (row) { if (!row.counter) drawMarks(row); });
+    ctx.restore();
     drawFlows();
     if (drag && drag.select) {
       ctx.fillStyle = COL.fg; ctx.globalAlpha = 0.12;
-      ctx.fillRect(Math.min(drag.x0, drag.x), 0, Math.abs(drag.x - drag.x0), HEIGHT);
+      ctx.fillRect(Math.min(drag.x0, drag.x), 0, Math.abs(drag.x - drag.x0), VIEW_H);
       ctx.globalAlpha = 1;
     }
     ctx.restore();
     // labels in the gutter (canvas text: never markup)
-    ctx.fillStyle = COL.card; ctx.fillRect(0, 0, GUTTER - 2, HEIGHT);
+    ctx.fillStyle = COL.card; ctx.fillRect(0, 0, GUTTER - 2, VIEW_H);
+    ctx.save();
+    ctx.beginPath(); ctx.rect(0, AXIS, GUTTER - 2, VIEW_H - AXIS); ctx.clip();
     ctx.font = "11px system-ui,sans-serif"; ctx.textBaseline = "middle";
     rows.forEach(function (row) {
-      if (!row.label && !row.header) return;
+      if ((!row.label && !row.header) || !visible(row)) return;
       ctx.fillStyle = row.header ? COL.fg : COL.mute;
-      if (row.header) ctx.font = "bold 11px system-ui,sans-serif";
-      ctx.fillText(row.header || row.label, 4, row.y + row.h / 2, GUTTER - 10);
-      if (row.header) ctx.font = "11px system-ui,sans-serif";
+      ctx.font = row.header ? "bold 11px system-ui,sans-serif" : "11px system-ui,sans-serif";
+      ctx.fillText(row.header || row.label, 4, row.y - t + row.h / 2, GUTTER - 10);
     });
+    ctx.restore();
     range.textContent = "showing " + fmt(v0) + " – " + fmt(v1) + " (" + fmt(v1 - v0) + " wide) · " + shown;
     lastDraw = performance.now() - began;
   }
 
   // ----- hit test, tooltip, selection ------------------------------------------------------------------
-  function rowAt(yy) {
+  function rowAt(yy) {  // yy: canvas px
+    if (yy < AXIS) return null;
+    yy += top();
     for (var r = 0; r < rows.length; r++) { var row = rows[r]; if (yy >= row.y && yy < row.y + row.h) return row; }
     return null;
   }
@@ -368,6 +386,7 @@
   canvas.addEventListener("wheel", function (ev) {
     ev.preventDefault();
     var p = local(ev);
+    if (ev.shiftKey) { scroll.scrollTop += ev.deltaY || ev.deltaX; return; }  // through the tracks
     if (Math.abs(ev.deltaX) > Math.abs(ev.deltaY)) { panBy(ev.deltaX / plotW()); return; }
     zoomBy(Math.exp(ev.deltaY * 0.002), p[0]);
   }, { passive: false });
@@ -378,11 +397,14 @@
     else if (k === "ArrowLeft") panBy(-0.2);
     else if (k === "ArrowRight") panBy(0.2);
     else if (k === "0" || k === "Home") reset();
+    else if (k === "PageDown" || k === "ArrowDown") scroll.scrollTop += k === "PageDown" ? VIEW_H - AXIS : ROW_H * 3;
+    else if (k === "PageUp" || k === "ArrowUp") scroll.scrollTop -= k === "PageUp" ? VIEW_H - AXIS : ROW_H * 3;
     else if (k === "Escape") { select(-1); highlight = null; }
     else done = false;
     if (done) ev.preventDefault();
   });
   window.addEventListener("resize", resize);
+  scroll.addEventListener("scroll", schedule);
 
   // ----- findings: "show in timeline" -----------------------------------------------------------------
   function show(f) {
@@ -439,8 +461,17 @@
     events: n,
     view: function () { return [v0, v1]; },
     setView: function (a, b) { setView(a, b); draw(); return [v0, v1]; },
-    geometry: function () { return { gutter: GUTTER, width: W, height: HEIGHT }; },
-    rowOf: function (track, row) { for (var r = 0; r < rows.length; r++) if (rows[r].track === track && rows[r].row === row) return { y: rows[r].y, h: rows[r].h }; return null; },
+    geometry: function () { return { gutter: GUTTER, width: W, height: VIEW_H, content: HEIGHT }; },
+    // A row's place on the canvas (px from its top), scrolled into the window first.
+    rowOf: function (track, row) {
+      for (var r = 0; r < rows.length; r++) {
+        var it = rows[r];
+        if (it.track !== track || it.row !== row || it.header || it.counter) continue;
+        if (!visible(it) || it.y + it.h > top() + VIEW_H) { scroll.scrollTop = Math.max(it.y - AXIS - 20, 0); draw(); }
+        return { y: it.y - top(), h: it.h };
+      }
+      return null;
+    },
     hitTest: function (x, yy) { var i = hitIndex(x, yy); return i < 0 ? null : info(i); },
     selected: function () { return selected < 0 ? null : info(selected); },
     show: show,

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from aiprof.analysis.explore import Category, RankTimeline, cap
+from aiprof.analysis.explore import RUN_EVENTS, Category, RankTimeline, cap
 from aiprof.report.escape import json_script
 from aiprof.report.model import Report
 from aiprof.rules.finding import FindingRecord
@@ -37,7 +37,7 @@ from aiprof.rules.finding import FindingRecord
 __all__ = ["MAX_EVENTS", "TIMELINE_CSS", "TimelineInput", "csp", "payload", "script_hash", "script_text", "section",
            "timeline_input"]
 
-MAX_EVENTS = 400_000  # events embedded for the whole run (page size: ~23 bytes each)
+MAX_EVENTS = RUN_EVENTS  # events embedded for the whole run (page size: ~23 bytes each)
 MAX_TELEMETRY_POINTS = 20_000  # samples per counter read for the timeline (before clipping to the span)
 MAX_FINDING_NAMES = 24
 
@@ -96,17 +96,17 @@ def section(doc: Report, data: TimelineInput) -> str:
     return (
         '<div id="aiprof-tl" class="tl" hidden>'
         '<p class="mute">Interactive timeline: drag to pan, wheel or <kbd>+</kbd>/<kbd>-</kbd> to zoom, '
-        "<kbd>shift</kbd>+drag to zoom to a range, arrow keys to pan, <kbd>0</kbd> to reset; hover for details, "
-        "click to select.</p></div>"
+        "<kbd>shift</kbd>+drag to zoom to a range, ←/→ to pan, <kbd>shift</kbd>+wheel or ↑/↓ to scroll the tracks, "
+        "<kbd>0</kbd> to reset; hover for details, click to select.</p></div>"
         f'<script type="application/json" id="aiprof-timeline">{body}</script>'
         f"<script>{script_text()}</script>"
     )
 
 
 TIMELINE_CSS = (
-    ".tl{margin:.8em 0}.tl canvas{display:block;width:100%;border:1px solid var(--line);border-radius:4px}"
+    ".tl{margin:.8em 0}.tl canvas{display:block}.tl .tl-scroll{border:1px solid var(--line);border-radius:4px}"
     ".tl canvas:focus{outline:2px solid var(--ln0)}.tl .tl-bar{display:flex;gap:.5em;align-items:center;margin:.3em 0;flex-wrap:wrap}"
-    ".tl .tl-scroll{max-height:75vh;overflow-y:auto}"
+    ".tl .tl-scroll{overflow-y:auto;overflow-x:hidden}"
     ".tl .tl-tip{position:fixed;pointer-events:none;background:var(--card);border:1px solid var(--line);border-radius:4px;"
     "padding:.3em .5em;font-size:12px;max-width:40em;overflow-wrap:anywhere;white-space:pre-wrap;z-index:9}"
     ".tl .tl-sel{font-size:12px;white-space:pre-wrap;overflow-wrap:anywhere;min-height:1.4em}"
@@ -120,7 +120,17 @@ TIMELINE_CSS = (
 # ---------------------------------------------------------------------------------------------------
 def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     """The page's timeline data (see the module doc); a plain JSON-able dict."""
-    ranks = _fit(data.ranks, max_events)
+    left_out: list[str] = list(data.notes)
+    from aiprof.report.common import cap_ranks
+
+    capped = cap_ranks(doc)
+    if capped.hidden:  # the ranks the page's other tables show, the slowest among them
+        shown = {r.rank for r in capped.head + capped.tail}
+        left_out.append(f"{len(capped.hidden):,} ranks not shown (the first {len(capped.head)}, the last "
+                        f"{len(capped.tail)} and the slowest are)")
+        ranks = _fit([r for r in data.ranks if r.rank in shown], max_events)
+    else:
+        ranks = _fit(data.ranks, max_events)
     one_clock = len({r.clock for r in ranks}) == 1 and (ranks[0].clock == "unix" or len(ranks) == 1)
     spans = [r.span_ns for r in ranks]
     starts = [s[0] for s in spans if s != (0, 0)]
@@ -136,7 +146,6 @@ def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> d
     coverage: list[dict[str, Any]] = []
     rank_info: list[dict[str, Any]] = []
     offset = 0
-    left_out: list[str] = list(data.notes)
     for r, span in zip(ranks, spans):
         shift = origin if one_clock else span[0]
         local = np.array([strings.setdefault(s, len(strings)) for s in r.strings], dtype=np.uint32)
