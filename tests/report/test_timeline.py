@@ -315,3 +315,27 @@ def test_the_run_budget_is_shared_by_its_ranks() -> None:
     assert rank_budget(8) == RUN_EVENTS // 8
     assert rank_budget(MAX_RANKS) * MAX_RANKS <= RUN_EVENTS
     assert rank_budget(MAX_RANKS + 1) == 0  # thousands of ranks: not gathered at all
+
+
+def test_run_directory_telemetry_reaches_the_page(tmp_path: Path) -> None:
+    """An `aiprof run` directory's telemetry.csv becomes counter tracks, on the trace's clock."""
+    import csv
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"format": "aiprof-run"}))
+    path, _ = build_trace(run / "rank0.pt.trace.json")
+    base = 1_700_000_000_000_000_000
+    with (run / "telemetry.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t_unix_ns", "cpu_pct", "mem_used_bytes"])
+        for k in range(-5, 40):
+            w.writerow([base + k * 100_000, 5.0 + k, 1e9 + k])
+    p = page_payload([path])
+    counters = {c["label"]: c for c in p["counters"]}
+    assert set(counters) == {"cpu_pct", "mem_used_bytes"}
+    cpu = counters["cpu_pct"]
+    assert p["origin_ns"] == base  # the first step starts at the trace's base time
+    assert cpu["t"][0] == 0 and cpu["v"][0] == 5.0  # the sample at the run's start (none before it kept)
+    assert cpu["t"][-2] < p["span_ns"] <= cpu["t"][-1]  # through the span's end, and one sample past it
+    assert cpu["t"] == list(range(0, cpu["t"][-1] + 1, 100_000))
