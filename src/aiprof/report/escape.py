@@ -71,9 +71,12 @@ def html(value: object) -> str:
     return _html.escape(str(value), quote=True)
 
 
-_JSON_SCRIPT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_JSON_SCRIPT = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
 
 
 def json_script(text: str) -> str:
-    """JSON text (``json.dumps`` / msgspec output) safe as the content of a ``<script type="application/json">``."""
-    return text.translate(_JSON_SCRIPT)
+    """JSON text (``json.dumps`` / msgspec output) safe as the content of a ``<script type="application/json">``
+    (``str.replace`` per character: ~20x ``str.translate``'s speed on a page's MBs of base64)."""
+    for char, escaped in _JSON_SCRIPT:
+        text = text.replace(char, escaped)
+    return text
