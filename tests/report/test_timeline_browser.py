@@ -100,6 +100,22 @@ def test_keyboard_wheel_and_drag_zoom(browser: Browser, tmp_path: Path) -> None:
     settle(browser)
     assert width() < full * 0.8
     key(browser, "0", "Digit0")
+    # keyboard selection: "]" selects the first event in view, then the next one of its row; Enter zooms to it
+    key(browser, "]", "BracketRight")
+    first = browser.evaluate("aiprofTimeline.selected()")
+    key(browser, "]", "BracketRight")
+    second = browser.evaluate("aiprofTimeline.selected()")
+    assert second["index"] == first["index"] + 1 and second["start_ns"] >= first["start_ns"]
+    assert second["name"] in browser.evaluate("document.querySelector('#aiprof-tl .tl-sel').textContent")
+    key(browser, "]", "BracketRight")
+    third = browser.evaluate("aiprofTimeline.selected()")
+    key(browser, "Enter", "Enter")  # zoom to it: in view, at most 6 times its length (or 20 µs) wide
+    v0, v1 = browser.evaluate("aiprofTimeline.view()")
+    assert v0 <= third["start_ns"] and third["end_ns"] <= v1
+    assert v1 - v0 <= max(third["dur_ns"] * 6, 20_000) * 1.0001
+    key(browser, "Escape", "Escape")
+    assert browser.evaluate("aiprofTimeline.selected()") is None
+    key(browser, "0", "Digit0")
     # shift + drag selects a range and zooms to it
     x0, y0 = canvas_point(browser, g["gutter"] + 100, 40)
     browser.send("Input.dispatchMouseEvent", type="mousePressed", x=x0, y=y0, button="left", clickCount=1, modifiers=8)

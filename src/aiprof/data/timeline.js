@@ -71,7 +71,8 @@
   canvas.setAttribute("role", "application");
   canvas.setAttribute("aria-roledescription", "timeline");
   canvas.setAttribute("aria-label", "Timeline of " + P.tracks.length + " tracks. Plus and minus zoom, left and right arrows pan, " +
-                      "up, down, page up and page down scroll the tracks, 0 resets, Escape clears the selection, Tab leaves.");
+                      "up, down, page up and page down scroll the tracks, 0 resets, ] and [ select the next and previous event, " +
+                      "Enter zooms to it, Escape clears the selection, Tab leaves.");
   spacer.appendChild(canvas);
   scroll.appendChild(spacer);
   var tip = el("div", "tl-tip");
@@ -90,11 +91,19 @@
   host.hidden = false;
 
   // ----- colours (follow the page's light/dark variables) ----------------------------------------
-  var css = getComputedStyle(document.documentElement);
+  var css = getComputedStyle(document.documentElement), COL;
   function v(name, fallback) { var s = css.getPropertyValue(name).trim(); return s || fallback; }
-  var COL = { fg: v("--fg", "#1d1d1f"), mute: v("--mute", "#666"), line: v("--line", "#d8dbe0"), card: v("--card", "#f6f7f9"),
+  function readColours() {
+    css = getComputedStyle(document.documentElement);
+    COL = { fg: v("--fg", "#1d1d1f"), mute: v("--mute", "#666"), line: v("--line", "#d8dbe0"), card: v("--card", "#f6f7f9"),
               comm: v("--communication", "#a03fb5"), memcpy: v("--memcpy", "#1c8fb0"), memset: v("--memset", "#3a5fcd"),
               compute: v("--compute", "#2e9e44"), hl: "#ff2d6f" };
+  }
+  readColours();
+  if (window.matchMedia) {  // light / dark follows the system, as the rest of the page does
+    var scheme = window.matchMedia("(prefers-color-scheme: dark)");
+    if (scheme.addEventListener) scheme.addEventListener("change", function () { readColours(); schedule(); });
+  }
   function colour(k, name) {
     switch (k) {
       case 0: return "hsl(" + (18 + (name * 47) % 40) + ",70%," + (52 + (name * 13) % 14) + "%)";
@@ -400,9 +409,31 @@
     else if (k === "PageDown" || k === "ArrowDown") scroll.scrollTop += k === "PageDown" ? VIEW_H - AXIS : ROW_H * 3;
     else if (k === "PageUp" || k === "ArrowUp") scroll.scrollTop -= k === "PageUp" ? VIEW_H - AXIS : ROW_H * 3;
     else if (k === "Escape") { select(-1); highlight = null; }
+    else if (k === "]" || k === "[") step(k === "]" ? 1 : -1);
+    else if (k === "Enter" && selected >= 0) { var w = Math.max(D[selected] * 6, 20000); setView(T[selected] - w / 3, T[selected] - w / 3 + w); }
     else done = false;
     if (done) ev.preventDefault();
   });
+  // Keyboard selection: "]" / "[" select the next / previous event of the selected event's row (the first
+  // event in view when none is selected), panning to keep it in view; Enter zooms to it.
+  function step(dir) {
+    var i = selected;
+    if (i < 0) {
+      for (var r = 0; r < rows.length && i < 0; r++) {
+        var row = rows[r];
+        if (row.header || row.counter || row.lo >= row.hi || !visible(row)) continue;
+        var k = firstEndingAfter(row.lo, row.hi, v0);
+        if (k < row.hi && T[k] <= v1) i = k;
+      }
+      if (i < 0) return;
+    } else {
+      var cur = rows[ROWOF[i]], next = i + dir;
+      if (next < cur.lo || next >= cur.hi) return;
+      i = next;
+    }
+    if (T[i] + D[i] < v0 || T[i] > v1) { var half = (v1 - v0) / 2; setView(T[i] - half, T[i] + half); }
+    select(i);
+  }
   window.addEventListener("resize", resize);
   scroll.addEventListener("scroll", schedule);
 
