@@ -150,7 +150,7 @@ def test_known_kernel_under_the_mouse(browser: Browser, tmp_path: Path) -> None:
     browser.send("Input.dispatchMouseEvent", type="mouseMoved", x=cx, y=cy)
     tip = browser.evaluate("document.querySelector('#aiprof-tl .tl-tip').textContent")
     assert browser.evaluate("document.querySelector('#aiprof-tl .tl-tip .tl-name').textContent") == "sm90_xmma_gemm_f32f32"
-    assert f"start {t / 1e6:.3f} ms" in tip  # t is 1.05 ms
+    assert f"start {t / 1e6:.6f} ms" in tip  # t is 1.05 ms: shown to the ns
     # A click selects it and says which launch started it.
     browser.send("Input.dispatchMouseEvent", type="mousePressed", x=cx, y=cy, button="left", clickCount=1)
     browser.send("Input.dispatchMouseEvent", type="mouseReleased", x=cx, y=cy, button="left", clickCount=1)

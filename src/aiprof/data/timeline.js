@@ -163,6 +163,15 @@
     if (a >= 1e3) return (ns / 1e3).toFixed(a >= 1e4 ? 2 : 3) + " µs";
     return Math.round(ns) + " ns";
   }
+  function at(ns) {  // a point in time, to the ns
+    return Math.abs(ns) >= 1e6 ? (ns / 1e6).toFixed(6) + " ms" : (ns / 1e3).toFixed(3) + " µs";
+  }
+  function tick(t, step) {  // an axis label: as many decimals as the tick step needs
+    var unit = Math.max(Math.abs(v0), Math.abs(v1)) >= 1e9 ? 1e9 : Math.max(Math.abs(v0), Math.abs(v1)) >= 1e6 ? 1e6 : 1e3;
+    var name = unit === 1e9 ? " s" : unit === 1e6 ? " ms" : " µs";
+    var decimals = Math.min(Math.max(Math.ceil(-Math.log10(step / unit) - 1e-9), 0), 9);
+    return (t / unit).toFixed(decimals) + name;
+  }
   function axis() {
     var step = Math.pow(10, Math.floor(Math.log10(Math.max(v1 - v0, 1) / 8)));
     var per = (v1 - v0) / step;
@@ -171,7 +180,7 @@
     for (var t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
       var x = xOf(t);
       ctx.beginPath(); ctx.moveTo(x + 0.5, AXIS - 6); ctx.lineTo(x + 0.5, VIEW_H); ctx.globalAlpha = 0.35; ctx.stroke(); ctx.globalAlpha = 1;
-      ctx.fillText(fmt(t), x + 3, AXIS / 2);
+      ctx.fillText(tick(t, step), x + 3, AXIS / 2);
     }
   }
   function drawCoverage(row) {
@@ -341,8 +350,8 @@
   function partners(i) {
     var out = [];
     for (var f = 0; f < FS.length; f++) {
-      if (FS[f] === i) out.push("launches " + S[N[FD[f]]] + " at " + fmt(T[FD[f]]) + " (" + trackLabel(FD[f]) + ")");
-      else if (FD[f] === i) out.push("launched by " + S[N[FS[f]]] + " at " + fmt(T[FS[f]]) + " (" + trackLabel(FS[f]) + ")");
+      if (FS[f] === i) out.push("launches " + S[N[FD[f]]] + " at " + at(T[FD[f]]) + " (" + trackLabel(FD[f]) + ")");
+      else if (FD[f] === i) out.push("launched by " + S[N[FS[f]]] + " at " + at(T[FS[f]]) + " (" + trackLabel(FS[f]) + ")");
     }
     return out;
   }
@@ -351,7 +360,7 @@
     if (i < 0) { sel.replaceChildren(); schedule(); return; }
     var e = info(i), more = partners(i);
     sel.replaceChildren(el("span", "", "selected: "), el("b", "tl-name", e.name),
-                        el("span", "", " · " + e.category + " · " + e.track + " · start " + fmt(e.start_ns) + " · duration " +
+                        el("span", "", " · " + e.category + " · " + e.track + " · start " + at(e.start_ns) + " · duration " +
                            fmt(e.dur_ns) + (more.length ? " · " + more.join(" · ") : "")));
     schedule();
   }
@@ -368,7 +377,7 @@
     var i = hitIndex(p[0], p[1]);
     if (i < 0) { tip.hidden = true; return; }
     var e = info(i), head = el("div", "tl-name", e.name), rest = el("div");
-    rest.textContent = e.category + " · " + e.track + "\nstart " + fmt(e.start_ns) + " · duration " + fmt(e.dur_ns);
+    rest.textContent = e.category + " · " + e.track + "\nstart " + at(e.start_ns) + " · duration " + fmt(e.dur_ns);
     tip.replaceChildren(head, rest);
     tip.hidden = false;
     tip.style.left = Math.min(ev.clientX + 12, window.innerWidth - 320) + "px";
