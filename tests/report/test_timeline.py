@@ -20,6 +20,7 @@ from aiprof import app
 from aiprof.analysis.explore import Category, rank_timeline
 from aiprof.analysis.steps import step_windows
 from aiprof.report.escape import json_script
+from aiprof.report.html_report import CSP
 from aiprof.report.timeline import TimelineInput, csp, payload, script_hash, script_text, section
 
 # The house's hostile strings (tests/report/test_escape.py: controls, bidi, terminal sequences, markup,
@@ -183,9 +184,9 @@ def test_csp_pins_the_viewer_script(tmp_path: Path) -> None:
     page = app.render(report, "html", app.RenderOptions(timeline=data))
     meta = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', page)
     assert meta is not None
-    policy = meta.group(1).replace("&#x27;", "'")
-    assert policy == csp(script_text())
-    assert f"script-src {script_hash(script_text())};" in policy and "default-src 'none'" in policy
+    policy = meta.group(1)
+    assert policy == csp(CSP, script_text()) == CSP + f"; script-src {script_hash(script_text())}"
+    assert policy.startswith("default-src 'none';")
     assert "unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
     inline = re.findall(r"<script>(.*?)</script>", page, flags=re.S)
     assert inline == [script_text()]

@@ -1,8 +1,10 @@
 """HTML renderer: one self-contained file that works offline and makes no network request.
 
-No script runs in the page: charts are inline SVG drawn here, tables sort with CSS alone (radio
-buttons and the ``order`` property), themes follow ``prefers-color-scheme``. The Content-Security-Policy
-forbids every script and every fetch, so even a string that escaped escaping could not run or call out.
+No script is needed: charts are inline SVG drawn here, tables sort with CSS alone (radio buttons and the
+``order`` property), themes follow ``prefers-color-scheme``. The one script a page may hold is the
+interactive timeline's viewer (``report/timeline.py``, given a ``TimelineInput``); the Content-Security-Policy
+allows exactly that script by its hash (none without it) and forbids every fetch, so even a string that
+escaped escaping could not run or call out.
 Every string that comes from a trace goes through ``esc`` (``html.escape``); the embedded JSON (the
 same document the JSON renderer writes) escapes ``<`` so no kernel name can close its script element.
 """
@@ -125,7 +127,7 @@ class HtmlRenderer:
         return (
             "<!doctype html><html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
-            f'<meta http-equiv="Content-Security-Policy" content="{esc(self._csp())}">'
+            f'<meta http-equiv="Content-Security-Policy" content="{self._csp()}">'
             f"<title>{esc(self._title(doc))}</title><style>{_CSS}{self._extra_css()}{self._sort_css()}</style></head><body>"
             + self._header(doc, focus)
             + nav
@@ -262,7 +264,7 @@ class HtmlRenderer:
         """No script, or only the timeline viewer's inline script (by its hash) when the page has it."""
         from aiprof.report.timeline import csp
 
-        return csp(self._script) if self._script is not None else CSP
+        return csp(CSP, self._script) if self._script is not None else CSP
 
     def _extra_css(self) -> str:
         if self.timeline is None:

@@ -41,8 +41,6 @@ MAX_EVENTS = RUN_EVENTS  # events embedded for the whole run (page size: ~23 byt
 MAX_TELEMETRY_POINTS = 20_000  # samples per counter read for the timeline (before clipping to the span)
 MAX_FINDING_NAMES = 24
 
-BASE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-
 CATEGORY_NAMES = {c.value: c.name.lower() for c in Category}
 
 
@@ -59,7 +57,7 @@ class TimelineInput:
 def timeline_input(ranks: list[RankTimeline | None], sources: list[str]) -> TimelineInput | None:
     """The timeline input of a run (None when no rank has one): the ranks' timelines and the telemetry
     of the run directory the traces belong to, if any."""
-    present = [r for r in ranks if r is not None]
+    present = [r for r in ranks if r is not None and len(r)]
     if not present:
         return None
     from aiprof.report.runcontext import read_telemetry, run_dir_of
@@ -82,11 +80,9 @@ def script_hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
 
 
-def csp(script: str | None) -> str:
-    """The page's Content-Security-Policy: no script at all, or only ``script`` (by hash)."""
-    if script is None:
-        return BASE_CSP
-    return BASE_CSP.replace("default-src 'none';", f"default-src 'none'; script-src {script_hash(script)};", 1)
+def csp(base: str, script: str) -> str:
+    """The page's Content-Security-Policy ``base`` (which allows no script) allowing ``script`` only, by hash."""
+    return f"{base.rstrip('; ')}; script-src {script_hash(script)}"
 
 
 def section(doc: Report, data: TimelineInput) -> str:
