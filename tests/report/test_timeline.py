@@ -165,8 +165,15 @@ def test_ranks_share_one_clock(tmp_path: Path) -> None:
 
 def test_trace_strings_are_escaped_data(tmp_path: Path) -> None:
     path, _ = build_trace(tmp_path / "t.json", names=HOSTILE)
+    raw = json.loads(path.read_text())  # a thread named like markup, with an op on it
+    raw["traceEvents"].append({"name": "thread_name", "ph": "M", "ts": 0, "pid": 4242, "tid": 77,
+                               "args": {"name": HOSTILE[1]}})
+    raw["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 4242, "tid": 77,
+                               "ts": raw["traceEvents"][0]["ts"], "dur": 5, "args": {}})
+    path.write_text(json.dumps(raw))
     report, data = app.analyze_with_timeline([str(path)], app.AnalyzeOptions(workers=1))
     assert data is not None
+    assert HOSTILE[1] in [t["label"] for t in payload(report, data)["tracks"]]  # the label is data, unchanged
     html = section(report, data)
     start = html.index('id="aiprof-timeline">') + len('id="aiprof-timeline">')
     block = html[start : html.index("</script>", start)]
