@@ -116,82 +116,91 @@ TIMELINE_CSS = (
 # ---------------------------------------------------------------------------------------------------
 def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> dict[str, Any]:
     """The page's timeline data (see the module doc); a plain JSON-able dict."""
-    left_out: list[str] = list(data.notes)
-    from aiprof.report.common import cap_ranks
-
-    capped = cap_ranks(doc)
-    if capped.hidden:  # the ranks the page's other tables show, the slowest among them
-        shown = {r.rank for r in capped.head + capped.tail}
-        left_out.append(f"{len(capped.hidden):,} ranks not shown (the first {len(capped.head)}, the last "
-                        f"{len(capped.tail)} and the slowest are)")
-        ranks = _fit([r for r in data.ranks if r.rank in shown], max_events)
-    else:
-        ranks = _fit(data.ranks, max_events)
-    one_clock = len({r.clock for r in ranks}) == 1 and (ranks[0].clock == "unix" or len(ranks) == 1)
+    ranks, left_out = _shown_ranks(doc, data, max_events)
     spans = [r.span_ns for r in ranks]
-    starts = [s[0] for s in spans if s != (0, 0)]
-    origin = min(starts) if starts else 0
-    strings: dict[str, int] = {}
-    tracks: list[dict[str, Any]] = []
-    t_parts: list[np.ndarray] = []
-    d_parts: list[np.ndarray] = []
-    n_parts: list[np.ndarray] = []
-    k_parts: list[np.ndarray] = []
-    flows_src: list[np.ndarray] = []
-    flows_dst: list[np.ndarray] = []
-    coverage: list[dict[str, Any]] = []
-    rank_info: list[dict[str, Any]] = []
-    offset = 0
-    for r, span in zip(ranks, spans):
-        shift = origin if one_clock else span[0]
-        local = np.array([strings.setdefault(s, len(strings)) for s in r.strings], dtype=np.uint32)
-        first_track = len(tracks)
-        bounds = _row_bounds(r)
-        for t, (kind, label) in enumerate(zip(r.track_kind, r.track_label)):
-            rows = bounds.get(t, [])
-            tracks.append({"rank": r.rank, "kind": kind, "label": label,
-                           "rows": [[lo + offset, hi + offset] for lo, hi in rows]})
-        t_parts.append((r.start_ns - shift).astype("<f8"))
-        d_parts.append(r.dur_ns.astype("<f4"))
-        n_parts.append(local[r.name] if len(r) else np.zeros(0, dtype=np.uint32))
-        k_parts.append(r.cat.astype(np.uint8))
-        flows_src.append(r.flow_src + offset)
-        flows_dst.append(r.flow_dst + offset)
-        for cov in r.coverage:
-            coverage.append({"track": first_track + cov.track, "row": cov.row, "t0": cov.start_ns - shift,
-                             "bin": cov.bin_ns, "events": cov.events,
-                             "busy": _b64(cov.busy_ns.astype("<f4"))})
-        rank_info.append({"rank": r.rank, "shift_ns": int(shift - origin) if one_clock else 0,
-                          "origin_ns": int(shift), "base_time_ns": r.base_time_ns, "clock": r.clock, "events": len(r), "total": r.total_events})
+    one_clock = len({r.clock for r in ranks}) <= 1 and (len(ranks) <= 1 or ranks[0].clock == "unix")
+    origin = min((s[0] for s in spans if s != (0, 0)), default=0)
+    shifts = [origin if one_clock else s[0] for s in spans]
+    pack = _Pack()
+    for r, shift in zip(ranks, shifts):
+        pack.add(r, shift)
         left_out += [f"rank {r.rank}: {line}" for line in r.left_out]
-        offset += len(r)
-    if not one_clock and len(ranks) > 1:
+    if not one_clock:
         left_out.append("the ranks' traces are not on one clock (no unix base time): each rank starts at 0")
-    end = max((s[1] - (origin if one_clock else s[0]) for s in spans if s != (0, 0)), default=0)
-    out: dict[str, Any] = {
+    end = max((s[1] - shift for s, shift in zip(spans, shifts) if s != (0, 0)), default=0)
+    unix = one_clock and bool(ranks) and ranks[0].clock == "unix"
+    return {
         "v": 1,
         "span_ns": int(end),
         "origin_ns": int(origin) if one_clock else None,
-        "clock": ranks[0].clock if one_clock else "per-rank",
+        "clock": (ranks[0].clock if ranks else "trace") if one_clock else "per-rank",
         "categories": CATEGORY_NAMES,
-        "strings": list(strings),
-        "tracks": tracks,
-        "ranks": rank_info,
-        "events": {
-            "count": offset,
-            "t": _b64(_cat(t_parts, "<f8")),
-            "d": _b64(_cat(d_parts, "<f4")),
-            "n": _b64(_cat(n_parts, "<u4")),
-            "k": _b64(_cat(k_parts, "u1")),
-        },
-        "flows": {"src": _b64(_cat(flows_src, "<i4")), "dst": _b64(_cat(flows_dst, "<i4"))},
-        "coverage": coverage,
-        "counters": _counters(data.telemetry, origin, end) if one_clock and ranks[0].clock == "unix" else [],
-        "findings": _finding_targets(doc, strings, rank_info),
+        "strings": list(pack.strings),
+        "tracks": pack.tracks,
+        "ranks": pack.ranks,
+        "events": pack.events(),
+        "flows": {"src": _b64(_cat(pack.flow_src, "<i4")), "dst": _b64(_cat(pack.flow_dst, "<i4"))},
+        "coverage": pack.coverage,
+        "counters": _counters(data.telemetry, origin, end) if unix else [],
+        "findings": _finding_targets(doc, pack.strings, pack.ranks),
         "total_events": sum(r.total_events for r in ranks),
         "left_out": left_out,
     }
-    return out
+
+
+def _shown_ranks(doc: Report, data: TimelineInput, max_events: int) -> tuple[list[RankTimeline], list[str]]:
+    """The ranks the page shows (those of the report's other rank tables: the first, the last and the
+    slowest), fitted into ``max_events`` together, and what is left out."""
+    from aiprof.report.common import cap_ranks
+
+    left_out = list(data.notes)
+    capped = cap_ranks(doc)
+    ranks = data.ranks
+    if capped.hidden:
+        shown = {r.rank for r in capped.head + capped.tail}
+        left_out.append(f"{len(capped.hidden):,} ranks not shown (the first {len(capped.head)}, the last "
+                        f"{len(capped.tail)} and the slowest are)")
+        ranks = [r for r in ranks if r.rank in shown]
+    return _fit(ranks, max_events), left_out
+
+
+class _Pack:
+    """Ranks' timelines concatenated: one string table, global event indices, per-rank time shifts."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, int] = {}
+        self.tracks: list[dict[str, Any]] = []
+        self.ranks: list[dict[str, Any]] = []
+        self.coverage: list[dict[str, Any]] = []
+        self.columns: list[tuple[np.ndarray, ...]] = []  # (start offset, duration, name, category)
+        self.flow_src: list[np.ndarray] = []
+        self.flow_dst: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, r: RankTimeline, shift: int) -> None:
+        """One rank, its times as offsets from ``shift`` (the run's start, or its own)."""
+        offset, first_track = self.count, len(self.tracks)
+        local = np.array([self.strings.setdefault(s, len(self.strings)) for s in r.strings], dtype=np.uint32)
+        bounds = _row_bounds(r)
+        for t, (kind, label) in enumerate(zip(r.track_kind, r.track_label)):
+            rows = [[lo + offset, hi + offset] for lo, hi in bounds.get(t, [])]
+            self.tracks.append({"rank": r.rank, "kind": kind, "label": label, "rows": rows})
+        names = local[r.name] if len(r) else np.zeros(0, dtype=np.uint32)
+        self.columns.append(((r.start_ns - shift).astype("<f8"), r.dur_ns.astype("<f4"), names, r.cat.astype("u1")))
+        self.flow_src.append(r.flow_src + offset)
+        self.flow_dst.append(r.flow_dst + offset)
+        for cov in r.coverage:
+            self.coverage.append({"track": first_track + cov.track, "row": cov.row, "t0": cov.start_ns - shift,
+                                  "bin": cov.bin_ns, "events": cov.events, "busy": _b64(cov.busy_ns.astype("<f4"))})
+        self.ranks.append({"rank": r.rank, "origin_ns": int(shift), "base_time_ns": r.base_time_ns, "clock": r.clock,
+                           "events": len(r), "total": r.total_events})
+        self.count += len(r)
+
+    def events(self) -> dict[str, Any]:
+        """The event columns as base64 little-endian typed arrays."""
+        cols = list(zip(*self.columns)) or [[], [], [], []]
+        return {"count": self.count, **{key: _b64(_cat(list(parts), dtype))
+                                        for key, parts, dtype in zip("tdnk", cols, ("<f8", "<f4", "<u4", "u1"))}}
 
 
 def _fit(ranks: list[RankTimeline], max_events: int) -> list[RankTimeline]:
