@@ -13,6 +13,7 @@ modules are imported inside the functions that need them, so ``import aiprof.app
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from aiprof.pipeline import MemoryMode
     from aiprof.report.compare import Comparison
     from aiprof.report.model import Report
+    from aiprof.report.timeline import TimelineInput
     from aiprof.roofline.analysis import RooflineResult
     from aiprof.rules.options import RuleOptions
     from aiprof.trace.readers.ncu import MeasuredPoint
@@ -53,6 +55,9 @@ class AnalyzeOptions:
     # The memory section (and findings): "auto" from allocator dumps of `aiprof run --memory`, "all" also from
     # a trace's [memory] events (read a second time: `analyze --memory`), "off" none (docs/memory.md).
     memory: MemoryMode = "auto"
+    # The HTML report's interactive timeline: each rank's events, gathered while its trace is in memory
+    # (analyze_with_timeline); off for every other output, which never pays for it.
+    timeline: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class RenderOptions:
     width: int | None = None
     is_tty: bool = False
     top: int = 15
+    timeline: TimelineInput | None = None  # an HTML report's interactive timeline (analyze_with_timeline)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,19 @@ class RooflineOptions:
 def analyze(paths: Sequence[PathArg], options: AnalyzeOptions | None = None) -> Report:
     """Analyse every trace behind ``paths`` (files, folders of ranks, run directories), diagnose the run
     and build its report."""
-    opts = options or AnalyzeOptions()
+    return _analyze(paths, options or AnalyzeOptions())[0]
+
+
+def analyze_with_timeline(
+    paths: Sequence[PathArg], options: AnalyzeOptions | None = None
+) -> tuple[Report, TimelineInput | None]:
+    """:func:`analyze`, plus the input of the HTML report's interactive timeline (pass it to ``write`` /
+    ``render`` in ``RenderOptions.timeline``); None when no rank has events to show."""
+    opts = dataclasses.replace(options or AnalyzeOptions(), timeline=True)
+    return _analyze(paths, opts)
+
+
+def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, TimelineInput | None]:
     stop_primed = _start_loading(paths)
     try:
         run, findings = _analyze_and_diagnose(paths, opts)
@@ -100,14 +118,16 @@ def analyze(paths: Sequence[PathArg], options: AnalyzeOptions | None = None) -> 
             opts.on_warning(warning)
     if opts.ranks:
         findings = _only_ranks(run, findings, opts.ranks)
-    return _build_report(run, findings)
+    report = _build_report(run, findings)
+    return report, (_timeline_input(run) if opts.timeline else None)
 
 
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     from aiprof.pipeline import analyze_and_diagnose
 
+    budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
-                                memory=opts.memory)
+                                memory=opts.memory, timeline=budget)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -406,6 +426,10 @@ def render(
     roof = _as_roofline(doc)
     if roof is not None:
         return _render_roofline(roof, fmt, width, opts)
+    if fmt == "html" and opts.timeline is not None:
+        report = _as_report(doc)
+        if report is not None:
+            return _render_html(report, opts.timeline)
     from aiprof.report.render import render as render_document
 
     return render_document(cast("Report | Comparison", doc), fmt, width=width, is_tty=opts.is_tty)
@@ -503,6 +527,31 @@ def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
     from aiprof.report.document import build_document
 
     return build_document(run, findings)
+
+
+def _timeline_budget(paths: Sequence[PathArg]) -> int:
+    from aiprof.analysis.explore import rank_budget
+    from aiprof.trace.runset import find_trace_files
+
+    return rank_budget(sum(len(find_trace_files(Path(p))) for p in paths))
+
+
+def _timeline_input(run: RunAnalysis) -> TimelineInput | None:
+    from aiprof.report.timeline import timeline_input
+
+    return timeline_input([r.extras.get("timeline") for r in run.ranks], list(run.sources))
+
+
+def _as_report(doc: object) -> Report | None:
+    from aiprof.report.model import Report
+
+    return doc if isinstance(doc, Report) else None
+
+
+def _render_html(report: Report, timeline: TimelineInput) -> str:
+    from aiprof.report.html_report import HtmlRenderer
+
+    return HtmlRenderer(timeline=timeline).render(report)
 
 
 def render_summary(report: Report) -> str:

@@ -38,10 +38,12 @@ def diagnose_hook(
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
     memory: MemoryMode = "auto",
+    timeline: int = 0,
 ) -> dict[str, Any]:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
-    functions too)."""
+    functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
+    interactive timeline (``extras["timeline"]``, :func:`aiprof.analysis.explore.rank_timeline`)."""
     from aiprof.analysis.stacks import host_extras
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
@@ -57,6 +59,10 @@ def diagnose_hook(
 
         out["memory"] = report
         out["findings"] += [f.to_dict() for f in memory_findings(report)]
+    if timeline > 0:
+        from aiprof.analysis.explore import rank_timeline
+
+        out["timeline"] = rank_timeline(trace, analysis.windows, max_events=timeline)
     return out
 
 
@@ -125,15 +131,17 @@ def analyze_and_diagnose(
     rank_rules: list[RankRule] | None = None,
     run_rules: list[RunRule] | None = None,
     memory: MemoryMode = "auto",
+    timeline: int = 0,
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
-    which memory inputs make the memory section and findings (:data:`MemoryMode`)."""
+    which memory inputs make the memory section and findings (:data:`MemoryMode`); ``timeline`` > 0 adds
+    up to that many of each rank's events to its extras, for an HTML report's interactive timeline."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto":
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0:
         hook: Any = diagnose_hook
     else:
-        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory)
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook)
     return run, diagnose_run(run, opts, run_rules)
 

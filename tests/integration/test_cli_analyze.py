@@ -109,7 +109,9 @@ def test_names_from_a_trace_are_escaped_in_html_and_markdown(tmp_path: Path) -> 
         assert aiprof("analyze", trace, "-o", out_file).returncode == 0
         assert evil not in out_file.read_text()
     html = (tmp_path / "r.html").read_text()
-    assert "<script" in html and html.count("<script") == 1  # only the inert JSON data block
+    # The inert JSON data blocks (report, timeline) and the timeline viewer, which the CSP pins by hash.
+    assert html.count('<script type="application/json"') == 2 and html.count("<script>") == 1
+    assert html.count("<script") == 3 and "script-src 'sha256-" in html
     assert "http://" not in html and "https://" not in html
 
 

@@ -116,12 +116,15 @@ class AnalyzeCommand:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
                                              memory=args.memory)
-                report = app.analyze(args.paths, options)
+                if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
+                    report, timeline = app.analyze_with_timeline(args.paths, options)
+                else:
+                    report, timeline = app.analyze(args.paths, options), None
         finally:
             for message in said:
                 warn(message)
         is_tty = args.output is None and sys.stdout.isatty()
-        app.write(report, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty))
+        app.write(report, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty, timeline=timeline))
         if args.output is not None:
             print(f"aiprof: wrote {fmt} report to {args.output}", file=sys.stderr)
         return 0

@@ -12,6 +12,9 @@ metadata) passes through one of these before it reaches an output.
   heading or list at its start (``#``, ``-``, ``+``, ``=``), bold (``*``), an @mention (``@`` followed by a zero-width space) or an autolink (``://``,
   ``www.``).
 - :func:`html`: ``html.escape`` with quotes (the HTML report and its SVG charts).
+- :func:`json_script`: JSON text made safe inside an HTML ``<script type="application/json">`` element:
+  ``<``, ``>``, ``&`` and the line/paragraph separators as ``\\uXXXX`` escapes, so no string can end the
+  element (``</script``), open a comment (``<!--``) or be read as markup; ``JSON.parse`` gives the same data.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from aiprof.errors import printable as terminal
 if TYPE_CHECKING:  # rich is imported by the functions that need it: a JSON or HTML report never does
     from rich.text import Text
 
-__all__ = ["html", "markdown", "markup", "terminal", "terminal_text"]
+__all__ = ["html", "json_script", "markdown", "markup", "terminal", "terminal_text"]
 
 
 def terminal_text(text: object, style: str = "") -> Text:
@@ -66,3 +69,14 @@ def markdown_code_line(line: str) -> str:
 def html(value: object) -> str:
     """``value`` as HTML text or an attribute value."""
     return _html.escape(str(value), quote=True)
+
+
+_JSON_SCRIPT = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def json_script(text: str) -> str:
+    """JSON text (``json.dumps`` / msgspec output) safe as the content of a ``<script type="application/json">``
+    (``str.replace`` per character: ~20x ``str.translate``'s speed on a page's MBs of base64)."""
+    for char, escaped in _JSON_SCRIPT:
+        text = text.replace(char, escaped)
+    return text

@@ -1,8 +1,10 @@
 """HTML renderer: one self-contained file that works offline and makes no network request.
 
-No script runs in the page: charts are inline SVG drawn here, tables sort with CSS alone (radio
-buttons and the ``order`` property), themes follow ``prefers-color-scheme``. The Content-Security-Policy
-forbids every script and every fetch, so even a string that escaped escaping could not run or call out.
+No script is needed: charts are inline SVG drawn here, tables sort with CSS alone (radio buttons and the
+``order`` property), themes follow ``prefers-color-scheme``. The one script a page may hold is the
+interactive timeline's viewer (``report/timeline.py``, given a ``TimelineInput``); the Content-Security-Policy
+allows exactly that script by its hash (none without it) and forbids every fetch, so even a string that
+escaped escaping could not run or call out.
 Every string that comes from a trace goes through ``esc`` (``html.escape``); the embedded JSON (the
 same document the JSON renderer writes) escapes ``<`` so no kernel name can close its script element.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec import UNSET
@@ -31,6 +33,9 @@ from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
+
+if TYPE_CHECKING:
+    from aiprof.report.timeline import TimelineInput
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -90,14 +95,17 @@ _LEGEND_BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
 class HtmlRenderer:
     """``render(document) -> str``. ``top`` bounds the kernel and op tables."""
 
-    def __init__(self, top: int = 25) -> None:
+    def __init__(self, top: int = 25, timeline: TimelineInput | None = None) -> None:
         if top < 1:
             raise ValueError("top must be at least 1")
         self.top = top
         self._tables = 0
+        self.timeline = timeline  # the interactive timeline's input (report.timeline); None: script-free page
+        self._script: str | None = None
 
     def render(self, doc: Report) -> str:
         self._tables = 0
+        self._script = None
         embedded, slimmed = _embedded(doc)
         data = encode(embedded).decode().replace("<", "\\u003c")
         focus = c.focus_rank(doc)
@@ -125,8 +133,8 @@ class HtmlRenderer:
         return (
             "<!doctype html><html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f"<title>{esc(self._title(doc))}</title><style>{_CSS}{self._sort_css()}</style></head><body>"
+            f'<meta http-equiv="Content-Security-Policy" content="{self._csp()}">'
+            f"<title>{esc(self._title(doc))}</title><style>{_CSS}{self._extra_css()}{self._sort_css()}</style></head><body>"
             + self._header(doc, focus)
             + nav
             + body
@@ -261,7 +269,34 @@ class HtmlRenderer:
             + svg.stacked_rows([(k, p, mean, r) for k, p, _, r in rows], IDLE_CAUSES, value_w=150)
         )
 
+    def _csp(self) -> str:
+        """No script, or only the timeline viewer's inline script (by its hash) when the page has it."""
+        from aiprof.report.timeline import csp
+
+        return csp(CSP, self._script) if self._script is not None else CSP
+
+    def _extra_css(self) -> str:
+        if self.timeline is None:
+            return ""
+        from aiprof.report.timeline import TIMELINE_CSS
+
+        return TIMELINE_CSS
+
+    def _interactive(self, doc: Report) -> str:
+        """The interactive timeline (report.timeline) when the renderer has its input, else ""."""
+        if self.timeline is None:
+            return ""
+        from aiprof.report.timeline import script_text, section
+
+        self._script = script_text()
+        return section(doc, self.timeline)
+
     def _timeline(self, doc: Report, focus: RankReport) -> str:
+        interactive = self._interactive(doc)
+        static = self._static_timeline(doc, focus)
+        return interactive + static
+
+    def _static_timeline(self, doc: Report, focus: RankReport) -> str:
         multi = len(doc.ranks) > 1
         strips: list[str] = []
         span = None
