@@ -22,6 +22,7 @@ and paths: nothing is read from them but an allow-list of version fields, select
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -96,6 +97,10 @@ class _Db:
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if self.native is not None and not order:  # the table's b-tree read directly, the expressions in numpy
+            scanned = self._scan(table, exprs)
+            if scanned is not None:
+                return scanned
         if self.native is not None:  # C reads the values straight into int64 rows, NULL as -1 (the coalesce)
             last = 0 if order else self._rows(table)
             sql = f"SELECT {', '.join(f'({e})' for e in exprs)} FROM {table}"
@@ -113,6 +118,57 @@ class _Db:
         ranges = [(-1, int(h) if h is not None else -1) for h in highs]
         layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
         return layout.unpack(self._words(table, layout.words))
+
+    def _scan(self, table: str, exprs: list[str]) -> I64 | None:
+        """``ints`` through the native b-tree scan (:func:`_sqlcols.scan`): the columns the expressions name
+        are read raw (no SQLite stepping) and the expressions evaluated in numpy with SQL's NULL rules.
+        None where the scan does not apply (a rollback journal or WAL beside the file, generated or
+        primary-key columns, defaults, a value SQLite would convert): the caller then asks SQLite."""
+        parsed = [_SqlExpr.parse(e) for e in exprs]
+        if not _SCAN or any(p is None for p in parsed) or not hasattr(self.native, "scan"):
+            return None
+        layout = self._layout(table)
+        if layout is None:
+            return None
+        root, positions = layout
+        names = sorted({n for p in parsed if p is not None for n in p.columns})
+        if any(n not in positions for n in names) or not names:
+            return None
+        count = int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        found = self.native.scan(os.fsencode(self.path), root, tuple(positions[n] for n in names), count)
+        if found is None or found[0] != count:
+            return None
+        rows, values, nulls = found
+        raw = np.frombuffer(values, dtype=np.int64).reshape(len(names), rows)  # column-major
+        null = np.frombuffer(nulls, dtype=np.bool_).reshape(len(names), rows)
+        env = {n: (raw[i], null[i]) for i, n in enumerate(names)}
+        out = np.empty((len(exprs), rows), dtype=np.int64)
+        for i, p in enumerate(parsed):
+            assert p is not None
+            value, missing = p.evaluate(env, rows)
+            out[i] = value
+            if missing is not None:
+                out[i][missing] = -1  # the coalesce(…, -1) of the SQL path
+        if count >= _PACK_ROWS:  # the packed read's clamp at -1, as on the other paths
+            np.maximum(out[1:], -1, out=out[1:])
+        return out.T  # (rows, k) like the other paths, each column contiguous
+
+    def _layout(self, table: str) -> tuple[int, dict[str, int]] | None:
+        """A plain rowid table's root page and each stored column's record position; None for anything
+        else (WITHOUT ROWID, generated/hidden columns, an INTEGER PRIMARY KEY, defaults) or a journal/WAL
+        beside the database (its pages may not be in the file yet)."""
+        if any(Path(f"{self.path}{suffix}").exists() for suffix in ("-journal", "-wal")):
+            return None
+        found = self.con.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (table,)).fetchone()
+        if not found or not isinstance(found[0], int) or "WITHOUT ROWID" in str(found[1]).upper():
+            return None
+        positions: dict[str, int] = {}
+        for cid, name, _type, _notnull, default, pk, hidden in self.con.execute(f'PRAGMA table_xinfo("{table}")'):
+            if hidden or pk or default is not None:
+                return None
+            positions[str(name)] = int(cid)
+        return int(found[0]), positions
 
     def _native_rows(self, sql: str, last: int, width: int) -> I64:
         """``sql`` through the native reader; a long table (``last``: its largest rowid, 0 = read it whole)
@@ -158,6 +214,87 @@ class _Db:
         return self.names.get(string_id, "")
 
 
+class _SqlExpr:
+    """The integer SQL expressions the reader asks for (``end - start``, ``(globalPid >> 24) & 16777215``,
+    ``gridX * gridY * gridZ``, ``coalesce(correlationId, 0)``, ``-1``), evaluated over numpy columns with
+    SQL's NULL rules (an operator over a NULL is NULL; ``coalesce`` takes its first non-NULL argument).
+    They are parsed as Python expressions (the syntax they share); anything else is not handled here."""
+
+    _OPS: dict[type, Any] = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply,
+                             ast.RShift: np.right_shift, ast.LShift: np.left_shift, ast.BitAnd: np.bitwise_and,
+                             ast.BitOr: np.bitwise_or}
+    _cache: dict[str, _SqlExpr | None] = {}
+
+    def __init__(self, tree: ast.expr, columns: set[str]) -> None:
+        self.tree = tree
+        self.columns = columns
+
+    @classmethod
+    def parse(cls, text: str) -> _SqlExpr | None:
+        if text not in cls._cache:
+            try:
+                tree = ast.parse(text, mode="eval").body
+            except SyntaxError:
+                cls._cache[text] = None
+                return None
+            calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in calls}
+            cls._cache[text] = cls(tree, names) if cls._supported(tree) else None
+        return cls._cache[text]
+
+    @classmethod
+    def _supported(cls, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return True
+        if isinstance(node, ast.Constant):
+            return type(node.value) is int and abs(node.value) < 1 << 62
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.USub) and cls._supported(node.operand)
+        if isinstance(node, ast.BinOp):
+            shift = isinstance(node.op, (ast.RShift, ast.LShift))  # by a constant 0..63 only
+            by = node.right.value if isinstance(node.right, ast.Constant) else None
+            if shift and not (type(by) is int and 0 <= by < 64):
+                return False
+            return type(node.op) in cls._OPS and cls._supported(node.left) and cls._supported(node.right)
+        if isinstance(node, ast.Call):
+            return (isinstance(node.func, ast.Name) and node.func.id == "coalesce" and not node.keywords
+                    and len(node.args) >= 2 and all(cls._supported(a) for a in node.args))
+        return False
+
+    def evaluate(self, env: dict[str, tuple[I64, npt.NDArray[np.bool_]]], rows: int
+                 ) -> tuple[I64 | int, npt.NDArray[np.bool_] | None]:
+        """(values, NULL mask or None when no row is NULL)."""
+        return self._eval(self.tree, env, rows)
+
+    def _eval(self, node: ast.expr, env: dict[str, tuple[I64, npt.NDArray[np.bool_]]], rows: int
+              ) -> tuple[Any, npt.NDArray[np.bool_] | None]:
+        if isinstance(node, ast.Name):
+            values, where = env[node.id]
+            return values, where if where.any() else None
+        if isinstance(node, ast.Constant):
+            assert type(node.value) is int
+            return node.value, None
+        if isinstance(node, ast.UnaryOp):
+            operand, missing = self._eval(node.operand, env, rows)
+            return -operand, missing
+        if isinstance(node, ast.BinOp):
+            (a, na), (b, nb) = self._eval(node.left, env, rows), self._eval(node.right, env, rows)
+            if isinstance(a, int) and isinstance(b, int):
+                return int(self._OPS[type(node.op)](np.int64(a), np.int64(b))), None
+            value = self._OPS[type(node.op)](np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+            return value, na if nb is None else nb if na is None else na | nb
+        assert isinstance(node, ast.Call)  # coalesce
+        value, null = self._eval(node.args[0], env, rows)
+        for arg in node.args[1:]:
+            if null is None:
+                break
+            other, other_null = self._eval(arg, env, rows)
+            value = np.where(null, other, value)
+            null = None if other_null is None else null & other_null
+        return value, null
+
+
+_SCAN = True  # the native reader walks the table's b-tree itself (False: every read is an SQLite query)
 _PARALLEL_ROWS = 200_000  # a table this long is read by helpers too
 _PACK_ROWS = 20_000  # a table this long is read packed (one extra pass in SQLite finds the ranges)
 _WORD_BITS = 62  # SQLite integers are signed 64-bit: the packed words stay clear of the sign
