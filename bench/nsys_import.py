@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", action="store_true",
                         help="also time the pure-Python sqlite3 path (AIPROF_NATIVE=0)")
+    parser.add_argument("--db", type=Path, default=None,
+                        help="keep the database here (built when absent, reused when present: compare two "
+                             "checkouts on one database with PYTHONPATH=…/src)")
     args = parser.parse_args(argv)
     from aiprof.trace.readers.nsys import native_reader
 
@@ -111,11 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.python or not modes:
         modes.append("python")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "synthetic.sqlite"
-        t0 = time.perf_counter()
-        build(path, args.rows)
-        print(f"built {args.rows:,} kernels + {args.rows:,} runtime rows in {time.perf_counter() - t0:.1f} s "
-              f"({path.stat().st_size / 1e6:.0f} MB)")
+        path = args.db or Path(tmp) / "synthetic.sqlite"
+        if not path.exists():
+            t0 = time.perf_counter()
+            build(path, args.rows)
+            print(f"built {args.rows:,} kernels + {args.rows:,} runtime rows in {time.perf_counter() - t0:.1f} s "
+                  f"({path.stat().st_size / 1e6:.0f} MB)")
         for mode in modes:
             saved = os.environ.get("AIPROF_NATIVE")
             os.environ["AIPROF_NATIVE"] = "0" if mode == "python" else "1"

@@ -144,6 +144,7 @@ def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
     inverse[order] = np.arange(len(order))
     out: dict[str, npt.NDArray[Any]] = {"ts": ts if identity else ts[order]}
     kept = [(b, size) for b, size in zip(blocks, sizes) if size]
+    block_of: npt.NDArray[np.int32] | None = None  # each row's block (among ``kept``), in time order
     for name in Columns.__dataclass_fields__:
         if name == "ts":
             continue
@@ -154,7 +155,12 @@ def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
             scalars = np.asarray(values if values else [absent], dtype=dtype)
             if (scalars == scalars[0]).all() or np.isnan(scalars.astype(np.float64)).all():
                 out[name] = np.full(total, scalars[0], dtype=dtype)  # one value on every row
-                continue
+            else:  # one value per block: looked up by each row's block
+                if block_of is None:
+                    block_of = np.repeat(np.arange(len(kept), dtype=np.int32), [size for _, size in kept])
+                    block_of = block_of if identity else block_of[order]
+                out[name] = scalars[block_of]
+            continue
         parts = [np.asarray(v, dtype=dtype) if np.ndim(v) else np.full(size, v, dtype=dtype)
                  for v, (_, size) in zip(values, kept)]
         if identity:
