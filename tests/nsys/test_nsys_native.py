@@ -265,10 +265,10 @@ def test_columns_in_time_order_match_a_per_row_reference() -> None:
         [],
     ]
     for blocks in cases:
-        columns, inverse = _columns(blocks)
+        columns, got_order = _columns(blocks)
         rows = [(int(t), b, i) for b in blocks for i, t in enumerate(np.asarray(b["ts"]).tolist())]
         order = sorted(range(len(rows)), key=lambda r: rows[r][0])  # Python's sort is stable
-        assert inverse.tolist() == [order.index(r) for r in range(len(rows))]
+        assert got_order.tolist() == order
         for name in Columns.__dataclass_fields__:
             got = getattr(columns, name)
             absent = -1 if name in _INT_COLUMNS else np.nan

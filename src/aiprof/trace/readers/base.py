@@ -100,12 +100,13 @@ class TraceParts:
 def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 0) -> Trace:
     """Concatenate the blocks, put the rows in time order (stable: ties keep block order), and build the
     :class:`Trace`."""
-    columns, inverse = _columns(parts.blocks)
-    op_args = (
-        ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
-        if parts.op_rows
-        else ArgsStore.empty()
-    )
+    columns, order = _columns(parts.blocks)
+    if parts.op_rows:
+        inverse = np.empty_like(order)  # each block row's place in time order
+        inverse[order] = np.arange(len(order))
+        op_args = ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
+    else:
+        op_args = ArgsStore.empty()
     none = np.zeros(0, dtype=np.int64)
     flows = Flows(none, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), none, none, none)
     return Trace(
@@ -127,9 +128,9 @@ def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 
     )
 
 
-def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
-    """The blocks' rows in time order (stable: ties keep block order). Returns the columns and each block
-    row's place.
+def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.intp]]:
+    """The blocks' rows in time order (stable: ties keep block order). Returns the columns and the order
+    (``order[i]``: the block row, counted over the blocks in turn, that is row ``i``).
 
     One stable argsort of the concatenated timestamps (a merge of the blocks' sorted runs: timsort), then
     per column one concatenation (sequential) and one gather through that order (``np.take``: sequential
@@ -140,8 +141,6 @@ def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
     ts = np.concatenate([b["ts"] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
     order = np.argsort(ts, kind="stable")
     identity = bool(total == 0 or (order[1:] > order[:-1]).all())
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
     out: dict[str, npt.NDArray[Any]] = {"ts": ts if identity else ts[order]}
     kept = [(b, size) for b, size in zip(blocks, sizes) if size]
     block_of: npt.NDArray[np.int32] | None = None  # each row's block (among ``kept``), in time order
@@ -167,7 +166,7 @@ def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
             out[name] = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0], dtype=dtype)
         else:
             out[name] = np.take(np.concatenate(parts) if len(parts) > 1 else parts[0], order)
-    return Columns(**out), inverse
+    return Columns(**out), order
 
 
 __all__ = ["Block", "Reader", "ReaderOptions", "Strings", "TraceParts", "assemble", "block"]
