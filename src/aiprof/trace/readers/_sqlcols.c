@@ -307,6 +307,20 @@ static int walk(const Mapped *m, uint32_t root, Out *o) {
     return rc;
 }
 
+/* Large output buffers on transparent huge pages where the system offers them (THP "madvise" mode): one
+ * fault per 2 MiB instead of one per 4 KiB page (numpy does the same for its large arrays). */
+static void huge_pages(void *start, size_t size) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t lo = ((uintptr_t)start + huge - 1) & ~(huge - 1), hi = ((uintptr_t)start + size) & ~(huge - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)start;
+    (void)size;
+#endif
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     const char *path;
     unsigned int root;
@@ -343,7 +357,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         close(fd);
         Py_RETURN_NONE;
     }
-    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED)
         Py_RETURN_NONE;
@@ -362,6 +376,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         nulls = PyByteArray_FromStringAndSize(NULL, capacity * ncols);
     }
     if (ok && values && nulls) {
+        huge_pages(PyByteArray_AS_STRING(values), (size_t)(capacity * ncols * 8));
+        huge_pages(PyByteArray_AS_STRING(nulls), (size_t)(capacity * ncols));
         Out o = {(int)ncols, maxcol, slot, (int64_t *)PyByteArray_AS_STRING(values),
                  (uint8_t *)PyByteArray_AS_STRING(nulls), 0, capacity};
         int rc;
