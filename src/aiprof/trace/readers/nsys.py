@@ -714,6 +714,8 @@ def _dedupe_calls(rows: I64) -> tuple[I64, int]:
         return rows, 0
     corr = np.sort(rows[:, 4])
     if not ((corr[1:] == corr[:-1]) & (corr[1:] >= 0)).any():  # no correlation id twice: nothing to drop
+        if bool((rows[1:, 0] >= rows[:-1, 0]).all()):  # already in start order (the usual export): no copy
+            return rows, 0
         return rows[np.argsort(rows[:, 0], kind="stable")], 0
     order = np.lexsort((rows[:, 0] - rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 4]))
     ordered = rows[order]
