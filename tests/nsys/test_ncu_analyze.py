@@ -125,3 +125,16 @@ def test_a_bad_ncu_file_is_one_line_before_any_analysis(tmp_path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     with pytest.raises(AiprofError):
         app.analyze([tmp_path / "nowhere.sqlite"], app.AnalyzeOptions(ncu=bad))
+
+
+def test_kernel_names_from_ncu_are_escaped_in_html(tmp_path: Path) -> None:
+    """ncu's kernel names are data: a hostile one is escaped in the HTML report (and unmatched: shown as such)."""
+    hostile = "<img src=x onerror=alert(1)>k"
+    raw = RAW.replace("kernel_2(float*, int)", hostile.replace('"', '""'))
+    csv_path = tmp_path / "raw.csv"
+    csv_path.write_text(raw)
+    done = analyze(timeline(tmp_path, ops=False), tmp_path, "--ncu", str(csv_path), name="r.html")
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "r.html").read_text()
+    assert hostile not in html and "&lt;img src=x onerror=alert(1)&gt;k" in html
+    assert "(not on the timeline)" in html and "2 of 3 matched to the timeline" in html
