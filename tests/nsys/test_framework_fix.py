@@ -98,3 +98,29 @@ def test_the_kind_comes_from_the_trace_not_the_file_name(tmp_path: Path) -> None
     b.runtime("cudaDeviceSynchronize", ts=10, dur=500)
     assert program_kind(load(b.write(tmp_path / "k.json"))) == PYTORCH
     sys.modules.pop("nsys_import", None)
+
+
+def test_a_pytorch_sync_finding_keeps_item_advice(tmp_path: Path) -> None:
+    """The same symptom in a torch.profiler trace: the sync fix still speaks PyTorch."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from kineto_builder import TraceBuilder
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    from aiprof.analysis.run import analyze_trace
+    from aiprof.rules import DEFAULT_OPTIONS, diagnose_rank
+
+    b = TraceBuilder()
+    for i in range(4):
+        t0 = i * 1000
+        b.step(i, ts=t0, dur=1000)
+        op = b.cpu_op("aten::mm", ts=t0 + 10, dur=20)
+        b.launch(op, kernel="ampere_sgemm_128x64_nn", kernel_ts=t0 + 40, kernel_dur=600, grid=(264, 1, 1))
+        item = b.cpu_op("aten::item", ts=t0 + 40, dur=610)
+        b.runtime("cudaStreamSynchronize", ts=t0 + 45, dur=600, external_id=int(item["args"]["External id"]))
+        after = b.cpu_op("aten::add", ts=t0 + 800, dur=10)
+        b.launch(after, kernel="add_kernel", kernel_ts=t0 + 812, kernel_dur=100, grid=(264, 1, 1))
+    trace = load(b.write(tmp_path / "t.json"))
+    found, _ = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS)
+    sync = {f.id: f for f in found}["sync"]
+    assert ".item()" in sync.fix and "cudaStreamWaitEvent" not in sync.fix and ".item()" in sync.title
