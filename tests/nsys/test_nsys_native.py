@@ -179,7 +179,7 @@ def scan_or_query(path: Path, table: str, columns: list[str]) -> tuple[object, o
     found = sqlcols.scan(bytes(path), root, tuple(names.index(c) for c in columns), count)
     if found is None:
         return None, want
-    rows, values, nulls = found
+    rows, values, nulls, _ = found
     v = np.frombuffer(values, dtype=np.int64).reshape(len(columns), rows).T.tolist()
     n = np.frombuffer(nulls, dtype=np.bool_).reshape(len(columns), rows).T.tolist()
     got = [tuple(None if isnull else x for x, isnull in zip(vr, nr)) for vr, nr in zip(v, n)]
@@ -279,3 +279,86 @@ def test_columns_in_time_order_match_a_per_row_reference() -> None:
                 want.append(np.asarray(value).reshape(-1)[i] if np.ndim(value) else value)
             assert got.dtype == np.dtype(_DTYPES.get(name, np.int64)) and len(got) == len(rows)
             np.testing.assert_array_equal(got, np.asarray(want, dtype=got.dtype), err_msg=name)
+
+
+def nvtx_database(path: Path) -> None:
+    """A synthetic report with every kind of NVTX row the reader handles (and some it skips): inline and
+    StringIds texts, marks, thread names, push/pop and start/end ranges (one ending before it starts, one
+    without an end), autograd-nvtx op ranges with shapes, another process, a text that is not UTF-8, a
+    number in the text column, an event type the reader ignores."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        import nsys_import
+    finally:
+        sys.path.remove(str(BENCH))
+    nsys_import.build(path, 50)
+    gtid, other = nsys_import.GLOBAL_TID, nsys_import.GLOBAL_TID + (1 << 24) + 1
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, "
+                "rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, "
+                "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER)")
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(900, "range by id"), (901, "main thread")])
+    rows: list[tuple[object, ...]] = []
+    for i in range(400):
+        t = 1_000_000 + i * 5_000
+        rows += [
+            (t, t + 4_000, 59, f"ProfilerStep#{i}, op_id = {i}", gtid, None),
+            (t + 10, t + 900, 59, f"aten::mm, seq = {i % 7}, op_id = {i + 1}, sizes = [[{i % 3 + 1}, 4], [4, 2]]", gtid, None),
+            (t + 20, t + 800, 60, None, gtid, 900),
+            (t + 30, None, 34, f"mark {i % 5}", gtid, None),
+            (t + 40, t + 30, 59, "backwards", gtid, None),
+            (t + 50, None, 59, "no end", gtid, None),
+            (t + 60, t + 70, 59, f"other process {i % 2}", other, None),
+            (t + 80, t + 90, 33, "ignored type", gtid, None),
+        ]
+    rows += [(1_000_001, None, 39, None, gtid, 901), (1_000_002, 1_000_500, 59, 12345, gtid, 900),
+             (1_000_003, 1_000_600, 59, "tail", gtid, 424242)]
+    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId) VALUES (?, ?, ?, ?, ?, ?)",
+                    rows)
+    con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES "
+                "(1000004, 1000700, 59, CAST(X'6C6174696EE9' AS TEXT), ?)", (gtid,))
+    con.commit()
+    con.close()
+    sys.modules.pop("nsys_import", None)
+
+
+@pytest.mark.parametrize("step_range", [None, r"^ProfilerStep#\d+$"])
+def test_nvtx_through_the_scan_reads_as_sqlite3_does(step_range: str | None, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiprof.trace.readers.base import ReaderOptions
+
+    path = tmp_path / "nvtx.sqlite"
+    nvtx_database(path)
+    used = []
+    real = nsys._nvtx_scan
+
+    def spy(db: object) -> object:
+        found = real(db)  # type: ignore[arg-type]
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr(nsys, "_nvtx_scan", spy)
+    options = ReaderOptions(step_range=step_range)
+    monkeypatch.delenv("AIPROF_NATIVE", raising=False)
+    scanned = nsys.read_sqlite(path, options)
+    assert used == [True]
+    monkeypatch.setattr(nsys, "_SCAN", False)
+    queried = nsys.read_sqlite(path, options)
+    monkeypatch.setenv("AIPROF_NATIVE", "0")
+    python = nsys.read_sqlite(path, options)
+    assert used == [True, False, False]
+    for a, b, c in zip(scanned, queried, python, strict=True):
+        identical(a, b)  # type: ignore[arg-type]
+        identical(a, c)  # type: ignore[arg-type]
+    trace = scanned[0]
+    assert "latin\ufffd" in trace.strings and "range by id" in trace.strings
+    assert trace.thread_names[(nsys_import_pid(), nsys_import_pid())] == "main thread"
+
+
+def nsys_import_pid() -> int:
+    sys.path.insert(0, str(BENCH))
+    try:
+        import nsys_import
+    finally:
+        sys.path.remove(str(BENCH))
+    return int(nsys_import.PID)

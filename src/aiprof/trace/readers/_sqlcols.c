@@ -133,7 +133,9 @@ static PyObject *query(PyObject *self, PyObject *args) {
  * SQLite would (a WAL-mode file, a record spilling onto overflow pages, a REAL/TEXT/BLOB value in a wanted
  * column, a page that does not parse, more rows than ``capacity``) returns None: the caller then runs the
  * query through SQLite, which gives the same values (or SQLite's own error). Returns
- * (rows, values bytearray k*rows int64 column-major, nulls bytearray k*rows uint8: 1 = NULL, value 0). */
+ * (rows, values bytearray k*rows int64 column-major, nulls bytearray k*rows uint8: 1 = NULL, value 0, texts).
+ * ``texts`` (optional): output slots whose TEXT values are interned instead (UTF-8 databases only): the value
+ * is the index of the distinct text in the returned list of bytes; a non-TEXT value there reads as NULL. */
 typedef struct {
     const uint8_t *base;
     size_t size;
@@ -161,12 +163,75 @@ static int read_varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
 static const int INT_SIZE[7] = {0, 1, 2, 3, 4, 6, 8};
 
 typedef struct {
+    uint64_t hash;
+    const uint8_t *text;
+    uint32_t size;
+    int64_t id;
+} Entry;
+
+typedef struct { /* distinct TEXT values (pointers into the mapped file), by FNV-1a hash */
+    Entry *table;
+    size_t capacity, count;
+    const uint8_t **texts;
+    uint32_t *sizes;
+} Interned;
+
+typedef struct {
     int ncols, maxcol;
     const int *slot;  /* record column -> output slot, or -1 */
+    const uint8_t *is_text; /* output slot -> 1: its TEXT values are interned (value = distinct index) */
     int64_t *values;
     uint8_t *nulls;
     Py_ssize_t rows, capacity;
+    Interned *interned;
 } Out;
+
+static int64_t intern(Interned *in, const uint8_t *text, uint32_t size) {
+    uint64_t h = 1469598103934665603ULL;
+    for (uint32_t i = 0; i < size; i++)
+        h = (h ^ text[i]) * 1099511628211ULL;
+    if (2 * (in->count + 1) > in->capacity) { /* grow: load at most one half */
+        size_t cap = in->capacity ? in->capacity * 2 : 1024;
+        Entry *grown = calloc(cap, sizeof(Entry));
+        const uint8_t **texts = realloc(in->texts, cap / 2 * sizeof(*texts));
+        uint32_t *sizes = realloc(in->sizes, cap / 2 * sizeof(*sizes));
+        if (texts)
+            in->texts = texts;
+        if (sizes)
+            in->sizes = sizes;
+        if (!grown || !texts || !sizes) {
+            free(grown);
+            return -1;
+        }
+        for (size_t i = 0; i < in->capacity; i++)
+            if (in->table[i].text) {
+                size_t j = in->table[i].hash & (cap - 1);
+                while (grown[j].text)
+                    j = (j + 1) & (cap - 1);
+                grown[j] = in->table[i];
+            }
+        free(in->table);
+        in->table = grown;
+        in->capacity = cap;
+    }
+    size_t j = h & (in->capacity - 1);
+    static const uint8_t empty = 0;
+    const uint8_t *key = size ? text : &empty; /* a non-NULL pointer marks a used slot */
+    while (in->table[j].text) {
+        Entry *e = &in->table[j];
+        if (e->hash == h && e->size == size && memcmp(e->text, key, size) == 0)
+            return e->id;
+        j = (j + 1) & (in->capacity - 1);
+    }
+    Entry *e = &in->table[j];
+    e->hash = h;
+    e->text = key;
+    e->size = size;
+    e->id = (int64_t)in->count;
+    in->texts[in->count] = key;
+    in->sizes[in->count] = size;
+    return (int64_t)in->count++;
+}
 
 /* One leaf cell's record; 0 = ok, -1 = not handled. */
 static int record(const uint8_t *p, const uint8_t *end, Out *o) {
@@ -213,6 +278,14 @@ static int record(const uint8_t *p, const uint8_t *end, Out *o) {
                     v = (int64_t)(((uint64_t)v << 8) | body[i]);
                 vals[s * stride] = v;
                 nul[s * stride] = 0;
+            } else if (o->is_text[s]) { /* an interned column: TEXT values only, anything else NULL */
+                if (st >= 13 && (st & 1)) {
+                    int64_t id = intern(o->interned, body, (uint32_t)size);
+                    if (id < 0)
+                        return -1;
+                    vals[s * stride] = id;
+                    nul[s * stride] = 0;
+                }
             } else if (st == 8 || st == 9) {
                 vals[s * stride] = (int64_t)(st - 8);
                 nul[s * stride] = 0;
@@ -324,9 +397,10 @@ static void huge_pages(void *start, size_t size) {
 static PyObject *scan(PyObject *self, PyObject *args) {
     const char *path;
     unsigned int root;
-    PyObject *columns;
+    PyObject *columns, *text_slots = NULL;
     Py_ssize_t capacity;
-    if (!PyArg_ParseTuple(args, "yIO!n", &path, &root, &PyTuple_Type, &columns, &capacity))
+    if (!PyArg_ParseTuple(args, "yIO!n|O!", &path, &root, &PyTuple_Type, &columns, &capacity, &PyTuple_Type,
+                          &text_slots))
         return NULL;
     Py_ssize_t ncols = PyTuple_GET_SIZE(columns);
     if (ncols <= 0 || ncols > 64 || capacity < 0) {
@@ -349,6 +423,19 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         if (c > maxcol)
             maxcol = (int)c;
     }
+    uint8_t is_text[64] = {0};
+    int any_text = 0;
+    for (Py_ssize_t i = 0; text_slots && i < PyTuple_GET_SIZE(text_slots); i++) {
+        long t = PyLong_AsLong(PyTuple_GET_ITEM(text_slots, i));
+        if (t == -1 && PyErr_Occurred())
+            return NULL;
+        if (t < 0 || t >= ncols) {
+            PyErr_SetString(PyExc_ValueError, "texts: output slots of the columns");
+            return NULL;
+        }
+        is_text[t] = 1;
+        any_text = 1;
+    }
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         Py_RETURN_NONE;
@@ -367,7 +454,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (m.page_size == 1)
         m.page_size = 65536;
     int ok = memcmp(b, "SQLite format 3", 16) == 0 && m.page_size >= 512 && (m.page_size & (m.page_size - 1)) == 0
-             && b[18] == 1 && b[19] == 1 && b[20] < m.page_size - 480;
+             && b[18] == 1 && b[19] == 1 && b[20] < m.page_size - 480
+             && (!any_text || (b[56] == 0 && b[57] == 0 && b[58] == 0 && b[59] == 1)); /* texts: UTF-8 only */
     PyObject *values = NULL, *nulls = NULL, *result = NULL;
     if (ok) {
         m.usable = m.page_size - b[20];
@@ -378,16 +466,33 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (ok && values && nulls) {
         huge_pages(PyByteArray_AS_STRING(values), (size_t)(capacity * ncols * 8));
         huge_pages(PyByteArray_AS_STRING(nulls), (size_t)(capacity * ncols));
-        Out o = {(int)ncols, maxcol, slot, (int64_t *)PyByteArray_AS_STRING(values),
-                 (uint8_t *)PyByteArray_AS_STRING(nulls), 0, capacity};
+        Interned interned = {NULL, 0, 0, NULL, NULL};
+        Out o = {(int)ncols, maxcol, slot, is_text, (int64_t *)PyByteArray_AS_STRING(values),
+                 (uint8_t *)PyByteArray_AS_STRING(nulls), 0, capacity, &interned};
         int rc;
         Py_BEGIN_ALLOW_THREADS
         rc = walk(&m, root, &o);
         Py_END_ALLOW_THREADS
-        if (rc == 0 && o.rows == capacity) /* column-major with capacity rows: exactly that many */
-            result = Py_BuildValue("(nOO)", o.rows, values, nulls);
-        else if (!PyErr_Occurred())
-            result = Py_None, Py_INCREF(Py_None);
+        PyObject *texts = NULL;
+        if (rc == 0 && o.rows == capacity) { /* column-major with capacity rows: exactly that many */
+            texts = PyList_New((Py_ssize_t)interned.count);
+            for (size_t i = 0; texts && i < interned.count; i++) {
+                PyObject *text = PyBytes_FromStringAndSize((const char *)interned.texts[i], interned.sizes[i]);
+                if (!text) {
+                    Py_CLEAR(texts);
+                    break;
+                }
+                PyList_SET_ITEM(texts, (Py_ssize_t)i, text);
+            }
+            if (texts)
+                result = Py_BuildValue("(nOON)", o.rows, values, nulls, texts);
+        } else if (!PyErr_Occurred()) {
+            result = Py_None;
+            Py_INCREF(Py_None);
+        }
+        free(interned.table);
+        free(interned.texts);
+        free(interned.sizes);
     } else if (!PyErr_Occurred()) {
         result = Py_None;
         Py_INCREF(Py_None);
@@ -402,7 +507,8 @@ static PyMethodDef methods[] = {
     {"query", query, METH_VARARGS,
      "query(path, sql, width, null, params=()) -> (rows, bytearray of rows*width int64, row-major)"},
     {"scan", scan, METH_VARARGS,
-     "scan(path, rootpage, columns, capacity) -> (rows, int64 values, uint8 nulls) column-major, or None"},
+     "scan(path, rootpage, columns, capacity, texts=()) -> (rows, int64 values, uint8 nulls, distinct texts) "
+     "column-major, or None"},
     {NULL, NULL, 0, NULL},
 };
 

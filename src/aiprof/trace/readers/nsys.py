@@ -23,6 +23,7 @@ and paths: nothing is read from them but an allow-list of version fields, select
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import json
 import os
@@ -138,7 +139,7 @@ class _Db:
         found = self.native.scan(os.fsencode(self.path), root, tuple(positions[n] for n in names), count)
         if found is None or found[0] != count:
             return None
-        rows, values, nulls = found
+        rows, values, nulls, _ = found
         raw = np.frombuffer(values, dtype=np.int64).reshape(len(names), rows)  # column-major
         null = np.frombuffer(nulls, dtype=np.bool_).reshape(len(names), rows)
         env = {n: (raw[i], null[i]) for i, n in enumerate(names)}
@@ -499,7 +500,7 @@ class _Tables:
     sync: I64  # start, end, pid, stream, device, correlation, type
     runtime: I64  # start, end, pid, tid, correlation, name
     driver: I64
-    nvtx: list[tuple[int, int, int, int, int, str]]  # start, end, type, pid, tid, text
+    nvtx: _Nvtx  # start, end, type, pid, tid, label
     memory: I64  # start, pid, device, bytes, operation
 
 
@@ -547,18 +548,85 @@ def _api_rows(db: _Db, table: str) -> I64:
     return rows
 
 
-def _nvtx_rows(db: _Db) -> list[tuple[int, int, int, int, int, str]]:
+@dataclass
+class _Nvtx:
+    """NVTX events (marks, ranges, thread names), in table order: ``rows`` = start, end (-1: none), event
+    type, pid, tid, label (an index into ``labels``: the inline text, else the StringIds text, else "")."""
+
+    rows: I64
+    labels: list[str]
+
+    @staticmethod
+    def empty() -> _Nvtx:
+        return _Nvtx(np.zeros((0, 6), dtype=np.int64), [""])
+
+
+_NVTX_KINDS = (_NVTX_MARK, _NVTX_THREAD_NAME, *_NVTX_RANGES)
+
+
+def _nvtx_rows(db: _Db) -> _Nvtx:
     if not db.has(NVTX):
-        return []
+        return _Nvtx.empty()
+    scanned = _nvtx_scan(db)
+    if scanned is not None:
+        return scanned
     text = "text" if db.has(NVTX, "text") else "NULL"
     text_id = "textId" if db.has(NVTX, "textId") else "NULL"
     sql = (f"SELECT start, coalesce(end, -1), eventType, coalesce(globalTid, 0), {text}, {text_id} FROM {NVTX} "
            f"WHERE eventType IN (34, 39, 59, 60)")
     out = []
+    labels: dict[str, int] = {"": 0}
     for start, end, kind, gtid, inline, tid_ref in db.con.execute(sql):
         label = inline if isinstance(inline, str) else db.name(int(tid_ref)) if tid_ref is not None else ""
-        out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF, label))
-    return out
+        out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF,
+                    labels.setdefault(label, len(labels))))
+    rows = np.array(out, dtype=np.int64).reshape(-1, 6)
+    return _Nvtx(rows, list(labels))
+
+
+def _nvtx_scan(db: _Db) -> _Nvtx | None:
+    """NVTX through the native b-tree scan, its inline texts interned in C (one Python string per distinct
+    text, not per row); None where the scan does not apply (the SQL above then reads it)."""
+    if not _SCAN or db.native is None or not hasattr(db.native, "scan"):
+        return None
+    layout = db._layout(NVTX)
+    if layout is None:
+        return None
+    root, positions = layout
+    names = ["start", "end", "eventType", "globalTid", "textId", "text"]
+    present = [n for n in names if n in positions]
+    if present[:3] != ["start", "end", "eventType"]:
+        return None
+    count = int(db.con.execute(f"SELECT count(*) FROM {NVTX}").fetchone()[0])
+    text_slot = (present.index("text"),) if "text" in present else ()
+    found = db.native.scan(os.fsencode(db.path), root, tuple(positions[n] for n in present), count, text_slot)
+    if found is None or found[0] != count:
+        return None
+    rows, values, nulls, texts = found
+    raw = dict(zip(present, np.frombuffer(values, dtype=np.int64).reshape(len(present), rows)))
+    null = dict(zip(present, np.frombuffer(nulls, dtype=np.bool_).reshape(len(present), rows)))
+    if null["start"].any():
+        return None
+    kind = np.where(null["eventType"], -1, raw["eventType"])
+    keep = np.isin(kind, _NVTX_KINDS)
+    end = np.where(null["end"], -1, raw["end"])
+    gtid = np.where(null["globalTid"], 0, raw["globalTid"]) if "globalTid" in raw else np.zeros(rows, dtype=np.int64)
+    # labels: the inline text, else the StringIds text of textId, else ""
+    labels = [""] + [t.decode("utf-8", "replace") for t in texts]
+    label = np.zeros(rows, dtype=np.int64)
+    if "text" in raw:
+        label = np.where(null["text"], 0, raw["text"] + 1)
+    if "textId" in raw:
+        by_id = keep & (label == 0) & ~null["textId"]
+        if by_id.any():
+            ids = raw["textId"][by_id]
+            distinct, inverse = np.unique(ids, return_inverse=True)
+            index = {text: i for i, text in enumerate(labels)}
+            mapped = np.array([index.setdefault(db.name(int(i)), len(index)) for i in distinct.tolist()], dtype=np.int64)
+            labels = list(index)
+            label[by_id] = mapped[inverse.reshape(-1)]
+    out = np.stack([raw["start"], end, kind, (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF, label], axis=1)[keep]
+    return _Nvtx(out, labels)
 
 
 def _memory_rows(db: _Db) -> I64:
@@ -589,7 +657,8 @@ def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
     # The ranks: processes with GPU work; else processes with CUDA calls; else with NVTX ranges.
     with_work = unique(np.concatenate([tables.kernels[:, 2], tables.memcpy[:, 2], tables.memset[:, 2]])).tolist()
     with_calls = unique(np.concatenate([tables.runtime[:, 2], tables.driver[:, 2]])).tolist()
-    pids = with_work or with_calls or sorted({row[3] for row in tables.nvtx if row[2] in _NVTX_RANGES})
+    nvtx = tables.nvtx.rows
+    pids = with_work or with_calls or unique(nvtx[np.isin(nvtx[:, 2], _NVTX_RANGES), 3]).tolist()
     if not pids:
         raise TraceError(f"{db.path}: the Nsight Systems export holds no CUDA or NVTX activity; profile with "
                          "`nsys profile --trace=cuda,nvtx` and export again")
@@ -825,49 +894,115 @@ def _memory_block(rows: I64, pid: int, strings: Strings) -> Block:
                  mem_device=rows[:, 2])
 
 
-def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, parts: TraceParts, strings: Strings,
-                 options: ReaderOptions) -> None:
-    """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names."""
-    ranges: list[tuple[int, int, int, int, str, int]] = []  # start, end, tid, kind, name, seq
-    seen: dict[str, tuple[str, int, int, bytes | None]] = {}
+def _nvtx_blocks(nvtx: _Nvtx, pid: int, parts: TraceParts, strings: Strings, options: ReaderOptions) -> None:
+    """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names.
+
+    In numpy over the rows; each distinct label is parsed once (autograd-nvtx repeats the same op names and
+    shapes), and names are interned in the order of their first row, as a row-by-row pass would."""
+    rows = nvtx.rows[nvtx.rows[:, 3] == pid]
+    kind = rows[:, 2]
+    for tid, label in rows[(kind == _NVTX_THREAD_NAME), :][:, [4, 5]].tolist():
+        if nvtx.labels[label]:
+            parts.thread_names[(pid, tid)] = nvtx.labels[label]
+    is_mark = kind == _NVTX_MARK
+    rows = rows[is_mark | (np.isin(kind, _NVTX_RANGES) & (rows[:, 1] >= rows[:, 0]))]
+    is_mark = rows[:, 2] == _NVTX_MARK
     first_row = sum(len(b["ts"]) for b in parts.blocks)  # this block's first row among all the blocks
-    for start, end, kind, event_pid, tid, text in events:
-        if event_pid != pid:
-            continue
-        if kind == _NVTX_THREAD_NAME and text:
-            parts.thread_names[(pid, tid)] = text
-        elif kind == _NVTX_MARK:
-            ranges.append((start, start, tid, int(Kind.INSTANT), text, -1))
-        elif kind in _NVTX_RANGES and end >= start:
-            parsed = seen.get(text)
-            if parsed is None:  # once per distinct text: autograd-nvtx repeats the same op names and shapes
-                parsed = seen[text] = _nvtx_range(text)
-            name, seq, range_kind, inputs = parsed
-            if inputs is not None:
-                parts.op_rows.append(first_row + len(ranges))
-                parts.op_texts.append(inputs)
-            ranges.append((start, end, tid, range_kind, name, seq))
+    # Per distinct (label, mark?): its name, sequence number, kind and recorded inputs.
+    keys = rows[:, 5] * 2 + is_mark
+    distinct, inverse = np.unique(keys, return_inverse=True) if len(keys) else (np.zeros(0, np.int64), np.zeros(0, np.intp))
+    inverse = inverse.reshape(-1)
+    parsed = []
+    for key in distinct.tolist():
+        text = nvtx.labels[key // 2]
+        parsed.append((text, -1, int(Kind.INSTANT), None) if key % 2 else _nvtx_range(text))
+    names = [p[0] for p in parsed]
+    seqs = np.array([p[1] for p in parsed], dtype=np.int64)
+    kinds = np.array([p[2] for p in parsed], dtype=np.int64)
+    has_inputs = np.array([p[3] is not None for p in parsed], dtype=bool)
+    ranges_kind = kinds[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    op_at = np.flatnonzero(has_inputs[inverse]) if len(parsed) else np.zeros(0, dtype=np.intp)
+    parts.op_rows.extend((op_at + first_row).tolist())
+    parts.op_texts.extend(parsed[int(inverse[i])][3] for i in op_at.tolist())  # type: ignore[misc]
+    starts = rows[:, 0]
+    ends = np.where(is_mark, starts, rows[:, 1])
+    tids = rows[:, 4]
+    seq = seqs[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    # each row's name (an index into ``names``, merged by text), interned in order of first appearance
+    text_index: dict[str, int] = {}
+    name_of_parsed = np.array([text_index.setdefault(n, len(text_index)) for n in names], dtype=np.int64)
+    row_name = name_of_parsed[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    texts = list(text_index)
     if options.step_range:
-        ranges += _step_ranges(ranges, options.step_range)
-    if not ranges:
+        ranges = [(s, e, t, k, texts[n], q) for s, e, t, k, n, q in zip(
+            starts.tolist(), ends.tolist(), tids.tolist(), ranges_kind.tolist(), row_name.tolist(), seq.tolist())]
+        extra = _step_ranges(ranges, options.step_range)
+        if extra:
+            starts = np.concatenate([starts, np.array([r[0] for r in extra], dtype=np.int64)])
+            ends = np.concatenate([ends, np.array([r[1] for r in extra], dtype=np.int64)])
+            tids = np.concatenate([tids, np.array([r[2] for r in extra], dtype=np.int64)])
+            ranges_kind = np.concatenate([ranges_kind, np.array([r[3] for r in extra], dtype=np.int64)])
+            seq = np.concatenate([seq, np.array([r[5] for r in extra], dtype=np.int64)])
+            row_name = np.concatenate([row_name, np.array([text_index.setdefault(r[4], len(text_index))
+                                                           for r in extra], dtype=np.int64)])
+            texts = list(text_index)
+    if not len(starts):
         return
     cats = {int(Kind.CPU_OP): strings("cpu_op"), int(Kind.USER_ANNOTATION): strings("user_annotation"),
             int(Kind.INSTANT): strings("nvtx_mark")}
-    table = list(zip(*ranges))
-    starts, ends = np.array(table[0], dtype=np.int64), np.array(table[1], dtype=np.int64)
+    order_seen, first = np.unique(row_name, return_index=True)
+    ids = np.zeros(len(texts), dtype=np.int64)
+    for n in order_seen[np.argsort(first, kind="stable")].tolist():
+        ids[n] = strings(texts[n])
+    cat_of = np.zeros(max(cats) + 1, dtype=np.int64)
+    for k, v in cats.items():
+        cat_of[k] = v
     parts.blocks.append(block(
-        len(ranges), kind=np.array(table[3], dtype=np.int64), cat=np.array([cats[k] for k in table[3]]),
-        name=np.array([strings(n) for n in table[4]]), ts=starts, dur=ends - starts, pid=pid,
-        tid=np.array(table[2], dtype=np.int64), seq=np.array(table[5], dtype=np.int64),
+        len(starts), kind=ranges_kind, cat=cat_of[ranges_kind], name=ids[row_name], ts=starts, dur=ends - starts,
+        pid=pid, tid=tids, seq=seq,
     ))
 
 
 def _nvtx_range(text: str) -> tuple[str, int, int, bytes | None]:
-    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON)."""
-    name, seq, shapes = _nvtx_op(text)
-    is_op = shapes is not None or (seq >= 0 or name != text) and bool(_NVTX_OP_NAME.search(name))
-    inputs = json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode() if is_op and shapes is not None else None
+    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON).
+
+    autograd-nvtx makes every op range's text distinct (its seq and op_id), but names and shapes repeat:
+    the shapes' JSON and the name's test are cached, so each text costs a few regex searches."""
+    found = _NVTX_OP_FIELDS.search(text)
+    if found is None:
+        return text, -1, int(Kind.USER_ANNOTATION), None
+    name, rest = text[: found.start()], text[found.start():]
+    seq_found = _SEQ.search(rest)
+    seq = int(seq_found.group(1)) if seq_found else -1
+    sizes = _SIZES.search(rest) or _SIZES_EMPTY.search(rest)
+    inputs = _inputs_json(sizes.group(1)) if sizes else None
+    is_op = inputs is not None or _op_like(name)  # name != text here: the fields were found
     return name, seq, int(Kind.CPU_OP if is_op else Kind.USER_ANNOTATION), inputs
+
+
+_SEQ = re.compile(r", seq = (\d+)")
+_SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, input_op_ids|$)")
+_SIZES_EMPTY = re.compile(r", sizes = (\[\])")
+
+
+@functools.lru_cache(maxsize=65536)
+def _op_like(name: str) -> bool:
+    return bool(_NVTX_OP_NAME.search(name))
+
+
+@functools.lru_cache(maxsize=65536)
+def _inputs_json(sizes: str) -> bytes | None:
+    """``[[2, 3], [3, 4]]`` → the op's recorded inputs as canonical JSON; None when it is not a JSON list."""
+    shapes = _shapes(sizes)
+    return None if shapes is None else json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode()
+
+
+def _shapes(sizes: str) -> list[Any] | None:
+    try:
+        decoded = json.loads(sizes)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, list) else None
 
 
 def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
@@ -876,16 +1011,9 @@ def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
     if found is None:
         return text, -1, None
     name, rest = text[: found.start()], text[found.start():]
-    seq = re.search(r", seq = (\d+)", rest)
-    shapes: list[Any] | None = None
-    sizes = re.search(r", sizes = (\[.*?\]\])(?:, input_op_ids|$)", rest) or re.search(r", sizes = (\[\])", rest)
-    if sizes:
-        try:
-            decoded = json.loads(sizes.group(1))
-            shapes = decoded if isinstance(decoded, list) else None
-        except ValueError:
-            shapes = None
-    return name, int(seq.group(1)) if seq else -1, shapes
+    seq = _SEQ.search(rest)
+    sizes = _SIZES.search(rest) or _SIZES_EMPTY.search(rest)
+    return name, int(seq.group(1)) if seq else -1, _shapes(sizes.group(1)) if sizes else None
 
 
 def _step_ranges(ranges: list[tuple[int, int, int, int, str, int]], pattern: str) -> list[tuple[int, int, int, int, str, int]]:
