@@ -5,7 +5,7 @@
 Prints kernel rows per second and all rows per second, wall and CPU (medians of ``--repeat``), through the
 native column reader (``_sqlcols``, when built) and, with ``--python``, the pure ``sqlite3`` path.
 Target: >= 1M kernel rows/s.
-Run:  python bench/nsys_import.py [--rows 1000000] [--repeat 3] [--python]
+Run:  python bench/nsys_import.py [--rows 1000000] [--repeat 3] [--python] [--nvtx] [--db FILE]
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ GLOBAL_PID = (PID << 24) | (1 << 56)
 GLOBAL_TID = GLOBAL_PID | PID
 
 
-def build(path: Path, rows: int, kernel_names: int = 200, seed: int = 0) -> None:
-    """Write a database with ``rows`` kernels, each launched by one cudaLaunchKernel_v7000 call."""
+def build(path: Path, rows: int, kernel_names: int = 200, seed: int = 0, nvtx: bool = False) -> None:
+    """Write a database with ``rows`` kernels, each launched by one cudaLaunchKernel_v7000 call; with
+    ``nvtx``, as ``nsys profile --pytorch=autograd-nvtx`` records them: an ``aten::…`` op range (name, seq,
+    op_id, shapes) around every launch and a ``ProfilerStep#N`` range every 100 launches."""
     rng = np.random.default_rng(seed)
     con = sqlite3.connect(path)
     for ddl in [KERNEL_DDL, RUNTIME_DDL, *OTHER_DDL]:
@@ -72,6 +74,21 @@ def build(path: Path, rows: int, kernel_names: int = 200, seed: int = 0) -> None
     con.executemany(
         f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, {GLOBAL_TID}, ?, 1, 0, NULL)", runtime
     )
+    if nvtx:
+        con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL, "
+                    "rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER, "
+                    "endGlobalTid INTEGER, textId INTEGER, domainId INTEGER)")
+        ops = ["aten::mm", "aten::add", "aten::relu", "aten::addmm", "aten::copy_"]
+        texts = (f"{ops[i % 5]}, seq = {i}, op_id = {i + 1}, sizes = [[{64 << (i % 3)}, 32], [32, 16]]"
+                 for i in range(rows))
+        con.executemany(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, {GLOBAL_TID})",
+            zip((launch - 200).tolist(), (launch + 1_700).tolist(), texts))
+        steps = range(0, rows, 100)
+        con.executemany(
+            f"INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) VALUES (?, ?, 59, ?, {GLOBAL_TID})",
+            ((int(launch[i]) - 500, int(launch[min(i + 99, rows - 1)]) + 1_900, f"ProfilerStep#{i // 100}")
+             for i in steps))
     con.commit()
     con.close()
 
@@ -104,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--python", action="store_true",
                         help="also time the pure-Python sqlite3 path (AIPROF_NATIVE=0)")
+    parser.add_argument("--nvtx", action="store_true",
+                        help="also an autograd-nvtx op range per launch (and a step range every 100)")
+    parser.add_argument("--db", type=Path, default=None,
+                        help="keep the database here (built when absent, reused when present: compare two "
+                             "checkouts on one database with PYTHONPATH=…/src)")
     args = parser.parse_args(argv)
     from aiprof.trace.readers.nsys import native_reader
 
@@ -111,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.python or not modes:
         modes.append("python")
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "synthetic.sqlite"
-        t0 = time.perf_counter()
-        build(path, args.rows)
-        print(f"built {args.rows:,} kernels + {args.rows:,} runtime rows in {time.perf_counter() - t0:.1f} s "
-              f"({path.stat().st_size / 1e6:.0f} MB)")
+        path = args.db or Path(tmp) / "synthetic.sqlite"
+        if not path.exists():
+            t0 = time.perf_counter()
+            build(path, args.rows, nvtx=args.nvtx)
+            print(f"built {args.rows:,} kernels + {args.rows:,} runtime rows in {time.perf_counter() - t0:.1f} s "
+                  f"({path.stat().st_size / 1e6:.0f} MB)")
         for mode in modes:
             saved = os.environ.get("AIPROF_NATIVE")
             os.environ["AIPROF_NATIVE"] = "0" if mode == "python" else "1"

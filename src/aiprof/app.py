@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from aiprof.report.timeline import TimelineInput
     from aiprof.roofline.analysis import RooflineResult
     from aiprof.rules.options import RuleOptions
-    from aiprof.trace.readers.ncu import MeasuredPoint
+    from aiprof.trace.model import Trace
+    from aiprof.trace.readers.ncu import MeasuredPoint, NcuResult
     from aiprof.trace.runset import ProgressCallback
 
 PathArg = str | os.PathLike[str]
@@ -58,6 +59,9 @@ class AnalyzeOptions:
     # The HTML report's interactive timeline: each rank's events, gathered while its trace is in memory
     # (analyze_with_timeline); off for every other output, which never pays for it.
     timeline: bool = False
+    # Nsight Compute results of the same program (ncu --csv export or .ncu-rep): their measured per-kernel
+    # points join the roofline section of the first rank shown (docs/nsight.md). None: none.
+    ncu: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ def analyze_with_timeline(
 
 
 def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, TimelineInput | None]:
+    ncu = _read_ncu(opts.ncu) if opts.ncu is not None else None  # a bad file fails before the analysis
     stop_primed = _start_loading(paths)
     try:
         run, findings = _analyze_and_diagnose(paths, opts)
@@ -119,7 +124,49 @@ def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, Ti
     if opts.ranks:
         findings = _only_ranks(run, findings, opts.ranks)
     report = _build_report(run, findings)
+    if ncu is not None and opts.ncu is not None:
+        _add_measured(report, ncu, opts.ncu)
     return report, (_timeline_input(run) if opts.timeline else None)
+
+
+def _read_ncu(path: Path) -> list[NcuResult]:
+    from aiprof.trace.readers.ncu import read_ncu
+
+    return read_ncu(Path(path))
+
+
+def _add_measured(report: Report, results: list[NcuResult], source: Path) -> None:
+    """Nsight Compute's measured points (:func:`aiprof.trace.readers.ncu.measured_points`) under
+    ``measured`` in the roofline section of the report's first rank (``--rank`` picks it), matched to that
+    rank's kernels by name, launch order, grid and block; the rank's trace is read again for that (only
+    with ``--ncu``)."""
+    from aiprof.trace.readers.ncu import measured_points
+
+    if not report.ranks:
+        return
+    rank = report.ranks[0]
+    points = measured_points(_rank_trace(rank.path, rank.rank), results)
+    section: dict[str, Any] = dict(rank.roofline) if isinstance(rank.roofline, dict) else {"rows": []}
+    section["measured"] = [p.to_dict() for p in points]
+    section["measured_source"] = f"Nsight Compute ({Path(source).name})"
+    section["basis"] = {"rows": "estimated from shapes", "measured": "measured (ncu)"}
+    rank.roofline = section
+
+
+def _rank_trace(path: PathArg, rank: int | None) -> Trace:
+    """One rank's trace from ``path`` (a file, a folder, a multi-process report): ``rank``, else the first."""
+    import aiprof
+    from aiprof.trace.model import RunSet
+
+    loaded = aiprof.load(path)
+    if not isinstance(loaded, RunSet):
+        return loaded
+    if rank is None:
+        return loaded.traces[0]
+    try:
+        return loaded.rank(rank)
+    except KeyError:
+        raise AiprofError(f"no rank {rank} in {path}: ranks are {loaded.ranks}") from None
 
 
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
@@ -331,23 +378,11 @@ def roofline_measured(
     path: PathArg, options: RooflineOptions | None = None
 ) -> tuple[RooflineResult, list[MeasuredPoint] | None]:
     """The roofline, and with ``options.ncu`` the Nsight Compute measurements matched to its kernels."""
-    import aiprof
     from aiprof.roofline.analysis import roofline as compute
     from aiprof.roofline.peaks import load_measured, resolve, spec_for
-    from aiprof.trace.model import RunSet
 
     opts = options or RooflineOptions()
-    loaded = aiprof.load(path)
-    if isinstance(loaded, RunSet):
-        if opts.rank is not None:
-            try:
-                trace = loaded.rank(opts.rank)
-            except KeyError:
-                raise AiprofError(f"no rank {opts.rank} in {path}: ranks are {loaded.ranks}") from None
-        else:
-            trace = loaded.traces[0]
-    else:
-        trace = loaded
+    trace = _rank_trace(path, opts.rank)
     measured = load_measured(opts.peaks_file, required=opts.peaks_file is not None)
     choice = None
     if opts.device:

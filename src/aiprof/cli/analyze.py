@@ -1,4 +1,4 @@
-"""``aiprof analyze PATH... [-o FILE] [--format terminal|json|html|md] [--rank N]``."""
+"""``aiprof analyze PATH... [-o FILE] [--format terminal|json|html|md] [--rank N] [--ncu REPORT]``."""
 
 from __future__ import annotations
 
@@ -99,6 +99,10 @@ class AnalyzeCommand:
                             help="leave out the memory section")
         parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "
                             "whose name matches REGEX are the steps (see docs/nsight.md)")
+        parser.add_argument("--ncu", type=Path, metavar="REPORT",
+                            help="Nsight Compute results of the same program (ncu --csv export or .ncu-rep): "
+                                 "measured per-kernel points in the roofline section, beside the estimates "
+                                 "from shapes (first rank shown; see docs/nsight.md)")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
@@ -115,7 +119,7 @@ class AnalyzeCommand:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
-                                             memory=args.memory)
+                                             memory=args.memory, ncu=args.ncu)
                 if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
                     report, timeline = app.analyze_with_timeline(args.paths, options)
                 else:

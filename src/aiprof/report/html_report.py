@@ -489,10 +489,54 @@ class HtmlRenderer:
             rows,
             "minmax(14em,1fr) repeat(6,minmax(5em,auto))",
         ) if rows else ""
-        if not chart and not table:
+        measured = self._roofline_measured(roof)
+        if not chart and not table and not measured:
             return ""
         extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.get("notes") or [])  # assumed dtypes, no-ops
-        return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table
+        if measured and table:  # two kinds of numbers side by side: say which is which
+            table = '<p class="mute">Ops: estimated from shapes.</p>' + table
+        return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table + measured
+
+    def _roofline_measured(self, roof: dict[str, Any]) -> str:
+        """Nsight Compute's measured points (``analyze --ncu``): one row per profiled kernel, measured (ncu)
+        beside the launching op's estimate from shapes."""
+        points = [p for p in roof.get("measured") or [] if isinstance(p, dict)]
+        if not points:
+            return ""
+
+        def num(value: Any, scale: float, pattern: str) -> tuple[str, Any]:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return (pattern.format(value / scale) if ok else "?", value if ok else -1)
+
+        rows = []
+        for p in points[: self.top]:
+            est = p.get("est_flops")
+            rows.append([
+                (f'<td class=name title="{esc(p.get("kernel"))}">{esc(_short(str(p.get("kernel") or "?")))}',
+                 str(p.get("kernel"))),
+                (esc(p.get("op") or ("(not on the timeline)" if int(p.get("row", -1)) < 0 else "—")),
+                 str(p.get("op") or "")),
+                num(p.get("duration_ns"), 1e3, "{:,.1f} µs"),
+                num(p.get("achieved_flops_per_s"), 1e9, "{:,.1f}"),
+                num(p.get("achieved_bytes_per_s"), 1e9, "{:,.1f}"),
+                num(p.get("flop_per_byte"), 1.0, "{:.2f}"),
+                num(p.get("sm_sol_pct"), 1.0, "{:.0f}%"),
+                num(p.get("memory_sol_pct"), 1.0, "{:.0f}%"),
+                (f"{num(est, 1e9, '{:,.3f}')[0]} / {num(p.get('flops'), 1e9, '{:,.3f}')[0]}",
+                 est if isinstance(est, (int, float)) else -1),
+            ])
+        matched = sum(1 for p in points if int(p.get("row", -1)) >= 0)
+        head = (f'<p class="mute">Kernels: measured (ncu) by {esc(roof.get("measured_source") or "Nsight Compute")}, '
+                f"{matched:,} of {len(points):,} matched to the timeline by name, launch order, grid and block; "
+                "FLOPs from the FP32/FP64/FP16 pipe counters (tensor-core FLOPs are not counted), bytes from "
+                "DRAM.</p>")
+        more = (f'<p class="mute">… {len(points) - self.top:,} more kernels (all are in the JSON report)</p>'
+                if len(points) > self.top else "")
+        return head + self._sortable(
+            ["kernel", "op", "time", "GFLOP/s", "GB/s", "FLOP/byte", "SM SOL", "mem SOL", "GFLOP est. / measured"],
+            rows,
+            "minmax(14em,1fr) minmax(8em,auto) repeat(7,minmax(5em,auto))",
+        ) + more
 
     def _kernels(self, rank: RankReport) -> str:
         rows = []

@@ -23,6 +23,7 @@ from aiprof import arrays
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.steps import StepWindow
 from aiprof.rules.context import RankContext
+from aiprof.rules.framework import fix_text
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
@@ -386,7 +387,7 @@ def cold_start(ctx: RankContext) -> list[Finding]:
             title,
             0,
             evidence=evidence,
-            fix=_FIX,
+            fix=fix_text(ctx.trace, "cold_start", _FIX),
             formula="no saving: one-time costs (calls ≥ 20× the median of their name with the device idle, in "
             "the first step or the name's first calls; convolutions holding ≥ 10 event calls) are paid once",
             confidence=confidence,

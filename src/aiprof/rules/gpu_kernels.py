@@ -23,6 +23,7 @@ import numpy as np
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
+from aiprof.rules.framework import fix_text
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.rules.spec import Saving, rank_rule
@@ -511,11 +512,11 @@ def launch_config(ctx: RankContext) -> list[Finding]:
             f"{evidence['small_grid_kernels_per_step']} kernels per step launch fewer blocks than the {sms} SMs",
             saving,
             evidence=evidence,
-            fix=(
+            fix=fix_text(ctx.trace, "launch_config", (
                 "Give the GPU more parallel work per kernel: a larger batch (or fuse several small batches / "
                 "heads), split-K or stream-K GEMM variants for skinny shapes (torch.compile(mode='max-autotune')), "
                 "and avoid per-sample kernels; block sizes should be multiples of 32."
-            ),
+            )),
             formula="Σ per steady step over non-communication kernels ≥ tiny_kernel_ns with grid < SMs of "
             "t_alone × (SMs − grid) / SMs, t_alone = the part of the kernel's time when no other kernel runs on "
             "the device (other streams use the SMs it leaves free); upper bound: the idle SMs' share of that time",

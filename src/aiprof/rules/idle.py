@@ -19,6 +19,7 @@ from aiprof.analysis import intervals as iv
 from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
 from aiprof.rules.context import RankContext, _first_user_frame
 from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
+from aiprof.rules.framework import fix_text
 from aiprof.rules.finding import Finding
 from aiprof.rules.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
 from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
@@ -593,13 +594,14 @@ def _sync_gpu(ctx: RankContext) -> list[Finding]:
     evidence["top_calls"] = top_ops(ctx, rows, 3)
     callers = _callers(ctx, rows)
     _add_lines(ctx, evidence, callers)
-    title = f"Host round trips (.item()/.cpu()/synchronize) cost {ms_text(saving)} per step"
-    fix = (
+    title = fix_text(ctx.trace, "sync.title", "Host round trips (.item()/.cpu()/synchronize) cost {saving} per step"
+                     ).format(saving=ms_text(saving))
+    fix = fix_text(ctx.trace, "sync", (
         "Keep values on the device inside the step: accumulate metrics as tensors "
         "(total += loss.detach()) and call .item() / .cpu() once every N steps or after the loop; "
         "convert whole tensors at once (t.tolist()) instead of element by element; use "
         ".to(device, non_blocking=True) and avoid torch.cuda.synchronize() in the loop."
-    )
+    ))
     confidence = "medium"
     if gaps.concentrated(ctx.options.concentrated_share):
         # One blocking call holds the time: name it; "many small round trips" is the less likely reading.
@@ -610,11 +612,13 @@ def _sync_gpu(ctx: RankContext) -> list[Finding]:
         title = f"One blocking call ({call}) holds {gaps.largest_share:.0%} of {ms_text(saving)} per step of sync idle"
         lengths = pieces[1] - pieces[0]
         if int(long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor).sum()) < max(ctx.step_count, 2):
-            fix = (_blocking_fix(call) + " Seen once in the profiled window, it may be a one-time cost instead "
-                   "(CUDA context or library initialisation: cudaFree(0) creates the context; cudnn autotuning): "
-                   "profile after a few warm-up steps. " + fix)
+            once = fix_text(ctx.trace, "sync.once", (
+                "Seen once in the profiled window, it may be a one-time cost instead "
+                "(CUDA context or library initialisation: cudaFree(0) creates the context; cudnn autotuning): "
+                "profile after a few warm-up steps."))
+            fix = f"{_blocking_fix(ctx, call)} {once} {fix}"
         else:
-            fix = _blocking_fix(call) + " " + fix
+            fix = _blocking_fix(ctx, call) + " " + fix
         confidence = "low"
     return [
         ctx.finding(
@@ -642,18 +646,23 @@ def _sync_call_at(ctx: RankContext, calls: I64, start: int, end: int) -> int:
     return int(ended[np.argmax(c.ts[ended] + c.dur[ended])]) if ended.size else -1
 
 
-def _blocking_fix(call: str) -> str:
+def _blocking_fix(ctx: RankContext, call: str) -> str:
+    """The fix for one blocking call, in the program's language (:mod:`aiprof.rules.framework`)."""
     if "Free" in call:
-        return ("cudaFree synchronises the whole device: the caching allocator gave memory back (an explicit "
-                "torch.cuda.empty_cache(), or a retry after an allocation failed). Keep empty_cache() out of the "
-                "loop and shapes static (or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).")
+        return fix_text(ctx.trace, "sync.free", (
+            "cudaFree synchronises the whole device: the caching allocator gave memory back (an explicit "
+            "torch.cuda.empty_cache(), or a retry after an allocation failed). Keep empty_cache() out of the "
+            "loop and shapes static (or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)."))
     if "Memcpy" in call or "memcpy" in call or "copy" in call:
-        return ("A blocking copy: copy from pinned memory (pin_memory=True) with .to(device, non_blocking=True), "
-                "or move it out of the step.")
+        return fix_text(ctx.trace, "sync.copy", (
+            "A blocking copy: copy from pinned memory (pin_memory=True) with .to(device, non_blocking=True), "
+            "or move it out of the step."))
     if "Event" in call and "conv" not in call:
-        return ("An event wait: find what it waits for (cudnn.benchmark autotuning waits on events the first time "
-                "it sees a shape; that is warm-up, profile after it).")
-    return "One explicit synchronisation: remove it from the step, or do it every N steps."
+        return fix_text(ctx.trace, "sync.event", (
+            "An event wait: find what it waits for (cudnn.benchmark autotuning waits on events the first time "
+            "it sees a shape; that is warm-up, profile after it)."))
+    return fix_text(ctx.trace, "sync.explicit",
+                    "One explicit synchronisation: remove it from the step, or do it every N steps.")
 
 
 def _sync_cpu(ctx: RankContext) -> list[Finding]:

@@ -12,6 +12,7 @@ from aiprof.rules.context import RankContext
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.finding import Finding
 from aiprof.rules.evidence import ms_text, top_ops
+from aiprof.rules.framework import fix_text
 from aiprof.trace.model import I64, Kind
 
 _PAGEABLE = r"(?i)pageable"
@@ -73,10 +74,10 @@ def pageable_memcpy(ctx: RankContext) -> list[Finding]:
             f"{evidence['pageable_copies_per_step']} pageable copies per step ({ms_text(saving)} to gain from pinning)",
             saving,
             evidence=evidence,
-            fix=(
+            fix=fix_text(ctx.trace, "pageable_memcpy", (
                 "Copy from pinned memory: DataLoader(..., pin_memory=True), or tensor.pin_memory() once for "
                 "buffers you reuse, then .to(device, non_blocking=True)."
-            ),
+            )),
             formula="Σ per steady step of max(copy time − bytes / pinned bandwidth, 0); pinned bandwidth from "
             "the trace's pinned copies, else half the pageable copy time",
             kind="estimate",
@@ -129,11 +130,11 @@ def memcpy_exposed(ctx: RankContext) -> list[Finding]:
             f"Copies not overlapped with compute: {ms_text(exposed)} per step",
             exposed,
             evidence=evidence,
-            fix=(
+            fix=fix_text(ctx.trace, "memcpy_exposed", (
                 "Overlap copies with compute: pin host memory, use .to(device, non_blocking=True), prefetch "
                 "the next batch on a side stream (torch.cuda.Stream + wait_stream), and keep D2H copies "
                 "(.cpu(), .item()) out of the step."
-            ),
+            )),
             formula="mean over steady steps of memcpy + memset time during which no kernel ran",
             confidence="medium",
         )

@@ -100,12 +100,13 @@ class TraceParts:
 def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 0) -> Trace:
     """Concatenate the blocks, put the rows in time order (stable: ties keep block order), and build the
     :class:`Trace`."""
-    columns, inverse = _columns(parts.blocks)
-    op_args = (
-        ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
-        if parts.op_rows
-        else ArgsStore.empty()
-    )
+    columns, order = _columns(parts.blocks)
+    if parts.op_rows:
+        inverse = np.empty_like(order)  # each block row's place in time order
+        inverse[order] = np.arange(len(order))
+        op_args = ArgsStore.build(inverse[np.asarray(parts.op_rows, dtype=np.int64)].tolist(), parts.op_texts)
+    else:
+        op_args = ArgsStore.empty()
     none = np.zeros(0, dtype=np.int64)
     flows = Flows(none, np.zeros(0, dtype=bool), np.zeros(0, dtype=bool), none, none, none)
     return Trace(
@@ -127,29 +128,45 @@ def assemble(path: Path, parts: TraceParts, strings: Sequence[str], rank: int = 
     )
 
 
-def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.int64]]:
-    """The blocks' rows in time order (stable: ties keep block order), each column written straight to its
-    place (no concatenated copy of every column first). Returns the columns and each block row's place."""
+def _columns(blocks: list[Block]) -> tuple[Columns, npt.NDArray[np.intp]]:
+    """The blocks' rows in time order (stable: ties keep block order). Returns the columns and the order
+    (``order[i]``: the block row, counted over the blocks in turn, that is row ``i``).
+
+    One stable argsort of the concatenated timestamps (a merge of the blocks' sorted runs: timsort), then
+    per column one concatenation (sequential) and one gather through that order (``np.take``: sequential
+    writes, cheaper than scattering every block into a pre-filled column); scalar and absent columns are
+    filled per block, and a column that is one scalar for every row is filled once."""
     sizes = [len(b["ts"]) for b in blocks]
+    total = sum(sizes)
     ts = np.concatenate([b["ts"] for b in blocks]) if blocks else np.zeros(0, dtype=np.int64)
     order = np.argsort(ts, kind="stable")
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    out: dict[str, npt.NDArray[Any]] = {"ts": ts[order]}
+    identity = bool(total == 0 or (order[1:] > order[:-1]).all())
+    out: dict[str, npt.NDArray[Any]] = {"ts": ts if identity else ts[order]}
+    kept = [(b, size) for b, size in zip(blocks, sizes) if size]
+    block_of: npt.NDArray[np.int32] | None = None  # each row's block (among ``kept``), in time order
     for name in Columns.__dataclass_fields__:
         if name == "ts":
             continue
         dtype = _DTYPES.get(name, np.int64)
-        if sum(hi - lo for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()) if name in b) == len(ts):
-            column = np.empty(len(ts), dtype=dtype)  # every row gets a value below
+        absent = -1 if name in _INT_COLUMNS else np.nan
+        values = [b.get(name, absent) for b, _ in kept]
+        if all(np.ndim(v) == 0 for v in values):
+            scalars = np.asarray(values if values else [absent], dtype=dtype)
+            if (scalars == scalars[0]).all() or np.isnan(scalars.astype(np.float64)).all():
+                out[name] = np.full(total, scalars[0], dtype=dtype)  # one value on every row
+            else:  # one value per block: looked up by each row's block
+                if block_of is None:
+                    block_of = np.repeat(np.arange(len(kept), dtype=np.int32), [size for _, size in kept])
+                    block_of = block_of if identity else block_of[order]
+                out[name] = scalars[block_of]
+            continue
+        parts = [np.asarray(v, dtype=dtype) if np.ndim(v) else np.full(size, v, dtype=dtype)
+                 for v, (_, size) in zip(values, kept)]
+        if identity:
+            out[name] = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0], dtype=dtype)
         else:
-            column = np.full(len(ts), -1 if name in _INT_COLUMNS else np.nan, dtype=dtype)
-        for b, lo, hi in zip(blocks, starts[:-1].tolist(), starts[1:].tolist()):
-            if name in b and hi > lo:
-                column[inverse[lo:hi]] = b[name]
-        out[name] = column
-    return Columns(**out), inverse
+            out[name] = np.take(np.concatenate(parts) if len(parts) > 1 else parts[0], order)
+    return Columns(**out), order
 
 
 __all__ = ["Block", "Reader", "ReaderOptions", "Strings", "TraceParts", "assemble", "block"]

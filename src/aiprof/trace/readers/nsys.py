@@ -22,6 +22,8 @@ and paths: nothing is read from them but an allow-list of version fields, select
 
 from __future__ import annotations
 
+import ast
+import functools
 import itertools
 import json
 import os
@@ -96,6 +98,10 @@ class _Db:
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
         sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        if self.native is not None and not order:  # the table's b-tree read directly, the expressions in numpy
+            scanned = self._scan(table, exprs)
+            if scanned is not None:
+                return scanned
         if self.native is not None:  # C reads the values straight into int64 rows, NULL as -1 (the coalesce)
             last = 0 if order else self._rows(table)
             sql = f"SELECT {', '.join(f'({e})' for e in exprs)} FROM {table}"
@@ -113,6 +119,57 @@ class _Db:
         ranges = [(-1, int(h) if h is not None else -1) for h in highs]
         layout = _Layout.plan([sql_exprs[0], *packed], [(-(1 << 62), 1 << 62), *ranges])
         return layout.unpack(self._words(table, layout.words))
+
+    def _scan(self, table: str, exprs: list[str]) -> I64 | None:
+        """``ints`` through the native b-tree scan (:func:`_sqlcols.scan`): the columns the expressions name
+        are read raw (no SQLite stepping) and the expressions evaluated in numpy with SQL's NULL rules.
+        None where the scan does not apply (a rollback journal or WAL beside the file, generated or
+        primary-key columns, defaults, a value SQLite would convert): the caller then asks SQLite."""
+        parsed = [_SqlExpr.parse(e) for e in exprs]
+        if not _SCAN or any(p is None for p in parsed) or not hasattr(self.native, "scan"):
+            return None
+        layout = self._layout(table)
+        if layout is None:
+            return None
+        root, positions = layout
+        names = sorted({n for p in parsed if p is not None for n in p.columns})
+        if any(n not in positions for n in names) or not names:
+            return None
+        count = int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+        found = self.native.scan(os.fsencode(self.path), root, tuple(positions[n] for n in names), count)
+        if found is None or found[0] != count:
+            return None
+        rows, values, nulls, _ = found
+        raw = np.frombuffer(values, dtype=np.int64).reshape(len(names), rows)  # column-major
+        null = np.frombuffer(nulls, dtype=np.bool_).reshape(len(names), rows)
+        env = {n: (raw[i], null[i]) for i, n in enumerate(names)}
+        out = np.empty((len(exprs), rows), dtype=np.int64)
+        for i, p in enumerate(parsed):
+            assert p is not None
+            value, missing = p.evaluate(env, rows)
+            out[i] = value
+            if missing is not None:
+                out[i][missing] = -1  # the coalesce(…, -1) of the SQL path
+        if count >= _PACK_ROWS:  # the packed read's clamp at -1, as on the other paths
+            np.maximum(out[1:], -1, out=out[1:])
+        return out.T  # (rows, k) like the other paths, each column contiguous
+
+    def _layout(self, table: str) -> tuple[int, dict[str, int]] | None:
+        """A plain rowid table's root page and each stored column's record position; None for anything
+        else (WITHOUT ROWID, generated/hidden columns, an INTEGER PRIMARY KEY, defaults) or a journal/WAL
+        beside the database (its pages may not be in the file yet)."""
+        if any(Path(f"{self.path}{suffix}").exists() for suffix in ("-journal", "-wal")):
+            return None
+        found = self.con.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (table,)).fetchone()
+        if not found or not isinstance(found[0], int) or "WITHOUT ROWID" in str(found[1]).upper():
+            return None
+        positions: dict[str, int] = {}
+        for cid, name, _type, _notnull, default, pk, hidden in self.con.execute(f'PRAGMA table_xinfo("{table}")'):
+            if hidden or pk or default is not None:
+                return None
+            positions[str(name)] = int(cid)
+        return int(found[0]), positions
 
     def _native_rows(self, sql: str, last: int, width: int) -> I64:
         """``sql`` through the native reader; a long table (``last``: its largest rowid, 0 = read it whole)
@@ -158,6 +215,87 @@ class _Db:
         return self.names.get(string_id, "")
 
 
+class _SqlExpr:
+    """The integer SQL expressions the reader asks for (``end - start``, ``(globalPid >> 24) & 16777215``,
+    ``gridX * gridY * gridZ``, ``coalesce(correlationId, 0)``, ``-1``), evaluated over numpy columns with
+    SQL's NULL rules (an operator over a NULL is NULL; ``coalesce`` takes its first non-NULL argument).
+    They are parsed as Python expressions (the syntax they share); anything else is not handled here."""
+
+    _OPS: dict[type, Any] = {ast.Add: np.add, ast.Sub: np.subtract, ast.Mult: np.multiply,
+                             ast.RShift: np.right_shift, ast.LShift: np.left_shift, ast.BitAnd: np.bitwise_and,
+                             ast.BitOr: np.bitwise_or}
+    _cache: dict[str, _SqlExpr | None] = {}
+
+    def __init__(self, tree: ast.expr, columns: set[str]) -> None:
+        self.tree = tree
+        self.columns = columns
+
+    @classmethod
+    def parse(cls, text: str) -> _SqlExpr | None:
+        if text not in cls._cache:
+            try:
+                tree = ast.parse(text, mode="eval").body
+            except SyntaxError:
+                cls._cache[text] = None
+                return None
+            calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+            names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in calls}
+            cls._cache[text] = cls(tree, names) if cls._supported(tree) else None
+        return cls._cache[text]
+
+    @classmethod
+    def _supported(cls, node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return True
+        if isinstance(node, ast.Constant):
+            return type(node.value) is int and abs(node.value) < 1 << 62
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.USub) and cls._supported(node.operand)
+        if isinstance(node, ast.BinOp):
+            shift = isinstance(node.op, (ast.RShift, ast.LShift))  # by a constant 0..63 only
+            by = node.right.value if isinstance(node.right, ast.Constant) else None
+            if shift and not (type(by) is int and 0 <= by < 64):
+                return False
+            return type(node.op) in cls._OPS and cls._supported(node.left) and cls._supported(node.right)
+        if isinstance(node, ast.Call):
+            return (isinstance(node.func, ast.Name) and node.func.id == "coalesce" and not node.keywords
+                    and len(node.args) >= 2 and all(cls._supported(a) for a in node.args))
+        return False
+
+    def evaluate(self, env: dict[str, tuple[I64, npt.NDArray[np.bool_]]], rows: int
+                 ) -> tuple[I64 | int, npt.NDArray[np.bool_] | None]:
+        """(values, NULL mask or None when no row is NULL)."""
+        return self._eval(self.tree, env, rows)
+
+    def _eval(self, node: ast.expr, env: dict[str, tuple[I64, npt.NDArray[np.bool_]]], rows: int
+              ) -> tuple[Any, npt.NDArray[np.bool_] | None]:
+        if isinstance(node, ast.Name):
+            values, where = env[node.id]
+            return values, where if where.any() else None
+        if isinstance(node, ast.Constant):
+            assert type(node.value) is int
+            return node.value, None
+        if isinstance(node, ast.UnaryOp):
+            operand, missing = self._eval(node.operand, env, rows)
+            return -operand, missing
+        if isinstance(node, ast.BinOp):
+            (a, na), (b, nb) = self._eval(node.left, env, rows), self._eval(node.right, env, rows)
+            if isinstance(a, int) and isinstance(b, int):
+                return int(self._OPS[type(node.op)](np.int64(a), np.int64(b))), None
+            value = self._OPS[type(node.op)](np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+            return value, na if nb is None else nb if na is None else na | nb
+        assert isinstance(node, ast.Call)  # coalesce
+        value, null = self._eval(node.args[0], env, rows)
+        for arg in node.args[1:]:
+            if null is None:
+                break
+            other, other_null = self._eval(arg, env, rows)
+            value = np.where(null, other, value)
+            null = None if other_null is None else null & other_null
+        return value, null
+
+
+_SCAN = True  # the native reader walks the table's b-tree itself (False: every read is an SQLite query)
 _PARALLEL_ROWS = 200_000  # a table this long is read by helpers too
 _PACK_ROWS = 20_000  # a table this long is read packed (one extra pass in SQLite finds the ranges)
 _WORD_BITS = 62  # SQLite integers are signed 64-bit: the packed words stay clear of the sign
@@ -362,7 +500,7 @@ class _Tables:
     sync: I64  # start, end, pid, stream, device, correlation, type
     runtime: I64  # start, end, pid, tid, correlation, name
     driver: I64
-    nvtx: list[tuple[int, int, int, int, int, str]]  # start, end, type, pid, tid, text
+    nvtx: _Nvtx  # start, end, type, pid, tid, label
     memory: I64  # start, pid, device, bytes, operation
 
 
@@ -410,18 +548,85 @@ def _api_rows(db: _Db, table: str) -> I64:
     return rows
 
 
-def _nvtx_rows(db: _Db) -> list[tuple[int, int, int, int, int, str]]:
+@dataclass
+class _Nvtx:
+    """NVTX events (marks, ranges, thread names), in table order: ``rows`` = start, end (-1: none), event
+    type, pid, tid, label (an index into ``labels``: the inline text, else the StringIds text, else "")."""
+
+    rows: I64
+    labels: list[str]
+
+    @staticmethod
+    def empty() -> _Nvtx:
+        return _Nvtx(np.zeros((0, 6), dtype=np.int64), [""])
+
+
+_NVTX_KINDS = (_NVTX_MARK, _NVTX_THREAD_NAME, *_NVTX_RANGES)
+
+
+def _nvtx_rows(db: _Db) -> _Nvtx:
     if not db.has(NVTX):
-        return []
+        return _Nvtx.empty()
+    scanned = _nvtx_scan(db)
+    if scanned is not None:
+        return scanned
     text = "text" if db.has(NVTX, "text") else "NULL"
     text_id = "textId" if db.has(NVTX, "textId") else "NULL"
     sql = (f"SELECT start, coalesce(end, -1), eventType, coalesce(globalTid, 0), {text}, {text_id} FROM {NVTX} "
            f"WHERE eventType IN (34, 39, 59, 60)")
     out = []
+    labels: dict[str, int] = {"": 0}
     for start, end, kind, gtid, inline, tid_ref in db.con.execute(sql):
         label = inline if isinstance(inline, str) else db.name(int(tid_ref)) if tid_ref is not None else ""
-        out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF, label))
-    return out
+        out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF,
+                    labels.setdefault(label, len(labels))))
+    rows = np.array(out, dtype=np.int64).reshape(-1, 6)
+    return _Nvtx(rows, list(labels))
+
+
+def _nvtx_scan(db: _Db) -> _Nvtx | None:
+    """NVTX through the native b-tree scan, its inline texts interned in C (one Python string per distinct
+    text, not per row); None where the scan does not apply (the SQL above then reads it)."""
+    if not _SCAN or db.native is None or not hasattr(db.native, "scan"):
+        return None
+    layout = db._layout(NVTX)
+    if layout is None:
+        return None
+    root, positions = layout
+    names = ["start", "end", "eventType", "globalTid", "textId", "text"]
+    present = [n for n in names if n in positions]
+    if present[:3] != ["start", "end", "eventType"]:
+        return None
+    count = int(db.con.execute(f"SELECT count(*) FROM {NVTX}").fetchone()[0])
+    text_slot = (present.index("text"),) if "text" in present else ()
+    found = db.native.scan(os.fsencode(db.path), root, tuple(positions[n] for n in present), count, text_slot)
+    if found is None or found[0] != count:
+        return None
+    rows, values, nulls, texts = found
+    raw = dict(zip(present, np.frombuffer(values, dtype=np.int64).reshape(len(present), rows)))
+    null = dict(zip(present, np.frombuffer(nulls, dtype=np.bool_).reshape(len(present), rows)))
+    if null["start"].any():
+        return None
+    kind = np.where(null["eventType"], -1, raw["eventType"])
+    keep = np.isin(kind, _NVTX_KINDS)
+    end = np.where(null["end"], -1, raw["end"])
+    gtid = np.where(null["globalTid"], 0, raw["globalTid"]) if "globalTid" in raw else np.zeros(rows, dtype=np.int64)
+    # labels: the inline text, else the StringIds text of textId, else ""
+    labels = [""] + [t.decode("utf-8", "replace") for t in texts]
+    label = np.zeros(rows, dtype=np.int64)
+    if "text" in raw:
+        label = np.where(null["text"], 0, raw["text"] + 1)
+    if "textId" in raw:
+        by_id = keep & (label == 0) & ~null["textId"]
+        if by_id.any():
+            ids = raw["textId"][by_id]
+            distinct, inverse = np.unique(ids, return_inverse=True)
+            index = {text: i for i, text in enumerate(labels)}
+            mapped = np.array([index.setdefault(db.name(int(i)), len(index)) for i in distinct.tolist()], dtype=np.int64)
+            labels = list(index)
+            label[by_id] = mapped[inverse.reshape(-1)]
+    out = np.stack([raw["start"], end, kind, (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF, label], axis=1)[keep]
+    return _Nvtx(out, labels)
 
 
 def _memory_rows(db: _Db) -> I64:
@@ -452,7 +657,8 @@ def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
     # The ranks: processes with GPU work; else processes with CUDA calls; else with NVTX ranges.
     with_work = unique(np.concatenate([tables.kernels[:, 2], tables.memcpy[:, 2], tables.memset[:, 2]])).tolist()
     with_calls = unique(np.concatenate([tables.runtime[:, 2], tables.driver[:, 2]])).tolist()
-    pids = with_work or with_calls or sorted({row[3] for row in tables.nvtx if row[2] in _NVTX_RANGES})
+    nvtx = tables.nvtx.rows
+    pids = with_work or with_calls or unique(nvtx[np.isin(nvtx[:, 2], _NVTX_RANGES), 3]).tolist()
     if not pids:
         raise TraceError(f"{db.path}: the Nsight Systems export holds no CUDA or NVTX activity; profile with "
                          "`nsys profile --trace=cuda,nvtx` and export again")
@@ -577,6 +783,8 @@ def _dedupe_calls(rows: I64) -> tuple[I64, int]:
         return rows, 0
     corr = np.sort(rows[:, 4])
     if not ((corr[1:] == corr[:-1]) & (corr[1:] >= 0)).any():  # no correlation id twice: nothing to drop
+        if bool((rows[1:, 0] >= rows[:-1, 0]).all()):  # already in start order (the usual export): no copy
+            return rows, 0
         return rows[np.argsort(rows[:, 0], kind="stable")], 0
     order = np.lexsort((rows[:, 0] - rows[:, 1], rows[:, 0], rows[:, 3], rows[:, 4]))
     ordered = rows[order]
@@ -686,49 +894,115 @@ def _memory_block(rows: I64, pid: int, strings: Strings) -> Block:
                  mem_device=rows[:, 2])
 
 
-def _nvtx_blocks(events: list[tuple[int, int, int, int, int, str]], pid: int, parts: TraceParts, strings: Strings,
-                 options: ReaderOptions) -> None:
-    """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names."""
-    ranges: list[tuple[int, int, int, int, str, int]] = []  # start, end, tid, kind, name, seq
-    seen: dict[str, tuple[str, int, int, bytes | None]] = {}
+def _nvtx_blocks(nvtx: _Nvtx, pid: int, parts: TraceParts, strings: Strings, options: ReaderOptions) -> None:
+    """Ranges → annotations or (emit_nvtx) CPU ops; marks → instants; thread names → thread names.
+
+    In numpy over the rows; each distinct label is parsed once (autograd-nvtx repeats the same op names and
+    shapes), and names are interned in the order of their first row, as a row-by-row pass would."""
+    rows = nvtx.rows[nvtx.rows[:, 3] == pid]
+    kind = rows[:, 2]
+    for tid, label in rows[(kind == _NVTX_THREAD_NAME), :][:, [4, 5]].tolist():
+        if nvtx.labels[label]:
+            parts.thread_names[(pid, tid)] = nvtx.labels[label]
+    is_mark = kind == _NVTX_MARK
+    rows = rows[is_mark | (np.isin(kind, _NVTX_RANGES) & (rows[:, 1] >= rows[:, 0]))]
+    is_mark = rows[:, 2] == _NVTX_MARK
     first_row = sum(len(b["ts"]) for b in parts.blocks)  # this block's first row among all the blocks
-    for start, end, kind, event_pid, tid, text in events:
-        if event_pid != pid:
-            continue
-        if kind == _NVTX_THREAD_NAME and text:
-            parts.thread_names[(pid, tid)] = text
-        elif kind == _NVTX_MARK:
-            ranges.append((start, start, tid, int(Kind.INSTANT), text, -1))
-        elif kind in _NVTX_RANGES and end >= start:
-            parsed = seen.get(text)
-            if parsed is None:  # once per distinct text: autograd-nvtx repeats the same op names and shapes
-                parsed = seen[text] = _nvtx_range(text)
-            name, seq, range_kind, inputs = parsed
-            if inputs is not None:
-                parts.op_rows.append(first_row + len(ranges))
-                parts.op_texts.append(inputs)
-            ranges.append((start, end, tid, range_kind, name, seq))
+    # Per distinct (label, mark?): its name, sequence number, kind and recorded inputs.
+    keys = rows[:, 5] * 2 + is_mark
+    distinct, inverse = np.unique(keys, return_inverse=True) if len(keys) else (np.zeros(0, np.int64), np.zeros(0, np.intp))
+    inverse = inverse.reshape(-1)
+    parsed = []
+    for key in distinct.tolist():
+        text = nvtx.labels[key // 2]
+        parsed.append((text, -1, int(Kind.INSTANT), None) if key % 2 else _nvtx_range(text))
+    names = [p[0] for p in parsed]
+    seqs = np.array([p[1] for p in parsed], dtype=np.int64)
+    kinds = np.array([p[2] for p in parsed], dtype=np.int64)
+    has_inputs = np.array([p[3] is not None for p in parsed], dtype=bool)
+    ranges_kind = kinds[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    op_at = np.flatnonzero(has_inputs[inverse]) if len(parsed) else np.zeros(0, dtype=np.intp)
+    parts.op_rows.extend((op_at + first_row).tolist())
+    parts.op_texts.extend(parsed[int(inverse[i])][3] for i in op_at.tolist())  # type: ignore[misc]
+    starts = rows[:, 0]
+    ends = np.where(is_mark, starts, rows[:, 1])
+    tids = rows[:, 4]
+    seq = seqs[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    # each row's name (an index into ``names``, merged by text), interned in order of first appearance
+    text_index: dict[str, int] = {}
+    name_of_parsed = np.array([text_index.setdefault(n, len(text_index)) for n in names], dtype=np.int64)
+    row_name = name_of_parsed[inverse] if len(parsed) else np.zeros(0, dtype=np.int64)
+    texts = list(text_index)
     if options.step_range:
-        ranges += _step_ranges(ranges, options.step_range)
-    if not ranges:
+        ranges = [(s, e, t, k, texts[n], q) for s, e, t, k, n, q in zip(
+            starts.tolist(), ends.tolist(), tids.tolist(), ranges_kind.tolist(), row_name.tolist(), seq.tolist())]
+        extra = _step_ranges(ranges, options.step_range)
+        if extra:
+            starts = np.concatenate([starts, np.array([r[0] for r in extra], dtype=np.int64)])
+            ends = np.concatenate([ends, np.array([r[1] for r in extra], dtype=np.int64)])
+            tids = np.concatenate([tids, np.array([r[2] for r in extra], dtype=np.int64)])
+            ranges_kind = np.concatenate([ranges_kind, np.array([r[3] for r in extra], dtype=np.int64)])
+            seq = np.concatenate([seq, np.array([r[5] for r in extra], dtype=np.int64)])
+            row_name = np.concatenate([row_name, np.array([text_index.setdefault(r[4], len(text_index))
+                                                           for r in extra], dtype=np.int64)])
+            texts = list(text_index)
+    if not len(starts):
         return
     cats = {int(Kind.CPU_OP): strings("cpu_op"), int(Kind.USER_ANNOTATION): strings("user_annotation"),
             int(Kind.INSTANT): strings("nvtx_mark")}
-    table = list(zip(*ranges))
-    starts, ends = np.array(table[0], dtype=np.int64), np.array(table[1], dtype=np.int64)
+    order_seen, first = np.unique(row_name, return_index=True)
+    ids = np.zeros(len(texts), dtype=np.int64)
+    for n in order_seen[np.argsort(first, kind="stable")].tolist():
+        ids[n] = strings(texts[n])
+    cat_of = np.zeros(max(cats) + 1, dtype=np.int64)
+    for k, v in cats.items():
+        cat_of[k] = v
     parts.blocks.append(block(
-        len(ranges), kind=np.array(table[3], dtype=np.int64), cat=np.array([cats[k] for k in table[3]]),
-        name=np.array([strings(n) for n in table[4]]), ts=starts, dur=ends - starts, pid=pid,
-        tid=np.array(table[2], dtype=np.int64), seq=np.array(table[5], dtype=np.int64),
+        len(starts), kind=ranges_kind, cat=cat_of[ranges_kind], name=ids[row_name], ts=starts, dur=ends - starts,
+        pid=pid, tid=tids, seq=seq,
     ))
 
 
 def _nvtx_range(text: str) -> tuple[str, int, int, bytes | None]:
-    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON)."""
-    name, seq, shapes = _nvtx_op(text)
-    is_op = shapes is not None or (seq >= 0 or name != text) and bool(_NVTX_OP_NAME.search(name))
-    inputs = json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode() if is_op and shapes is not None else None
+    """A range's name, sequence number, kind (CPU op or annotation) and recorded inputs (canonical JSON).
+
+    autograd-nvtx makes every op range's text distinct (its seq and op_id), but names and shapes repeat:
+    the shapes' JSON and the name's test are cached, so each text costs a few regex searches."""
+    found = _NVTX_OP_FIELDS.search(text)
+    if found is None:
+        return text, -1, int(Kind.USER_ANNOTATION), None
+    name, rest = text[: found.start()], text[found.start():]
+    seq_found = _SEQ.search(rest)
+    seq = int(seq_found.group(1)) if seq_found else -1
+    sizes = _SIZES.search(rest) or _SIZES_EMPTY.search(rest)
+    inputs = _inputs_json(sizes.group(1)) if sizes else None
+    is_op = inputs is not None or _op_like(name)  # name != text here: the fields were found
     return name, seq, int(Kind.CPU_OP if is_op else Kind.USER_ANNOTATION), inputs
+
+
+_SEQ = re.compile(r", seq = (\d+)")
+_SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, input_op_ids|$)")
+_SIZES_EMPTY = re.compile(r", sizes = (\[\])")
+
+
+@functools.lru_cache(maxsize=65536)
+def _op_like(name: str) -> bool:
+    return bool(_NVTX_OP_NAME.search(name))
+
+
+@functools.lru_cache(maxsize=65536)
+def _inputs_json(sizes: str) -> bytes | None:
+    """``[[2, 3], [3, 4]]`` → the op's recorded inputs as canonical JSON; None when it is not a JSON list."""
+    shapes = _shapes(sizes)
+    return None if shapes is None else json.dumps({"Input Dims": shapes}, separators=(",", ":")).encode()
+
+
+def _shapes(sizes: str) -> list[Any] | None:
+    try:
+        decoded = json.loads(sizes)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, list) else None
 
 
 def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
@@ -737,16 +1011,9 @@ def _nvtx_op(text: str) -> tuple[str, int, list[Any] | None]:
     if found is None:
         return text, -1, None
     name, rest = text[: found.start()], text[found.start():]
-    seq = re.search(r", seq = (\d+)", rest)
-    shapes: list[Any] | None = None
-    sizes = re.search(r", sizes = (\[.*?\]\])(?:, input_op_ids|$)", rest) or re.search(r", sizes = (\[\])", rest)
-    if sizes:
-        try:
-            decoded = json.loads(sizes.group(1))
-            shapes = decoded if isinstance(decoded, list) else None
-        except ValueError:
-            shapes = None
-    return name, int(seq.group(1)) if seq else -1, shapes
+    seq = _SEQ.search(rest)
+    sizes = _SIZES.search(rest) or _SIZES_EMPTY.search(rest)
+    return name, int(seq.group(1)) if seq else -1, _shapes(sizes.group(1)) if sizes else None
 
 
 def _step_ranges(ranges: list[tuple[int, int, int, int, str, int]], pattern: str) -> list[tuple[int, int, int, int, str, int]]:
