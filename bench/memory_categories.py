@@ -10,8 +10,8 @@ timed row is the trace's first ``[memory]`` event) and replayed up to that insta
 
 torch also counts tensors that existed before the profiler started (its PREEXISTING rows: parameters, the
 input); the CPU ``[memory]`` events never see them (their ``Total Allocated`` starts at 0), so they are no
-part of aiprof's peak (in a second profiler session in the same process the CPU ``Total Allocated`` does not
-restart at 0, and aiprof seeds that remainder as pre-existing: it is left out on aiprof's side likewise).
+part of aiprof's peak (the blocks aiprof seeds as held before the trace, which it sees freed, are left out
+on aiprof's side likewise).
 The fair figure, the goal's, is therefore over the bytes both recorded:
 
     agreement = Σ_c min(aiprof_c − aiprof_seeded_c, torch_c − torch_preexisting_c) / Σ_c (aiprof_c − aiprof_seeded_c)
@@ -92,7 +92,7 @@ class Comparison:
     peak_t_ns: int  # aiprof's peak instant, on the trace's clock
     peak_bytes: int  # aiprof's peak (what the [memory] events recorded)
     mine: dict[str, int]  # aiprof's live bytes at its peak, by category
-    mine_pre: dict[str, int]  # of which blocks aiprof seeded from the first event's Total Allocated
+    mine_pre: dict[str, int]  # of which blocks aiprof seeded as held before the trace
     torch_all: dict[str, int]  # torch's live bytes at that instant, by category
     torch_pre: dict[str, int]  # of which tensors torch saw before the profiler started
     offset_ns: int  # torch's clock − the trace's

@@ -171,6 +171,7 @@ def _device(
         steps=steps, leak=_leak(data, device, rows, steps, free_of, site_of_stack),
         snapshot=_snapshot_state(data, device), ooms=_ooms(data, device, rows, cur, reserved, free_of, site_of_stack),
         timeline=_timeline(data, rows, delta, cur, reserved),
+        carried_over_bytes=data.carried_over_bytes.get(device, 0),
     )
 
 

@@ -120,6 +120,9 @@ class DeviceMemory(msgspec.Struct):
     snapshot: SnapshotState | None
     ooms: list[OomVerdict]
     timeline: Timeline
+    # CPU Kineto only: bytes the profiler's "Total Allocated" counted before this trace that it never frees,
+    # left out of every figure (see docs/memory.md, "Peak allocated"); 0 elsewhere
+    carried_over_bytes: int = 0
 
 
 class AllocatorStats(msgspec.Struct):
