@@ -225,11 +225,11 @@ def _phases(steps: list[Window], backward: list[tuple[int, int]], optimizer: lis
 
 
 def _carried_over_warning(what: str, before: int, freed: int, rest: int) -> str:
+    held = f" ({binary(freed)} that it frees counts as held at its start)" if freed else ""
     return (
         f"{what}: cpu: the profiler's Total Allocated starts at {binary(before)}, counted by earlier profiler "
-        f"sessions in this process; {binary(freed)} of it is freed in this trace and counted as held at its start, "
-        f"the other {binary(rest)} is left out of every figure (on CPU the counter keeps blocks freed while no "
-        "session ran, and a trace cannot tell them from blocks still held)"
+        f"sessions in this process{held}; {binary(rest)} never freed here is left out (the CPU counter keeps "
+        "blocks freed between sessions, which cannot be told from blocks still held)"
     )
 
 

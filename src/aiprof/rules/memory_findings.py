@@ -33,9 +33,11 @@ class MemoryRuleOptions:
 
 def _finding(
     rule_id: str, title: str, dev: DeviceMemory, saving_bytes: int, evidence: dict[str, object], fix: str,
-    formula: str, confidence: str = "medium", severity: str = "low",
+    formula: str, confidence: str = "medium", severity: str = "low", scope: str = "",
 ) -> Finding:
-    evidence = {"est_saving_bytes": int(max(saving_bytes, 0)), **evidence}
+    """``scope`` says what the saved bytes are bytes of ("of the peak"), for the reports (evidence
+    ``saving_scope``: "frees ≈ 704.0 KiB of the peak")."""
+    evidence = {"est_saving_bytes": int(max(saving_bytes, 0)), **({"saving_scope": scope} if scope else {}), **evidence}
     return Finding(
         id=rule_id, title=title, severity=severity, est_saving_ns_per_step=0, share_of_step=0.0,
         saving_kind="estimate", saving_formula=formula, confidence=confidence, evidence=evidence, fix=fix,
@@ -66,6 +68,7 @@ def mem_near_capacity(report: MemoryReport, opts: MemoryRuleOptions) -> list[Fin
             "Make room before an OOM: activation checkpointing of the largest activation sites, bf16 autocast, or a "
             "smaller micro-batch with gradient accumulation.",
             "bytes above near_capacity_fraction × device memory", severity="medium",
+            scope=f"of the peak (down to {opts.near_capacity_fraction:.0%} of the device)",
         ))
     return out
 
@@ -93,6 +96,7 @@ def mem_fragmentation(report: MemoryReport, opts: MemoryRuleOptions) -> list[Fin
             {"fragmentation_at_peak_bytes": frag, "reserved_at_peak_bytes": reserved,
              "num_alloc_retries": retries, "expandable_segments": report.expandable_segments},
             fix, "reserved − allocated at the allocated peak (the cached memory no request could use)",
+            scope="of reserved memory at the peak",
         ))
     return out
 
@@ -123,7 +127,7 @@ def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> li
             f"torch.utils.checkpoint.checkpoint_sequential(model, {segments}, x, use_reentrant=False) or "
             "checkpoint(block, x, use_reentrant=False) per block; their activations are recomputed in backward.",
             "activations × (1 − 3/s): of s segments, checkpoint_sequential keeps each segment's input (≈ A/s), runs "
-            "the last one uncheckpointed (A/s) and recomputes one at a time in backward (A/s)",
+            "the last one uncheckpointed (A/s) and recomputes one at a time in backward (A/s)", scope="of the peak",
         ))
     return out
 
@@ -143,7 +147,7 @@ def mem_optimizer_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> lis
             "Shrink the optimizer state: 8-bit Adam (bitsandbytes.optim.AdamW8bit) keeps a quarter of it; across N "
             "ranks, shard it (ZeroRedundancyOptimizer, FSDP) to 1/N; or use a stateless/low-state optimizer (SGD, "
             "Adafactor).",
-            "optimizer state × 3/4 (fp32 moments → 8-bit moments)",
+            "optimizer state × 3/4 (fp32 moments → 8-bit moments)", scope="of the peak",
         ))
     return out
 
@@ -165,6 +169,7 @@ def mem_leak(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
             f"Release what {site} keeps across steps: store loss.item() or t.detach().cpu() instead of tensors, and "
             "clear lists and caches that grow per step.",
             "growth of end-of-step allocated bytes after the first step", confidence="high", severity="medium",
+            scope="grown during the recording, and growing",
         ))
     return out
 
@@ -182,7 +187,7 @@ def mem_non_pytorch(report: MemoryReport, opts: MemoryRuleOptions) -> list[Findi
         0, {"non_pytorch_bytes": stats.non_pytorch_bytes},
         "Check other processes on the device (nvidia-smi), NCCL buffers (NCCL_BUFFSIZE) and cuBLAS/cuDNN "
         "workspaces (CUBLAS_WORKSPACE_CONFIG); none of it can hold tensors.",
-        "NVML used − torch reserved, at its largest over the samples",
+        "NVML used − torch reserved, at its largest over the samples", scope="of device memory",
     )]
 
 
@@ -218,6 +223,7 @@ def mem_oom(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
                                     "cached_free_bytes": oom.cached_free_bytes, "device_free_bytes": oom.device_free_bytes,
                                     "top_sites": [{"site": s.site, "bytes": s.bytes} for s in oom.top_sites]},
                 f"{fix}; the largest live sites: {sites}.", "the failed request", confidence="high", severity="high",
+                scope="(the failed request's size)",
             ))
     return out
 
