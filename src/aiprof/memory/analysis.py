@@ -146,7 +146,7 @@ def _device(
     rounding = None
     if data.source == "snapshot" and live.size:
         rounding = int((ev.block_size[live] - ev.size[live]).clip(min=0).sum())
-    steps = _steps(data, device, rows, cur)
+    steps = _steps(data, device, rows, cur, reserved)
     cap = capacity if capacity is not None else data.capacity_bytes.get(device)
     return DeviceMemory(
         device="cpu" if device == CPU_DEVICE else f"cuda:{device}", device_index=device, capacity_bytes=cap,
@@ -212,17 +212,28 @@ def _reserved_series(data: MemoryData, device: int, rows: np.ndarray) -> np.ndar
     return series
 
 
-def _steps(data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray) -> list[StepMemory]:
+def _steps(
+    data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray, reserved: np.ndarray | None
+) -> list[StepMemory]:
     ev = data.events
     out: list[StepMemory] = []
     t = ev.t_ns[rows]
+    retries = _retries_by_step(data.stats, device)
     for w in data.steps:
         lo = int(np.searchsorted(t, w.start_ns, side="left"))
         hi = int(np.searchsorted(t, w.end_ns, side="right"))
         before = int(cur[lo - 1]) if lo > 0 else 0
         inside = rows[lo:hi]
-        allocs = ev.action[inside] == int(Action.ALLOC)
+        allocs = (ev.action[inside] == int(Action.ALLOC)) & (inside >= data.seeded_blocks)  # not the seeds
         seg = (ev.device == device) & (ev.t_ns >= w.start_ns) & (ev.t_ns <= w.end_ns)
+        peak_reserved = frag = None
+        if reserved is not None and (hi > lo or lo > 0):
+            # the step's rows, with the state it starts in (the row before it) when it has one
+            first = lo - 1 if lo > 0 else lo
+            window = slice(first, max(hi, first + 1))
+            k = first + int(np.argmax(cur[window]))
+            peak_reserved = int(reserved[window].max())
+            frag = max(int(reserved[k]) - int(cur[k]), 0)
         out.append(StepMemory(
             index=w.index, start_ns=w.start_ns, end_ns=w.end_ns,
             peak_allocated_bytes=int(max(cur[lo:hi].max(), before)) if hi > lo else before,
@@ -230,8 +241,22 @@ def _steps(data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray) -> 
             allocations=int(allocs.sum()), allocated_bytes=int(ev.block_size[inside][allocs].sum()),
             segment_allocs=int(np.sum(seg & (ev.action == int(Action.SEGMENT_ALLOC)))),
             segment_frees=int(np.sum(seg & (ev.action == int(Action.SEGMENT_FREE)))),
+            peak_reserved_bytes=peak_reserved, fragmentation_at_peak_bytes=frag,
+            alloc_retries=retries.get(w.index),
         ))
     return out
+
+
+def _retries_by_step(samples: list[dict[str, Any]], device: int) -> dict[int, int]:
+    """``num_alloc_retries`` during each step: the capture samples the cumulative counter after every step
+    (``{"step": N, "device": d, "num_alloc_retries": …}``), so a step's retries are its sample less the
+    previous step's (a step whose previous sample is missing gets none)."""
+    counter: dict[int, int] = {}
+    for s in samples:
+        step, value, dev = s.get("step"), s.get("num_alloc_retries"), s.get("device", device)
+        if isinstance(step, int) and isinstance(value, int) and dev == device:
+            counter[step] = value
+    return {step: max(value - counter[step - 1], 0) for step, value in counter.items() if step - 1 in counter}
 
 
 def _leak(

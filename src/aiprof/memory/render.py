@@ -59,6 +59,27 @@ def saving_text(f: Finding | Any) -> str:
     return f"frees ≈ {binary(int(value))}" + (f" {scope}" if isinstance(scope, str) and scope else "")
 
 
+def step_table(dev: DeviceMemory) -> tuple[list[str], list[list[str]]]:
+    """The per-step table's header and rows (sizes in binary units); the reserved and retries columns only
+    where the source has them."""
+    reserved = any(s.peak_reserved_bytes is not None for s in dev.steps)
+    retries = any(s.alloc_retries is not None for s in dev.steps)
+    head = ["step", "peak allocated", "allocated at end", "allocations", "bytes allocated"]
+    head += ["peak reserved", "reserved − allocated at peak"] if reserved else []
+    head += ["retries"] if retries else []
+    rows = []
+    for s in dev.steps:
+        row = [str(s.index), binary(s.peak_allocated_bytes), binary(s.end_allocated_bytes), f"{s.allocations:,}",
+               binary(s.allocated_bytes)]
+        if reserved:
+            row += [binary(s.peak_reserved_bytes) if s.peak_reserved_bytes is not None else "-",
+                    binary(s.fragmentation_at_peak_bytes) if s.fragmentation_at_peak_bytes is not None else "-"]
+        if retries:
+            row.append(str(s.alloc_retries) if s.alloc_retries is not None else "-")
+        rows.append(row)
+    return head, rows
+
+
 # ---------------------------------------------------------------------------------------------------
 # Terminal and Markdown share one list of lines
 # ---------------------------------------------------------------------------------------------------
@@ -102,11 +123,13 @@ def render_terminal(report: MemoryReport, findings: Sequence[Finding]) -> str:
                     for c in dev.live_at_peak_by_category]
         if dev.live_at_peak_by_site:
             out.append("  live at the peak, by site:")
-            out += [f"    {binary(s.bytes):>11}  {term(s.site)} ({s.count} blocks)" for s in dev.live_at_peak_by_site[:8]]
+            out += [f"    {binary(s.bytes):>11}  {term(s.site)} ({s.count} block{'' if s.count == 1 else 's'})"
+                    for s in dev.live_at_peak_by_site[:8]]
         if dev.steps:
-            out.append("  per step:  step  peak allocated  allocated at end  allocations  bytes allocated")
-            out += [f"            {s.index:>4}  {binary(s.peak_allocated_bytes):>14}  {binary(s.end_allocated_bytes):>16}  "
-                    f"{s.allocations:>11,}  {binary(s.allocated_bytes):>15}" for s in dev.steps]
+            head, rows = step_table(dev)
+            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+            out.append("  per step:  " + "  ".join(h.rjust(w) for h, w in zip(head, widths)))
+            out += ["            " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
         for oom in dev.ooms:
             out.append(f"  OOM ({oom.verdict}): {term(oom.explanation)}")
     if findings:
@@ -129,10 +152,9 @@ def render_markdown(report: MemoryReport, findings: Sequence[Finding]) -> str:
             out += ["", "### Live at the peak", "", "| category | site | bytes |", "|---|---|---:|"]
             out += [f"| {md(g.category)} | {md(g.site)} | {md(binary(g.bytes))} |" for g in dev.live_at_peak[:20]]
         if dev.steps:
-            out += ["", "### Per step", "", "| step | peak allocated | allocated at end | allocations | bytes allocated |",
-                    "|---:|---:|---:|---:|---:|"]
-            out += [f"| {s.index} | {binary(s.peak_allocated_bytes)} | {binary(s.end_allocated_bytes)} | {s.allocations:,} | "
-                    f"{binary(s.allocated_bytes)} |" for s in dev.steps]
+            head, rows = step_table(dev)
+            out += ["", "### Per step", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+            out += ["| " + " | ".join(r) + " |" for r in rows]
         for oom in dev.ooms:
             out += ["", f"**OOM: {md(oom.verdict)}**: {md(oom.explanation)}"]
     if findings:
@@ -237,11 +259,9 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
                  for g in dev.live_at_peak[:20]]
         body.append("</table>")
         if dev.steps:
-            body.append("<h3>Per step</h3><table><tr><th>step</th><th>peak allocated</th><th>allocated at end</th>"
-                        "<th>allocations</th><th>bytes allocated</th></tr>")
-            body += [f"<tr><td>{s.index}</td><td>{esc(binary(s.peak_allocated_bytes))}</td>"
-                     f"<td>{esc(binary(s.end_allocated_bytes))}</td><td>{s.allocations:,}</td>"
-                     f"<td>{esc(binary(s.allocated_bytes))}</td></tr>" for s in dev.steps]
+            head, rows = step_table(dev)
+            body.append("<h3>Per step</h3><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
+            body += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
             body.append("</table>")
         body += [f"<p><b>OOM: {esc(o.verdict)}</b>: {esc(o.explanation)}</p>" for o in dev.ooms]
     if findings:

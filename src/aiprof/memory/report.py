@@ -41,6 +41,12 @@ class StepMemory(msgspec.Struct):
     allocated_bytes: int
     segment_allocs: int
     segment_frees: int
+    # where the source has reserved bytes (a snapshot, GPU Kineto): the step's highest reserved, and
+    # reserved − allocated at the step's allocated peak
+    peak_reserved_bytes: int | None = None
+    fragmentation_at_peak_bytes: int | None = None
+    # from the capture's memory_stats() samples (one after each step): num_alloc_retries during the step
+    alloc_retries: int | None = None
 
 
 class LeakTrend(msgspec.Struct):

@@ -207,7 +207,7 @@ def html_section(doc: Report) -> str:
     rank = memory_rank(doc)
     if rank is None or not isinstance(rank.memory, MemoryReport):
         return ""
-    from aiprof.memory.render import icicle_svg, timeline_svg
+    from aiprof.memory.render import icicle_svg, step_table, timeline_svg
 
     mem = rank.memory
     who = f"Rank {rank.rank}: " if len(doc.ranks) > 1 else ""
@@ -230,9 +230,8 @@ def html_section(doc: Report) -> str:
         parts.append(_table(("category", "site", "live at the peak"),
                             [(g.category, g.site, binary(g.bytes)) for g in dev.live_at_peak[:TOP_SITES * 2]]))
         if dev.steps:
-            parts.append("<h4>Per step</h4>" + _table(("step", "peak allocated", "allocated at end", "allocations"),
-                                [(str(s.index), binary(s.peak_allocated_bytes), binary(s.end_allocated_bytes),
-                                  f"{s.allocations:,}") for s in dev.steps[: common.ROW_CAP_FIRST]]))
+            head, step_rows = step_table(dev)
+            parts.append("<h4>Per step</h4>" + _table(tuple(head), [tuple(r) for r in step_rows[: common.ROW_CAP_FIRST]]))
     found = memory_findings(doc)
     if found:
         parts.append("<p>Memory findings (the <code>mem_*</code> rules save bytes; <code>allocator_churn</code> and "
