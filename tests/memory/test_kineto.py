@@ -13,6 +13,8 @@ from aiprof.memory.model import MemoryInputError
 from aiprof.memory.report import MemoryReport
 from aiprof.rules.memory_findings import memory_findings
 
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
 
 def _mem(ts: float, nbytes: int, addr: int, total: int | None = None, reserved: int | None = None, dev: int = 0) -> dict[str, Any]:
     args: dict[str, Any] = {"Bytes": nbytes, "Addr": addr, "Device Type": 1, "Device Id": dev}
@@ -102,6 +104,36 @@ def test_leak_finding_names_the_site(leak: tuple[Path, MemoryReport]) -> None:
     found = [f for f in memory_findings(report) if f.id == "mem_leak"]
     assert len(found) == 1
     assert "keep_for_later" in found[0].title and found[0].evidence["est_saving_bytes"] > 0
+
+
+@pytest.mark.torch
+def test_leak_saving_is_what_the_fix_frees(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # the fix: the same run without keeping a copy of each step's output (the "activation" story is exactly
+    # the leak story without the keep); the estimate must be within 30 % of the drop of the peak
+    _, leaky = _recorded(tmp_path_factory, "leak", steps=4)
+    _, fixed = _recorded(tmp_path_factory, "activation", steps=4)
+    saved = leaky.devices[0].peak_allocated_bytes - fixed.devices[0].peak_allocated_bytes
+    (found,) = [f for f in memory_findings(leaky) if f.id == "mem_leak"]
+    estimate = found.evidence["est_saving_bytes"]
+    assert saved > 0 and abs(estimate - saved) <= 0.3 * saved
+
+
+@pytest.mark.torch
+def test_activation_saving_is_what_checkpointing_frees(tmp_path: Path) -> None:
+    # the fix the finding names, applied: checkpoint_sequential with its segment count (bench/memory_activation.py)
+    pytest.importorskip("torch")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("memory_activation_bench", BENCH / "memory_activation.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    before = analyze_memory(load_memory(bench.record(tmp_path / "before.json", 2048, 128, 4, None)))
+    (found,) = [f for f in memory_findings(before) if f.id == "mem_activation_dominant"]
+    segments = int(found.evidence["segments"])
+    after = analyze_memory(load_memory(bench.record(tmp_path / "after.json", 2048, 128, 4, segments)))
+    saved = before.devices[0].peak_allocated_bytes - after.devices[0].peak_allocated_bytes
+    assert saved > 0 and abs(found.evidence["est_saving_bytes"] - saved) <= 0.3 * saved
 
 
 @pytest.mark.torch

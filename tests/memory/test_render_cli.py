@@ -137,6 +137,6 @@ def test_analyze_memory_section_shows_the_carried_over_bytes(tmp_path: Path) -> 
     report = app.analyze([_cpu_trace(tmp_path / "t.json", carried=3 << 20)], app.AnalyzeOptions(memory="all"))
     text = " ".join(app.render(report, "terminal").split())  # the terminal wraps long lines
     assert f"left out: {binary(3 << 20)} carried over" in text and "earlier profiler sessions" in text
-    assert "frees ≈" in text and "grown during the recording" in text
+    assert "frees ≈" in text and "of the peak (more with every step)" in text
     assert f"warning: {tmp_path}" not in text  # the report names the input once
     assert "left out" in app.render(report, "html") and "earlier profiler sessions" in app.render(report, "md")

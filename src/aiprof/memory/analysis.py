@@ -135,11 +135,13 @@ def _device(
     by_cat = np.bincount(cats.astype(np.int64), weights=ev.block_size[live], minlength=len(CATEGORY_NAMES)) if live.size else np.zeros(len(CATEGORY_NAMES))
     if data.source == "timeline":  # no addresses: per-category running sums at the peak
         by_cat = np.bincount(ev.category[rows[: k + 1]].astype(np.int64), weights=delta[: k + 1], minlength=len(CATEGORY_NAMES))
-    groups: dict[tuple[int, str], int] = defaultdict(int)
+    groups: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])  # bytes, blocks
     sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row, cat, stack, size in zip(live.tolist(), cats.tolist(), ev.stack[live].tolist(), ev.block_size[live].tolist()):
         site = BEFORE_RECORDING if stack < 0 and row < data.seeded_blocks else site_of_stack[stack]
-        groups[(cat, site)] += size
+        group = groups[(cat, site)]
+        group[0] += size
+        group[1] += 1
         entry = sites[site]
         entry[0] += size
         entry[1] += 1
@@ -166,9 +168,10 @@ def _device(
         ],
         live_at_peak_by_site=[Site(s, v[0], v[1]) for s, v in sorted(sites.items(), key=lambda x: -x[1][0])[:TOP_SITES]],
         live_at_peak=[
-            LiveGroup(CATEGORY_NAMES[c], s, b) for (c, s), b in sorted(groups.items(), key=lambda x: -x[1])[:TOP_GROUPS]
+            LiveGroup(CATEGORY_NAMES[c], s, b, n)
+            for (c, s), (b, n) in sorted(groups.items(), key=lambda x: -x[1][0])[:TOP_GROUPS]
         ],
-        steps=steps, leak=_leak(data, device, rows, steps, free_of, site_of_stack),
+        steps=steps, leak=_leak(data, device, rows, steps, free_of, site_of_stack, peak_t),
         snapshot=_snapshot_state(data, device), ooms=_ooms(data, device, rows, cur, reserved, free_of, site_of_stack),
         timeline=_timeline(data, rows, delta, cur, reserved),
         carried_over_bytes=data.carried_over_bytes.get(device, 0),
@@ -260,7 +263,8 @@ def _retries_by_step(samples: list[dict[str, Any]], device: int) -> dict[int, in
 
 
 def _leak(
-    data: MemoryData, device: int, rows: np.ndarray, steps: list[StepMemory], free_of: np.ndarray, site_of_stack: list[str]
+    data: MemoryData, device: int, rows: np.ndarray, steps: list[StepMemory], free_of: np.ndarray,
+    site_of_stack: list[str], peak_t: int,
 ) -> LeakTrend | None:
     if len(steps) < 2:
         return None
@@ -282,9 +286,17 @@ def _leak(
         entry = sites[site_of_stack[stack]]
         entry[0] += size
         entry[1] += 1
+    # what the leak holds at the peak: made in a recorded step before the peak's step, never freed by the end
+    peak_step_start = next((st.start_ns for st in steps if st.start_ns <= peak_t <= st.end_ns), peak_t)
+    made = rows[(ev.action[rows] == int(Action.ALLOC)) & (rows >= data.seeded_blocks)
+                & (ev.t_ns[rows] >= steps[0].start_ns) & (ev.t_ns[rows] < peak_step_start)]
+    g = free_of[made]
+    held = made[(g < 0) | (ev.t_ns[np.maximum(g, 0)] > max(last_end, peak_t))]
+    held = held[~np.isin(ev.category[held], [Category.PARAMETER, Category.OPTIMIZER_STATE, Category.GRADIENT])]
     return LeakTrend(
         end_of_step_bytes=ends, growth_bytes_per_step=growth, longest_growth_run=best,
         sites=[Site(s, v[0], v[1]) for s, v in sorted(sites.items(), key=lambda x: -x[1][0])[:TOP_SITES]],
+        held_at_peak_bytes=int(ev.block_size[held].sum()),
     )
 
 

@@ -27,6 +27,7 @@ class LiveGroup(msgspec.Struct):
     category: str
     site: str
     bytes: int
+    count: int = 0  # blocks (0 in reports written before it was recorded)
 
 
 class StepMemory(msgspec.Struct):
@@ -56,6 +57,9 @@ class LeakTrend(msgspec.Struct):
     growth_bytes_per_step: int  # mean growth after the first step
     longest_growth_run: int  # most consecutive steps whose end-of-step allocated grew
     sites: list[Site]  # allocations made after the first step that are still live at the last step's end
+    # blocks made in a recorded step before the peak's step and still live at the last step's end (not
+    # parameters, optimizer state or gradients): what the leak adds to the peak, and what fixing it frees
+    held_at_peak_bytes: int = 0
 
 
 class SnapshotState(msgspec.Struct):
