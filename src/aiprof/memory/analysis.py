@@ -36,6 +36,7 @@ from aiprof.memory.report import (
     StepMemory,
     Timeline,
 )
+from aiprof.memory.units import binary
 
 TIMELINE_POINTS = 2000
 BEFORE_RECORDING = "(allocated before recording)"
@@ -343,11 +344,12 @@ def _ooms(
         fits_in_free = cached + oom.device_free_bytes >= oom.request_bytes
         verdict = "fragmentation" if fits_in_free and (largest is None or largest < oom.request_bytes) else "capacity"
         if verdict == "fragmentation":
-            why = (f"{cached + oom.device_free_bytes} bytes were free ({cached} cached in the allocator, "
-                   f"{oom.device_free_bytes} on the device) but no free block holds {oom.request_bytes} bytes")
+            why = (f"{binary(cached + oom.device_free_bytes)} was free ({binary(cached)} cached in the allocator, "
+                   f"{binary(oom.device_free_bytes)} on the device) but no free block holds the "
+                   f"{binary(oom.request_bytes)} asked for")
         else:
-            why = (f"live memory ({allocated} bytes) plus the request ({oom.request_bytes}) exceed what the device "
-                   f"could give: {cached} cached free + {oom.device_free_bytes} device free")
+            why = (f"live memory ({binary(allocated)}) plus the request ({binary(oom.request_bytes)}) exceed what the "
+                   f"device could give: {binary(cached)} cached free + {binary(oom.device_free_bytes)} device free")
         out.append(OomVerdict(
             t_ns=oom.t_ns, verdict=verdict, request_bytes=oom.request_bytes, device_free_bytes=oom.device_free_bytes,
             allocated_bytes=allocated, reserved_bytes=res, cached_free_bytes=cached, largest_free_block_bytes=largest,
