@@ -83,3 +83,60 @@ def test_cli_shared_snapshot_with_device_memory(traces_dir: Path, capsys: pytest
     ids = {f["id"] for f in doc["findings"]}
     assert {"mem_near_capacity", "mem_activation_dominant"} <= ids
     assert "mem_underused" not in ids
+
+
+def _cpu_trace(path: Path, carried: int) -> Path:
+    """Four CPU steps, each keeping 1 KiB (a leak) and freeing a 512 B temporary; the profiler's counter
+    starts at ``carried`` bytes that the trace never frees (a later CPU profiler session)."""
+    events: list[dict[str, object]] = []
+    total = carried
+
+    def mem(ts: float, nbytes: int, addr: int) -> None:
+        nonlocal total
+        total += nbytes
+        events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+                       "ts": ts, "args": {"Bytes": nbytes, "Addr": addr, "Device Type": 0, "Device Id": -1,
+                                          "Total Allocated": total, "Total Reserved": 0}})
+
+    for k in range(4):
+        t0 = 100.0 * k
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1,
+                       "ts": t0, "dur": 90.0})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 1, "dur": 80.0})
+        mem(t0 + 10, 1024, 1000 + k)
+        mem(t0 + 20, 512, 9000)
+        mem(t0 + 30, -512, 9000)
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_reports_label_totals_per_step_and_what_bytes_are_freed(tmp_path: Path) -> None:
+    from aiprof.rules.memory_findings import memory_findings
+
+    report = analyze_memory(load_memory(_cpu_trace(tmp_path / "t.json", carried=3 << 20)))
+    (dev,) = report.devices
+    assert dev.carried_over_bytes == 3 << 20 and dev.peak_allocated_bytes == 4 * 1024 + 512
+    findings = memory_findings(report)
+    leak = next(f for f in findings if f.id == "mem_leak")
+    assert leak.evidence["saving_scope"]
+    text = render_terminal(report, findings)
+    assert f"left out: CPU counter carried over  {binary(3 << 20)}" in text
+    assert "allocations, whole recording" in text and "in all)" in text
+    assert "segment allocs" not in text  # Kineto has no segment events: no "0 / 0" row
+    assert "per step:" in text and "bytes allocated" in text
+    assert f"frees ≈ {binary(leak.evidence['est_saving_bytes'])} {leak.evidence['saving_scope']}" in text
+    md_text = render_markdown(report, findings)
+    assert "### Per step" in md_text and "| bytes allocated |" in md_text and "frees ≈" in md_text
+    page = render_html(report, findings)
+    assert "Per step" in page and "0 ms" in page and "whole recording" in page
+
+
+def test_analyze_memory_section_shows_the_carried_over_bytes(tmp_path: Path) -> None:
+    from aiprof import app
+
+    report = app.analyze([_cpu_trace(tmp_path / "t.json", carried=3 << 20)], app.AnalyzeOptions(memory="all"))
+    text = " ".join(app.render(report, "terminal").split())  # the terminal wraps long lines
+    assert f"left out: {binary(3 << 20)} carried over" in text and "earlier profiler sessions" in text
+    assert "frees ≈" in text and "of the peak (more with every step)" in text
+    assert f"warning: {tmp_path}" not in text  # the report names the input once
+    assert "left out" in app.render(report, "html") and "earlier profiler sessions" in app.render(report, "md")

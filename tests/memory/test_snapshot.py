@@ -139,12 +139,14 @@ def test_oom_verdict_fragmentation(tmp_path: Path) -> None:
     assert oom.verdict == "fragmentation"
     assert oom.cached_free_bytes == 128 * MiB and oom.largest_free_block_bytes == 32 * MiB
     assert oom.top_sites and oom.top_sites[0].site == "train.py:10 forward"
+    assert "144.0 MiB was free (128.0 MiB cached" in oom.explanation and "100.0 MiB asked for" in oom.explanation
 
 
 def test_oom_verdict_capacity(tmp_path: Path) -> None:
     report = _oom_snapshot(tmp_path, 1024 * MiB, 16 * MiB, [2 * MiB] * 4)
     (oom,) = report.devices[0].ooms
     assert oom.verdict == "capacity" and oom.request_bytes == 1024 * MiB
+    assert "the request (1.00 GiB)" in oom.explanation and "16.00 MiB device free" in oom.explanation  # binary units
 
 
 # --- the streaming reader (aiprof.memory.stream) gives exactly what the plain unpickler gives ---------------

@@ -36,6 +36,7 @@ from aiprof.memory.report import (
     StepMemory,
     Timeline,
 )
+from aiprof.memory.units import binary
 
 TIMELINE_POINTS = 2000
 BEFORE_RECORDING = "(allocated before recording)"
@@ -135,18 +136,20 @@ def _device(
     by_cat = np.bincount(cats.astype(np.int64), weights=ev.block_size[live], minlength=len(CATEGORY_NAMES)) if live.size else np.zeros(len(CATEGORY_NAMES))
     if data.source == "timeline":  # no addresses: per-category running sums at the peak
         by_cat = np.bincount(ev.category[rows[: k + 1]].astype(np.int64), weights=delta[: k + 1], minlength=len(CATEGORY_NAMES))
-    groups: dict[tuple[int, str], int] = defaultdict(int)
+    groups: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])  # bytes, blocks
     sites: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for row, cat, stack, size in zip(live.tolist(), cats.tolist(), ev.stack[live].tolist(), ev.block_size[live].tolist()):
         site = BEFORE_RECORDING if stack < 0 and row < data.seeded_blocks else site_of_stack[stack]
-        groups[(cat, site)] += size
+        group = groups[(cat, site)]
+        group[0] += size
+        group[1] += 1
         entry = sites[site]
         entry[0] += size
         entry[1] += 1
     rounding = None
     if data.source == "snapshot" and live.size:
         rounding = int((ev.block_size[live] - ev.size[live]).clip(min=0).sum())
-    steps = _steps(data, device, rows, cur)
+    steps = _steps(data, device, rows, cur, reserved)
     cap = capacity if capacity is not None else data.capacity_bytes.get(device)
     return DeviceMemory(
         device="cpu" if device == CPU_DEVICE else f"cuda:{device}", device_index=device, capacity_bytes=cap,
@@ -166,11 +169,13 @@ def _device(
         ],
         live_at_peak_by_site=[Site(s, v[0], v[1]) for s, v in sorted(sites.items(), key=lambda x: -x[1][0])[:TOP_SITES]],
         live_at_peak=[
-            LiveGroup(CATEGORY_NAMES[c], s, b) for (c, s), b in sorted(groups.items(), key=lambda x: -x[1])[:TOP_GROUPS]
+            LiveGroup(CATEGORY_NAMES[c], s, b, n)
+            for (c, s), (b, n) in sorted(groups.items(), key=lambda x: -x[1][0])[:TOP_GROUPS]
         ],
-        steps=steps, leak=_leak(data, device, rows, steps, free_of, site_of_stack),
+        steps=steps, leak=_leak(data, device, rows, steps, free_of, site_of_stack, peak_t),
         snapshot=_snapshot_state(data, device), ooms=_ooms(data, device, rows, cur, reserved, free_of, site_of_stack),
         timeline=_timeline(data, rows, delta, cur, reserved),
+        carried_over_bytes=data.carried_over_bytes.get(device, 0),
     )
 
 
@@ -211,17 +216,28 @@ def _reserved_series(data: MemoryData, device: int, rows: np.ndarray) -> np.ndar
     return series
 
 
-def _steps(data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray) -> list[StepMemory]:
+def _steps(
+    data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray, reserved: np.ndarray | None
+) -> list[StepMemory]:
     ev = data.events
     out: list[StepMemory] = []
     t = ev.t_ns[rows]
+    retries = _retries_by_step(data.stats, device)
     for w in data.steps:
         lo = int(np.searchsorted(t, w.start_ns, side="left"))
         hi = int(np.searchsorted(t, w.end_ns, side="right"))
         before = int(cur[lo - 1]) if lo > 0 else 0
         inside = rows[lo:hi]
-        allocs = ev.action[inside] == int(Action.ALLOC)
+        allocs = (ev.action[inside] == int(Action.ALLOC)) & (inside >= data.seeded_blocks)  # not the seeds
         seg = (ev.device == device) & (ev.t_ns >= w.start_ns) & (ev.t_ns <= w.end_ns)
+        peak_reserved = frag = None
+        if reserved is not None and (hi > lo or lo > 0):
+            # the step's rows, with the state it starts in (the row before it) when it has one
+            first = lo - 1 if lo > 0 else lo
+            window = slice(first, max(hi, first + 1))
+            k = first + int(np.argmax(cur[window]))
+            peak_reserved = int(reserved[window].max())
+            frag = max(int(reserved[k]) - int(cur[k]), 0)
         out.append(StepMemory(
             index=w.index, start_ns=w.start_ns, end_ns=w.end_ns,
             peak_allocated_bytes=int(max(cur[lo:hi].max(), before)) if hi > lo else before,
@@ -229,12 +245,27 @@ def _steps(data: MemoryData, device: int, rows: np.ndarray, cur: np.ndarray) -> 
             allocations=int(allocs.sum()), allocated_bytes=int(ev.block_size[inside][allocs].sum()),
             segment_allocs=int(np.sum(seg & (ev.action == int(Action.SEGMENT_ALLOC)))),
             segment_frees=int(np.sum(seg & (ev.action == int(Action.SEGMENT_FREE)))),
+            peak_reserved_bytes=peak_reserved, fragmentation_at_peak_bytes=frag,
+            alloc_retries=retries.get(w.index),
         ))
     return out
 
 
+def _retries_by_step(samples: list[dict[str, Any]], device: int) -> dict[int, int]:
+    """``num_alloc_retries`` during each step: the capture samples the cumulative counter after every step
+    (``{"step": N, "device": d, "num_alloc_retries": …}``), so a step's retries are its sample less the
+    previous step's (a step whose previous sample is missing gets none)."""
+    counter: dict[int, int] = {}
+    for s in samples:
+        step, value, dev = s.get("step"), s.get("num_alloc_retries"), s.get("device", device)
+        if isinstance(step, int) and isinstance(value, int) and dev == device:
+            counter[step] = value
+    return {step: max(value - counter[step - 1], 0) for step, value in counter.items() if step - 1 in counter}
+
+
 def _leak(
-    data: MemoryData, device: int, rows: np.ndarray, steps: list[StepMemory], free_of: np.ndarray, site_of_stack: list[str]
+    data: MemoryData, device: int, rows: np.ndarray, steps: list[StepMemory], free_of: np.ndarray,
+    site_of_stack: list[str], peak_t: int,
 ) -> LeakTrend | None:
     if len(steps) < 2:
         return None
@@ -256,9 +287,17 @@ def _leak(
         entry = sites[site_of_stack[stack]]
         entry[0] += size
         entry[1] += 1
+    # what the leak holds at the peak: made in a recorded step before the peak's step, never freed by the end
+    peak_step_start = next((st.start_ns for st in steps if st.start_ns <= peak_t <= st.end_ns), peak_t)
+    made = rows[(ev.action[rows] == int(Action.ALLOC)) & (rows >= data.seeded_blocks)
+                & (ev.t_ns[rows] >= steps[0].start_ns) & (ev.t_ns[rows] < peak_step_start)]
+    g = free_of[made]
+    held = made[(g < 0) | (ev.t_ns[np.maximum(g, 0)] > max(last_end, peak_t))]
+    held = held[~np.isin(ev.category[held], [Category.PARAMETER, Category.OPTIMIZER_STATE, Category.GRADIENT])]
     return LeakTrend(
         end_of_step_bytes=ends, growth_bytes_per_step=growth, longest_growth_run=best,
         sites=[Site(s, v[0], v[1]) for s, v in sorted(sites.items(), key=lambda x: -x[1][0])[:TOP_SITES]],
+        held_at_peak_bytes=int(ev.block_size[held].sum()),
     )
 
 
@@ -305,11 +344,12 @@ def _ooms(
         fits_in_free = cached + oom.device_free_bytes >= oom.request_bytes
         verdict = "fragmentation" if fits_in_free and (largest is None or largest < oom.request_bytes) else "capacity"
         if verdict == "fragmentation":
-            why = (f"{cached + oom.device_free_bytes} bytes were free ({cached} cached in the allocator, "
-                   f"{oom.device_free_bytes} on the device) but no free block holds {oom.request_bytes} bytes")
+            why = (f"{binary(cached + oom.device_free_bytes)} was free ({binary(cached)} cached in the allocator, "
+                   f"{binary(oom.device_free_bytes)} on the device) but no free block holds the "
+                   f"{binary(oom.request_bytes)} asked for")
         else:
-            why = (f"live memory ({allocated} bytes) plus the request ({oom.request_bytes}) exceed what the device "
-                   f"could give: {cached} cached free + {oom.device_free_bytes} device free")
+            why = (f"live memory ({binary(allocated)}) plus the request ({binary(oom.request_bytes)}) exceed what the "
+                   f"device could give: {binary(cached)} cached free + {binary(oom.device_free_bytes)} device free")
         out.append(OomVerdict(
             t_ns=oom.t_ns, verdict=verdict, request_bytes=oom.request_bytes, device_free_bytes=oom.device_free_bytes,
             allocated_bytes=allocated, reserved_bytes=res, cached_free_bytes=cached, largest_free_block_bytes=largest,

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from aiprof.memory.model import CPU_DEVICE, Action, EventTable, Frame, MemoryData, MemoryInputError, Window, pair_rows
+from aiprof.memory.units import binary
 
 _STEP = re.compile(r"ProfilerStep#(\d+)")
 _PYFRAME = re.compile(r"(.*)\((\d+)\): (.*)")
@@ -223,8 +224,24 @@ def _phases(steps: list[Window], backward: list[tuple[int, int]], optimizer: lis
     return phases
 
 
+def _carried_over_warning(what: str, before: int, freed: int, rest: int) -> str:
+    held = f" ({binary(freed)} that it frees counts as held at its start)" if freed else ""
+    return (
+        f"{what}: cpu: the profiler's Total Allocated starts at {binary(before)}, counted by earlier profiler "
+        f"sessions in this process{held}; {binary(rest)} never freed here is left out (the CPU counter keeps "
+        "blocks freed between sessions, which cannot be told from blocks still held)"
+    )
+
+
 def _seed(data: MemoryData, what: str) -> None:
-    """Add memory allocated before the profiler started, per device, and rebuild missing totals."""
+    """Add memory allocated before the profiler started, per device, and rebuild missing totals.
+
+    A GPU's ``Total Allocated`` is the caching allocator's own figure: what it held before the first event is
+    seeded as one block (plus one per pre-existing block the trace frees). On CPU it is a counter that only
+    moves while a profiler session records memory, so it starts at 0 in a process's first session and, in a
+    later one, at what earlier sessions counted and did not see freed: blocks still held, and blocks freed
+    while no session ran (which it never subtracts). Only what the trace proves was held (the blocks it frees
+    without having seen them allocated) is seeded there; the rest is ``carried_over_bytes``, left out."""
     ev = data.events
     totals = data.allocated_ns
     assert totals is not None
@@ -252,7 +269,10 @@ def _seed(data: MemoryData, what: str) -> None:
         before = int(totals[first]) - signed - int(np.sum(np.where(
             ev.action[: first] == Action.ALLOC, ev.size[: first], -ev.size[: first])[ev.device[: first] == device]))
         rest = before - pre_freed.get(device, 0)
-        if rest > 0:
+        if rest > 0 and device == CPU_DEVICE:
+            data.carried_over_bytes[device] = rest
+            data.warnings.append(_carried_over_warning(what, before, pre_freed.get(device, 0), rest))
+        elif rest > 0:
             seeds.append((device, -1, rest))
     if missing:
         data.warnings.append(

@@ -200,6 +200,9 @@ class MemoryData:
     allocated_ns: I64 | None = None  # Kineto: Total Allocated per row (-1 unknown)
     ooms: list[OomRecord] = field(default_factory=list)
     seeded_blocks: int = 0  # allocations added for memory that existed before recording started
+    # CPU Kineto: bytes the profiler's Total Allocated carried over from earlier profiler sessions in the
+    # process that the trace never frees (held blocks and blocks freed while no session ran, inseparable)
+    carried_over_bytes: dict[int, int] = field(default_factory=dict)
     torch_categories: bool = False  # the category column came from torch's own profiler
     stats: list[dict[str, Any]] = field(default_factory=list)  # capture: memory_stats() per step
     warnings: list[str] = field(default_factory=list)

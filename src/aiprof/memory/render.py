@@ -49,13 +49,46 @@ def to_json(report: MemoryReport, findings: Sequence[Finding]) -> bytes:
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 
+def saving_text(f: Finding | Any) -> str:
+    """``frees ≈ 704.0 KiB of the peak``: a memory finding's bytes and what they are bytes of (the rule's
+    ``saving_scope``), "" when it frees nothing. Takes a :class:`Finding` or a report's ``FindingRecord``."""
+    value = f.evidence.get("est_saving_bytes")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        return ""
+    scope = f.evidence.get("saving_scope")
+    return f"frees ≈ {binary(int(value))}" + (f" {scope}" if isinstance(scope, str) and scope else "")
+
+
+def step_table(dev: DeviceMemory) -> tuple[list[str], list[list[str]]]:
+    """The per-step table's header and rows (sizes in binary units); the reserved and retries columns only
+    where the source has them."""
+    reserved = any(s.peak_reserved_bytes is not None for s in dev.steps)
+    retries = any(s.alloc_retries is not None for s in dev.steps)
+    head = ["step", "peak allocated", "allocated at end", "allocations", "bytes allocated"]
+    head += ["peak reserved", "reserved − allocated at peak"] if reserved else []
+    head += ["retries"] if retries else []
+    rows = []
+    for s in dev.steps:
+        row = [str(s.index), binary(s.peak_allocated_bytes), binary(s.end_allocated_bytes), f"{s.allocations:,}",
+               binary(s.allocated_bytes)]
+        if reserved:
+            row += [binary(s.peak_reserved_bytes) if s.peak_reserved_bytes is not None else "-",
+                    binary(s.fragmentation_at_peak_bytes) if s.fragmentation_at_peak_bytes is not None else "-"]
+        if retries:
+            row.append(str(s.alloc_retries) if s.alloc_retries is not None else "-")
+        rows.append(row)
+    return head, rows
+
+
 # ---------------------------------------------------------------------------------------------------
 # Terminal and Markdown share one list of lines
 # ---------------------------------------------------------------------------------------------------
 def _device_rows(dev: DeviceMemory) -> list[tuple[str, str]]:
     rows = [("peak allocated", binary(dev.peak_allocated_bytes) + (f" (step {dev.peak_step})" if dev.peak_step is not None else ""))]
-    rows.append(("  of which before recording", binary(dev.seed_bytes)))
-    rows.append(("  counting recorded events only", binary(dev.unseeded_peak_bytes)))
+    rows.append(("  held when recording started", binary(dev.seed_bytes)))
+    rows.append(("  peak of the recorded events alone", binary(dev.unseeded_peak_bytes)))
+    if dev.carried_over_bytes:
+        rows.append(("  left out: CPU counter carried over", binary(dev.carried_over_bytes)))
     if dev.peak_reserved_bytes is not None:
         rows.append(("peak reserved", binary(dev.peak_reserved_bytes)))
     if dev.fragmentation_at_peak_bytes is not None:
@@ -64,12 +97,13 @@ def _device_rows(dev: DeviceMemory) -> list[tuple[str, str]]:
         rows.append(("rounding loss at the peak", binary(dev.rounding_loss_at_peak_bytes)))
     if dev.capacity_bytes:
         rows.append(("device memory", binary(dev.capacity_bytes)))
-    rows.append(("allocations", f"{dev.allocations:,} ({binary(dev.allocated_bytes_total)})"))
-    rows.append(("segment allocs / frees", f"{dev.segment_allocs} / {dev.segment_frees}"))
+    rows.append(("allocations, whole recording", f"{dev.allocations:,} ({binary(dev.allocated_bytes_total)} in all)"))
+    if dev.snapshot or dev.segment_allocs or dev.segment_frees:  # Kineto records no segment events
+        rows.append(("segment allocs / frees, whole recording", f"{dev.segment_allocs:,} / {dev.segment_frees:,}"))
     if dev.snapshot:
         s = dev.snapshot
         rows.append(("segments at dump", f"{s.segments} ({s.large_segments} large, {s.small_segments} small)"))
-        rows.append(("  reserved = requested + rounding + cached free",
+        rows.append(("  at dump: reserved = requested + rounding + cached free",
                      f"{binary(s.reserved_bytes)} = {binary(s.requested_bytes)} + {binary(s.rounding_loss_bytes)} + {binary(s.cached_free_bytes)}"))
     return rows
 
@@ -89,11 +123,13 @@ def render_terminal(report: MemoryReport, findings: Sequence[Finding]) -> str:
                     for c in dev.live_at_peak_by_category]
         if dev.live_at_peak_by_site:
             out.append("  live at the peak, by site:")
-            out += [f"    {binary(s.bytes):>11}  {term(s.site)} ({s.count} blocks)" for s in dev.live_at_peak_by_site[:8]]
+            out += [f"    {binary(s.bytes):>11}  {term(s.site)} ({s.count} block{'' if s.count == 1 else 's'})"
+                    for s in dev.live_at_peak_by_site[:8]]
         if dev.steps:
-            out.append("  steps:   step   peak alloc    end alloc   allocs   alloc bytes")
-            out += [f"          {s.index:>5} {binary(s.peak_allocated_bytes):>12} {binary(s.end_allocated_bytes):>12} "
-                    f"{s.allocations:>8} {binary(s.allocated_bytes):>13}" for s in dev.steps]
+            head, rows = step_table(dev)
+            widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+            out.append("  per step:  " + "  ".join(h.rjust(w) for h, w in zip(head, widths)))
+            out += ["            " + "  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
         for oom in dev.ooms:
             out.append(f"  OOM ({oom.verdict}): {term(oom.explanation)}")
     if findings:
@@ -101,7 +137,7 @@ def render_terminal(report: MemoryReport, findings: Sequence[Finding]) -> str:
         out.append("findings:")
         for f in findings:
             out.append(f"  [{f.severity}] {f.id}: {term(f.title)}")
-            out.append(f"      saves ~{binary(int(f.evidence.get('est_saving_bytes', 0)))}; fix: {term(f.fix)}")
+            out.append(f"      {saving_text(f) or 'no bytes freed'}; fix: {term(f.fix)}")
     return "\n".join(out) + "\n"
 
 
@@ -116,13 +152,15 @@ def render_markdown(report: MemoryReport, findings: Sequence[Finding]) -> str:
             out += ["", "### Live at the peak", "", "| category | site | bytes |", "|---|---|---:|"]
             out += [f"| {md(g.category)} | {md(g.site)} | {md(binary(g.bytes))} |" for g in dev.live_at_peak[:20]]
         if dev.steps:
-            out += ["", "### Steps", "", "| step | peak allocated | end allocated | allocations |", "|---:|---:|---:|---:|"]
-            out += [f"| {s.index} | {binary(s.peak_allocated_bytes)} | {binary(s.end_allocated_bytes)} | {s.allocations} |" for s in dev.steps]
+            head, rows = step_table(dev)
+            out += ["", "### Per step", "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+            out += ["| " + " | ".join(r) + " |" for r in rows]
         for oom in dev.ooms:
             out += ["", f"**OOM: {md(oom.verdict)}**: {md(oom.explanation)}"]
     if findings:
         out += ["", "## Findings", ""]
-        out += [f"- **{md(f.id)}** ({f.severity}): {md(f.title)}. Fix: {md(f.fix)}" for f in findings]
+        out += [f"- **{md(f.id)}** ({f.severity}): {md(f.title)}; {md(saving_text(f) or 'no bytes freed')}. "
+                f"Fix: {md(f.fix)}" for f in findings]
     return "\n".join(out) + "\n"
 
 
@@ -162,13 +200,20 @@ def _timeline_svg(dev: DeviceMemory) -> str:
     px = x(dev.peak_t_ns)
     parts.append(f'<line x1="{px:.1f}" x2="{px:.1f}" y1="10" y2="{H - PAD + 10}" stroke="#000"/>')
     parts.append(f'<text x="{px + 4:.1f}" y="20" font-size="12">peak {esc(binary(dev.peak_allocated_bytes))}</text>')
-    parts.append(f'<text x="{PAD}" y="{H - 15}" font-size="11">{(t1 - t0) / 1e6:.1f} ms</text>')
-    parts.append(f'<text x="2" y="20" font-size="11">{esc(binary(top))}</text>')
+    # axes: time from the first event (0 at the left, the span at the right), bytes from 0 to the top
+    parts.append(f'<line x1="{PAD}" x2="{W - PAD}" y1="{H - PAD + 10}" y2="{H - PAD + 10}" stroke="#888"/>')
+    parts.append(f'<text x="{PAD}" y="{H - 24}" font-size="11">0 ms</text>')
+    parts.append(f'<text x="{W - PAD}" y="{H - 24}" font-size="11" text-anchor="end">{(t1 - t0) / 1e6:.1f} ms</text>')
+    parts.append(f'<text x="2" y="{y(top) + 4:.1f}" font-size="11">{esc(binary(top))}</text>')
+    parts.append(f'<text x="2" y="{H - PAD + 14}" font-size="11">0 B</text>')
     legend_x = PAD
     for name in tl.categories:
         parts.append(f'<rect x="{legend_x}" y="{H - 12}" width="10" height="10" fill="{COLORS.get(name, "#999")}"/>'
                      f'<text x="{legend_x + 13}" y="{H - 3}" font-size="11">{esc(name)}</text>')
         legend_x += 16 + 7 * len(name)
+    if tl.reserved_bytes:
+        parts.append(f'<line x1="{legend_x}" x2="{legend_x + 14}" y1="{H - 7}" y2="{H - 7}" stroke="#000" '
+                     f'stroke-dasharray="4 3"/><text x="{legend_x + 17}" y="{H - 3}" font-size="11">reserved</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -205,7 +250,7 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
     for dev in report.devices:
         body.append(f"<h2>{esc(dev.device)}</h2><table>")
         body += [f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in _device_rows(dev)]
-        body.append("</table><h3>Allocated over time, by category</h3>")
+        body.append("</table><h3>Allocated over time, by category (the whole recording)</h3>")
         body.append(_timeline_svg(dev))
         body.append("<h3>Live at the peak</h3>")
         body.append(_icicle_svg(dev))
@@ -213,10 +258,16 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
         body += [f"<tr><td>{esc(g.category)}</td><td>{esc(g.site)}</td><td>{esc(binary(g.bytes))}</td></tr>"
                  for g in dev.live_at_peak[:20]]
         body.append("</table>")
+        if dev.steps:
+            head, rows = step_table(dev)
+            body.append("<h3>Per step</h3><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
+            body += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows]
+            body.append("</table>")
         body += [f"<p><b>OOM: {esc(o.verdict)}</b>: {esc(o.explanation)}</p>" for o in dev.ooms]
     if findings:
         body.append("<h2>Findings</h2><ul>")
-        body += [f"<li><b>{esc(f.id)}</b> ({esc(f.severity)}): {esc(f.title)}. Fix: {esc(f.fix)}</li>" for f in findings]
+        body += [f"<li><b>{esc(f.id)}</b> ({esc(f.severity)}): {esc(f.title)}; {esc(saving_text(f) or 'no bytes freed')}. "
+                 f"Fix: {esc(f.fix)}</li>" for f in findings]
         body.append("</ul>")
     style = ("body{font-family:sans-serif;max-width:960px;margin:1em auto}table{border-collapse:collapse}"
              "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}.warn{color:#a60}")

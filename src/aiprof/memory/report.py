@@ -27,6 +27,7 @@ class LiveGroup(msgspec.Struct):
     category: str
     site: str
     bytes: int
+    count: int = 0  # blocks (0 in reports written before it was recorded)
 
 
 class StepMemory(msgspec.Struct):
@@ -41,6 +42,12 @@ class StepMemory(msgspec.Struct):
     allocated_bytes: int
     segment_allocs: int
     segment_frees: int
+    # where the source has reserved bytes (a snapshot, GPU Kineto): the step's highest reserved, and
+    # reserved − allocated at the step's allocated peak
+    peak_reserved_bytes: int | None = None
+    fragmentation_at_peak_bytes: int | None = None
+    # from the capture's memory_stats() samples (one after each step): num_alloc_retries during the step
+    alloc_retries: int | None = None
 
 
 class LeakTrend(msgspec.Struct):
@@ -50,6 +57,9 @@ class LeakTrend(msgspec.Struct):
     growth_bytes_per_step: int  # mean growth after the first step
     longest_growth_run: int  # most consecutive steps whose end-of-step allocated grew
     sites: list[Site]  # allocations made after the first step that are still live at the last step's end
+    # blocks made in a recorded step before the peak's step and still live at the last step's end (not
+    # parameters, optimizer state or gradients): what the leak adds to the peak, and what fixing it frees
+    held_at_peak_bytes: int = 0
 
 
 class SnapshotState(msgspec.Struct):
@@ -120,6 +130,9 @@ class DeviceMemory(msgspec.Struct):
     snapshot: SnapshotState | None
     ooms: list[OomVerdict]
     timeline: Timeline
+    # CPU Kineto only: bytes the profiler's "Total Allocated" counted before this trace that it never frees,
+    # left out of every figure (see docs/memory.md, "Peak allocated"); 0 elsewhere
+    carried_over_bytes: int = 0
 
 
 class AllocatorStats(msgspec.Struct):

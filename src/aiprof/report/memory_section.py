@@ -26,6 +26,7 @@ from aiprof.rules.finding import FindingRecord
 # The memory family's time-side rules (rules/memory.py): they save time, and their subject is memory.
 TIME_SIDE_RULES = ("allocator_churn", "memory_pressure")
 TOP_SITES = 5
+MAX_WARNINGS = 3  # the memory reader's warnings shown in the section (all are in the JSON)
 
 
 def html(text: object) -> str:
@@ -52,10 +53,23 @@ def memory_findings(doc: Report) -> list[FindingRecord]:
     return [f for f in doc.findings if is_memory_finding(f)]
 
 
+def _freed_text(f: FindingRecord) -> str:
+    """``frees ≈ 704.0 KiB of the peak`` (what the bytes are bytes of: the rule's ``saving_scope``)."""
+    from aiprof.memory.render import saving_text as memory_saving_text
+
+    return memory_saving_text(f)
+
+
 def saving_bytes(f: FindingRecord) -> int:
     """The bytes a memory finding's fix would free (``evidence['est_saving_bytes']``), 0 when it has none."""
     value = f.evidence.get("est_saving_bytes")
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _warnings(mem: MemoryReport) -> list[str]:
+    """The memory reader's first warnings, without the input's path in front (the report names it)."""
+    prefix = f"{mem.path}: "
+    return [w[len(prefix):] if w.startswith(prefix) else w for w in mem.warnings[:MAX_WARNINGS]]
 
 
 def _dominant(dev: DeviceMemory) -> tuple[str, int] | None:
@@ -98,7 +112,7 @@ def _leak_text(dev: DeviceMemory) -> str:
 
 def _finding_text(f: FindingRecord) -> str:
     saved = saving_bytes(f)
-    saving = common.saving_text(f) or (f"frees ≈ {binary(saved)}" if saved else "")
+    saving = common.saving_text(f) or (_freed_text(f) if saved else "")
     return f"{f.id}: {f.title}" + (f" ({saving})" if saving else "")
 
 
@@ -115,10 +129,13 @@ def terminal_lines(doc: Report) -> list[str]:
     mem = rank.memory
     who = f"rank {rank.rank}, " if len(doc.ranks) > 1 else ""
     lines = [f"Memory ({who}{mem.source}, categories {mem.categories_from})"]
+    lines += [f"  warning: {w}" for w in _warnings(mem)]
     for dev in mem.devices:
         lines.append(f"  {dev.device}: peak allocated {binary(dev.peak_allocated_bytes)}"
                      + (f" (step {dev.peak_step})" if dev.peak_step is not None else "")
                      + (f" of {binary(dev.capacity_bytes)}" if dev.capacity_bytes else ""))
+        if dev.carried_over_bytes:
+            lines.append(f"    left out: {binary(dev.carried_over_bytes)} carried over by the CPU profiler's counter")
         if dev.peak_reserved_bytes is not None:
             lines.append(f"    peak reserved {binary(dev.peak_reserved_bytes)}"
                          + (f"; reserved − allocated at the peak {binary(dev.fragmentation_at_peak_bytes)}"
@@ -137,7 +154,7 @@ def terminal_lines(doc: Report) -> list[str]:
     if found:
         first = found[0]
         saved = saving_bytes(first)
-        extra = common.saving_text(first) or (f"frees ≈ {binary(saved)}" if saved else "")
+        extra = common.saving_text(first) or (_freed_text(first) if saved else "")
         lines.append(f"  top memory finding: {first.id}" + (f" ({extra})" if extra else "")
                      + (f", +{len(found) - 1} more" if len(found) > 1 else ""))
         lines.append(f"    {first.title}")
@@ -156,6 +173,7 @@ def markdown_lines(doc: Report) -> list[str]:
     who = f" (rank {rank.rank})" if len(doc.ranks) > 1 else ""
     out = ["", f"### Memory{who}", "",
            f"Source: {markdown(mem.source)}; categories {markdown(mem.categories_from)}.", "",
+           *(line for w in _warnings(mem) for line in (f"> warning: {markdown(w)}", "")),
            "| device | peak allocated | peak reserved | reserved − allocated at peak | dominant at peak | top site |",
            "|---|---:|---:|---:|---|---|"]
     for dev in mem.devices:
@@ -189,28 +207,31 @@ def html_section(doc: Report) -> str:
     rank = memory_rank(doc)
     if rank is None or not isinstance(rank.memory, MemoryReport):
         return ""
-    from aiprof.memory.render import icicle_svg, timeline_svg
+    from aiprof.memory.render import icicle_svg, step_table, timeline_svg
 
     mem = rank.memory
     who = f"Rank {rank.rank}: " if len(doc.ranks) > 1 else ""
     parts = [f"<p>{html(who)}source {html(mem.source)}, categories {html(mem.categories_from)}; "
              "binary units (1 GiB = 2<sup>30</sup> bytes).</p>"]
+    parts += [f"<p>warning: {html(w)}</p>" for w in _warnings(mem)]
     for dev in mem.devices:
         parts.append(f"<h3>{html(dev.device)}</h3>")
         rows = [("peak", _peak_line(dev)), ("at the peak", _dominant_text(dev))]
+        if dev.carried_over_bytes:
+            rows.append(("left out", f"{binary(dev.carried_over_bytes)} carried over by the CPU profiler's counter "
+                                     "from earlier sessions (see the warning)"))
         leak = _leak_text(dev)
         if leak:
             rows.append(("across steps", leak))
         rows += [(f"OOM ({o.verdict})", o.explanation) for o in dev.ooms[:3]]
         parts.append(_table(("measure", "value"), rows))
-        parts.append("<h4>Allocated over time, by category</h4>" + timeline_svg(dev))
+        parts.append("<h4>Allocated over time, by category (the whole recording)</h4>" + timeline_svg(dev))
         parts.append("<h4>Live at the peak</h4>" + icicle_svg(dev))
         parts.append(_table(("category", "site", "live at the peak"),
                             [(g.category, g.site, binary(g.bytes)) for g in dev.live_at_peak[:TOP_SITES * 2]]))
         if dev.steps:
-            parts.append(_table(("step", "peak allocated", "end allocated", "allocations"),
-                                [(str(s.index), binary(s.peak_allocated_bytes), binary(s.end_allocated_bytes),
-                                  f"{s.allocations:,}") for s in dev.steps[: common.ROW_CAP_FIRST]]))
+            head, step_rows = step_table(dev)
+            parts.append("<h4>Per step</h4>" + _table(tuple(head), [tuple(r) for r in step_rows[: common.ROW_CAP_FIRST]]))
     found = memory_findings(doc)
     if found:
         parts.append("<p>Memory findings (the <code>mem_*</code> rules save bytes; <code>allocator_churn</code> and "

@@ -33,9 +33,11 @@ class MemoryRuleOptions:
 
 def _finding(
     rule_id: str, title: str, dev: DeviceMemory, saving_bytes: int, evidence: dict[str, object], fix: str,
-    formula: str, confidence: str = "medium", severity: str = "low",
+    formula: str, confidence: str = "medium", severity: str = "low", scope: str = "",
 ) -> Finding:
-    evidence = {"est_saving_bytes": int(max(saving_bytes, 0)), **evidence}
+    """``scope`` says what the saved bytes are bytes of ("of the peak"), for the reports (evidence
+    ``saving_scope``: "frees ≈ 704.0 KiB of the peak")."""
+    evidence = {"est_saving_bytes": int(max(saving_bytes, 0)), **({"saving_scope": scope} if scope else {}), **evidence}
     return Finding(
         id=rule_id, title=title, severity=severity, est_saving_ns_per_step=0, share_of_step=0.0,
         saving_kind="estimate", saving_formula=formula, confidence=confidence, evidence=evidence, fix=fix,
@@ -66,6 +68,7 @@ def mem_near_capacity(report: MemoryReport, opts: MemoryRuleOptions) -> list[Fin
             "Make room before an OOM: activation checkpointing of the largest activation sites, bf16 autocast, or a "
             "smaller micro-batch with gradient accumulation.",
             "bytes above near_capacity_fraction × device memory", severity="medium",
+            scope=f"of the peak (down to {opts.near_capacity_fraction:.0%} of the device)",
         ))
     return out
 
@@ -93,14 +96,27 @@ def mem_fragmentation(report: MemoryReport, opts: MemoryRuleOptions) -> list[Fin
             {"fragmentation_at_peak_bytes": frag, "reserved_at_peak_bytes": reserved,
              "num_alloc_retries": retries, "expandable_segments": report.expandable_segments},
             fix, "reserved − allocated at the allocated peak (the cached memory no request could use)",
+            scope="of reserved memory at the peak",
         ))
     return out
 
 
 def checkpoint_segments(activation_blocks: int) -> int:
     """Segments for ``checkpoint_sequential``: √n of the activation tensors live at the peak (≥ 4: with fewer,
-    the kept inputs, the uncheckpointed last segment and the recomputed one leave nothing to save)."""
+    the kept inputs and the uncheckpointed last segment leave little to save)."""
     return max(4, round(math.sqrt(max(activation_blocks, 1))))
+
+
+def checkpoint_saving(activation_bytes: int, blocks: int, segments: int) -> int:
+    """What ``checkpoint_sequential(model, s, x)`` frees at the peak, for ``blocks`` equal activations made one
+    after another (a chain of modules, one saved tensor each, A/n bytes apiece). torch's checkpoint_sequential
+    runs the first s − 1 segments of ⌊n/s⌋ modules checkpointed (each keeps only its input, one activation)
+    and the last segment, the rest, normally; at the end of the forward (the peak) that keeps
+    (s − 1) + (n − ⌊n/s⌋(s − 1)) activations, so it frees A/n × (s − 1)(⌊n/s⌋ − 1). The recompute in
+    backward holds one segment at a time, after the last segment's activations are freed."""
+    if blocks <= 0 or segments <= 1:
+        return 0
+    return max(int(activation_bytes * (segments - 1) * (blocks // segments - 1) / blocks), 0)
 
 
 def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
@@ -111,19 +127,22 @@ def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> li
         if dev.peak_allocated_bytes <= 0 or act < opts.activation_fraction * dev.peak_allocated_bytes:
             continue
         sites = [g for g in dev.live_at_peak if g.category == "activation"][:5]
-        blocks = sum(s.count for s in dev.live_at_peak_by_site if any(s.site == g.site for g in sites)) or len(sites)
+        blocks = sum(g.count for g in dev.live_at_peak if g.category == "activation")
+        if blocks <= 0:  # a report from before groups counted their blocks: the top sites' blocks
+            blocks = sum(s.count for s in dev.live_at_peak_by_site if any(s.site == g.site for g in sites)) or len(sites)
         segments = checkpoint_segments(blocks)
-        saving = int(act * (1 - 3 / segments))
+        saving = checkpoint_saving(act, blocks, segments)
         out.append(_finding(
             "mem_activation_dominant",
             f"{dev.device}: activations are {act / dev.peak_allocated_bytes:.0%} of the peak ({binary(act)})", dev, saving,
             {"activation_bytes": act, "peak_allocated_bytes": dev.peak_allocated_bytes,
-             "top_sites": [{"site": g.site, "bytes": g.bytes} for g in sites], "segments": segments},
+             "top_sites": [{"site": g.site, "bytes": g.bytes} for g in sites], "segments": segments, "activation_blocks": blocks},
             f"Checkpoint the layers around {', '.join(g.site for g in sites[:3])}: "
             f"torch.utils.checkpoint.checkpoint_sequential(model, {segments}, x, use_reentrant=False) or "
             "checkpoint(block, x, use_reentrant=False) per block; their activations are recomputed in backward.",
-            "activations × (1 − 3/s): of s segments, checkpoint_sequential keeps each segment's input (≈ A/s), runs "
-            "the last one uncheckpointed (A/s) and recomputes one at a time in backward (A/s)",
+            "A/n × (s − 1)(⌊n/s⌋ − 1) for A bytes in n activation blocks and s segments: checkpoint_sequential keeps "
+            "each checkpointed segment's input (one block) and the last segment's ⌊n/s⌋-or-more blocks",
+            scope="of the peak",
         ))
     return out
 
@@ -143,7 +162,7 @@ def mem_optimizer_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> lis
             "Shrink the optimizer state: 8-bit Adam (bitsandbytes.optim.AdamW8bit) keeps a quarter of it; across N "
             "ranks, shard it (ZeroRedundancyOptimizer, FSDP) to 1/N; or use a stateless/low-state optimizer (SGD, "
             "Adafactor).",
-            "optimizer state × 3/4 (fp32 moments → 8-bit moments)",
+            "optimizer state × 3/4 (fp32 moments → 8-bit moments)", scope="of the peak",
         ))
     return out
 
@@ -156,15 +175,20 @@ def mem_leak(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
         if leak is None or leak.longest_growth_run < opts.leak_min_growth_run or leak.growth_bytes_per_step <= 0:
             continue
         grown = leak.end_of_step_bytes[-1] - leak.end_of_step_bytes[1]
+        held = leak.held_at_peak_bytes  # what the leak adds to the peak (older reports: 0, use the growth)
         site = leak.sites[0].site if leak.sites else "?"
         out.append(_finding(
             "mem_leak",
-            f"{dev.device}: memory grows {binary(leak.growth_bytes_per_step)} per step (kept by {site})", dev, grown,
+            f"{dev.device}: memory grows {binary(leak.growth_bytes_per_step)} per step (kept by {site})", dev,
+            held if held > 0 else grown,
             {"growth_bytes_per_step": leak.growth_bytes_per_step, "longest_growth_run": leak.longest_growth_run,
              "end_of_step_bytes": leak.end_of_step_bytes, "sites": [{"site": s.site, "bytes": s.bytes} for s in leak.sites[:5]]},
             f"Release what {site} keeps across steps: store loss.item() or t.detach().cpu() instead of tensors, and "
             "clear lists and caches that grow per step.",
-            "growth of end-of-step allocated bytes after the first step", confidence="high", severity="medium",
+            "the leaked blocks live at the peak (made in an earlier recorded step, never freed by the last step's "
+            "end; not parameters, optimizer state or gradients); without them, the growth of end-of-step allocated "
+            "bytes after the first step", confidence="high", severity="medium",
+            scope="of the peak (more with every step)" if held > 0 else "grown during the recording, and growing",
         ))
     return out
 
@@ -182,7 +206,7 @@ def mem_non_pytorch(report: MemoryReport, opts: MemoryRuleOptions) -> list[Findi
         0, {"non_pytorch_bytes": stats.non_pytorch_bytes},
         "Check other processes on the device (nvidia-smi), NCCL buffers (NCCL_BUFFSIZE) and cuBLAS/cuDNN "
         "workspaces (CUBLAS_WORKSPACE_CONFIG); none of it can hold tensors.",
-        "NVML used − torch reserved, at its largest over the samples",
+        "NVML used − torch reserved, at its largest over the samples", scope="of device memory",
     )]
 
 
@@ -218,6 +242,7 @@ def mem_oom(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
                                     "cached_free_bytes": oom.cached_free_bytes, "device_free_bytes": oom.device_free_bytes,
                                     "top_sites": [{"site": s.site, "bytes": s.bytes} for s in oom.top_sites]},
                 f"{fix}; the largest live sites: {sites}.", "the failed request", confidence="high", severity="high",
+                scope="(the failed request's size)",
             ))
     return out
 
