@@ -436,7 +436,7 @@ def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]
         con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # Windows exports hold Latin-1 text
         db = _open(path, con)
         return _read(db, options)
-    except sqlite3.DatabaseError as err:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema page: undecodable text
         raise TraceError(
             f"{path}: the SQLite database cannot be read ({err}); is the file complete? re-export it with "
             "`nsys export --type sqlite`"
