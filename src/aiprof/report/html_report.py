@@ -157,7 +157,7 @@ class HtmlRenderer:
         if s.rank_count > 1:
             kpis.append((f"{s.rank_count}", f"ranks · slowest is rank {s.slowest_rank}"))
         if causes[top_cause] > 0:
-            kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), f"of a step idle on {top_cause}"))
+            kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), c.idle_share_label(doc, top_cause)))
         sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc.sources[:4])
         if len(doc.sources) > 4:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
@@ -217,8 +217,8 @@ class HtmlRenderer:
         per = mean_per_step(rank.totals, "breakdown_ns")
         mean = c.mean_step_ns(rank.totals)
         table = _table(
-            ["bucket", "mean per step", "share"],
-            [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
+            ["bucket", "mean per step", "share of step"],
+            [[esc(c.bucket_label(rank, b)), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
         )
         who = f"rank {rank.rank}, " if multi else ""
         more = (
@@ -228,8 +228,8 @@ class HtmlRenderer:
         )
         return (
             f'<p class="mute">{esc(who + rank.primary_device)}: every nanosecond of each step window in exactly one bucket.</p>'
-            + _legend(c.buckets(rank))
-            + svg.stacked_rows(rows, BUCKETS)
+            + _legend(rank, c.buckets(rank))
+            + svg.stacked_rows(rows, BUCKETS, names={b: c.bucket_label(rank, b) for b in BUCKETS})
             + more
             + table
             + _incomplete(rank)
@@ -283,13 +283,16 @@ class HtmlRenderer:
         ) + "; bars show the share of each time bin; thin lines are step boundaries."
         return (
             f'<p class="mute">{esc(note)}</p>'
-            + _legend()
+            + _legend(doc, c.buckets(doc))
             + "".join(strips)
             + svg.time_axis(total)
             + self._telemetry(doc, focus)
         )
 
     def _telemetry(self, doc: Report, focus: RankReport) -> str:
+        """The run directory's counters over the span the timeline shows (the focus rank's analysed
+        span), one chart per unit: samples outside the span are left out, each chart's y-axis says its
+        unit and scale, and a share of the machine never shares an axis with a share of one core."""
         tel = doc.telemetry
         ov = focus.timeline_overview
         if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
@@ -297,22 +300,26 @@ class HtmlRenderer:
         start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
         total = max(int(ov["end_ns"]) - int(ov["start_ns"]), 1)
         xs = [(int(t) - start) / total for t in tel.get("t_unix_ns") or []]
+        inside = sum(1 for x in xs if 0 <= x <= 1)
         series: dict[str, list[float | None]] = tel.get("series") or {}
+        source = f"from <code>{esc(tel.get('path', ''))}</code>"
+        if inside < 2:
+            return (
+                f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside '
+                f"the {esc(fmt_ms(total))} span: too few to chart ({source}; <code>aiprof run --telemetry-interval</code> "
+                "samples more often).</p>"
+            )
         charts = []
-        for label, keys, fmt, y_max in _telemetry_groups(series):
-            lines = {k: series[k] for k in keys}
-            chart = svg.line_chart(xs, lines, label, fmt, y_max=y_max)
+        for title, keys, fmt, axis, y_max in _telemetry_groups(series):
+            chart = svg.line_chart(xs, {k: series[k] for k in keys}, title, fmt, axis=axis, y_max=y_max)
             if chart:
-                legend = "".join(
-                    f'<span><i class="sw ln{i % 4}"></i>{esc(k)}</span>' for i, k in enumerate(keys)
-                )
+                legend = "".join(f'<span><i class="sw ln{i % 4}"></i>{esc(k)}</span>' for i, k in enumerate(keys))
                 charts.append(chart + f'<div class="legend" style="margin-left:12%">{legend}</div>')
         if not charts:
             return ""
-        inside = sum(1 for x in xs if 0 <= x <= 1)
         return (
-            f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside the span '
-            f"(from <code>{esc(tel.get('path', ''))}</code>).</p>" + "".join(charts)
+            f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">The {inside} of {len(xs)} samples that fall inside '
+            f"the span above ({source}), on its time axis.</p>" + "".join(charts)
         )
 
     # -------------------------------------------------------------------------------------------
@@ -345,11 +352,14 @@ class HtmlRenderer:
                     (esc(f"{top} {fmt_ms(causes[top])}") if causes[top] > 0 else "-", causes[top]),
                 ]
             )
-        head = ["rank", "device", "median step", "util", "compute", "comm", "idle", "top idle cause"]
+        head = ["rank", "device", "median step", "busy" if c.is_cpu(doc) else "util"]
+        head += [c.per_step(c.bucket_label(doc, b, short=True) if c.is_cpu(doc) else b[:4] if b == "communication" else b)
+                 for b in ("compute", "communication", "idle")]
+        head.append(c.per_step(c.top_cause_label(doc)))
         hidden = f'<p class="mute">{esc(c.hidden_ranks_text(capped.hidden))} (every rank is in the JSON report)</p>' if capped.hidden else ""
         return (
             '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
-            + _legend()
+            + _legend(doc, c.buckets(doc))
             + svg.stacked_rows(bars, BUCKETS)
             + self._sortable(head, rows, "minmax(6em,1fr) minmax(5em,auto) repeat(5,minmax(5.5em,auto)) minmax(9em,1.4fr)")
             + hidden
@@ -467,7 +477,7 @@ class HtmlRenderer:
         if not rows:
             return ""
         return self._sortable(
-            ["kernel", "calls", "total", "mean", "share", "SM eff.", "occupancy"],
+            ["kernel", "calls", c.total("time"), "mean /call", "share", "SM eff.", "occupancy"],
             rows,
             "minmax(16em,1fr) repeat(6,minmax(4.8em,auto))",
         )
@@ -476,23 +486,23 @@ class HtmlRenderer:
         ops, key = c.top_ops(rank, self.top)
         if not ops:
             return ""
+        # A CPU-only trace launched no GPU work: its GPU columns could only read 0, so they are left out.
+        cols = [("gpu_total_ns", "GPU incl. children"), ("gpu_self_ns", "GPU self")] if key == "gpu_total_ns" else []
+        cols += [("cpu_total_ns", "CPU incl. children"), ("cpu_self_ns", "CPU self")]
         rows = []
         for o in ops:
             rows.append(
                 [
                     (_name_cell(o.get("name"), o.get("input_shapes")), str(o.get("name"))),
                     (f"{int(o.get('count') or 0):,}", o.get("count") or 0),
-                    (fmt_ms(o.get("gpu_total_ns") or 0), o.get("gpu_total_ns") or 0),
-                    (fmt_ms(o.get("gpu_self_ns") or 0), o.get("gpu_self_ns") or 0),
-                    (fmt_ms(o.get("cpu_total_ns") or 0), o.get("cpu_total_ns") or 0),
-                    (fmt_ms(o.get("cpu_self_ns") or 0), o.get("cpu_self_ns") or 0),
                 ]
+                + [(fmt_ms(o.get(k) or 0), o.get(k) or 0) for k, _ in cols]
             )
         basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
-        return f'<p class="mute">By {esc(basis)}.</p>' + self._sortable(
-            ["op", "calls", "GPU total", "GPU self", "CPU total", "CPU self"],
+        return f'<p class="mute">By {esc(basis)}; every time is a total over the whole trace.</p>' + self._sortable(
+            ["op", "calls"] + [c.total(label) for _, label in cols],
             rows,
-            "minmax(16em,1fr) repeat(5,minmax(5.2em,auto))",
+            f"minmax(16em,1fr) repeat({len(cols) + 1},minmax(5.2em,auto))",
         )
 
     # -------------------------------------------------------------------------------------------
@@ -611,9 +621,12 @@ def _ranks(keys: list[Any]) -> list[int]:
     return out
 
 
-def _legend(shown: Sequence[str] | None = None) -> str:
+def _legend(doc_or_rank: Report | RankReport, shown: Sequence[str] | None = None) -> str:
+    """The colour key of the buckets shown, each under the name the report gives it (``c.bucket_label``)."""
     kept = [b for b in _LEGEND_BUCKETS if shown is None or b in shown]
-    return '<div class="legend">' + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in kept) + "</div>"
+    return '<div class="legend">' + "".join(
+        f'<span><i class="sw {b}"></i>{esc(c.bucket_label(doc_or_rank, b))}</span>' for b in kept
+    ) + "</div>"
 
 
 def _incomplete(rank: RankReport) -> str:
@@ -640,17 +653,21 @@ def _step_marks(rank: RankReport, ov: dict[str, Any]) -> list[float]:
     return marks[:200]
 
 
-def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, float | None]]:
-    """Which counters share a chart: CPU, GPU utilisation, memory, GPU memory, disk, network."""
+def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, str, float | None]]:
+    """Which counters share a chart, with the chart's unit (``svg`` formats), the y-axis label and a
+    fixed top of scale (None: from the data): counters share a chart only when they share a unit and a
+    meaning of 100 % (the machine's ``cpu_pct``, 100 = every core, and the process tree's
+    ``proc_cpu_pct``, 100 = one core, are two charts)."""
     keys = list(series)
     gpu_util = [k for k in keys if k.endswith("_util_pct") and k.startswith("gpu") and "mem" not in k]
-    groups: list[tuple[str, list[str], str, float | None]] = [
-        ("CPU", [k for k in ("cpu_pct", "proc_cpu_pct") if k in series], "pct", None),
-        ("GPU util", gpu_util[:4], "pct", 100.0),
-        ("memory", [k for k in ("mem_used_bytes", "tree_rss_bytes") if k in series], "bytes", None),
-        ("GPU memory", [k for k in keys if k.endswith("_mem_used_bytes") and k.startswith("gpu")][:4], "bytes", None),
-        ("disk", [k for k in ("disk_read_bytes_per_s", "disk_write_bytes_per_s") if k in series], "bytes_per_s", None),
-        ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", None),
+    groups: list[tuple[str, list[str], str, str, float | None]] = [
+        ("CPU, whole machine", [k for k in ("cpu_pct",) if k in series], "pct", "% of all cores", 100.0),
+        ("CPU, profiled processes", [k for k in ("proc_cpu_pct",) if k in series], "pct", "% of one core", None),
+        ("GPU utilization", gpu_util[:4], "pct", "% of time a kernel ran", 100.0),
+        ("memory", [k for k in ("mem_used_bytes", "tree_rss_bytes") if k in series], "bytes", "bytes", None),
+        ("GPU memory", [k for k in keys if k.endswith("_mem_used_bytes") and k.startswith("gpu")][:4], "bytes", "bytes", None),
+        ("disk", [k for k in ("disk_read_bytes_per_s", "disk_write_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
+        ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
     ]
     return [g for g in groups if g[1]]
 
