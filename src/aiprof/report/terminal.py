@@ -119,7 +119,7 @@ class TerminalRenderer:
         """One row per rank (shares of the rank's analysed time); past ``common.ROW_CAP_FIRST +
         ROW_CAP_LAST`` ranks, the first and last ones and an aggregate line (returned) for those between
         (the slowest rank is always shown). A CPU-only run says "busy"/"between ops", not util/idle."""
-        shown = [b for b in ("compute", "communication", "idle") if b in common.buckets(doc)]
+        shown: list[str] = [b for b in ("compute", "communication", "idle") if b in common.buckets(doc)]
         short = {"compute": "compute", "communication": "comm", "idle": "idle"}
         heads = [("rank", "right"), ("median step", "right"), ("busy" if common.is_cpu(doc) else "util", "right")]
         heads += [(common.bucket_label(doc, b, short=True) if common.is_cpu(doc) else short[b], "right") for b in shown]
