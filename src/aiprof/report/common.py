@@ -43,8 +43,9 @@ def fmt_bytes(n: float) -> str:
 
 
 def util_label(doc_or_rank: Report | RankReport) -> str:
-    """CPU-only traces are accounted on the CPU: say "CPU busy in ops", not "GPU utilization"."""
-    return "CPU busy in ops" if is_cpu(doc_or_rank) else "GPU utilization"
+    """CPU-only traces are accounted on the CPU: say "CPU busy" (in ops or in collectives: the share of
+    the step not between ops), not "GPU utilization"."""
+    return "CPU busy" if is_cpu(doc_or_rank) else "GPU utilization"
 
 
 def is_cpu(doc_or_rank: Report | RankReport) -> bool:

@@ -413,13 +413,13 @@ class HtmlRenderer:
                     (str(len(g["ranks"])), len(g["ranks"])),
                 ]
             )
-        head = ["collective", "group", "dtype", "message", "calls", "total", "mean", "busbw GB/s", "ranks"]
+        head = ["collective", "group", "dtype", "message", "calls", c.total("time"), "mean /call", "busbw GB/s", "ranks"]
         out = '<p class="mute">All ranks together; bus bandwidth by the NCCL-tests convention.</p>' + self._sortable(
             head, rows, "minmax(8em,1.3fr) repeat(8,minmax(4.5em,auto))"
         )
         if overlap_rows:
             out += "<h3>Communication hidden behind compute</h3>" + self._sortable(
-                ["rank", "device", "communication", "exposed", "overlapped"],
+                ["rank", "device", c.total("communication"), c.total("exposed"), "overlapped"],
                 overlap_rows,
                 "minmax(4em,1fr) repeat(4,minmax(6em,auto))",
             )
@@ -451,7 +451,7 @@ class HtmlRenderer:
             )
         note = roof.get("peaks_note") or ""
         table = self._sortable(
-            ["op (shapes)", "calls", "time", "class", "FLOP/byte", "of roof", "saving at roof"],
+            ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")],
             rows,
             "minmax(14em,1fr) repeat(6,minmax(5em,auto))",
         ) if rows else ""
@@ -527,6 +527,8 @@ class HtmlRenderer:
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
         compat = focus.compat
+        if isinstance(compat, dict) and c.is_cpu(focus):
+            compat = _without_empty(compat)  # a CPU has no kernels, copies or device utilization: no 0 rows
         if isinstance(compat, dict) and compat:
             out += "<details><summary>Peer-convention numbers (HTA, TraceLens, TensorBoard plugin)</summary>"
             out += _evidence(compat) + "</details>"
@@ -670,6 +672,28 @@ def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str,
         ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
     ]
     return [g for g in groups if g[1]]
+
+
+def _empty(v: Any) -> bool:
+    if v is None or v is False:
+        return True
+    if isinstance(v, (int, float)):
+        return v == 0
+    return isinstance(v, (str, dict, list)) and len(v) == 0
+
+
+def _without_empty(value: Any) -> Any:
+    """``value`` without the entries that say nothing: a peer's block it does not define
+    (``defined: false``), keys whose value is 0 / None / empty, and table columns that are so in every row."""
+    if isinstance(value, dict):
+        if value.get("defined") is False:
+            return {}
+        out = {k: _without_empty(v) for k, v in value.items() if k != "defined"}
+        return {k: v for k, v in out.items() if not _empty(v)}
+    if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+        keep = [k for k in dict.fromkeys(k for r in value for k in r) if not all(_empty(r.get(k)) for r in value)]
+        return [{k: r.get(k) for k in keep} for r in value]
+    return value
 
 
 def _short(name: str, n: int = 110) -> str:

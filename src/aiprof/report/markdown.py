@@ -97,7 +97,7 @@ def _top_tables(rank: RankReport, multi: bool) -> list[str]:
         out += [f"| {_cell(_clip(str(k.get('name'))))} | {_count(k)} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
     ops, key = common.top_ops(rank, 5)
     if ops:
-        label = common.total("GPU" if key == "gpu_total_ns" else "self CPU")
+        label = common.total("GPU time" if key == "gpu_total_ns" else "self CPU")
         out += ["", f"### Top ops{who}", "", f"| op | calls | {label} |", "|---|---:|---:|"]
         out += [f"| {_cell(_clip(str(o.get('name'))))} | {_count(o)} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
     return out

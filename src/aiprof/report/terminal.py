@@ -222,7 +222,7 @@ class TerminalRenderer:
             console.print(self._top_table("Top kernels (whole trace)", kernels, "total_ns", common.total("time")))
         ops, key = common.top_ops(rank, 5)
         if ops:
-            label = "GPU" if key == "gpu_total_ns" else "self CPU"
+            label = "GPU time" if key == "gpu_total_ns" else "self CPU"
             console.print(self._top_table("Top ops (whole trace)", ops, key, common.total(label)))
 
     def _top_table(self, title: str, rows: list[dict[str, Any]], key: str, label: str) -> Table:
