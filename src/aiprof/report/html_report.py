@@ -361,7 +361,7 @@ class HtmlRenderer:
             '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
             + _legend(doc, c.buckets(doc))
             + svg.stacked_rows(bars, BUCKETS)
-            + self._sortable(head, rows, "minmax(6em,1fr) minmax(5em,auto) repeat(5,minmax(5.5em,auto)) minmax(9em,1.4fr)")
+            + self._sortable(head, rows, "minmax(6em,1fr) " + _fixed_cols(head[1:-1]) + " minmax(9em,1.4fr)")
             + hidden
         )
 
@@ -415,13 +415,13 @@ class HtmlRenderer:
             )
         head = ["collective", "group", "dtype", "message", "calls", c.total("time"), "mean /call", "busbw GB/s", "ranks"]
         out = '<p class="mute">All ranks together; bus bandwidth by the NCCL-tests convention.</p>' + self._sortable(
-            head, rows, "minmax(8em,1.3fr) repeat(8,minmax(4.5em,auto))"
+            head, rows, "minmax(8em,1.3fr) " + _fixed_cols(head[1:])
         )
         if overlap_rows:
             out += "<h3>Communication hidden behind compute</h3>" + self._sortable(
                 ["rank", "device", c.total("communication"), c.total("exposed"), "overlapped"],
                 overlap_rows,
-                "minmax(4em,1fr) repeat(4,minmax(6em,auto))",
+                "minmax(4em,1fr) " + _fixed_cols(["device", c.total("communication"), c.total("exposed"), "overlapped"]),
             )
             if hidden_overlap:
                 out += f'<p class="mute">… {hidden_overlap:,} more rows (every rank is in the JSON report)</p>'
@@ -450,10 +450,11 @@ class HtmlRenderer:
                 ]
             )
         note = roof.get("peaks_note") or ""
+        head = ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")]
         table = self._sortable(
-            ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")],
+            head,
             rows,
-            "minmax(14em,1fr) repeat(6,minmax(5em,auto))",
+            "minmax(14em,1fr) " + _fixed_cols(head[1:]),
         ) if rows else ""
         if not chart and not table:
             return ""
@@ -476,10 +477,11 @@ class HtmlRenderer:
             )
         if not rows:
             return ""
+        head = ["kernel", "calls", c.total("time"), "mean /call", "share", "SM eff.", "occupancy"]
         return self._sortable(
-            ["kernel", "calls", c.total("time"), "mean /call", "share", "SM eff.", "occupancy"],
+            head,
             rows,
-            "minmax(16em,1fr) repeat(6,minmax(4.8em,auto))",
+            "minmax(16em,1fr) " + _fixed_cols(head[1:]),
         )
 
     def _ops(self, rank: RankReport) -> str:
@@ -487,8 +489,8 @@ class HtmlRenderer:
         if not ops:
             return ""
         # A CPU-only trace launched no GPU work: its GPU columns could only read 0, so they are left out.
-        cols = [("gpu_total_ns", "GPU incl. children"), ("gpu_self_ns", "GPU self")] if key == "gpu_total_ns" else []
-        cols += [("cpu_total_ns", "CPU incl. children"), ("cpu_self_ns", "CPU self")]
+        cols = [("gpu_total_ns", "GPU incl."), ("gpu_self_ns", "GPU self")] if key == "gpu_total_ns" else []
+        cols += [("cpu_total_ns", "CPU incl."), ("cpu_self_ns", "CPU self")]
         rows = []
         for o in ops:
             rows.append(
@@ -499,10 +501,10 @@ class HtmlRenderer:
                 + [(fmt_ms(o.get(k) or 0), o.get(k) or 0) for k, _ in cols]
             )
         basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
-        return f'<p class="mute">By {esc(basis)}; every time is a total over the whole trace.</p>' + self._sortable(
-            ["op", "calls"] + [c.total(label) for _, label in cols],
-            rows,
-            f"minmax(16em,1fr) repeat({len(cols) + 1},minmax(5.2em,auto))",
+        head = ["op", "calls"] + [c.total(label) for _, label in cols]
+        note = f"By {basis}; every time is a total over the whole trace (incl.: the op's children included)."
+        return f'<p class="mute">{esc(note)}</p>' + self._sortable(
+            head, rows, "minmax(16em,1fr) " + _fixed_cols(head[1:])
         )
 
     # -------------------------------------------------------------------------------------------
@@ -672,6 +674,12 @@ def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str,
         ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
     ]
     return [g for g in groups if g[1]]
+
+
+def _fixed_cols(heads: Sequence[str]) -> str:
+    """Fixed grid tracks for a sortable table's number columns, each as wide as its header (nowrap) or
+    a formatted number, whichever is wider: every row of the CSS grid then lines up with the header."""
+    return " ".join(f"{max(6.0, 0.6 * len(h) + 1.6):.1f}em" for h in heads)
 
 
 def _empty(v: Any) -> bool:
