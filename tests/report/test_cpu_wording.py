@@ -60,6 +60,7 @@ def test_cpu_buckets_say_what_they_mean(cpu_run: Path) -> None:  # noqa: F811
     for text in (terminal, markdown, visible_text(page)):
         assert "CPU busy in ops" in text and "between ops" in text
     assert "Between ops, by cause" in terminal and "Idle by cause" not in terminal
+    assert "Between ops, by cause" in visible_text(page) and not re.search(r"(?i)\bidle\b", visible_text(page, ("metadata",)))
     # One process, no collective: a communication row or column could only read 0.
     assert report.ranks[0].totals.breakdown_ns["communication"] == 0
     for text in (terminal, markdown, visible_text(page, drop_sections=("metadata",))):

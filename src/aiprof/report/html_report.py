@@ -102,7 +102,7 @@ class HtmlRenderer:
         sections = [
             ("findings", "Findings", self._findings(doc)),
             ("steps", "Step breakdown", self._steps(focus, multi)),
-            ("idle", "Idle causes", self._idle(focus)),
+            ("idle", "Between ops, by cause" if c.is_cpu(focus) else "Idle causes", self._idle(focus)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),

@@ -117,7 +117,8 @@ def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6)
     for i in range(ticks + 1):
         x = label_w + plot_w * i / ticks
         anchor = "start" if i == 0 else "end" if i == ticks else "middle"
-        out.append(f'<text x="{_n(x)}" y="12" text-anchor="{anchor}" class="lbl">{esc(fmt_ms(span_ns * i / ticks))}</text>')
+        tick = fmt_ms(span_ns * i / ticks) if i else "0"
+        out.append(f'<text x="{_n(x)}" y="12" text-anchor="{anchor}" class="lbl">{esc(tick)}</text>')
     out.append("</svg>")
     return "".join(out)
 
