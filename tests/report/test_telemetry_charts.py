@@ -13,6 +13,7 @@ import msgspec
 import pytest
 from browser import Browser, why_no_browser
 from cpu_runs import cpu_run  # noqa: F401 - the fixture
+from report_docs import document_of
 
 from aiprof import app
 from aiprof.report import svg
@@ -115,18 +116,22 @@ def test_too_few_samples_say_so(cpu_doc: Report) -> None:
 
 
 @pytest.mark.skipif(why_no_browser() is not None, reason=why_no_browser() or "")
-def test_labels_fit_in_the_browser(cpu_doc: Report, tmp_path: Path) -> None:
-    """The same, measured by Chromium: each label's box (getBBox) inside its chart's viewBox."""
+@pytest.mark.parametrize("key", ["cpu", "dlrm_8rank"])
+def test_labels_fit_in_the_browser(key: str, cpu_doc: Report, tmp_path: Path) -> None:
+    """Measured by Chromium: each label's box (getBBox) inside its chart's viewBox, for every chart of
+    the page (telemetry, step and rank bars, idle causes, timeline strips and axis)."""
+    doc = cpu_doc if key == "cpu" else document_of(key)
     page = tmp_path / "report.html"
-    page.write_text(app.render(cpu_doc, "html"))
+    page.write_text(app.render(doc, "html"))
     with Browser() as browser:
         browser.open(page)
+        # each label's rendered box (transforms such as a rotated axis title included) against its svg's box
         out = browser.evaluate(
-            "[...document.querySelectorAll('svg.chart.line')].map(s => {const v = s.viewBox.baseVal;"
-            " return [...s.querySelectorAll('text')].map(t => {const b = t.getBBox();"
-            " return [t.textContent, b.x, b.y, b.x + b.width, b.y + b.height, v.width, v.height];});})"
+            "[...document.querySelectorAll('svg.chart')].map(s => {const c = s.getBoundingClientRect();"
+            " return [...s.querySelectorAll('text')].map(t => {const b = t.getBoundingClientRect();"
+            " return [t.textContent, b.left - c.left, b.top - c.top, b.right - c.left, b.bottom - c.top, c.width, c.height];});})"
         )
-    assert out
+    assert len(out) >= 3
     for chart in out:
         for text, x0, y0, x1, y1, w, h in chart:
             assert x0 >= -0.5 and x1 <= w + 0.5 and y0 >= -0.5 and y1 <= h + 0.5, (text, x0, y0, x1, y1, w, h)

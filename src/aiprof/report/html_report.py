@@ -339,7 +339,7 @@ class HtmlRenderer:
             causes = mean_per_step(t, "idle_causes_ns")
             top = max(IDLE_CAUSES, key=lambda k: causes[k])
             tag = " (slowest)" if r.rank == slowest else ""
-            bars.append((f"rank {r.rank}{tag}", per, mean, fmt_ms(t.median_step_ns)))
+            bars.append((f"rank {r.rank}{tag}", per, mean, f"median {fmt_ms(t.median_step_ns)}"))
             rows.append(
                 [
                     (esc(f"{r.rank}{tag}"), r.rank),
@@ -358,9 +358,10 @@ class HtmlRenderer:
         head.append(c.per_step(c.top_cause_label(doc)))
         hidden = f'<p class="mute">{esc(c.hidden_ranks_text(capped.hidden))} (every rank is in the JSON report)</p>' if capped.hidden else ""
         return (
-            '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
+            '<p class="mute">Mean step per rank by bucket (the bars), median step on the right; the slowest rank '
+            "sets the pace for the others.</p>"
             + _legend(doc, c.buckets(doc))
-            + svg.stacked_rows(bars, BUCKETS)
+            + svg.stacked_rows(bars, BUCKETS, value_w=120, names={b: c.bucket_label(doc, b) for b in BUCKETS})
             + self._sortable(head, rows, "minmax(6em,1fr) " + _fixed_cols(head[1:-1]) + " minmax(9em,1.4fr)")
             + hidden
         )

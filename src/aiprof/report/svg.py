@@ -124,15 +124,16 @@ def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6)
 
 
 # Text metrics for laying out labels without a browser: the chart's font is 11 px (``.chart`` in the
-# page's CSS); no glyph of the fonts it falls back to is wider than ``CHAR_W`` at that size for the
-# characters charts print (digits, letters, "%", "/", "·"), so a label of n characters fits in n·CHAR_W.
+# page's CSS), whose glyphs average about 6 px for the text charts print (digits, lower-case words, "%",
+# "/", "·"); ``CHAR_W`` adds a margin, and labels are clipped to the room they have at that width.
+# tests/report/test_telemetry_charts.py measures the real boxes in Chromium.
 FONT_PX = 11
 CHAR_W = 7.0
 TITLE_H = 15  # the row above a line chart's plot that holds its title
 
 
 def text_width(text: str) -> float:
-    """An upper bound of ``text``'s width in the chart font (px)."""
+    """``text``'s width in the chart font (px), with a margin: what the layout reserves for it."""
     return CHAR_W * len(text)
 
 
