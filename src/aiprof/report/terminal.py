@@ -219,14 +219,16 @@ class TerminalRenderer:
     def _sections(self, console: Console, rank: RankReport) -> None:
         kernels = common.top_kernels(rank, 5)
         if kernels:
-            console.print(self._top_table("Top kernels (whole trace)", kernels, "total_ns", common.total("time")))
+            console.print(Text("Top kernels (whole trace)"))  # a line of its own: a table title wraps to the table's width
+            console.print(self._top_table(kernels, "total_ns", common.total("time")))
         ops, key = common.top_ops(rank, 5)
         if ops:
             label = "GPU time" if key == "gpu_total_ns" else "self CPU"
-            console.print(self._top_table("Top ops (whole trace)", ops, key, common.total(label)))
+            console.print(Text("Top ops (whole trace)"))
+            console.print(self._top_table(ops, key, common.total(label)))
 
-    def _top_table(self, title: str, rows: list[dict[str, Any]], key: str, label: str) -> Table:
-        table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    def _top_table(self, rows: list[dict[str, Any]], key: str, label: str) -> Table:
+        table = Table(box=None, pad_edge=False)
         table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 24)
         table.add_column("calls", justify="right")
         table.add_column(label, justify="right")
