@@ -66,7 +66,7 @@ class AnalyzeOptions:
 
 @dataclass(frozen=True)
 class RenderOptions:
-    """Terminal width (None: the terminal's, at most 100, or 80 when not a terminal), whether the text
+    """Terminal width (None: the terminal's, at most 100, or ``$COLUMNS`` else 80 when not a terminal), whether the text
     goes to a terminal (colour), and how many rows a roofline table shows."""
 
     width: int | None = None
@@ -456,7 +456,7 @@ def render(
         return _render_memory(mem, fmt)
     width = opts.width
     if width is None:
-        width = min(_terminal_columns(), 100) if opts.is_tty else 80
+        width = min(_terminal_columns(), 100) if opts.is_tty else _columns_env(80)
     width = max(width, 60)
     roof = _as_roofline(doc)
     if roof is not None:
@@ -540,6 +540,13 @@ def _render_memory(report: MemoryReport, fmt: str) -> str:
     if fmt not in RENDERERS:
         raise AiprofError(f"unknown format {fmt!r} for a memory report; use terminal, json, md or html")
     return str(RENDERERS[fmt](report, findings))
+
+
+def _columns_env(default: int) -> int:
+    """``$COLUMNS`` when it is a width (a pipe has no terminal to ask; the user may still say how wide
+    the text should be), else ``default``."""
+    text = os.environ.get("COLUMNS", "")
+    return min(int(text), 1000) if text.isdigit() and int(text) > 0 else default
 
 
 def _terminal_columns() -> int:

@@ -24,7 +24,8 @@ from aiprof.errors import AiprofError, AiprofWarning
 
 
 class Profile(contextlib.ContextDecorator):
-    """A capture of the enclosed code into a run directory. Re-entering starts a fresh run."""
+    """A capture of the enclosed code into a run directory (made by :func:`aiprof.profile`, whose help
+    lists every option with its meaning and default). Re-entering starts a fresh run."""
 
     def __init__(
         self,
@@ -158,9 +159,79 @@ class Profile(contextlib.ContextDecorator):
         rundir.update_meta(session.run_dir, write)
 
 
-def profile(out: str | os.PathLike[str] | None = None, **kwargs: Any) -> Profile:
-    """Profile a block (``with``), a function (decorator) or a notebook cell. See :class:`Profile`."""
-    return Profile(out, **kwargs)
+def profile(
+    out: str | os.PathLike[str] | None = None,
+    *,
+    schedule: Schedule | tuple[int, ...] | dict[str, int] | None = None,
+    record_shapes: bool = True,
+    profile_memory: bool = True,
+    with_stack: bool = False,
+    telemetry: bool = True,
+    telemetry_interval: float = 0.1,
+    step_marker: str | None = None,
+    auto_step: bool = True,
+    quiet: bool = False,
+    memory: bool = False,
+) -> Profile:
+    """Profile a block (``with``), a function (decorator) or a notebook cell into a run directory.
+
+    ::
+
+        with aiprof.profile(out="runs/exp1") as prof:
+            for batch in loader:
+                train_step(batch)
+                prof.step()          # or aiprof.step(); optimizer.step() also ends a step
+
+    Then ``aiprof analyze runs/exp1`` (or ``aiprof.app.analyze(["runs/exp1"])``). Inside a script started
+    by ``aiprof run``, ``profile()`` joins that capture (its ``step()`` marks steps; ``out`` and the
+    schedule are ignored, with a warning). Options, the same switches as ``aiprof run``:
+
+    out
+        The run directory to create (default None: ``./aiprof-runs/<time>-<script>/``). It is never
+        overwritten: a folder that already holds files is refused (the ranks of one ``torchrun`` job share it).
+    schedule
+        Which steps to record, as torch.profiler's schedule counted from the first step: a
+        :class:`aiprof.Schedule`, a ``(wait, warmup, active[, repeat[, skip_first]])`` tuple or a dict of
+        those names (default None: ``Schedule()``, wait 5, warm-up 2, record 4, once; the code must run
+        at least 11 steps).
+    record_shapes
+        Record the input shapes of ops: FLOPs, bytes and the roofline (default True).
+    profile_memory
+        Record allocator events: memory timeline and peak (default True).
+    with_stack
+        Record Python call stacks for source lines; costly per op (default False).
+    telemetry
+        Sample CPU, memory, disk, network and GPU (NVML) counters into ``telemetry.csv`` (default True).
+    telemetry_interval
+        Seconds between telemetry samples (default 0.1).
+    step_marker
+        What ends a step besides ``optimizer.step()``: an ``nn.Module`` class name (``"Model"``: each
+        forward of it is a step, for inference loops) or ``"module:function"`` (default None).
+    auto_step
+        Count every ``optimizer.step()`` as the end of a step (default True).
+    quiet
+        Do not print the run directory's path at the end (default False).
+    memory
+        CUDA allocator history around the recorded steps (dumped at the end and on OOM) and
+        ``memory_stats()`` per step; read it with ``aiprof memory RUN_DIR``. Implies ``profile_memory``
+        (default False).
+
+    Returns a :class:`Profile`: a context manager and decorator with ``step()`` and, once entered,
+    ``run_dir`` (the run directory's path). Raises :class:`aiprof.AiprofError` when torch is missing
+    or the run directory cannot be created."""
+    return Profile(
+        out,
+        schedule=schedule,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        telemetry=telemetry,
+        telemetry_interval=telemetry_interval,
+        step_marker=step_marker,
+        auto_step=auto_step,
+        quiet=quiet,
+        memory=memory,
+    )
 
 
 def step() -> None:

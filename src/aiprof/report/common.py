@@ -42,9 +42,10 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def util_label(doc: Report) -> str:
-    """CPU-only traces are accounted on the CPU: say "CPU busy", not "GPU utilization"."""
-    return "GPU utilization" if doc.summary.device_kind == "gpu" else "CPU busy"
+def util_label(doc_or_rank: Report | RankReport) -> str:
+    """CPU-only traces are accounted on the CPU: say "CPU busy" (in ops or in collectives: the share of
+    the step not between ops), not "GPU utilization"."""
+    return "CPU busy" if is_cpu(doc_or_rank) else "GPU utilization"
 
 
 def is_cpu(doc_or_rank: Report | RankReport) -> bool:
@@ -56,10 +57,52 @@ def is_cpu(doc_or_rank: Report | RankReport) -> bool:
 
 def buckets(doc_or_rank: Report | RankReport) -> tuple[str, ...]:
     """The buckets worth a row: a CPU has no copy engines, so ``memcpy`` and ``memset`` (always 0 there)
-    are left out of CPU-only reports."""
-    if is_cpu(doc_or_rank):
-        return tuple(b for b in BUCKETS if b not in ("memcpy", "memset"))
-    return BUCKETS
+    are left out of CPU-only reports, and so is ``communication`` when no rank communicated (a
+    single-process CPU run): no row or column that can only read 0."""
+    if not is_cpu(doc_or_rank):
+        return BUCKETS
+    ranks = doc_or_rank.ranks if isinstance(doc_or_rank, Report) else [doc_or_rank]
+    communicated = any(r.totals.breakdown_ns.get("communication", 0) > 0 for r in ranks)
+    return tuple(b for b in BUCKETS if b not in ("memcpy", "memset") and (communicated or b != "communication"))
+
+
+# What the buckets mean when the CPU is the device (docs/numbers.md, "CPU-only traces"): ``compute`` is
+# time inside CPU ops, ``idle`` the time between them (Python, data loading); "idle" alone would read as
+# an idle machine, and "utilization" as a GPU's.
+_CPU_BUCKET_LABELS = {"compute": "CPU busy in ops", "idle": "between ops"}
+_CPU_SHORT_LABELS = {"compute": "in ops", "idle": "between ops"}
+
+
+def bucket_label(doc_or_rank: Report | RankReport, bucket: str, short: bool = False) -> str:
+    """The name a report shows for a bucket: the bucket itself on a GPU, what it means on a CPU."""
+    if not is_cpu(doc_or_rank):
+        return bucket
+    return (_CPU_SHORT_LABELS if short else _CPU_BUCKET_LABELS).get(bucket, bucket)
+
+
+def idle_title(doc_or_rank: Report | RankReport) -> str:
+    """The heading of the idle-cause breakdown."""
+    return "Between ops, by cause" if is_cpu(doc_or_rank) else "Idle by cause"
+
+
+def top_cause_label(doc_or_rank: Report | RankReport) -> str:
+    """The column of a rank's largest idle cause."""
+    return "top cause between ops" if is_cpu(doc_or_rank) else "top idle cause"
+
+
+def idle_share_label(doc_or_rank: Report | RankReport, cause: str) -> str:
+    """The words after "15.1%" for the largest idle cause: "of a step idle on data_loading"."""
+    return f"of a step between ops in {cause}" if is_cpu(doc_or_rank) else f"of a step idle on {cause}"
+
+
+def per_step(label: str) -> str:
+    """A column of mean per-step durations: "compute /step"."""
+    return f"{label} /step"
+
+
+def total(label: str) -> str:
+    """A column of durations summed over the whole trace: "self CPU, total"."""
+    return f"{label}, total"
 
 
 def partial_note(doc: Report) -> str | None:
@@ -98,9 +141,24 @@ def focus_rank(doc: Report) -> RankReport:
     return next((r for r in doc.ranks if r.rank == slowest), doc.ranks[0])
 
 
+MEMORY_PREFIX = "mem_"  # memory findings save bytes, not time (pipeline.memory_last)
+
+
 def findings(doc: Report) -> list[FindingRecord]:
-    """Findings, most useful first: severity, then the saving per step."""
-    return sorted(doc.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), -f.est_saving_ns_per_step))
+    """Findings in the one order every format shows (the JSON's, the README's): highest estimated
+    saving per step first; notes with no saving (``info``) after every finding that saves time; ties by
+    severity then id; the memory findings (``mem_*``, they save bytes) last, most bytes first. The
+    pipeline ranks findings this way already (``rules.registry.rank_findings``, ``pipeline.memory_last``):
+    sorting again here only matters for a document assembled elsewhere, and keeps the terminal,
+    Markdown and HTML reports in the JSON's order."""
+    return sorted(doc.findings, key=finding_order)
+
+
+def finding_order(f: FindingRecord) -> tuple[bool, bool, float, int, str]:
+    """The sort key of :func:`findings`."""
+    memory = f.id.startswith(MEMORY_PREFIX)
+    saving = -_num(f.evidence.get("est_saving_bytes")) if memory else -float(f.est_saving_ns_per_step)
+    return (memory, f.severity == "info" and not memory, saving, SEVERITY_ORDER.get(f.severity, 9), "" if memory else f.id)
 
 
 def _num(value: Any) -> float:

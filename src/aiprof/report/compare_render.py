@@ -49,6 +49,7 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 80, is_tty: bool =
 def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
     """(what, before, after, change, percent) for the headline numbers and every bucket/cause."""
     s, m, u = cmp.step_time_ns, cmp.mean_step_time_ns, cmp.utilization
+    cpu = True if all(side.summary.device_kind == "cpu" for side in (cmp.before, cmp.after)) else None  # CPU words
     out = []
     used = cmp.steps_used
     if used is not None and cmp.step_time_change_pct is not None:
@@ -62,7 +63,7 @@ def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
         ("median step" + (", recorded" if used is not None and used.source != "recorded" else ""),
          fmt_ms(s.before), fmt_ms(s.after), _signed_ms(s.delta), f"{s.delta_pct:+.1f}%"),
         ("mean step", fmt_ms(m.before), fmt_ms(m.after), _signed_ms(m.delta), f"{m.delta_pct:+.1f}%"),
-        ("utilization", f"{100 * u.before:.1f}%", f"{100 * u.after:.1f}%", f"{100 * u.delta:+.1f} pt", ""),
+        ("utilization" if cpu is None else "CPU busy", f"{100 * u.before:.1f}%", f"{100 * u.after:.1f}%", f"{100 * u.delta:+.1f} pt", ""),
     ]
     for title, table, names in (("", cmp.breakdown_ns_per_step, BUCKETS), ("idle: ", cmp.idle_causes_ns_per_step, IDLE_CAUSES)):
         for n in names:

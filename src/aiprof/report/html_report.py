@@ -113,7 +113,7 @@ class HtmlRenderer:
         sections = [
             ("findings", "Findings", self._findings(doc)),
             ("steps", "Step breakdown", self._steps(focus, multi)),
-            ("idle", "Idle causes", self._idle(focus)),
+            ("idle", "Between ops, by cause" if c.is_cpu(focus) else "Idle causes", self._idle(focus)),
             ("wholerun", "Whole run", whole_run_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
@@ -171,7 +171,7 @@ class HtmlRenderer:
         if s.rank_count > 1:
             kpis.append((f"{s.rank_count}", f"ranks · slowest is rank {s.slowest_rank}"))
         if causes[top_cause] > 0:
-            kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), f"of a step idle on {top_cause}"))
+            kpis.append((fmt_pct(causes[top_cause] / max(mean, 1)), c.idle_share_label(doc, top_cause)))
         sources = "".join(f"<div><code>{esc(p)}</code></div>" for p in doc.sources[:4])
         if len(doc.sources) > 4:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
@@ -234,8 +234,8 @@ class HtmlRenderer:
         per = mean_per_step(rank.totals, "breakdown_ns")
         mean = c.mean_step_ns(rank.totals)
         table = _table(
-            ["bucket", "mean per step", "share"],
-            [[esc(b), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
+            ["bucket", "mean per step", "share of step"],
+            [[esc(c.bucket_label(rank, b)), fmt_ms(per[b]), fmt_pct(per[b] / max(mean, 1))] for b in c.buckets(rank)],
         )
         who = f"rank {rank.rank}, " if multi else ""
         more = (
@@ -245,8 +245,8 @@ class HtmlRenderer:
         )
         return (
             f'<p class="mute">{esc(who + rank.primary_device)}: every nanosecond of each step window in exactly one bucket.</p>'
-            + _legend(c.buckets(rank))
-            + svg.stacked_rows(rows, BUCKETS)
+            + _legend(rank, c.buckets(rank))
+            + svg.stacked_rows(rows, BUCKETS, names={b: c.bucket_label(rank, b) for b in BUCKETS})
             + more
             + table
             + _incomplete(rank)
@@ -327,13 +327,16 @@ class HtmlRenderer:
         ) + "; bars show the share of each time bin; thin lines are step boundaries."
         return (
             f'<p class="mute">{esc(note)}</p>'
-            + _legend()
+            + _legend(doc, c.buckets(doc))
             + "".join(strips)
             + svg.time_axis(total)
             + self._telemetry(doc, focus)
         )
 
     def _telemetry(self, doc: Report, focus: RankReport) -> str:
+        """The run directory's counters over the span the timeline shows (the focus rank's analysed
+        span), one chart per unit: samples outside the span are left out, each chart's y-axis says its
+        unit and scale, and a share of the machine never shares an axis with a share of one core."""
         tel = doc.telemetry
         ov = focus.timeline_overview
         if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
@@ -341,22 +344,26 @@ class HtmlRenderer:
         start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
         total = max(int(ov["end_ns"]) - int(ov["start_ns"]), 1)
         xs = [(int(t) - start) / total for t in tel.get("t_unix_ns") or []]
+        inside = sum(1 for x in xs if 0 <= x <= 1)
         series: dict[str, list[float | None]] = tel.get("series") or {}
+        source = f"from <code>{esc(tel.get('path', ''))}</code>"
+        if inside < 2:
+            return (
+                f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside '
+                f"the {esc(fmt_ms(total))} span: too few to chart ({source}; <code>aiprof run --telemetry-interval</code> "
+                "samples more often).</p>"
+            )
         charts = []
-        for label, keys, fmt, y_max in _telemetry_groups(series):
-            lines = {k: series[k] for k in keys}
-            chart = svg.line_chart(xs, lines, label, fmt, y_max=y_max)
+        for title, keys, fmt, axis, y_max in _telemetry_groups(series):
+            chart = svg.line_chart(xs, {k: series[k] for k in keys}, title, fmt, axis=axis, y_max=y_max)
             if chart:
-                legend = "".join(
-                    f'<span><i class="sw ln{i % 4}"></i>{esc(k)}</span>' for i, k in enumerate(keys)
-                )
+                legend = "".join(f'<span><i class="sw ln{i % 4}"></i>{esc(k)}</span>' for i, k in enumerate(keys))
                 charts.append(chart + f'<div class="legend" style="margin-left:12%">{legend}</div>')
         if not charts:
             return ""
-        inside = sum(1 for x in xs if 0 <= x <= 1)
         return (
-            f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside the span '
-            f"(from <code>{esc(tel.get('path', ''))}</code>).</p>" + "".join(charts)
+            f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">The {inside} of {len(xs)} samples that fall inside '
+            f"the span above ({source}), on its time axis.</p>" + "".join(charts)
         )
 
     # -------------------------------------------------------------------------------------------
@@ -376,7 +383,7 @@ class HtmlRenderer:
             causes = mean_per_step(t, "idle_causes_ns")
             top = max(IDLE_CAUSES, key=lambda k: causes[k])
             tag = " (slowest)" if r.rank == slowest else ""
-            bars.append((f"rank {r.rank}{tag}", per, mean, fmt_ms(t.median_step_ns)))
+            bars.append((f"rank {r.rank}{tag}", per, mean, f"median {fmt_ms(t.median_step_ns)}"))
             rows.append(
                 [
                     (esc(f"{r.rank}{tag}"), r.rank),
@@ -389,13 +396,17 @@ class HtmlRenderer:
                     (esc(f"{top} {fmt_ms(causes[top])}") if causes[top] > 0 else "-", causes[top]),
                 ]
             )
-        head = ["rank", "device", "median step", "util", "compute", "comm", "idle", "top idle cause"]
+        head = ["rank", "device", "median step", "busy" if c.is_cpu(doc) else "util"]
+        head += [c.per_step(c.bucket_label(doc, b, short=True) if c.is_cpu(doc) else b[:4] if b == "communication" else b)
+                 for b in ("compute", "communication", "idle")]
+        head.append(c.per_step(c.top_cause_label(doc)))
         hidden = f'<p class="mute">{esc(c.hidden_ranks_text(capped.hidden))} (every rank is in the JSON report)</p>' if capped.hidden else ""
         return (
-            '<p class="mute">Mean step per rank; the slowest rank sets the pace for the others.</p>'
-            + _legend()
-            + svg.stacked_rows(bars, BUCKETS)
-            + self._sortable(head, rows, "minmax(6em,1fr) minmax(5em,auto) repeat(5,minmax(5.5em,auto)) minmax(9em,1.4fr)")
+            '<p class="mute">Mean step per rank by bucket (the bars), median step on the right; the slowest rank '
+            "sets the pace for the others.</p>"
+            + _legend(doc, c.buckets(doc))
+            + svg.stacked_rows(bars, BUCKETS, value_w=120, names={b: c.bucket_label(doc, b) for b in BUCKETS})
+            + self._sortable(head, rows, "minmax(6em,1fr) " + _fixed_cols(head[1:-1]) + " minmax(9em,1.4fr)")
             + hidden
         )
 
@@ -447,15 +458,15 @@ class HtmlRenderer:
                     (str(len(g["ranks"])), len(g["ranks"])),
                 ]
             )
-        head = ["collective", "group", "dtype", "message", "calls", "total", "mean", "busbw GB/s", "ranks"]
+        head = ["collective", "group", "dtype", "message", "calls", c.total("time"), "mean /call", "busbw GB/s", "ranks"]
         out = '<p class="mute">All ranks together; bus bandwidth by the NCCL-tests convention.</p>' + self._sortable(
-            head, rows, "minmax(8em,1.3fr) repeat(8,minmax(4.5em,auto))"
+            head, rows, "minmax(8em,1.3fr) " + _fixed_cols(head[1:])
         )
         if overlap_rows:
             out += "<h3>Communication hidden behind compute</h3>" + self._sortable(
-                ["rank", "device", "communication", "exposed", "overlapped"],
+                ["rank", "device", c.total("communication"), c.total("exposed"), "overlapped"],
                 overlap_rows,
-                "minmax(4em,1fr) repeat(4,minmax(6em,auto))",
+                "minmax(4em,1fr) " + _fixed_cols(["device", c.total("communication"), c.total("exposed"), "overlapped"]),
             )
             if hidden_overlap:
                 out += f'<p class="mute">… {hidden_overlap:,} more rows (every rank is in the JSON report)</p>'
@@ -484,10 +495,11 @@ class HtmlRenderer:
                 ]
             )
         note = roof.get("peaks_note") or ""
+        head = ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")]
         table = self._sortable(
-            ["op (shapes)", "calls", "time", "class", "FLOP/byte", "of roof", "saving at roof"],
+            head,
             rows,
-            "minmax(14em,1fr) repeat(6,minmax(5em,auto))",
+            "minmax(14em,1fr) " + _fixed_cols(head[1:]),
         ) if rows else ""
         measured = self._roofline_measured(roof)
         if not chart and not table and not measured:
@@ -554,33 +566,34 @@ class HtmlRenderer:
             )
         if not rows:
             return ""
+        head = ["kernel", "calls", c.total("time"), "mean /call", "share", "SM eff.", "occupancy"]
         return self._sortable(
-            ["kernel", "calls", "total", "mean", "share", "SM eff.", "occupancy"],
+            head,
             rows,
-            "minmax(16em,1fr) repeat(6,minmax(4.8em,auto))",
+            "minmax(16em,1fr) " + _fixed_cols(head[1:]),
         )
 
     def _ops(self, rank: RankReport) -> str:
         ops, key = c.top_ops(rank, self.top)
         if not ops:
             return ""
+        # A CPU-only trace launched no GPU work: its GPU columns could only read 0, so they are left out.
+        cols = [("gpu_total_ns", "GPU incl."), ("gpu_self_ns", "GPU self")] if key == "gpu_total_ns" else []
+        cols += [("cpu_total_ns", "CPU incl."), ("cpu_self_ns", "CPU self")]
         rows = []
         for o in ops:
             rows.append(
                 [
                     (_name_cell(o.get("name"), o.get("input_shapes")), str(o.get("name"))),
                     (f"{int(o.get('count') or 0):,}", o.get("count") or 0),
-                    (fmt_ms(o.get("gpu_total_ns") or 0), o.get("gpu_total_ns") or 0),
-                    (fmt_ms(o.get("gpu_self_ns") or 0), o.get("gpu_self_ns") or 0),
-                    (fmt_ms(o.get("cpu_total_ns") or 0), o.get("cpu_total_ns") or 0),
-                    (fmt_ms(o.get("cpu_self_ns") or 0), o.get("cpu_self_ns") or 0),
                 ]
+                + [(fmt_ms(o.get(k) or 0), o.get(k) or 0) for k, _ in cols]
             )
         basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
-        return f'<p class="mute">By {esc(basis)}.</p>' + self._sortable(
-            ["op", "calls", "GPU total", "GPU self", "CPU total", "CPU self"],
-            rows,
-            "minmax(16em,1fr) repeat(5,minmax(5.2em,auto))",
+        head = ["op", "calls"] + [c.total(label) for _, label in cols]
+        note = f"By {basis}; every time is a total over the whole trace (incl.: the op's children included)."
+        return f'<p class="mute">{esc(note)}</p>' + self._sortable(
+            head, rows, "minmax(16em,1fr) " + _fixed_cols(head[1:])
         )
 
     # -------------------------------------------------------------------------------------------
@@ -605,6 +618,8 @@ class HtmlRenderer:
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
         compat = focus.compat
+        if isinstance(compat, dict) and c.is_cpu(focus):
+            compat = _without_empty(compat)  # a CPU has no kernels, copies or device utilization: no 0 rows
         if isinstance(compat, dict) and compat:
             out += "<details><summary>Peer-convention numbers (HTA, TraceLens, TensorBoard plugin)</summary>"
             out += _evidence(compat) + "</details>"
@@ -699,9 +714,12 @@ def _ranks(keys: list[Any]) -> list[int]:
     return out
 
 
-def _legend(shown: Sequence[str] | None = None) -> str:
+def _legend(doc_or_rank: Report | RankReport, shown: Sequence[str] | None = None) -> str:
+    """The colour key of the buckets shown, each under the name the report gives it (``c.bucket_label``)."""
     kept = [b for b in _LEGEND_BUCKETS if shown is None or b in shown]
-    return '<div class="legend">' + "".join(f'<span><i class="sw {b}"></i>{b}</span>' for b in kept) + "</div>"
+    return '<div class="legend">' + "".join(
+        f'<span><i class="sw {b}"></i>{esc(c.bucket_label(doc_or_rank, b))}</span>' for b in kept
+    ) + "</div>"
 
 
 def _incomplete(rank: RankReport) -> str:
@@ -728,19 +746,51 @@ def _step_marks(rank: RankReport, ov: dict[str, Any]) -> list[float]:
     return marks[:200]
 
 
-def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, float | None]]:
-    """Which counters share a chart: CPU, GPU utilisation, memory, GPU memory, disk, network."""
+def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, str, float | None]]:
+    """Which counters share a chart, with the chart's unit (``svg`` formats), the y-axis label and a
+    fixed top of scale (None: from the data): counters share a chart only when they share a unit and a
+    meaning of 100 % (the machine's ``cpu_pct``, 100 = every core, and the process tree's
+    ``proc_cpu_pct``, 100 = one core, are two charts)."""
     keys = list(series)
     gpu_util = [k for k in keys if k.endswith("_util_pct") and k.startswith("gpu") and "mem" not in k]
-    groups: list[tuple[str, list[str], str, float | None]] = [
-        ("CPU", [k for k in ("cpu_pct", "proc_cpu_pct") if k in series], "pct", None),
-        ("GPU util", gpu_util[:4], "pct", 100.0),
-        ("memory", [k for k in ("mem_used_bytes", "tree_rss_bytes") if k in series], "bytes", None),
-        ("GPU memory", [k for k in keys if k.endswith("_mem_used_bytes") and k.startswith("gpu")][:4], "bytes", None),
-        ("disk", [k for k in ("disk_read_bytes_per_s", "disk_write_bytes_per_s") if k in series], "bytes_per_s", None),
-        ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", None),
+    groups: list[tuple[str, list[str], str, str, float | None]] = [
+        ("CPU, whole machine", [k for k in ("cpu_pct",) if k in series], "pct", "% of all cores", 100.0),
+        ("CPU, profiled processes", [k for k in ("proc_cpu_pct",) if k in series], "pct", "% of one core", None),
+        ("GPU utilization", gpu_util[:4], "pct", "% of time a kernel ran", 100.0),
+        ("memory", [k for k in ("mem_used_bytes", "tree_rss_bytes") if k in series], "bytes", "bytes", None),
+        ("GPU memory", [k for k in keys if k.endswith("_mem_used_bytes") and k.startswith("gpu")][:4], "bytes", "bytes", None),
+        ("disk", [k for k in ("disk_read_bytes_per_s", "disk_write_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
+        ("network", [k for k in ("net_recv_bytes_per_s", "net_sent_bytes_per_s") if k in series], "bytes_per_s", "bytes/s", None),
     ]
     return [g for g in groups if g[1]]
+
+
+def _fixed_cols(heads: Sequence[str]) -> str:
+    """Fixed grid tracks for a sortable table's number columns, each as wide as its header (nowrap) or
+    a formatted number, whichever is wider: every row of the CSS grid then lines up with the header."""
+    return " ".join(f"{max(6.0, 0.6 * len(h) + 1.6):.1f}em" for h in heads)
+
+
+def _empty(v: Any) -> bool:
+    if v is None or v is False:
+        return True
+    if isinstance(v, (int, float)):
+        return v == 0
+    return isinstance(v, (str, dict, list)) and len(v) == 0
+
+
+def _without_empty(value: Any) -> Any:
+    """``value`` without the entries that say nothing: a peer's block it does not define
+    (``defined: false``), keys whose value is 0 / None / empty, and table columns that are so in every row."""
+    if isinstance(value, dict):
+        if value.get("defined") is False:
+            return {}
+        out = {k: _without_empty(v) for k, v in value.items() if k != "defined"}
+        return {k: v for k, v in out.items() if not _empty(v)}
+    if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
+        keep = [k for k in dict.fromkeys(k for r in value for k in r) if not all(_empty(r.get(k)) for r in value)]
+        return [{k: r.get(k) for k in keep} for r in value]
+    return value
 
 
 def _short(name: str, n: int = 110) -> str:

@@ -30,7 +30,7 @@ class MarkdownRenderer:
             lines += [f"> **⚠ {_cell(doc.run_status.banner)}**", ""]
         lines.append(
             f"Median step **{fmt_ms(s.median_step_ns)}**, "
-            f"{'GPU utilization' if s.device_kind == 'gpu' else 'CPU busy'} "
+            f"{common.util_label(doc)} "
             f"**{100 * s.gpu_utilization:.1f}%**"
             + (f", slowest rank {s.slowest_rank}" if s.rank_count > 1 else "")
             + "."
@@ -40,7 +40,8 @@ class MarkdownRenderer:
             lines += ["", f"> **{_cell(partial)}**"]
         lines.append("")
         buckets = common.buckets(doc)
-        lines.append("| rank | device | median step | " + " | ".join(buckets) + " | top idle cause |")
+        heads = [common.per_step(common.bucket_label(doc, b)) for b in buckets]
+        lines.append("| rank | device | median step | " + " | ".join(heads) + f" | {common.top_cause_label(doc)} /step |")
         lines.append("|---:|---|---:|" + "---:|" * len(buckets) + "---|")
         capped = common.cap_ranks(doc)
         lines += [_rank_row(r, buckets) for r in capped.head]
@@ -94,15 +95,16 @@ def _findings(doc: Report) -> list[str]:
 
 
 def _top_tables(rank: RankReport, multi: bool) -> list[str]:
+    """The top kernels and ops of the focus rank, with their times summed over the whole trace."""
     out: list[str] = []
-    who = f" (rank {rank.rank})" if multi else ""
+    who = f" (rank {rank.rank}, whole trace)" if multi else " (whole trace)"
     kernels = common.top_kernels(rank, 5)
     if kernels:
-        out += ["", f"### Top kernels{who}", "", "| kernel | calls | total |", "|---|---:|---:|"]
+        out += ["", f"### Top kernels{who}", "", f"| kernel | calls | {common.total('time')} |", "|---|---:|---:|"]
         out += [f"| {_cell(_clip(str(k.get('name'))))} | {_count(k)} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
     ops, key = common.top_ops(rank, 5)
     if ops:
-        label = "GPU total" if key == "gpu_total_ns" else "self CPU"
+        label = common.total("GPU time" if key == "gpu_total_ns" else "self CPU")
         out += ["", f"### Top ops{who}", "", f"| op | calls | {label} |", "|---|---:|---:|"]
         out += [f"| {_cell(_clip(str(o.get('name'))))} | {_count(o)} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
     return out

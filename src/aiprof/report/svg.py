@@ -6,6 +6,7 @@ Every label that comes from a trace goes through ``esc``; numbers are formatted 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from aiprof.report.common import fmt_ms
@@ -25,10 +26,12 @@ def stacked_rows(
     row_h: int = 20,
     label_w: int = 150,
     value_w: int = 80,
+    names: Mapping[str, str] | None = None,
 ) -> str:
     """One horizontal stacked bar per row: (label, parts, row total, right-hand text).
 
-    Bars share one scale (the largest total) so longer steps look longer."""
+    Bars share one scale (the largest total) so longer steps look longer. ``names`` renames parts in
+    the tooltips (a CPU's ``compute`` is "CPU busy in ops")."""
     if not rows:
         return ""
     scale_max = max(total for _, _, total, _ in rows) or 1.0
@@ -36,7 +39,8 @@ def stacked_rows(
     out = [f'<svg class="chart" viewBox="0 0 {width} {len(rows) * row_h + 4}" role="img" width="100%">']
     for i, (label, parts, total, right) in enumerate(rows):
         y = i * row_h + 2
-        out.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.65:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 24))}</text>')
+        fit = int((label_w - 6) / CHAR_W)
+        out.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.65:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, fit))}</text>')
         x = float(label_w)
         for key in order:
             value = parts.get(key, 0.0)
@@ -45,10 +49,11 @@ def stacked_rows(
             w = bar_w * value / scale_max
             out.append(
                 f'<rect x="{_n(x)}" y="{y}" width="{_n(w)}" height="{row_h - 5}" class="b-{esc(key)}">'
-                f"<title>{esc(label)}: {esc(key)} {fmt_ms(value)} ({100 * value / max(total, 1):.1f}%)</title></rect>"
+                f"<title>{esc(label)}: {esc((names or {}).get(key, key))} {fmt_ms(value)} ({100 * value / max(total, 1):.1f}%)</title></rect>"
             )
             x += w
-        out.append(f'<text x="{width - value_w + 6}" y="{y + row_h * 0.65:.1f}" class="lbl">{esc(right)}</text>')
+        fit = int((value_w - 6) / CHAR_W)
+        out.append(f'<text x="{width - value_w + 6}" y="{y + row_h * 0.65:.1f}" class="lbl">{esc(_clip(right, fit))}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -77,7 +82,7 @@ def occupancy_strip(
     bw = plot_w / bins
     out = [
         f'<svg class="chart strip" viewBox="0 0 {width} {height}" role="img" width="100%">',
-        f'<text x="{label_w - 6}" y="{height / 2 + 4:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 13))}</text>',
+        f'<text x="{label_w - 6}" y="{height / 2 + 4:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, int((label_w - 6) / CHAR_W)))}</text>',
         f'<rect x="{label_w}" y="0" width="{plot_w}" height="{height}" class="b-idle-bg"><title>{esc(label)}</title></rect>',
     ]
     base = [0.0] * bins
@@ -112,33 +117,58 @@ def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6)
     for i in range(ticks + 1):
         x = label_w + plot_w * i / ticks
         anchor = "start" if i == 0 else "end" if i == ticks else "middle"
-        out.append(f'<text x="{_n(x)}" y="12" text-anchor="{anchor}" class="lbl">{esc(fmt_ms(span_ns * i / ticks))}</text>')
+        tick = fmt_ms(span_ns * i / ticks) if i else "0"
+        out.append(f'<text x="{_n(x)}" y="12" text-anchor="{anchor}" class="lbl">{esc(tick)}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+# Text metrics for laying out labels without a browser: the chart's font is 11 px (``.chart`` in the
+# page's CSS), whose glyphs average about 6 px for the text charts print (digits, lower-case words, "%",
+# "/", "·"); ``CHAR_W`` adds a margin, and labels are clipped to the room they have at that width.
+# tests/report/test_telemetry_charts.py measures the real boxes in Chromium.
+FONT_PX = 11
+CHAR_W = 7.0
+TITLE_H = 15  # the row above a line chart's plot that holds its title
+
+
+def text_width(text: str) -> float:
+    """``text``'s width in the chart font (px), with a margin: what the layout reserves for it."""
+    return CHAR_W * len(text)
 
 
 def line_chart(
     xs: Sequence[float],
     lines: Mapping[str, Sequence[float | None]],
-    label: str,
+    title: str,
     fmt: str,
+    axis: str = "",
     width: int = 760,
     height: int = 60,
     label_w: int = 90,
     y_max: float | None = None,
 ) -> str:
-    """Counters over the span: ``xs`` are fractions of the span in [0, 1]; ``None`` breaks a line."""
-    values = [v for vs in lines.values() for v in vs if v is not None]
-    if not values or not xs:
+    """Counters over the span: ``xs`` are fractions of the span in [0, 1] (samples outside it are not
+    drawn and do not set the scale); ``None`` breaks a line. The y-axis is labelled: ``title`` and what
+    the numbers are (``axis``, e.g. "% of one core") above the plot, 0 and the top of the scale in
+    ``fmt``'s unit beside it. Every label fits inside the viewBox: none is cut at the edge."""
+    inside = [i for i, x in enumerate(xs) if 0 <= x <= 1]
+    values = [v for vs in lines.values() for i in inside if i < len(vs) and (v := vs[i]) is not None]
+    if not values:
         return ""
-    top = y_max if y_max is not None else max(values) or 1.0
+    top = y_max if y_max is not None else _nice_top(max(values), fmt)
     plot_w = width - label_w
+    y0 = TITLE_H
+    heading = title + (f" ({axis})" if axis else "")
     out = [
-        f'<svg class="chart line" viewBox="0 0 {width} {height + 4}" role="img" width="100%">',
-        f'<text x="{label_w - 6}" y="{height / 2:.1f}" text-anchor="end" class="lbl">{esc(_clip(label, 13))}</text>',
-        f'<text x="{label_w - 6}" y="{height / 2 + 13:.1f}" text-anchor="end" class="lbl mute">max {esc(_fmt_value(top, fmt))}</text>',
-        f'<rect x="{label_w}" y="2" width="{plot_w}" height="{height}" class="plot-bg"/>',
+        f'<svg class="chart line" viewBox="0 0 {width} {y0 + height + 4}" role="img" width="100%">',
+        f'<text x="0" y="{FONT_PX}" class="lbl">{esc(_clip(heading, int(width / CHAR_W)))}</text>',
+        f'<rect x="{label_w}" y="{y0}" width="{plot_w}" height="{height}" class="plot-bg"/>',
+        f'<line x1="{label_w}" x2="{label_w}" y1="{y0}" y2="{y0 + height}" class="mark"/>',
     ]
+    for value, y in ((top, y0 + FONT_PX - 2), (0.0, y0 + height)):  # baselines: the scale's top and 0
+        tick = _clip(_fmt_value(value, fmt), int((label_w - 6) / CHAR_W))
+        out.append(f'<text x="{label_w - 4}" y="{y}" text-anchor="end" class="lbl mute">{esc(tick)}</text>')
     for k, (name, vs) in enumerate(lines.items()):
         path: list[str] = []
         pen_up = True
@@ -147,16 +177,31 @@ def line_chart(
                 pen_up = True
                 continue
             px = label_w + plot_w * x
-            py = 2 + height * (1 - min(v / top, 1.0))
+            py = y0 + height * (1 - max(0.0, min(v / top, 1.0)))
             path.append(f"{'M' if pen_up else 'L'}{_n(px)} {_n(py)}")
             pen_up = False
         if path:
-            peak = max((v for v in vs if v is not None), default=0.0)
-            out.append(
-                f'<path d="{"".join(path)}" class="ln ln{k % 4}"><title>{esc(name)} (peak {esc(_fmt_value(peak, fmt))})</title></path>'
-            )
+            shown = [v for x, v in zip(xs, vs) if v is not None and 0 <= x <= 1]
+            tip = f"{esc(name)} (peak {esc(_fmt_value(max(shown), fmt))} in the span)"
+            out.append(f'<path d="{"".join(path)}" class="ln ln{k % 4}"><title>{tip}</title></path>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _nice_top(peak: float, fmt: str) -> float:
+    """The top of a y scale: the peak rounded up to 1, 2 or 5 × a power of ten (100 % steps for shares
+    of a core: 168 % reads as 200 %)."""
+    if peak <= 0:
+        return 1.0
+    if fmt == "pct" and peak > 100:
+        return 100.0 * -(-peak // 100)
+    if fmt == "pct":
+        return 100.0
+    scale = 10 ** math.floor(math.log10(peak))
+    for step in (1, 2, 5, 10):
+        if peak <= step * scale:
+            return float(step * scale)
+    return peak
 
 
 def _fmt_value(v: float, fmt: str) -> str:

@@ -28,6 +28,7 @@ _BUCKET_STYLE = {
     "idle": "red",
 }
 _BAR_WIDTH = 24
+_FINDING_INDENT = 9  # columns before a finding's title, saving and fix
 
 
 def _bar(share: float, style: str) -> Text:
@@ -79,7 +80,7 @@ class TerminalRenderer:
                 f"Run: median step {fmt_ms(summary.median_step_ns)} (median of ranks), "
                 f"{common.util_label(doc)} {100 * summary.gpu_utilization:.1f}% (mean of ranks)"
             ))
-            table, hidden = self._ranks_table(common.cap_ranks(doc), summary)
+            table, hidden = self._ranks_table(doc, common.cap_ranks(doc), summary)
             console.print(table)
             if hidden:
                 console.print(Text(hidden, style="dim"))
@@ -130,23 +131,28 @@ class TerminalRenderer:
             steps += f" ({source})" if source == "whole trace" else f" (from {source})"
         return f"aiprof · {ranks} · {steps} · {where}"
 
-    def _ranks_table(self, capped: common.Capped[RankReport], summary: Summary) -> tuple[Table, str]:
-        """One row per rank; past ``common.ROW_CAP_FIRST + ROW_CAP_LAST`` ranks, the first and last ones
-        and an aggregate line (returned) for those between (the slowest rank is always shown)."""
-        table = Table(title="Ranks", title_justify="left", box=None, pad_edge=False)
-        for col, justify in (("rank", "right"), ("median step", "right"), ("util", "right"),
-                             ("compute", "right"), ("comm", "right"), ("idle", "right"), ("top idle cause", "left")):
+    def _ranks_table(self, doc: Report, capped: common.Capped[RankReport], summary: Summary) -> tuple[Table, str]:
+        """One row per rank (shares of the rank's analysed time); past ``common.ROW_CAP_FIRST +
+        ROW_CAP_LAST`` ranks, the first and last ones and an aggregate line (returned) for those between
+        (the slowest rank is always shown). A CPU-only run says "busy"/"between ops", not util/idle."""
+        shown: list[str] = [b for b in ("compute", "communication", "idle") if b in common.buckets(doc)]
+        short = {"compute": "compute", "communication": "comm", "idle": "idle"}
+        heads = [("rank", "right"), ("median step", "right"), ("busy" if common.is_cpu(doc) else "util", "right")]
+        heads += [(common.bucket_label(doc, b, short=True) if common.is_cpu(doc) else short[b], "right") for b in shown]
+        heads.append((common.top_cause_label(doc), "left"))
+        table = Table(title="Ranks (shares of each rank's analysed time)", title_justify="left", box=None, pad_edge=False)
+        for col, justify in heads:
             table.add_column(col, justify=justify)  # type: ignore[arg-type]
         for r in capped.head:
-            self._rank_row(table, r, summary)
+            self._rank_row(table, r, summary, shown)
         if capped.hidden:
-            table.add_row(*["…"] * 7)
+            table.add_row(*["…"] * len(heads))
         for r in capped.tail:
-            self._rank_row(table, r, summary)
+            self._rank_row(table, r, summary, shown)
         return table, common.hidden_ranks_text(capped.hidden) if capped.hidden else ""
 
     @staticmethod
-    def _rank_row(table: Table, r: RankReport, summary: Summary) -> None:
+    def _rank_row(table: Table, r: RankReport, summary: Summary, shown: list[str]) -> None:
         t = r.totals
         dur = max(t.duration_ns, 1)
         causes = t.idle_causes_ns
@@ -156,16 +162,14 @@ class TerminalRenderer:
             f"{r.rank}",
             fmt_ms(t.median_step_ns),
             f"{100 * t.gpu_utilization:.1f}%",
-            f"{100 * t.breakdown_ns['compute'] / dur:.1f}%",
-            f"{100 * t.breakdown_ns['communication'] / dur:.1f}%",
-            f"{100 * t.breakdown_ns['idle'] / dur:.1f}%",
+            *[f"{100 * t.breakdown_ns[b] / dur:.1f}%" for b in shown],
             (f"{top} {100 * causes[top] / dur:.1f}%" if causes.get(top) else "-") + marker,
         )
 
     def _rank_detail(self, console: Console, rank: RankReport, multi: bool) -> None:
         t = rank.totals
         label = f"rank {rank.rank}, " if multi else ""
-        util_name = "GPU utilization" if rank.primary_device != "cpu" else "CPU busy"
+        util_name = common.util_label(rank)
         console.print(
             Text.assemble(
                 ("Step time ", "bold"),
@@ -177,24 +181,25 @@ class TerminalRenderer:
         per_step = mean_per_step(t, "breakdown_ns")
         mean = max(t.duration_ns / max(t.steps, 1), 1.0)
         console.print(_stacked_bar(per_step, mean, self.width - 2))
-        table = Table(title=Text(f"Where a step goes ({label}{terminal(rank.primary_device)}, mean per step)"),
-                      title_justify="left", box=None, pad_edge=False, show_header=False)
-        table.add_column("bucket")
-        table.add_column("time", justify="right")
-        table.add_column("share", justify="right")
-        table.add_column("bar")
+        table = Table(title=Text(f"Where a step goes ({label}{terminal(rank.primary_device)})"),
+                      title_justify="left", box=None, pad_edge=False)
+        table.add_column("")
+        table.add_column("time /step", justify="right")
+        table.add_column("of step", justify="right")
+        table.add_column("")
         for bucket in common.buckets(rank):
             share = per_step[bucket] / mean
-            table.add_row(bucket, fmt_ms(per_step[bucket]), f"{100 * share:.1f}%", _bar(share, _BUCKET_STYLE[bucket]))
+            table.add_row(common.bucket_label(rank, bucket), fmt_ms(per_step[bucket]), f"{100 * share:.1f}%",
+                          _bar(share, _BUCKET_STYLE[bucket]))
         console.print(table)
         causes = mean_per_step(t, "idle_causes_ns")
         idle = per_step["idle"]
         if idle > 0:
-            table = Table(title="Idle by cause", title_justify="left", box=None, pad_edge=False, show_header=False)
-            table.add_column("cause")
-            table.add_column("time", justify="right")
-            table.add_column("share of step", justify="right")
-            table.add_column("bar")
+            table = Table(title=common.idle_title(rank), title_justify="left", box=None, pad_edge=False)
+            table.add_column("")
+            table.add_column("time /step", justify="right")
+            table.add_column("of step", justify="right")
+            table.add_column("")
             for cause in sorted(IDLE_CAUSES, key=lambda k: -causes[k]):
                 if causes[cause] <= 0:
                     continue
@@ -203,21 +208,26 @@ class TerminalRenderer:
             console.print(table)
 
     def _findings(self, console: Console, doc: Report, limit: int = 3) -> None:
-        """The top findings with their savings and the first line of the fix: what to do next."""
+        """The top findings (in the JSON's order, ``common.findings``) with their savings and their whole
+        fix: what to do next. Long lines wrap to the console's width under a hanging indent, never cut."""
         items = common.findings(doc)
         if not items:
             return
         console.print(Text("Findings", style="bold"))
+        grid = Table.grid(padding=(0, 1), pad_edge=False)
+        grid.add_column(width=_FINDING_INDENT - 1, no_wrap=True)
+        grid.add_column(overflow="fold")
         for f in items[:limit]:
             sev = f.severity
             style = {"high": "bold red", "medium": "yellow"}.get(sev, "")
-            console.print(Text.assemble((f"  {sev.upper():<6} ", style), terminal(f.title or f.id)))
+            grid.add_row(Text(f"  {sev.upper()}", style=style), terminal_text(f.title or f.id))
             saving = common.saving_text(f)
             if saving:
-                console.print(Text(f"         {saving}", style="green"))
-            fix = next((line.strip() for line in f.fix.splitlines() if line.strip()), "")
-            if fix:
-                console.print(terminal_text(f"         fix: {fix}"), no_wrap=True, overflow="ellipsis")
+                grid.add_row("", Text(saving, style="green"))
+            lines = [line.rstrip() for line in f.fix.strip().splitlines()]
+            for i, line in enumerate(lines):
+                grid.add_row("", terminal_text(("fix: " if i == 0 else "     ") + line) if line else Text(""))
+        console.print(grid)
         if len(items) > limit:
             console.print(Text(f"  … {len(items) - limit} more finding(s) in the HTML or Markdown report", style="dim"))
         console.print()
@@ -225,13 +235,16 @@ class TerminalRenderer:
     def _sections(self, console: Console, rank: RankReport) -> None:
         kernels = common.top_kernels(rank, 5)
         if kernels:
-            console.print(self._top_table("Top kernels", kernels, "total_ns", "total"))
+            console.print(Text("Top kernels (whole trace)"))  # a line of its own: a table title wraps to the table's width
+            console.print(self._top_table(kernels, "total_ns", common.total("time")))
         ops, key = common.top_ops(rank, 5)
         if ops:
-            console.print(self._top_table("Top ops", ops, key, "GPU total" if key == "gpu_total_ns" else "self CPU"))
+            label = "GPU time" if key == "gpu_total_ns" else "self CPU"
+            console.print(Text("Top ops (whole trace)"))
+            console.print(self._top_table(ops, key, common.total(label)))
 
-    def _top_table(self, title: str, rows: list[dict[str, Any]], key: str, label: str) -> Table:
-        table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    def _top_table(self, rows: list[dict[str, Any]], key: str, label: str) -> Table:
+        table = Table(box=None, pad_edge=False)
         table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 24)
         table.add_column("calls", justify="right")
         table.add_column(label, justify="right")

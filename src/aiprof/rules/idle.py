@@ -264,8 +264,9 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
                 "CPU to others: compare with the machine's CPU load during the run."
             ),
             formula=(
-                "mean over steady steps of the gaps outside any op (GPU: idle with the host in no op or "
-                "runtime call) longer than max(stall_min_ns, stall_factor x the median gap)"
+                "mean over steady steps of the gaps outside any op"
+                + (" (GPU: idle with the host in no op or runtime call)" if ctx.is_gpu else "")
+                + " longer than max(stall_min_ns, stall_factor x the median gap)"
             ),
             confidence="medium" if lengths.size >= ctx.step_count else "low",
         )
