@@ -73,5 +73,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if _uses_torch(path) or "torch_available" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.torch)
-        if parts[0] in _SLOW_DIRS or path.name in _SLOW_FILES:
+        if parts[0] in _SLOW_DIRS or path.name in _SLOW_FILES or "browser" in item.fixturenames:
             item.add_marker(pytest.mark.slow)

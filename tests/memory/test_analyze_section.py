@@ -41,7 +41,9 @@ def test_analyze_has_a_memory_section_in_every_format(activation_trace: Path, tm
     mem = report.ranks[0].memory
     assert isinstance(mem, MemoryReport) and report.schema_version == "1.1"
     cpu = next(d for d in mem.devices if d.device == "cpu")
-    assert cpu.peak_allocated_bytes == _profiler_peak(activation_trace)  # to the byte
+    # to the byte; torch's CPU counter also holds what earlier profiler sessions of this pytest process
+    # left in it (carried_over_bytes: not memory of this trace, docs/memory.md)
+    assert cpu.peak_allocated_bytes == _profiler_peak(activation_trace) - cpu.carried_over_bytes
     assert [c.category for c in cpu.live_at_peak_by_category][0] == "activation"
     peak = binary(cpu.peak_allocated_bytes)
     assert f"peak allocated {peak}" in text and "at the peak: activation" in text
@@ -59,4 +61,5 @@ def test_memory_verb_goes_through_the_app(activation_trace: Path, tmp_path: Path
     out = tmp_path / "m.json"
     assert main(["memory", str(activation_trace), "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["memory"]["devices"][0]["peak_allocated_bytes"] == _profiler_peak(activation_trace)
+    dev = doc["memory"]["devices"][0]
+    assert dev["peak_allocated_bytes"] == _profiler_peak(activation_trace) - dev.get("carried_over_bytes", 0)

@@ -17,7 +17,7 @@ import pytest
 from browser import Browser, install_sentinel, why_no_browser
 from kineto_builder import TraceBuilder
 from report_docs import SHARED
-from test_timeline import HOSTILE, build_trace, decode, track_of
+from test_timeline_payload import HOSTILE, build_trace, decode, track_of
 
 from aiprof import app
 from aiprof.report.timeline import payload

@@ -19,7 +19,7 @@ def test_demo_runs_and_compares_before_and_after_the_fix(tmp_path: Path, capsys:
     out = " ".join(capsys.readouterr().out.split())  # the terminal wraps lines at --width: match the words
     # On a CPU-only run the device is the CPU itself: the title speaks of the training loop waiting.
     assert "Top finding: Training loop waits" in out and "for the next batch" in out, out
-    assert "median step" in out and "utilization" in out and "Result: median step" in out, out
+    assert "median step" in out and ("utilization" in out or "CPU busy" in out) and "Result: median step" in out, out
     # The comparison names the planted finding's fate: resolved, or still reported (a residue; its size and
     # severity depend on the machine's load, so they are measured in bench/, not asserted here).
     assert "'data_loading' resolved" in out or "'data_loading' still reported (" in out, out

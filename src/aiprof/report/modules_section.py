@@ -58,8 +58,8 @@ def _row(m: ModuleStat, p: ModuleProfile) -> list[str]:
 
 
 def _head(p: ModuleProfile) -> list[str]:
-    head = ["module", "calls / step", "forward", "forward self", "backward"]
-    return head + (["device fwd", "device bwd"] if p.has_device else [])
+    head = ["module", "calls / step", "forward / step", "forward self / step", "backward / step"]
+    return head + (["device fwd / step", "device bwd / step"] if p.has_device else [])
 
 
 def _backward_note(p: ModuleProfile) -> str:

@@ -124,7 +124,7 @@ def markdown_lines(doc: Report) -> list[str]:
     out = ["", f"### Host time by source line{who}", "",
            f"Python stacks, {markdown(_steps_label(p))}. *own*: the line's function and the library code it calls, "
            "down to the next line of your code; *total*: everything under its calls.", "",
-           "| source line | own | total | calls/step |", "|---|---:|---:|---:|"]
+           "| source line | own / step | total / step | calls / step |", "|---|---:|---:|---:|"]
     for f in p.user_lines[:TOP_LINES]:
         out.append(f"| {markdown(f.name)} | {per_step(f.own_ns, p.steps)} | {per_step(f.total_ns, p.steps)} | "
                    f"{f.calls / max(p.steps, 1):.1f} |")
