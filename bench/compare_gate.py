@@ -18,7 +18,12 @@ statistic rather than the machine. Each comparison also says whether a side's te
 machine shared (``noisy_neighbour``). Prints one line per pair and a summary; ``--json FILE`` writes
 every comparison's numbers.
 
+With ``--repeats K`` each comparison rests on K pairs of runs (``aiprof compare B A --pair B A …``):
+K interleaved triplets (BEFORE, a second BEFORE, the planted AFTER), so the step-time interval holds the
+noise between runs of one program, which one pair cannot see.
+
     PYTHONPATH=src python bench/compare_gate.py --pairs 20 --steps 40
+    PYTHONPATH=src python bench/compare_gate.py --pairs 20 --steps 150 --repeats 5
 """
 
 from __future__ import annotations
@@ -85,10 +90,11 @@ def _pair(work: Path, names: tuple[str, str], steps: int, slow: float, side_by_s
     return before, _wait(_start(work, names[1], steps, slow))
 
 
-def _compare(before: Path, after: Path, threshold: float) -> dict[str, Any]:
+def _compare(before: Path, after: Path, threshold: float,
+             more: list[tuple[Path, Path]] | None = None) -> dict[str, Any]:
     from aiprof import app
 
-    cmp = app.compare(before, after)
+    cmp = app.compare(before, after, more_pairs=more or [])
     gate = app.slower_than(cmp, threshold)
     used = cmp.steps_used
     return {
@@ -102,7 +108,21 @@ def _compare(before: Path, after: Path, threshold: float) -> dict[str, Any]:
         "gate_fails": gate is not None,
         "gate_message": gate,
         "verdict": cmp.verdict.text,
+        "pairs": cmp.pairs,
+        "pair_changes_pct": cmp.pair_changes_pct,
     }
+
+
+def _triplets(work: Path, i: int, repeats: int, steps: int, slow: float) -> list[tuple[Path, Path, Path]]:
+    """``repeats`` times, one after the other: BEFORE, a second BEFORE and the planted AFTER (in reverse
+    order every other time, so no side always runs first): the identical comparison takes the two
+    BEFOREs of each triplet, the planted one BEFORE and AFTER."""
+    out = []
+    for j in range(repeats):
+        names = [(f"c{i}r{j}b", 0.0), (f"c{i}r{j}same", 0.0), (f"c{i}r{j}slow", slow)]
+        done = {name: _wait(_start(work, name, steps, s)) for name, s in (names if j % 2 == 0 else names[::-1])}
+        out.append((done[names[0][0]], done[names[1][0]], done[names[2][0]]))
+    return out
 
 
 def main() -> int:
@@ -113,6 +133,9 @@ def main() -> int:
     parser.add_argument("--slowdown", type=float, default=0.10, help="planted slowdown (fraction of each step)")
     parser.add_argument("--side-by-side", action="store_true",
                         help="run each pair's two runs at the same time (both see the same background load)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="pairs of runs per comparison (interleaved; `aiprof compare B A --pair B A …`); "
+                        "1: one pair, as before")
     parser.add_argument("--json", type=Path, help="write every comparison here")
     args = parser.parse_args()
     results: dict[str, list[dict[str, Any]]] = {"identical": [], "planted": []}
@@ -121,13 +144,18 @@ def main() -> int:
         work = Path(tmp)
         (work / "loop.py").write_text(_SCRIPT)
         for i in range(args.pairs):
+            runs = _triplets(work, i, args.repeats, args.steps, args.slowdown) if args.repeats > 1 else []
             for kind, slow in (("identical", 0.0), ("planted", args.slowdown)):
-                before, after = _pair(work, (f"{kind}{i}a", f"{kind}{i}b"), args.steps, slow, args.side_by_side)
-                r = _compare(before, after, args.threshold)
+                if runs:
+                    pairs = [(b, same if kind == "identical" else slowed) for b, same, slowed in runs]
+                    r = _compare(*pairs[0], args.threshold, more=pairs[1:])
+                else:
+                    before, after = _pair(work, (f"{kind}{i}a", f"{kind}{i}b"), args.steps, slow, args.side_by_side)
+                    r = _compare(before, after, args.threshold)
                 results[kind].append(r)
                 ci = r["ci_pct"]
                 ci_text = f"[{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "n/a"
-                print(f"pair {i:2d} {kind:9s} change {r['change_pct']:+6.2f}% CI {ci_text:16s} "
+                print(f"{'comparison' if runs else 'pair'} {i:2d} {kind:9s} change {r['change_pct']:+6.2f}% CI {ci_text:16s} "
                       f"recorded-median {r['recorded_median_delta_pct']:+6.2f}% gate {'FAIL' if r['gate_fails'] else 'pass'}"
                       f"{' (shared machine)' if r['shared_machine'] else ''}", 
                       flush=True)

@@ -229,20 +229,29 @@ def report_of(source: PathArg | Report, options: AnalyzeOptions | None = None) -
     return analyze([source], options)
 
 
-def compare(before: PathArg | Report, after: PathArg | Report, options: AnalyzeOptions | None = None) -> Comparison:
+def compare(
+    before: PathArg | Report, after: PathArg | Report, options: AnalyzeOptions | None = None,
+    more_pairs: Sequence[tuple[PathArg | Report, PathArg | Report]] = (),
+) -> Comparison:
     """BEFORE against AFTER, over every step of both runs (whole-run step times when both are run
     directories that have them, else the recorded steps), with the median change's confidence
-    interval. A side whose median step is 0 (nothing measured) is refused: there is no
-    baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
+    interval. ``more_pairs``: further (BEFORE, AFTER) runs of the same two programs; with any, the
+    step-time change and its interval are over the pairs, so the noise between runs is in it (the
+    rest of the comparison is the first pair's). A side whose median step is 0 (nothing measured) is
+    refused: there is no baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
     sides = [(name, report_of(side, options)) for name, side in (("BEFORE", before), ("AFTER", after))]
-    for name, report in sides:
+    extra = [
+        (f"{name} of pair {i}", report_of(side, options))
+        for i, pair in enumerate(more_pairs, start=2) for name, side in zip(("BEFORE", "AFTER"), pair)
+    ]
+    for name, report in sides + extra:
         if _median_step_ns(report) <= 0:
             raise AiprofError(
                 f"{name} ({_sources_text(report)}): its median step is 0 ns (no step was measured), "
                 "so there is no baseline to compare; check that the trace holds complete steps"
             )
     try:
-        return _compare_reports(sides[0][1], sides[1][1])
+        return _compare_reports(sides[0][1], sides[1][1], [(extra[i][1], extra[i + 1][1]) for i in range(0, len(extra), 2)])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
         files = [str(side) for side in (before, after) if isinstance(side, (str, os.PathLike)) and _is_report_file(Path(side))]
         if not files:
@@ -271,11 +280,16 @@ def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
     if used is None:
         return head
     steps = f"{used.before} + {used.after} {used.source} steps"
+    pairs = int(getattr(comparison, "pairs", 1) or 1)
+    if pairs > 1:
+        steps = f"{pairs} pairs of runs, {used.source} steps"
     if ci is None:
         return f"{head}: point estimate only, too few steps to tell a change from noise ({steps})"
     if not comparison.significant:
         return None
-    return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps})"
+    one_pair = ("; one pair of runs: the noise between two runs of one program is not in this interval "
+                "(confirm with more pairs: --pair BEFORE AFTER)") if pairs == 1 else ""
+    return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps}){one_pair}"
 
 
 def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
@@ -603,13 +617,14 @@ def render_summary(report: Report) -> str:
     return str(summary(report) or "")
 
 
-def _compare_reports(before: Report, after: Report) -> Comparison:
+def _compare_reports(before: Report, after: Report, more_pairs: Sequence[tuple[Report, Report]] = ()) -> Comparison:
     """The comparison over every step: whole-run step times from both run directories when both have
-    them, else the recorded steps (``report.compare_steps``)."""
+    them, else the recorded steps (``report.compare_steps``); each further pair likewise."""
     from aiprof.report.compare import compare_reports
     from aiprof.report.compare_steps import step_samples
 
-    return compare_reports(before, after, steps=step_samples(before, after))
+    return compare_reports(before, after, steps=step_samples(before, after),
+                           more_pairs=[step_samples(b, a) for b, a in more_pairs])
 
 
 def warnings_of(doc: Report | Comparison) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 from aiprof import app
 from aiprof.report.compare import Comparison, compare_reports, saving_change
 from aiprof.report.compare_render import render_comparison
-from aiprof.report.compare_stats import MIN_STEPS, median_change
+from aiprof.report.compare_stats import MIN_STEPS, median_change, paired_change
 from aiprof.report.compare_steps import StepSample, recorded_steps, step_samples, whole_run_steps
 from aiprof.report.model import Device, RankReport, Report
 from aiprof.rules.finding import FindingRecord
@@ -259,3 +259,71 @@ def test_a_large_move_the_steps_cannot_confirm_is_not_called_no_change() -> None
     cmp = compare_reports(before, after)
     assert not cmp.significant and cmp.verdict.result == "unchanged"
     assert cmp.verdict.text.startswith("Possibly faster, not confirmed") and "No change" not in cmp.verdict.text
+
+
+# --- several pairs of runs ----------------------------------------------------------------------------
+# Two processes of one program differ by more than the steps of either spread: each pair below is two runs
+# of one program whose levels differ (a process-level shift), with tight steps inside each run.
+SHIFTS = (0.93, 1.08, 0.97, 1.05, 0.99)  # the AFTER process's level against its BEFORE's, no real change
+
+
+def test_one_pair_cannot_see_the_noise_between_runs_and_pairs_can() -> None:
+    pairs = [(noisy(60, 100, seed=30 + i, spread=0.02), noisy(60, 100 * s, seed=40 + i, spread=0.02))
+             for i, s in enumerate(SHIFTS)]
+    alone = median_change(*pairs[1])
+    assert alone.significant and alone.change_pct > 5  # +8 % between two processes reads as a regression
+    together = paired_change(pairs)
+    assert together.pairs == 5 and together.ci_pct is not None and not together.significant
+    lo, hi = together.ci_pct
+    assert lo < 0 < hi and lo <= together.change_pct <= hi
+    assert [round(c) for c in together.pair_changes_pct] == [round(100 * (s - 1)) for s in SHIFTS]
+
+
+def test_pairs_that_all_moved_are_significant() -> None:
+    pairs = [(noisy(40, 100, seed=50 + i), noisy(40, 100 * s * 1.15, seed=60 + i)) for i, s in enumerate(SHIFTS)]
+    result = paired_change(pairs)
+    assert result.significant and result.ci_pct is not None and result.ci_pct[0] > 0
+    assert 10 < result.change_pct < 20
+
+
+def test_one_pair_is_the_single_run_statistic() -> None:
+    b, a = noisy(30, 100, seed=70), noisy(30, 104, seed=71)
+    assert paired_change([(b, a)]) == median_change(b, a)
+
+
+def test_app_compare_over_pairs_gates_on_the_pairs(tmp_path: Path) -> None:
+    def run(name: str, level: float) -> Report:
+        return run_report([100 * MS] * 4, sources=write_run_dir(tmp_path / name, [float(x) * level for x in np.linspace(98, 102, 30)]))
+
+    first = (run("b1", 1.0), run("a1", 1.08))
+    more = [(run(f"b{i}", 1.0), run(f"a{i}", s)) for i, s in enumerate((0.94, 1.03, 0.98), start=2)]
+    single = app.compare(*first)
+    failed = app.slower_than(single, 5.0)
+    assert failed is not None and "one pair of runs" in failed  # says what it cannot see
+    cmp = app.compare(*first, more_pairs=more)
+    assert cmp.pairs == 4 and len(cmp.pair_changes_pct) == 4 and not cmp.significant
+    assert app.slower_than(cmp, 5.0) is None
+    assert "4 pairs of runs" in cmp.verdict.text
+    text = render_comparison(cmp, "terminal", width=200)
+    assert "4 pairs of runs" in text and "+8.0%" in text
+    slower = app.compare(*first, more_pairs=[(b, run(f"s{i}", 1.12)) for i, (b, _) in enumerate(more)])
+    failed = app.slower_than(slower, 5.0)
+    assert slower.significant and failed is not None and "4 pairs of runs" in failed
+    assert "one pair" not in failed
+
+
+def test_cli_compare_takes_more_pairs(tmp_path: Path) -> None:
+    from aiprof.cli import main
+
+    def report_file(name: str, level: float) -> str:
+        path = tmp_path / f"{name}.json"
+        doc = run_report(noisy(30, 100 * level, seed=int(name[1:]) + (100 if name[0] == "a" else 0), spread=0.01))
+        path.write_bytes(msgspec.json.encode(doc))
+        return str(path)
+
+    pairs = [(report_file(f"b{i}", 1.0), report_file(f"a{i}", s)) for i, s in enumerate(SHIFTS)]
+    args = ["compare", *pairs[0], "--fail-if-slower", "5", "-o", str(tmp_path / "c.json")]
+    for b, a in pairs[1:]:
+        args += ["--pair", b, a]
+    assert main(args) == 0
+    assert json.loads((tmp_path / "c.json").read_text())["pairs"] == 5

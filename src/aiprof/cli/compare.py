@@ -1,9 +1,10 @@
 """``aiprof compare BEFORE AFTER [-o FILE] [--format …] [--fail-if-slower PCT]``.
 
-BEFORE and AFTER are run directories, traces or JSON reports. Exit 1 when ``--fail-if-slower`` is given
-and AFTER's median step (over every step of both runs) is slower by more than PCT percent and the
-change is significant (its 95 % confidence interval excludes 0): a CI regression gate that noise
-between two runs of one program does not trip (``app.slower_than``).
+BEFORE and AFTER are run directories, traces or JSON reports; ``--pair B A`` adds further pairs of runs of
+the same two programs. Exit 1 when ``--fail-if-slower`` is given and AFTER's median step (over every step
+of both runs; over the pairs with ``--pair``) is slower by more than PCT percent and the change is
+significant (its 95 % confidence interval excludes 0): a CI regression gate that noise between the steps
+of a run does not trip, nor, with several pairs, noise between runs (``app.slower_than``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ class CompareCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("before", metavar="BEFORE", help="run directory, trace file/folder, or aiprof JSON report")
         parser.add_argument("after", metavar="AFTER", help="the same, after the change")
+        parser.add_argument(
+            "--pair", nargs=2, action="append", default=[], metavar=("BEFORE", "AFTER"),
+            help="another pair of runs of the same two programs (repeatable; best interleaved in time: B A B A …): "
+            "the step-time change and its confidence interval are then over the pairs, so the noise between two "
+            "runs of one program is in the interval (one pair cannot see it)",
+        )
         parser.add_argument("-o", "--output", type=Path, help="write the comparison here; the format follows the extension")
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
         parser.add_argument(
@@ -43,7 +50,7 @@ class CompareCommand:
         fmt = app.output_format(args.output, args.format)
         if args.output is not None:
             app.check_writable(args.output)
-        comparison = app.compare(args.before, args.after)
+        comparison = app.compare(args.before, args.after, more_pairs=[tuple(p) for p in args.pair])
         for warning in app.warnings_of(comparison):  # each side's, labelled: a partial input is said, not dropped
             warn(warning)
         is_tty = args.output is None and sys.stdout.isatty()

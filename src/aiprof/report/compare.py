@@ -31,7 +31,7 @@ from msgspec import UNSET, UnsetType
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.report.compare_memory import MemoryComparison, compare_memory
-from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change
+from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change, paired_change
 from aiprof.report.compare_steps import StepSample, recorded_steps
 from aiprof.report.common import fmt_ms
 from aiprof.report.model import Report, Summary
@@ -181,6 +181,11 @@ class Comparison(msgspec.Struct, kw_only=True):
     steps_used: StepsUsed | None = None
     program_differences: list[str] = msgspec.field(default_factory=list)
     memory: MemoryComparison | None = None  # both sides have memory data (report.compare_memory)
+    # Pairs of runs the step-time statistics rest on (``aiprof compare … --pair B A``): with more than
+    # one, the change is the geometric mean of the pairs' median changes and its interval a t interval
+    # over the pairs (``compare_stats.paired_change``); each pair's change is listed.
+    pairs: int = 1
+    pair_changes_pct: list[float] = msgspec.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -229,11 +234,14 @@ def _one_line(err: BaseException) -> str:
 # The comparison
 # ---------------------------------------------------------------------------------------------------
 def compare_reports(
-    before: Report, after: Report, noise_pct: float = NOISE_PCT, steps: tuple[StepSample, StepSample] | None = None
+    before: Report, after: Report, noise_pct: float = NOISE_PCT, steps: tuple[StepSample, StepSample] | None = None,
+    more_pairs: Sequence[tuple[StepSample, StepSample]] = (),
 ) -> Comparison:
     """BEFORE against AFTER. ``steps``: the step durations of each run (``compare_steps.step_samples``
-    reads whole-run times from the run directories); None: the reports' recorded steps. A change
-    is "faster"/"slower" only when significant and beyond ±``noise_pct`` %."""
+    reads whole-run times from the run directories); None: the reports' recorded steps. ``more_pairs``:
+    the step durations of further pairs of runs of the same two programs; with any, the step-time
+    statistics are over the pairs (``compare_stats.paired_change``). A change is "faster"/"slower" only
+    when significant and beyond ±``noise_pct`` %."""
     from aiprof import __version__
 
     step = _delta(before.summary.median_step_ns, after.summary.median_step_ns)
@@ -241,7 +249,7 @@ def compare_reports(
     util = Utilization(before=util_b, after=util_a, delta=util_a - util_b)
     partial = _partial_sides(before, after)
     sample_b, sample_a = steps if steps is not None else (recorded_steps(before), recorded_steps(after))
-    stats = _median_change(sample_b, sample_a, step)
+    stats = _median_change(sample_b, sample_a, step, more_pairs)
     differences = program_differences(before, after, sample_b, sample_a)
     return Comparison(
         comparison_schema_version=COMPARISON_SCHEMA_VERSION,
@@ -270,13 +278,21 @@ def compare_reports(
         ),
         program_differences=differences,
         memory=compare_memory(before, after),
+        pairs=stats.pairs,
+        pair_changes_pct=list(stats.pair_changes_pct),
     )
 
 
-def _median_change(b: StepSample, a: StepSample, step: Delta) -> MedianChange:
-    """The statistics over both samples; a side without a positive step (a report that lists no step
-    durations) falls back to the summaries' medians, as a point estimate."""
-    if any(d > 0 for d in b.durations_ns) and any(d > 0 for d in a.durations_ns):
+def _median_change(
+    b: StepSample, a: StepSample, step: Delta, more_pairs: Sequence[tuple[StepSample, StepSample]] = ()
+) -> MedianChange:
+    """The statistics over both samples (and over the pairs, with ``more_pairs``); a side without a
+    positive step (a report that lists no step durations) falls back to the summaries' medians, as a
+    point estimate."""
+    pairs = [(b, a), *more_pairs]
+    if all(any(d > 0 for d in x.durations_ns) and any(d > 0 for d in y.durations_ns) for x, y in pairs):
+        if more_pairs:
+            return paired_change([(x.durations_ns, y.durations_ns) for x, y in pairs])
         return median_change(b.durations_ns, a.durations_ns)
     return MedianChange(float(step.before), float(step.after), step.delta_pct, None, False, False)
 
@@ -591,6 +607,8 @@ def _verdict(
     speedup = stats.before_median_ns / stats.after_median_ns if stats.after_median_ns else None
     change = f"median step {fmt_ms(stats.before_median_ns)} → {fmt_ms(stats.after_median_ns)}, {change_text(pct, stats)}"
     steps = f"{len(b.durations_ns)} + {len(a.durations_ns)} {b.source} steps"
+    if stats.pairs > 1:
+        steps = f"{stats.pairs} pairs of runs, {b.source} steps"
     if result == "faster":
         text = f"AFTER is faster: {change}" + (f", {speedup:.2f}× speed-up" if speedup else "")
     elif result == "slower":

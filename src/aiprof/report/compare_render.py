@@ -55,8 +55,10 @@ def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
     if used is not None and cmp.step_time_change_pct is not None:
         ci = cmp.step_time_ci_pct
         pct = f"{cmp.step_time_change_pct:+.1f}%" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
+        what = (f"median step, {cmp.pairs} pairs of runs ({', '.join(f'{c:+.1f}%' for c in cmp.pair_changes_pct)})"
+                if cmp.pairs > 1 else f"median step, {used.before}+{used.after} {used.source} steps")
         out.append((
-            f"median step, {used.before}+{used.after} {used.source} steps", fmt_ms(used.before_median_ns),
+            what, fmt_ms(used.before_median_ns),
             fmt_ms(used.after_median_ns), _signed_ms(used.after_median_ns - used.before_median_ns), pct,
         ))
     out += [
