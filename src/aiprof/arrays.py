@@ -25,6 +25,18 @@ def unique(values: npt.ArrayLike) -> npt.NDArray[Any]:
     return ordered[keep]
 
 
+def unique_inverse(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``np.unique(values, return_index=True, return_inverse=True)`` for a 1-D integer array, by one
+    stable sort: the distinct values, the first position of each, and each value's index among them."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.ones(ordered.size, dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    inverse = np.empty(values.size, dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new].astype(np.int64), order[new].astype(np.int64), inverse
+
+
 def setdiff(values: npt.ArrayLike, remove: npt.ArrayLike) -> npt.NDArray[Any]:
     """Sorted distinct values of ``values`` that are not in ``remove`` (``np.setdiff1d``)."""
     distinct, gone = unique(values), unique(remove)

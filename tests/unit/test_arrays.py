@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aiprof.arrays import setdiff, unique, unique_pairs
+from aiprof.arrays import setdiff, unique, unique_inverse, unique_pairs
 
 
 @pytest.mark.parametrize("size, distinct", [(0, 1), (1, 1), (7, 3), (10_000, 50), (10_000, 9_000)])
@@ -19,6 +19,8 @@ def test_same_as_numpy(size: int, distinct: int) -> None:
     assert np.array_equal(unique(values > 0), np.unique(values > 0))
     pairs = np.unique(np.stack((values, values % 5), axis=1), axis=0) if size else np.zeros((0, 2), np.int64)
     assert unique_pairs(values, values % 5) == [tuple(p) for p in pairs.tolist()]
+    for mine, numpys in zip(unique_inverse(values), np.unique(values, return_index=True, return_inverse=True), strict=True):
+        assert np.array_equal(mine, numpys)
 
 
 @pytest.mark.parametrize("values", [[3], [1, 2], [5, 1, 4, 2], [2.5, -1.0, 7.25], list(range(1001))])

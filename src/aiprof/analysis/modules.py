@@ -153,13 +153,7 @@ def _module_spans(trace: Trace, win: Windows) -> _Spans | None:
         forest = python_forest(trace, win)
         mask = trace.name_matches(forest.rows, _PATTERN)
         if mask.any():
-            pos = np.flatnonzero(mask)
-            owner = forest.nearest(mask)
-            up = forest.parent[pos]
-            above = np.where(up >= 0, owner[np.maximum(up, 0)], -1)
-            rank = np.full(forest.rows.size, -1, dtype=np.int64)
-            rank[pos] = np.arange(pos.size)
-            parent = np.where(above >= 0, rank[np.maximum(above, 0)], -1)
+            pos, parent = forest.restrict(mask)
             return _Spans(forest.rows[pos], forest.thread[pos], forest.start[pos], forest.end[pos], parent, "python_function")
     rows = _annotations(trace)
     if rows.size == 0:

@@ -33,7 +33,7 @@ import msgspec
 import numpy as np
 
 from aiprof import arrays
-from aiprof.arrays import unique
+from aiprof.arrays import unique, unique_inverse
 from aiprof.trace.model import I64, Kind, Trace
 
 # Median slowdown of a training step with ``with_stack=True`` against the same profiler without it, on the
@@ -199,24 +199,22 @@ class PyForest:
             out[level] = np.where(marked[level], level, above)
         return out
 
-
-def dense(values: I64) -> tuple[I64, I64, I64]:
-    """``np.unique(values, return_index=True, return_inverse=True)`` for a 1-D integer array, by one stable
-    sort (np.unique hashes and imports ``numpy.ma`` on first use): distinct values, the first position of
-    each, and each value's index among them."""
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    new = np.ones(ordered.size, dtype=bool)
-    new[1:] = ordered[1:] != ordered[:-1]
-    inverse = np.empty(values.size, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return ordered[new].astype(np.int64), order[new].astype(np.int64), inverse
+    def restrict(self, marked: np.ndarray[Any, np.dtype[np.bool_]]) -> tuple[I64, I64]:
+        """The forest of the marked spans alone: their positions, and each one's parent among them (its
+        nearest marked ancestor, as an index into those positions; -1 at a root)."""
+        pos = np.flatnonzero(marked)
+        owner = self.nearest(marked)
+        up = self.parent[pos]
+        above = np.where(up >= 0, owner[np.maximum(up, 0)], -1)
+        index = np.full(self.rows.size, -1, dtype=np.int64)
+        index[pos] = np.arange(pos.size)
+        return pos.astype(np.int64), np.where(above >= 0, index[np.maximum(above, 0)], -1)
 
 
 def thread_codes(pid: I64, tid: I64) -> I64:
     """Dense codes of (pid, tid) pairs."""
     key = (pid.astype(np.int64) << 32) ^ (tid.astype(np.int64) & 0xFFFFFFFF)
-    codes: I64 = dense(key)[2]
+    codes: I64 = unique_inverse(key)[2]
     return codes
 
 
@@ -262,7 +260,7 @@ def _nested(parent: I64, levels: list[I64], codes: I64, start: I64, end: I64) ->
         order = np.lexsort((start[level], group))
         sel, g = level[order], group[order]
         base, span = int(start[sel].min()), int(end[sel].max() - start[sel].min()) + 2
-        offset = dense(g)[2] * span
+        offset = unique_inverse(g)[2] * span
         running = np.maximum.accumulate(offset + (end[sel] - base))
         prev_end = np.concatenate(([0], running[:-1])) - offset + base
         first = np.concatenate(([True], g[1:] != g[:-1]))
@@ -325,7 +323,7 @@ def path_nodes(parent: I64, names: I64, group: I64, levels: list[I64], nbase: in
     next_id = 0
     for depth, level in enumerate(levels):
         pkey = group[level] if depth == 0 else node[parent[level]] + groups
-        uniq, first, inverse = dense(pkey * nbase + names[level])
+        uniq, first, inverse = unique_inverse(pkey * nbase + names[level])
         node[level] = next_id + inverse
         head = level[first]
         parents.append(np.full(head.size, -1, dtype=np.int64) if depth == 0 else node[parent[head]])
@@ -518,15 +516,9 @@ def op_source_lines(trace: Trace, windows: Windows, op_rows: I64, limit: int = T
     c = trace.columns
     names = c.name[forest.rows].astype(np.int64)
     user = _user_names(trace, names)[names]
-    spans = np.flatnonzero(user)
-    if spans.size == 0 or op_rows.size == 0:
+    if not user.any() or op_rows.size == 0:
         return []
-    owner = forest.nearest(user)
-    up = forest.parent[spans]
-    span_parent_pos = np.where(up >= 0, owner[np.maximum(up, 0)], -1)
-    rank = np.full(forest.rows.size, -1, dtype=np.int64)
-    rank[spans] = np.arange(spans.size)
-    span_parent = np.where(span_parent_pos >= 0, rank[np.maximum(span_parent_pos, 0)], -1)
+    spans, span_parent = forest.restrict(user)
     q_code = _codes_like(trace, forest, op_rows)
     found = innermost(forest.thread[spans], forest.start[spans], forest.end[spans], span_parent, q_code, c.ts[op_rows])
     hit = found >= 0
@@ -550,7 +542,7 @@ def codes_like(trace: Trace, known_rows: I64, known_codes: I64, rows: I64) -> I6
     if known_rows.size == 0:
         return np.full(rows.size, -1, dtype=np.int64)
     key_py = (c.pid[known_rows].astype(np.int64) << 32) ^ (c.tid[known_rows].astype(np.int64) & 0xFFFFFFFF)
-    keys, first, _ = dense(key_py)
+    keys, first, _ = unique_inverse(key_py)
     codes = known_codes[first]
     key_q = (c.pid[rows].astype(np.int64) << 32) ^ (c.tid[rows].astype(np.int64) & 0xFFFFFFFF)
     pos = np.minimum(np.searchsorted(keys, key_q), keys.size - 1)
