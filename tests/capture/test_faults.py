@@ -248,3 +248,29 @@ def test_in_a_terminal_ctrl_c_reaches_the_script_once_and_it_shares_the_group(tm
     meta = meta_of(out)
     assert meta["status"] == "incomplete" and "SIGINT" in meta["reason"]
     assert step_names(out / "rank0.pt.trace.json.gz") == ["ProfilerStep#2", "ProfilerStep#3"]
+
+
+def test_a_helper_that_never_stepped_dies_by_sigterm_without_a_flush(tmp_path: Path) -> None:
+    """A process that imported torch under ``aiprof run`` but never ran a step (a pool worker) has
+    nothing to flush: on SIGTERM it dies at once, as without aiprof. Flushing there ran Python in the
+    handler that could wait on a lock the interrupted code held, and once hung ``pool.join()``."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    marker = tmp_path / "flushed"
+    code = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from aiprof.capture.options import CaptureOptions
+        from aiprof.capture.session import CaptureSession
+        session = CaptureSession(CaptureOptions(), Path({str(tmp_path)!r}), lazy_start=True, write_traces=False)
+        session.finalize = lambda *a, **k: Path({str(marker)!r}).write_text("x")
+        session.install_signal_handlers()
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("survived")
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == -signal.SIGTERM, res.stderr
+    assert "survived" not in res.stdout and not marker.exists()

@@ -196,6 +196,14 @@ class CaptureSession:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if self.lazy_start and not self.markers and not self.recorder.started and not self.recorder.cycles:
+            # A helper that imported torch but never ran a step (a multiprocessing.Pool worker torn down by
+            # terminate()): it has nothing to flush, and flushing in a handler could wait on a lock the
+            # interrupted code holds (it hung pool.join()). It dies at once, as without aiprof; `aiprof
+            # run` lists it from its state file.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self._busy:
             self._deferred_signal = signum  # inside our own bookkeeping: finish it first
             return
