@@ -178,3 +178,107 @@ def far_kernel(path: Path, steps: int, kernel_ts_us: float, kernel_dur_us: float
                     yield _kernel("sgemm_128x64_nn", t + 30, 100.0, corr)
 
     return _write(path, _trace(parts()), gz)
+
+
+# --- file names that a careless reader would interpret ---------------------------------------------------
+# Each name is one file in the folder; a reader that puts the name into a URI (SQLite's ``file:``), a
+# command line or a format string would read another file, or open one read-write. ``%41`` decodes to
+# ``A``; ``%2F`` to ``/``; ``#`` ends a URI (and drops what follows, ``?mode=ro`` included); ``?`` starts
+# a query of its own.
+HOSTILE_SQLITE_NAMES = (
+    "real%41.sqlite",
+    "..%2Fvictim%2Fapp.db#.sqlite",
+    "..%2F..%2Fcreated#.sqlite",
+    "x?mode=rwc&.sqlite",
+    "-o.sqlite",
+    "a b;$(touch pwned)`id`.sqlite",
+)
+
+
+def nsys_export(path: Path, kernels: int) -> Path:
+    """A small ``nsys export --type sqlite`` database: ``kernels`` kernels, each with its launch (the
+    schema of bench/nsys_import.py, nsys 2024.5)."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    con.executescript(
+        "CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER"
+        " NOT NULL, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, demangledName INTEGER"
+        " NOT NULL, shortName INTEGER NOT NULL, registersPerThread INTEGER, gridX INTEGER, gridY INTEGER,"
+        " gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER, staticSharedMemory INTEGER,"
+        " dynamicSharedMemory INTEGER);"
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, globalTid INTEGER,"
+        " correlationId INTEGER, nameId INTEGER NOT NULL);"
+    )
+    gpid = (4242 << 24) | (1 << 56)
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(1, "cudaLaunchKernel_v7000"), (2, "gemm_kernel")])
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 7, ?, ?, 2, 2, 32, 120, 1, 1, 256, 1, 1, 0, 0)",
+        [(1_000_000 + i * 4000 + 2000, 1_000_000 + i * 4000 + 3000, i + 1, gpid) for i in range(kernels)],
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, 1)",
+        [(1_000_000 + i * 4000, 1_000_000 + i * 4000 + 1500, gpid | 4242, i + 1) for i in range(kernels)],
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def wal_database(path: Path) -> Path:
+    """An SQLite database in WAL mode whose last transaction is still only in its ``-wal`` file (what a
+    read-write open would checkpoint into the database and delete)."""
+    import shutil
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "w.db"
+        con = sqlite3.connect(work)
+        con.execute("PRAGMA journal_mode=wal")
+        con.execute("CREATE TABLE t (a)")
+        con.commit()
+        holder = sqlite3.connect(work)  # a second reader keeps the WAL from being checkpointed on close
+        holder.execute("PRAGMA wal_autocheckpoint=0")
+        holder.execute("SELECT * FROM t").fetchall()
+        con.execute("INSERT INTO t VALUES ('in the wal only')")
+        con.commit()
+        shutil.copyfile(work, path)
+        shutil.copyfile(f"{work}-wal", f"{path}-wal")
+        holder.close()
+        con.close()
+    return path
+
+
+def hostile_name_folder(base: Path) -> Path:
+    """``base/a/traces``: a valid export under every name of :data:`HOSTILE_SQLITE_NAMES` (3 kernels
+    each) and ``realA.sqlite`` (7 kernels: what ``real%41.sqlite`` must not be read as); beside it the
+    files those names point at: ``base/a/victim/app.db`` (WAL mode, a transaction still in the WAL) and
+    ``base/a/traces/x`` (a plain file). Returns the traces folder."""
+    traces = base / "a" / "traces"
+    victim = base / "a" / "victim"
+    traces.mkdir(parents=True)
+    victim.mkdir()
+    wal_database(victim / "app.db")
+    (traces / "x").write_bytes(b"not a database\n")
+    nsys_export(traces / "realA.sqlite", 7)
+    for name in HOSTILE_SQLITE_NAMES:
+        nsys_export(traces / name, 3)
+    return traces
+
+
+def checksums(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (relative name → SHA-256), links and folders included by name."""
+    import hashlib
+
+    out: dict[str, str] = {}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = "link:" + str(p.readlink())
+        elif p.is_dir():
+            out[rel] = "dir"
+        else:
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out

@@ -4,6 +4,7 @@ the packed read, the forked helpers and the threaded rowid ranges all run), and 
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
 import sys
@@ -166,6 +167,15 @@ def test_distinct_is_numpy_unique() -> None:
         assert np.array_equal(inverse, want_inverse.reshape(-1))
 
 
+def scan_file(path: Path, *args: object) -> object:
+    """``_sqlcols.scan`` of the file at ``path`` (the scan reads a descriptor the caller opened)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return sqlcols.scan(fd, *args)  # type: ignore[arg-type]
+    finally:
+        os.close(fd)
+
+
 def scan_or_query(path: Path, table: str, columns: list[str]) -> tuple[object, object]:
     """The columns read by the b-tree scan (None where it declines) and by SQLite, NULL as None."""
     import numpy as np
@@ -176,7 +186,7 @@ def scan_or_query(path: Path, table: str, columns: list[str]) -> tuple[object, o
     want = con.execute(f"SELECT {', '.join(columns)} FROM {table}").fetchall()
     count = len(want)
     con.close()
-    found = sqlcols.scan(bytes(path), root, tuple(names.index(c) for c in columns), count)
+    found = scan_file(path, root, tuple(names.index(c) for c in columns), count)
     if found is None:
         return None, want
     rows, values, nulls, _ = found
@@ -224,7 +234,12 @@ def test_the_btree_scan_declines_what_it_does_not_read_as_sqlite_does(tmp_path: 
     assert scan_or_query(path, "r", ["a", "b"])[0] is None
     assert scan_or_query(path, "s", ["b"])[0] is None
     assert scan_or_query(path, "o", ["a"])[0] is None
-    assert sqlcols.scan(bytes(tmp_path / "absent.sqlite"), 2, (0,), 0) is None
+    assert sqlcols.scan(-1, 2, (0,), 0) is None  # no file
+    fd = os.open(tmp_path, os.O_RDONLY)  # a folder
+    try:
+        assert sqlcols.scan(fd, 2, (0,), 0) is None
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.skipif(not SHARED, reason="../shared/traces/nsys not present")
@@ -240,8 +255,8 @@ def test_the_btree_scan_never_reads_past_a_truncated_file(fraction: float, tmp_p
     path = tmp_path / "cut.sqlite"
     data = source.read_bytes()
     path.write_bytes(data[: int(len(data) * fraction)])
-    found = sqlcols.scan(bytes(path), root, (0, 1), count)
-    whole = sqlcols.scan(bytes(source), root, (0, 1), count)
+    found = scan_file(path, root, (0, 1), count)
+    whole = scan_file(source, root, (0, 1), count)
     assert whole is not None and (found is None or found == whole)
     if fraction < 0.5:
         assert found is None

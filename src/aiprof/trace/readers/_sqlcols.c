@@ -1,6 +1,7 @@
 /* Optional native reader of SQLite query results into packed int64 rows (aiprof.trace.readers._sqlcols).
  *
- * query(path, sql, width, null, params) opens ``path`` (bytes, os.fsencode) read-only (its own connection), runs ``sql`` with the
+ * query(name, sql, width, null, params) opens ``name`` (bytes: a ``file:`` URI, percent-encoded, or a plain
+ * file name) read-only (its own connection), runs ``sql`` with the
  * integer ``params`` bound to ?1, ?2 ..., and returns (rows, buffer): ``buffer`` is a bytearray of
  * rows * width native int64 values, row-major (numpy.frombuffer(...).reshape(rows, width)). Each value is
  * sqlite3_column_int64 of the column (SQLite's own conversion of REAL/TEXT), NULL becomes ``null``. The query
@@ -57,7 +58,7 @@ static PyObject *query(PyObject *self, PyObject *args) {
     sqlite3_stmt *stmt = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, NULL);
     if (rc == SQLITE_OK) /* pages mapped, not copied in by read(); best effort (SQLite caps the size) */
         sqlite3_exec(db, "PRAGMA mmap_size = 17179869184", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
@@ -126,8 +127,9 @@ static PyObject *query(PyObject *self, PyObject *args) {
 }
 
 
-/* ---- scan(path, rootpage, columns, capacity): a rowid table's integer columns straight from its b-tree ----
- * The database file is mapped read-only and the table's b-tree walked in rowid order (the order of a plain
+/* ---- scan(fd, rootpage, columns, capacity): a rowid table's integer columns straight from its b-tree ----
+ * The database file (``fd``: a descriptor open for reading, left open; the caller's one open of the file, so
+ * the file scanned is the file the caller checked) is mapped read-only and the table's b-tree walked in rowid order (the order of a plain
  * ``SELECT ... FROM table``); each leaf cell's record header is decoded up to the last wanted column. No
  * SQLite call, no VDBE: a value costs a few byte reads. Anything this reader does not handle exactly as
  * SQLite would (a WAL-mode file, a record spilling onto overflow pages, a REAL/TEXT/BLOB value in a wanted
@@ -395,11 +397,11 @@ static void huge_pages(void *start, size_t size) {
 }
 
 static PyObject *scan(PyObject *self, PyObject *args) {
-    const char *path;
+    int fd;
     unsigned int root;
     PyObject *columns, *text_slots = NULL;
     Py_ssize_t capacity;
-    if (!PyArg_ParseTuple(args, "yIO!n|O!", &path, &root, &PyTuple_Type, &columns, &capacity, &PyTuple_Type,
+    if (!PyArg_ParseTuple(args, "iIO!n|O!", &fd, &root, &PyTuple_Type, &columns, &capacity, &PyTuple_Type,
                           &text_slots))
         return NULL;
     Py_ssize_t ncols = PyTuple_GET_SIZE(columns);
@@ -436,16 +438,10 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         is_text[t] = 1;
         any_text = 1;
     }
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        Py_RETURN_NONE;
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 512) {
-        close(fd);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 512)
         Py_RETURN_NONE;
-    }
     void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
     if (map == MAP_FAILED)
         Py_RETURN_NONE;
     const uint8_t *b = map;
@@ -507,7 +503,7 @@ static PyMethodDef methods[] = {
     {"query", query, METH_VARARGS,
      "query(path, sql, width, null, params=()) -> (rows, bytearray of rows*width int64, row-major)"},
     {"scan", scan, METH_VARARGS,
-     "scan(path, rootpage, columns, capacity, texts=()) -> (rows, int64 values, uint8 nulls, distinct texts) "
+     "scan(fd, rootpage, columns, capacity, texts=()) -> (rows, int64 values, uint8 nulls, distinct texts) "
      "column-major, or None"},
     {NULL, NULL, 0, NULL},
 };

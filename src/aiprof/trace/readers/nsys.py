@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -77,10 +78,81 @@ _RANK_IN_NAME = re.compile(r"(?:rank[-_.]?|[._-])(\d+)$", re.IGNORECASE)
 _U32 = 0xFFFFFFFF
 
 
+@dataclass(frozen=True)
+class SqliteFile:
+    """One database file, opened once: ``fd`` (read-only, held for the whole read) and the ``file:`` URI
+    SQLite opens it by. The URI is the absolute path with every byte outside ``[A-Za-z0-9_.~/-]``
+    percent-encoded (``%``, ``#``, ``?``, ``&`` included), then ``mode=ro&immutable=1``: a file name is
+    only ever a name (``real%41.sqlite`` never opens ``realA.sqlite``, ``x#.sqlite`` never drops
+    ``mode=ro``), and SQLite neither writes, locks, creates a ``-shm``/``-wal`` file nor rolls back a
+    journal. The native b-tree scan reads ``fd``; SQLite's file is checked to be the same inode
+    (:meth:`check`)."""
+
+    path: Path  # as the user named it (messages)
+    fd: int
+    uri: str
+    identity: tuple[int, int]  # st_dev, st_ino of ``fd``
+
+    @staticmethod
+    def open(path: Path) -> SqliteFile:
+        """Raises :class:`TraceError` for a file that cannot be opened, is not a regular file, or does not
+        start with SQLite's magic (the file read is the file sniffed)."""
+        resolved = Path(os.path.abspath(path)).resolve()
+        try:  # O_NONBLOCK: a FIFO given as a database is refused below, never waited on
+            fd = os.open(resolved, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        except OSError as err:
+            raise TraceError(f"{path}: cannot open the SQLite database ({err.strerror or err})") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise TraceError(f"{path}: not a regular file (a database must be a file)")
+            if os.pread(fd, len(SQLITE_MAGIC), 0) != SQLITE_MAGIC:
+                raise TraceError(f"{path}: not an SQLite database (it changed since it was recognised as one?)")
+        except BaseException:
+            os.close(fd)
+            raise
+        return SqliteFile(path, fd, resolved.as_uri() + "?mode=ro&immutable=1", (info.st_dev, info.st_ino))
+
+    def connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(self.uri, uri=True)
+        con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # Windows exports hold Latin-1 text
+        return con
+
+    def check(self) -> None:
+        """The file SQLite opened by name is still the one held open (nobody renamed another over it)."""
+        try:
+            info = os.stat(self.uri_path())
+        except OSError:
+            info = None
+        if info is None or (info.st_dev, info.st_ino) != self.identity:
+            raise TraceError(f"{self.path}: the file was replaced while it was being read; read it again")
+
+    def uri_path(self) -> Path:
+        from urllib.parse import unquote_to_bytes, urlsplit
+
+        return Path(os.fsdecode(unquote_to_bytes(urlsplit(self.uri).path)))
+
+    def sidecars(self) -> list[str]:
+        """Non-empty ``-wal`` / ``-journal`` files beside the database: not read (the file is read as it is)."""
+        base = os.fsencode(self.uri_path())
+        found = []
+        for suffix in (b"-wal", b"-journal"):
+            try:
+                if os.stat(base + suffix).st_size > 0:
+                    found.append(os.fsdecode(suffix))
+            except OSError:
+                pass
+        return found
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 @dataclass
 class _Db:
     path: Path
     con: sqlite3.Connection
+    file: SqliteFile  # the open file (the scan reads its fd; other connections open its URI)
     columns: dict[str, set[str]]  # table → its columns (tables with rows or not)
     names: dict[int, str]  # StringIds
     native: Any = None  # the native column reader (_sqlcols), or None: Python's sqlite3 reads everything
@@ -124,7 +196,8 @@ class _Db:
         """``ints`` through the native b-tree scan (:func:`_sqlcols.scan`): the columns the expressions name
         are read raw (no SQLite stepping) and the expressions evaluated in numpy with SQL's NULL rules.
         None where the scan does not apply (a rollback journal or WAL beside the file, generated or
-        primary-key columns, defaults, a value SQLite would convert): the caller then asks SQLite."""
+        primary-key columns, defaults, a value SQLite would convert): the caller then asks SQLite. SQLite
+        reads the file immutable, as the scan does: neither sees a ``-wal`` or ``-journal`` beside it."""
         parsed = [_SqlExpr.parse(e) for e in exprs]
         if not _SCAN or any(p is None for p in parsed) or not hasattr(self.native, "scan"):
             return None
@@ -136,7 +209,7 @@ class _Db:
         if any(n not in positions for n in names) or not names:
             return None
         count = int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-        found = self.native.scan(os.fsencode(self.path), root, tuple(positions[n] for n in names), count)
+        found = self.native.scan(self.file.fd, root, tuple(positions[n] for n in names), count)
         if found is None or found[0] != count:
             return None
         rows, values, nulls, _ = found
@@ -156,10 +229,7 @@ class _Db:
 
     def _layout(self, table: str) -> tuple[int, dict[str, int]] | None:
         """A plain rowid table's root page and each stored column's record position; None for anything
-        else (WITHOUT ROWID, generated/hidden columns, an INTEGER PRIMARY KEY, defaults) or a journal/WAL
-        beside the database (its pages may not be in the file yet)."""
-        if any(Path(f"{self.path}{suffix}").exists() for suffix in ("-journal", "-wal")):
-            return None
+        else (WITHOUT ROWID, generated/hidden columns, an INTEGER PRIMARY KEY, defaults)."""
         found = self.con.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?",
                                  (table,)).fetchone()
         if not found or not isinstance(found[0], int) or "WITHOUT ROWID" in str(found[1]).upper():
@@ -176,13 +246,13 @@ class _Db:
         in rowid ranges on threads (the reader steps SQLite without the GIL), concatenated in rowid order."""
         parts = _helpers(last)
         if parts < 2:
-            return _native_fetch(self.native, self.path, sql, width)
+            return _native_fetch(self.native, self.file.uri, sql, width)
         bounds = np.linspace(0, last, parts + 1).astype(np.int64).tolist()
         where = f"{sql} WHERE rowid BETWEEN ? AND ?"
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(parts) as pool:
-            chunks = list(pool.map(lambda r: _native_fetch(self.native, self.path, where, width, (r[0] + 1, r[1])),
+            chunks = list(pool.map(lambda r: _native_fetch(self.native, self.file.uri, where, width, (r[0] + 1, r[1])),
                                    zip(bounds[:-1], bounds[1:])))
         return np.concatenate(chunks)
 
@@ -205,7 +275,7 @@ class _Db:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        jobs = [(str(self.path), where, lo, hi, len(words)) for lo, hi in ranges[1:]]
+        jobs = [(self.file.uri, where, lo, hi, len(words)) for lo, hi in ranges[1:]]
         with ProcessPoolExecutor(helpers, multiprocessing.get_context("fork")) as pool:
             pending = [pool.submit(_fetch_range, job) for job in jobs]
             first = _fetch(self.con, where, ranges[0], len(words))
@@ -369,20 +439,21 @@ def native_reader() -> Any:
     return optional("aiprof.trace.readers._sqlcols")
 
 
-def _native_fetch(native: Any, path: Path, sql: str, width: int, params: tuple[int, ...] = ()) -> I64:
-    """One query through the native reader (its own read-only connection), as an (n, width) array; its
-    errors become sqlite3's, with SQLite's own message, so they read as on the Python path."""
+def _native_fetch(native: Any, uri: str, sql: str, width: int, params: tuple[int, ...] = ()) -> I64:
+    """One query through the native reader (its own read-only connection to ``uri``, a
+    :class:`SqliteFile` URI), as an (n, width) array; its errors become sqlite3's, with SQLite's own
+    message, so they read as on the Python path."""
     try:
-        rows, buffer = native.query(os.fsencode(path), sql, width, -1, params)
+        rows, buffer = native.query(uri.encode("ascii"), sql, width, -1, params)
     except native.Error as err:
         raise sqlite3.DatabaseError(err.args[0]) from None
     return np.frombuffer(buffer, dtype=np.int64).reshape(rows, width)
 
 
 def _fetch_range(job: tuple[str, str, int, int, int]) -> I64:
-    """In a helper: one rowid range of a query, on a connection of its own."""
-    path, sql, lo, hi, width = job
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    """In a helper: one rowid range of a query, on a connection of its own (``job[0]``: the URI)."""
+    uri, sql, lo, hi, width = job
+    con = sqlite3.connect(uri, uri=True)
     try:
         return _fetch(con, sql, (lo, hi), width)
     finally:
@@ -411,9 +482,9 @@ def _read_report(path: Path, options: ReaderOptions) -> list[Trace]:
             f"`nsys export --type sqlite {path.name}` and pass the .sqlite file"
         )
     with tempfile.TemporaryDirectory(prefix="aiprof-nsys-") as tmp:
-        out = Path(tmp) / (path.stem + ".sqlite")
-        done = subprocess.run(
-            [nsys, "export", "--type", "sqlite", "--lazy", "false", "--output", str(out), str(path)],
+        out = Path(tmp) / "report.sqlite"
+        done = subprocess.run(  # an absolute path: a name starting with "-" is never read as an option
+            [nsys, "export", "--type", "sqlite", "--lazy", "false", "--output", str(out), os.path.abspath(path)],
             capture_output=True, text=True, errors="replace",
         )
         if done.returncode != 0 or not out.exists():
@@ -428,25 +499,34 @@ def _read_report(path: Path, options: ReaderOptions) -> list[Trace]:
 def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
     """Read an ``nsys export --type sqlite`` database: one trace per process that ran GPU work."""
     options = options or ReaderOptions()
+    file = SqliteFile.open(path)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as err:
-        raise TraceError(f"{path}: cannot open the SQLite database ({err})") from None
-    try:
-        con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # Windows exports hold Latin-1 text
-        db = _open(path, con)
-        return _read(db, options)
-    except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema page: undecodable text
-        raise TraceError(
-            f"{path}: the SQLite database cannot be read ({err}); is the file complete? re-export it with "
-            "`nsys export --type sqlite`"
-        ) from None
+        try:
+            con = file.connect()
+        except sqlite3.Error as err:
+            raise TraceError(f"{path}: cannot open the SQLite database ({err})") from None
+        try:
+            db = _open(path, con, file)
+            traces = _read(db, options)
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema page: undecodable text
+            raise TraceError(
+                f"{path}: the SQLite database cannot be read ({err}); is the file complete? re-export it with "
+                "`nsys export --type sqlite`"
+            ) from None
+        finally:
+            con.close()
+        file.check()
+        for sidecar in file.sidecars():
+            traces[0].warnings.append(f"a {sidecar} file beside the database was not read (aiprof reads the "
+                                      "database file as it is and never changes it; checkpoint it first to include it)")
+        return traces
     finally:
-        con.close()
+        file.close()
 
 
-def _open(path: Path, con: sqlite3.Connection) -> _Db:
+def _open(path: Path, con: sqlite3.Connection, file: SqliteFile) -> _Db:
     tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    file.check()  # SQLite has opened the file by now: the one held open
     columns = {t: {row[1] for row in con.execute(f'PRAGMA table_info("{t}")')} for t in tables
                if t in (*_ACTIVITY, SYNC, NVTX, MEMORY, "StringIds", "TARGET_INFO_GPU", "ThreadNames", "PROCESSES",
                         "TARGET_INFO_SESSION_START_TIME", "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE")}
@@ -465,7 +545,7 @@ def _open(path: Path, con: sqlite3.Connection) -> _Db:
                          "re-export it with `nsys export --type sqlite`")
     _require(path, columns)
     names = {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds")}
-    return _Db(path, con, columns, names, native_reader())
+    return _Db(path, con, file, columns, names, native_reader())
 
 
 _REQUIRED = {
@@ -599,7 +679,7 @@ def _nvtx_scan(db: _Db) -> _Nvtx | None:
         return None
     count = int(db.con.execute(f"SELECT count(*) FROM {NVTX}").fetchone()[0])
     text_slot = (present.index("text"),) if "text" in present else ()
-    found = db.native.scan(os.fsencode(db.path), root, tuple(positions[n] for n in present), count, text_slot)
+    found = db.native.scan(db.file.fd, root, tuple(positions[n] for n in present), count, text_slot)
     if found is None or found[0] != count:
         return None
     rows, values, nulls, texts = found
