@@ -60,11 +60,47 @@ def _capture_then_replays(tmp: Path) -> Path:
     return b.write(tmp / "capture_replays.json")
 
 
+def hip_capture_trace(tmp: Path) -> Path:
+    """A ROCm capture phase (issue #22, class 5): three eager kernels, then six captures of 60 launches each
+    (recorded, not run), each with a 3 ms ``hipFree`` inside the capture and a ``hipGraphInstantiate``. The
+    device runs 24 µs of a 46 ms trace; every late launch is captured, none was lost."""
+    b = TraceBuilder(device_name="AMD Instinct MI300X")
+    t = 0.0
+    for _ in range(3):
+        op = b.cpu_op("aten::mm", ts=t, dur=20)
+        b.launch(op, kernel="Cijk_Ailk_Bljk_BBS_BH", kernel_ts=t + 10, kernel_dur=8, api="hipLaunchKernel")
+        t += 25
+    for _ in range(6):
+        b.runtime("hipStreamBeginCapture", ts=t, dur=5)
+        t += 10
+        for _ in range(60):
+            b.cpu_op("aten::mm", ts=t, dur=60)
+            b.runtime("hipLaunchKernel", ts=t + 20, dur=30)
+            t += 70
+        b.runtime("hipFree", ts=t, dur=3000)
+        t += 3010
+        b.runtime("hipStreamEndCapture", ts=t, dur=10)
+        b.runtime("hipGraphInstantiateWithFlags", ts=t + 15, dur=400)
+        t += 430
+    return b.write(tmp / "hip_capture.json")
+
+
+def _check_capture_trace(run: Any, findings: list[dict[str, Any]]) -> None:
+    rank = run.ranks[0]
+    assert not rank.partial and rank.coverage.clipped_ns == 0, rank.coverage  # never salvaged, never cut
+    assert rank.windows[0].end_ns - rank.windows[0].start_ns > 40_000_000  # the whole 46 ms, not 1 ms
+    assert rank.sections["graph_capture"]["capture_trace"] is True
+    assert rank.sections["graph_capture"]["captured_launches"] == 360
+    assert [f["id"] for f in findings] == ["graph_capture"], findings
+    assert findings[0]["evidence"]["capture_trace"] is True
+
+
 def _check_capture_only(run: Any, findings: list[dict[str, Any]]) -> None:
     f = next(f for f in findings if f["id"] == "graph_capture")
     assert f["title"].startswith("The trace is a CUDA/HIP graph capture"), f["title"]
     assert f["evidence"]["captures"] == 8 and f["evidence"]["steady_state"] is False
     assert f["est_saving_ns_per_step"] == 0 and f["severity"] == "info"
+    assert run.ranks[0].sections["graph_capture"]["capture_trace"] is True
 
 
 def _check_partial_capture(run: Any, findings: list[dict[str, Any]]) -> None:
@@ -72,6 +108,7 @@ def _check_partial_capture(run: Any, findings: list[dict[str, Any]]) -> None:
     assert f["evidence"]["steady_state"] is True
     assert 0.2 < f["evidence"]["capture_share_of_trace"] < 0.6, f["evidence"]
     assert "of the trace is CUDA/HIP graph capture" in f["title"]
+    assert run.ranks[0].sections["graph_capture"]["capture_trace"] is False  # the replays are steady state
 
 
 # ----- collectives that are not nccl* ---------------------------------------------------------------------
@@ -209,6 +246,11 @@ CASES: list[Case] = [
          "almost nothing while the host records launches. That is what the trace is, not a host-bound run",
          present={"graph_capture"}, absent={"host_bound", "launch_bound", "sync", "data_loading"},
          check=_check_capture_only),
+    case("hip_graph_capture_trace", hip_capture_trace, None,
+         "a ROCm capture phase with hipFree inside each capture: a kind of trace, not a truncated one (never "
+         "partial, never cut), and hipFree inside a capture is no sync to remove",
+         present={"graph_capture"}, absent={"sync", "host_bound", "launch_bound", "host_stall"},
+         check=_check_capture_trace),
     case("graph_capture_then_replays", _capture_then_replays, None,
          "the capture phase is a one-time cost; the replays after it keep the GPU busy: nothing to fix in the "
          "steady state, and the capture's host time is not host-bound",

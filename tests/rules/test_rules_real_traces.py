@@ -168,6 +168,10 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
         "sync", {"graph_trace_incomplete"}, {"launch_bound"}, "vLLM full-graph decode"),
     "tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz": (
         "graph_trace_incomplete", NONE, {"launch_bound"}, "vLLM piecewise graphs"),
+    "tracelens/inference/vllm_prefilldecode_piecewise/capture_traces/graph_capture_rank_0.1773709679453551615.pt.trace.json.gz": (
+        "graph_capture", NONE, {"sync", "host_stall", "host_bound", "launch_bound"},
+        "the engine's CUDA-graph capture phase (25 captures, device busy 0.4 % of the trace): a kind of trace, "
+        "described, not judged; was a HIGH sync on the hipDeviceSynchronize between captures"),
     "tracelens/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz": (
         "host_bound", {"tensor_core_alignment"}, NONE, "SD-3.5 diffusion: host overhead, misaligned GEMMs"),
     "tracelens/mi210/gpu_only_trace/gpu_only_trace.json.gz": ("launch_config", NONE, NONE, "GPU-only trace: small grids"),

@@ -19,7 +19,9 @@ record ends inside its CPU span and it has fewer recorded launches than the othe
 their median): the cut fell in that step. A trace whose only window is the whole trace has its window
 clipped to the end of the device record instead, when launches (or, in a cut-off file, CPU ops) come
 after that end.
-Nothing is ever left out when it would leave no step at all. A step that issued no launch calls and ran
+Launch calls recorded into a CUDA/HIP graph under stream capture are not expected to have device activity
+and are not counted; a trace that is a capture phase (:mod:`aiprof.analysis.graphs`) is never partial unless
+its file is cut off. Nothing is ever left out when it would leave no step at all. A step that issued no launch calls and ran
 between recorded steps stays complete: the device really was idle then; so does a step after the
 device record that ran no CPU op and issued no launch (the record of that step is whole: nothing ran).
 """
@@ -32,17 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from aiprof.analysis import graphs
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.steps import StepWindow
 from aiprof.trace import links
 from aiprof.trace.kineto.loader import is_cut_off
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
-
-# Runtime / driver calls that put work on the device (cudaLaunchKernel, cuLaunchKernel, hipLaunchKernel,
-# cudaGraphLaunch, cudaMemcpyAsync, cudaMemsetAsync, …). cudaLaunchHostFunc runs a host callback: no
-# device activity is expected from it.
-LAUNCH_PATTERN = r"Launch|Memcpy|Memset"
-_NO_DEVICE_WORK = r"HostFunc"
 
 AFTER_RECORD = "after_device_record"
 UNRECORDED = "launches_unrecorded"
@@ -145,6 +142,8 @@ def device_coverage(trace: Trace, windows: list[StepWindow]) -> Coverage:
     gpu_end = c.ts[gpu] + c.dur[gpu]
     dev_start, dev_end = int(c.ts[gpu].min()), int(gpu_end.max())
     base = Coverage(list(windows), device_start_ns=dev_start, device_end_ns=dev_end, cut_off=cut_off)
+    if graphs.graph_capture_info(trace).is_capture_trace:
+        return base  # a capture phase: the device runs almost nothing by design, nothing is missing
     launches = _launch_rows(trace)
     if len(windows) == 1:
         return _clip_single(trace, base, launches)
@@ -187,10 +186,10 @@ def _short_record(n_recorded: I64, recorded: np.ndarray[Any, Any], last: int) ->
 
 
 def _launch_rows(trace: Trace) -> I64:
-    """Runtime/driver calls that put work on a device, in time order."""
-    rows = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    keep = trace.name_matches(rows, LAUNCH_PATTERN) & ~trace.name_matches(rows, _NO_DEVICE_WORK)
-    kept: I64 = rows[keep]
+    """Runtime/driver calls that put work on a device, in time order, less those recorded into a CUDA/HIP
+    graph under stream capture (no device activity is expected from them: :mod:`aiprof.analysis.graphs`)."""
+    rows = graphs.launch_rows(trace)
+    kept: I64 = rows[~graphs.captured_mask(trace, rows)]
     return kept
 
 

@@ -80,6 +80,12 @@ def _roofline_section(trace: Trace) -> dict[str, Any]:
     return roofline(trace).to_dict(max_instances=TOP_N)
 
 
+def _graph_capture_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.graphs import graph_capture_section
+
+    return graph_capture_section(trace)
+
+
 # The analyses beyond timeline accounting, by report key. Users may edit this dict.
 DEFAULT_SECTIONS: dict[str, Section] = {
     "kernels": _kernels_section,
@@ -88,6 +94,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "compat": _compat_section,
     "roofline": _roofline_section,
     "timeline_overview": timeline_overview,
+    "graph_capture": _graph_capture_section,
 }
 
 

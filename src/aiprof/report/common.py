@@ -116,6 +116,12 @@ def partial_note(doc: Report) -> str | None:
     return note
 
 
+def capture_note(doc: Report) -> str | None:
+    """The summary's sentence for a graph-capture trace (None for any other trace): what kind of trace it is."""
+    note = doc.summary.capture_note
+    return note if isinstance(note, str) and note else None
+
+
 def notes(doc: Report, focus: RankReport | None = None) -> list[str]:
     """The run's warnings, then the rank notes (the focus rank's only when given), each once: a load
     warning is both a rank note and a run warning."""

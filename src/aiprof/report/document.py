@@ -187,7 +187,18 @@ def _summary(ranks: list[RankReport]) -> Summary:
         partial=partial,
         incomplete_step_count=left_out,
         partial_note=note,
+        **_capture_kind(ranks),
     )
+
+
+def _capture_kind(ranks: list[RankReport]) -> dict[str, Any]:
+    """``trace_kind`` and ``capture_note`` of the summary: a capture when every rank's trace is one (the
+    first rank's note speaks for them)."""
+    notes = [r.graph_capture.get("note") if isinstance(r.graph_capture, dict) else None for r in ranks]
+    if not notes or not all(notes):
+        return {}
+    prefix = "" if len(ranks) == 1 else f"Every rank ({len(ranks)}): "
+    return {"trace_kind": "graph_capture", "capture_note": prefix + str(notes[0])}
 
 
 def _partial(ranks: list[RankReport]) -> tuple[bool, int, str | None]:

@@ -57,6 +57,7 @@ nav{font-size:.9em;color:var(--mute)}nav a{color:inherit;margin-right:.9em}
 .mute{color:var(--mute)}code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
 code{overflow-wrap:anywhere}pre{background:var(--card);padding:.6em .8em;border-radius:6px;overflow-x:auto;white-space:pre-wrap}
 .partial{border-left:4px solid var(--medium);background:var(--card);border-radius:6px;padding:.6em 1em;margin:.8em 0;font-weight:600}
+.capture{border-left:4px solid var(--low);background:var(--card);border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .finding{background:var(--card);border-left:4px solid var(--info);border-radius:6px;padding:.7em 1em;margin:.8em 0}
 .finding.high{border-color:var(--high)}.finding.medium{border-color:var(--medium)}.finding.low{border-color:var(--low)}
 .sev{font-size:.75em;font-weight:700;text-transform:uppercase;letter-spacing:.05em;margin-right:.5em}
@@ -176,12 +177,14 @@ class HtmlRenderer:
         if len(doc.sources) > 4:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
+        kind = c.capture_note(doc)
         return (
             f"<h1>aiprof · {esc(device)}</h1>"
             # A crashed or incomplete run says so first (report.runstatus).
             + (f'<div class="partial" role="alert">{esc(doc.run_status.banner)}</div>' if doc.run_status else "")
             + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
+            + (f'<div class="capture">{esc(kind)}</div>' if kind else "")
             + "<div class=kpis>"
             + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)
             + "</div>"

@@ -38,6 +38,9 @@ class MarkdownRenderer:
         partial = common.partial_note(doc)
         if partial:
             lines += ["", f"> **{_cell(partial)}**"]
+        kind = common.capture_note(doc)
+        if kind:
+            lines += ["", f"> {_cell(kind)}"]
         lines.append("")
         buckets = common.buckets(doc)
         heads = [common.per_step(common.bucket_label(doc, b)) for b in buckets]

@@ -119,6 +119,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     compat: dict[str, Any] | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
     timeline_overview: dict[str, Any] | UnsetType = UNSET
+    # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
+    graph_capture: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
     memory: MemoryReport | UnsetType = UNSET
     # Host time by Python frame (``with_stack``; else ``recorded: false`` and how to record it) and time per
@@ -127,7 +129,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     modules: ModuleProfile | UnsetType = UNSET
 
 
-SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview")
+SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture")
 
 
 class Summary(msgspec.Struct, kw_only=True):
@@ -143,6 +145,10 @@ class Summary(msgspec.Struct, kw_only=True):
     partial: bool = False
     incomplete_step_count: NonNegative = 0
     partial_note: str | None = None
+    # "graph_capture" when every rank's trace records a CUDA/HIP graph capture phase (analysis/graphs.py),
+    # described by ``capture_note`` and judged by no steady-state finding; both absent for any other trace.
+    trace_kind: Literal["graph_capture"] | UnsetType = UNSET
+    capture_note: str | UnsetType = UNSET
 
 
 class Report(msgspec.Struct, kw_only=True, omit_defaults=True):

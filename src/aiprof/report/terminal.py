@@ -74,6 +74,9 @@ class TerminalRenderer:
         partial = common.partial_note(doc)
         if partial:
             console.print(terminal_text(partial, style="bold yellow"))
+        kind = common.capture_note(doc)
+        if kind:
+            console.print(terminal_text(kind, style="bold cyan"))
         if len(ranks) > 1:
             console.print()
             console.print(Text(

@@ -10,6 +10,7 @@ import numpy as np
 
 from aiprof import arrays
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.graphs import capture_ranges, graph_capture_info
 from aiprof.analysis.timeline import StepAccount
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -18,11 +19,6 @@ from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import Kind
 
 GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
-# Stream capture (torch.cuda.graph, vLLM / SGLang capture phase) and graph instantiation. Not
-# cudaStreamGetCaptureInfo / cudaStreamIsCapturing: every caching-allocator call asks those.
-_BEGIN_CAPTURE = r"^(cuda|hip|cu)StreamBeginCapture"
-_END_CAPTURE = r"^(cuda|hip|cu)StreamEndCapture"
-_INSTANTIATE = r"^(cuda|hip|cu)GraphInstantiate"
 # The trace *is* a capture when capture covers at least this share of the steady steps: no steady-state
 # verdict at all then. Below it, the captured time is only taken out of the idle rules' evidence (the rules
 # whose spec says ``capture_idle``: a capture range's idle has host / launch / sync causes, the host records
@@ -160,48 +156,6 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def capture_ranges(ctx: RankContext) -> tuple[iv.IntervalSet, int, int]:
-    """The trace's CUDA/HIP graph capture ranges: per host thread, each ``*StreamBeginCapture`` to the next
-    ``*StreamEndCapture`` (a begin without end runs to the thread's last event, an end without begin from
-    its first: the trace cut the capture), plus every ``*GraphInstantiate`` call. Returns the merged
-    ranges, the number of captures and of instantiations."""
-    trace = ctx.trace
-    c = trace.columns
-    calls = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    begin = calls[trace.name_matches(calls, _BEGIN_CAPTURE)]
-    end = calls[trace.name_matches(calls, _END_CAPTURE)]
-    inst = calls[trace.name_matches(calls, _INSTANTIATE)]
-    if begin.size + end.size + inst.size == 0:
-        return iv.EMPTY, 0, 0
-    starts: list[int] = []
-    ends: list[int] = []
-    captures = 0
-    for pid, tid in sorted({(int(p), int(t)) for p, t in zip(c.pid[np.concatenate((begin, end))].tolist(),
-                                                              c.tid[np.concatenate((begin, end))].tolist())}):
-        thread = calls[(c.pid[calls] == pid) & (c.tid[calls] == tid)]
-        first, last = int(c.ts[thread].min()), int((c.ts[thread] + c.dur[thread]).max())
-        events = sorted([(int(c.ts[r]), 0) for r in begin if c.pid[r] == pid and c.tid[r] == tid]
-                        + [(int(c.ts[r] + c.dur[r]), 1) for r in end if c.pid[r] == pid and c.tid[r] == tid])
-        open_at: int | None = None
-        for ts, is_end in events:
-            if not is_end:
-                open_at = ts if open_at is None else open_at  # nested begin (another stream): one range
-            else:
-                starts.append(first if open_at is None else open_at)
-                ends.append(ts)
-                captures += 1
-                open_at = None
-        if open_at is not None:
-            starts.append(open_at)
-            ends.append(last)
-            captures += 1
-    ranges = iv.union(
-        iv.merge(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)),
-        iv.merge(c.ts[inst], c.ts[inst] + c.dur[inst]),
-    )
-    return ranges, captures, int(inst.size)
-
-
 def _covered(ranges: iv.IntervalSet, steps: list[StepAccount]) -> tuple[int, int]:
     """Captured ns inside these steps' windows, and the windows' total."""
     if not steps:
@@ -214,7 +168,8 @@ def _covered(ranges: iv.IntervalSet, steps: list[StepAccount]) -> tuple[int, int
 @dataclass(frozen=True)
 class GraphCapture:
     """CUDA/HIP graph capture in a trace (``ctx.views.graph_capture``): the capture ranges
-    (:func:`capture_ranges`) and how much of the steps they cover."""
+    (:func:`aiprof.analysis.graphs.capture_ranges`), how much of the steps they cover, and whether the whole
+    trace is a capture (:attr:`aiprof.analysis.graphs.GraphCaptureInfo.is_capture_trace`)."""
 
     ranges: iv.IntervalSet
     captures: int
@@ -223,11 +178,13 @@ class GraphCapture:
     share_of_trace: float  # of every step
     share_of_steady: float  # of the steady steps
     reported: bool  # covers at least min_share of the steps: graph_capture says so, the rules follow it
+    capture_trace: bool = False  # the trace is a capture phase (analysis.graphs): no steady state at all
 
     @property
     def steady_state(self) -> bool:
-        """Below ``CAPTURE_DOMINANT_SHARE`` of the steady steps: the rest is steady-state execution."""
-        return self.share_of_steady < CAPTURE_DOMINANT_SHARE
+        """Below ``CAPTURE_DOMINANT_SHARE`` of the steady steps, in a trace that is not a capture phase: the
+        rest is steady-state execution."""
+        return not self.capture_trace and self.share_of_steady < CAPTURE_DOMINANT_SHARE
 
     @property
     def excluded(self) -> bool:
@@ -237,15 +194,17 @@ class GraphCapture:
 
 def find_graph_capture(ctx: RankContext) -> GraphCapture:
     """The trace's graph capture ranges and their share of the steps (nothing reported without ranges)."""
-    ranges, captures, instantiations = capture_ranges(ctx)
+    found = capture_ranges(ctx.trace)
+    ranges, captures, instantiations = found.merged, found.captures, found.instantiations
     if not ranges[0].size:
         return GraphCapture(ranges, captures, instantiations, 0, 0.0, 0.0, False)
     captured_all, total_all = _covered(ranges, ctx.device.steps)
     captured, total = _covered(ranges, ctx.steps)
     share_all = captured_all / total_all if total_all else 0.0
     steady_share = captured / total if total else 0.0
-    reported = max(share_all, steady_share) >= ctx.options.min_share
-    return GraphCapture(ranges, captures, instantiations, captured_all, share_all, steady_share, reported)
+    whole = graph_capture_info(ctx.trace).is_capture_trace  # the device ran almost nothing: a capture phase
+    reported = whole or max(share_all, steady_share) >= ctx.options.min_share
+    return GraphCapture(ranges, captures, instantiations, captured_all, share_all, steady_share, reported, whole)
 
 
 @rank_rule(saving=Saving.NONE, options=("min_share",), needs=("graph_capture", "steps", "all_steps", "trace"))
@@ -263,7 +222,7 @@ def graph_capture(ctx: RankContext) -> list[Finding]:
     dominant = not capture.steady_state
     what = (f"{captures} capture{'s' if captures != 1 else ''}" if captures else
             f"{instantiations} graph instantiation{'s' if instantiations != 1 else ''}")
-    if share_all >= CAPTURE_DOMINANT_SHARE:
+    if capture.capture_trace or share_all >= CAPTURE_DOMINANT_SHARE:
         title = f"The trace is a CUDA/HIP graph capture ({what}, {ms_text(captured_all)}), not steady-state execution"
     else:
         title = (f"{share_all:.0%} of the trace is CUDA/HIP graph capture ({what}, {ms_text(captured_all)}), "
@@ -276,6 +235,7 @@ def graph_capture(ctx: RankContext) -> list[Finding]:
         "capture_share_of_trace": round(share_all, 3),
         "capture_share_of_steady_steps": round(steady_share, 3),
         "steady_state": not dominant,
+        "capture_trace": capture.capture_trace,
     }
     from aiprof.rules.registry import capture_idle_rules
 

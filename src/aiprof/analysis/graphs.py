@@ -1,0 +1,205 @@
+"""CUDA/HIP graph capture in a trace: where the capture ranges are, and whether the trace *is* a capture.
+
+A serving engine (vLLM, SGLang) or ``torch.cuda.graph`` records a graph by running the model under stream
+capture: between ``cudaStreamBeginCapture`` and ``cudaStreamEndCapture`` (``hip…`` on ROCm) every launch
+call is recorded into the graph, not executed, so the host is busy and the device runs nothing; then
+``cudaGraphInstantiate`` builds the executable graph. A trace of that phase (vLLM writes one per rank:
+``graph_capture_rank_0…``) has thousands of launch calls and almost no device activity. It is a *kind* of
+trace, not a damaged one:
+
+* its launch calls inside capture ranges are not expected to have device activity, so the coverage check
+  (:mod:`aiprof.analysis.coverage`) never reads them as work whose device side was lost;
+* a trace that is mostly capture (:attr:`GraphCaptureInfo.is_capture_trace`) is described, not judged:
+  nothing is clipped or left out, and the rules give no steady-state finding on it.
+
+The numbers (``graph_capture`` section of each rank): ``captures`` (begin/end pairs; an unmatched begin
+or end counts as one, cut by the trace), ``instantiations``, ``captured_ns`` (the union of the ranges),
+``captured_launches`` (launch calls inside their thread's ranges), ``executed_launches`` (the other launch
+calls), ``gpu_busy_ns`` (union of device activity) over ``span_ns`` (first to last event of the trace).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aiprof.analysis import intervals as iv
+from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
+
+# Stream capture (torch.cuda.graph, vLLM / SGLang capture phase) and graph instantiation. Not
+# cudaStreamGetCaptureInfo / cudaStreamIsCapturing: every caching-allocator call asks those.
+BEGIN_CAPTURE = r"^(cuda|hip|cu)StreamBeginCapture"
+END_CAPTURE = r"^(cuda|hip|cu)StreamEndCapture"
+INSTANTIATE = r"^(cuda|hip|cu)GraphInstantiate"
+# Runtime / driver calls that put work on the device (cudaLaunchKernel, hipModuleLaunchKernel, cudaGraphLaunch,
+# cudaMemcpyAsync, cudaMemsetAsync, …). cudaLaunchHostFunc runs a host callback: no device activity expected.
+LAUNCH_PATTERN = r"Launch|Memcpy|Memset"
+NO_DEVICE_WORK = r"HostFunc"
+
+# A trace is a capture when its device was busy under this share of its span and at least as many launch
+# calls were captured as executed (a steady run that re-captures once, or a capture followed by busy
+# replays, is not: its replays keep the device busy, its executed launches outnumber the captured).
+CAPTURE_TRACE_MAX_BUSY = 0.10
+
+_CACHE_KEY = "analysis.graphs.capture"
+
+
+@dataclass(frozen=True)
+class CaptureRanges:
+    """The capture ranges of a trace: merged over threads, and per host thread (pid, tid)."""
+
+    merged: iv.IntervalSet
+    per_thread: dict[tuple[int, int], iv.IntervalSet]
+    captures: int
+    instantiations: int
+
+
+def launch_rows(trace: Trace) -> I64:
+    """Runtime/driver calls that put work on a device, in time order."""
+    rows = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    keep = trace.name_matches(rows, LAUNCH_PATTERN) & ~trace.name_matches(rows, NO_DEVICE_WORK)
+    kept: I64 = rows[keep]
+    return kept
+
+
+def capture_ranges(trace: Trace) -> CaptureRanges:
+    """Per host thread, each ``*StreamBeginCapture`` to the next ``*StreamEndCapture`` (a begin without end
+    runs to the thread's last call, an end without begin from its first: the trace cut the capture), plus
+    every ``*GraphInstantiate`` call (in the merged ranges). Cached on the trace."""
+    cached: CaptureRanges | None = trace.cache.get(_CACHE_KEY)
+    if cached is not None:
+        return cached
+    c = trace.columns
+    calls = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    begin = calls[trace.name_matches(calls, BEGIN_CAPTURE)]
+    end = calls[trace.name_matches(calls, END_CAPTURE)]
+    inst = calls[trace.name_matches(calls, INSTANTIATE)]
+    per_thread: dict[tuple[int, int], iv.IntervalSet] = {}
+    captures = 0
+    marks = np.concatenate((begin, end))
+    for pid, tid in sorted(set(zip(c.pid[marks].tolist(), c.tid[marks].tolist()))):
+        starts, ends = _thread_ranges(trace, calls, begin, end, int(pid), int(tid))
+        captures += len(starts)
+        per_thread[(int(pid), int(tid))] = iv.merge(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
+    merged = iv.union(*per_thread.values(), iv.merge(c.ts[inst], c.ts[inst] + c.dur[inst]))
+    found = CaptureRanges(merged, per_thread, captures, int(inst.size))
+    trace.cache[_CACHE_KEY] = found
+    return found
+
+
+def _thread_ranges(trace: Trace, calls: I64, begin: I64, end: I64, pid: int, tid: int) -> tuple[list[int], list[int]]:
+    """One thread's capture ranges (begin → end; nested begins on other streams make one range)."""
+    c = trace.columns
+    mine = calls[(c.pid[calls] == pid) & (c.tid[calls] == tid)]
+    first, last = int(c.ts[mine].min()), int((c.ts[mine] + c.dur[mine]).max())
+    b = begin[(c.pid[begin] == pid) & (c.tid[begin] == tid)]
+    e = end[(c.pid[end] == pid) & (c.tid[end] == tid)]
+    events = sorted([(int(t), 0) for t in c.ts[b].tolist()] + [(int(t), 1) for t in (c.ts[e] + c.dur[e]).tolist()])
+    starts: list[int] = []
+    ends: list[int] = []
+    open_at: int | None = None
+    for ts, is_end in events:
+        if not is_end:
+            open_at = ts if open_at is None else open_at
+            continue
+        starts.append(first if open_at is None else open_at)
+        ends.append(ts)
+        open_at = None
+    if open_at is not None:
+        starts.append(open_at)
+        ends.append(last)
+    return starts, ends
+
+
+def captured_mask(trace: Trace, rows: I64) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Per row of ``rows`` (host calls): whether it ran inside a capture range of its own thread, i.e. was
+    recorded into a graph rather than executed."""
+    out = np.zeros(rows.size, dtype=bool)
+    ranges = capture_ranges(trace)
+    if not ranges.per_thread or not rows.size:
+        return out
+    c = trace.columns
+    pid, tid, ts = c.pid[rows], c.tid[rows], c.ts[rows]
+    for (p, t), (starts, ends) in ranges.per_thread.items():
+        sel = np.flatnonzero((pid == p) & (tid == t))
+        if not sel.size or not starts.size:
+            continue
+        k = np.searchsorted(starts, ts[sel], side="right") - 1
+        inside = (k >= 0) & (ts[sel] < ends[np.maximum(k, 0)])
+        out[sel[inside]] = True
+    return out
+
+
+@dataclass(frozen=True)
+class GraphCaptureInfo:
+    """What a trace holds of graph capture (module doc for each number)."""
+
+    captures: int
+    instantiations: int
+    captured_ns: int
+    captured_launches: int
+    executed_launches: int
+    gpu_busy_ns: int
+    span_ns: int
+
+    @property
+    def has_capture(self) -> bool:
+        return self.captures + self.instantiations > 0
+
+    @property
+    def busy_share(self) -> float:
+        """Device busy (union of device activity) over the trace's span."""
+        return self.gpu_busy_ns / self.span_ns if self.span_ns else 0.0
+
+    @property
+    def is_capture_trace(self) -> bool:
+        """The trace records a capture phase: the device ran almost nothing while launches were captured."""
+        return (self.has_capture and self.busy_share < CAPTURE_TRACE_MAX_BUSY
+                and self.captured_launches >= self.executed_launches)
+
+    def note(self) -> str | None:
+        """One sentence for the report's top (None unless the trace is a capture)."""
+        if not self.is_capture_trace:
+            return None
+        what = f"{self.captures} CUDA/HIP graph capture{'s' if self.captures != 1 else ''}"
+        return (
+            f"Graph capture trace: {what} ({self.instantiations} instantiation"
+            f"{'s' if self.instantiations != 1 else ''}, {self.captured_launches:,} launch calls recorded into "
+            f"graphs, {self.captured_ns / 1e6:.1f} ms); the device was busy {100 * self.busy_share:.1f}% of the "
+            "trace, as in any capture. A kind of trace, not a truncated one: nothing is left out and no "
+            "steady-state finding is given. To judge execution, profile the replay; analyse it with this capture "
+            "to attribute the replayed kernels to ops."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "captures": self.captures,
+            "instantiations": self.instantiations,
+            "captured_ns": self.captured_ns,
+            "captured_launches": self.captured_launches,
+            "executed_launches": self.executed_launches,
+            "gpu_busy_ns": self.gpu_busy_ns,
+            "span_ns": self.span_ns,
+            "capture_trace": self.is_capture_trace,
+        }
+
+
+def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
+    """The trace's graph capture summary (zeros when it has none)."""
+    ranges = capture_ranges(trace)
+    c = trace.columns
+    gpu = trace.rows_of(*GPU_WORK_KINDS)
+    busy = iv.total(iv.merge(c.ts[gpu], c.ts[gpu] + c.dur[gpu])) if gpu.size else 0
+    span = int((c.ts + c.dur).max() - c.ts.min()) if len(c) else 0
+    launches = launch_rows(trace)
+    captured = int(captured_mask(trace, launches).sum())
+    return GraphCaptureInfo(ranges.captures, ranges.instantiations, iv.total(ranges.merged), captured,
+                            int(launches.size) - captured, busy, span)
+
+
+def graph_capture_section(trace: Trace) -> dict[str, Any]:
+    """The report section (``ranks[].graph_capture``): :meth:`GraphCaptureInfo.to_dict` plus its note."""
+    info = graph_capture_info(trace)
+    return {**info.to_dict(), "note": info.note()}
