@@ -1,0 +1,86 @@
+"""What-if graph and replay: speed on the 455k-event HTA MTIA trace, identity-replay error over every
+shared trace.
+
+Speed: build the dependency graph (``aiprof.analysis.whatif.graph.build_graph``) and replay it once, on a
+trace already loaded (loading is measured elsewhere: bench/floor.py); medians of ``--repeat``. Target:
+graph + replay <= 2 s. Identity: per step, |replayed - observed| / observed over every trace under
+../shared/traces (target: median <= 1 %, p95 <= 3 %).
+Run:  python bench/whatif_replay.py [--repeat 3] [--trace FILE] [--identity]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import aiprof
+from aiprof.analysis.steps import step_windows
+from aiprof.analysis.whatif.graph import build_graph
+from aiprof.analysis.whatif.replay import replay, step_times
+from aiprof.trace.model import RunSet, Trace
+
+ROOT = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces"
+MTIA = ROOT / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz"
+
+
+def _traces(path: Path) -> list[Trace]:
+    loaded = aiprof.load(path)
+    return [loaded.rank(r) for r in loaded.ranks] if isinstance(loaded, RunSet) else [loaded]
+
+
+def speed(path: Path, repeat: int) -> None:
+    trace = _traces(path)[0]
+    windows = step_windows(trace)
+    builds, replays = [], []
+    for _ in range(repeat):
+        trace.cache.pop("whatif.graph", None)
+        t0 = time.perf_counter()
+        graph = build_graph(trace, windows)
+        t1 = time.perf_counter()
+        replay(graph)
+        t2 = time.perf_counter()
+        builds.append(t1 - t0)
+        replays.append(t2 - t1)
+    b, r = statistics.median(builds), statistics.median(replays)
+    print(f"{path.name}: {trace.event_count:,} events, {len(trace):,} rows, {len(graph):,} nodes, "
+          f"{graph.edge_count:,} edges; graph {b:.2f} s + replay {r:.2f} s = {b + r:.2f} s (target <= 2 s)")
+
+
+def identity() -> None:
+    errors: list[float] = []
+    files = sorted(p for p in ROOT.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz", ".sqlite"))
+                   and "perf_report" not in str(p))
+    for path in files:
+        try:
+            traces = _traces(path)
+        except aiprof.AiprofError:
+            continue  # the few non-trace JSON files
+        for trace in traces:
+            graph = build_graph(trace)
+            observed = np.array([w.duration_ns for w in graph.windows], dtype=np.float64)
+            predicted = step_times(graph, replay(graph)).duration_ns.astype(np.float64)
+            keep = observed > 0
+            errors.extend((np.abs(predicted[keep] - observed[keep]) / observed[keep]).tolist())
+    print(f"identity replay: {len(files)} files, {len(errors)} steps; median error {np.median(errors):.2%}, "
+          f"p95 {np.percentile(errors, 95):.2%}, max {max(errors):.2%} (target: median <= 1 %, p95 <= 3 %)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--trace", type=Path, default=MTIA)
+    parser.add_argument("--identity", action="store_true", help="also replay every shared trace")
+    args = parser.parse_args(argv)
+    speed(args.trace, args.repeat)
+    if args.identity:
+        identity()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
