@@ -105,6 +105,7 @@ class Graph:
     window_of_device_node: I64  # per node: the window whose host span launched it (device nodes), else -1
     launch_floor_ns: int = DEFAULT_LAUNCH_FLOOR_NS
     notes: list[str] = field(default_factory=list)
+    baseline_ns: I64 | None = None  # the identity replay's step durations, once computed
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])

@@ -23,11 +23,13 @@ from aiprof.trace.model import I64
 
 @dataclass
 class Replay:
-    """Replayed start and end per node, and the edge that set each node's start (-1: none)."""
+    """Replayed start and end per node, the edge that set each node's start (-1: none), and the edge
+    sources the replay used (an edit may re-point edges)."""
 
     start: I64
     end: I64
     binding: I64
+    src: I64
 
 
 @dataclass(frozen=True)
@@ -44,11 +46,12 @@ class StepTimes:
         return d
 
 
-def replay(graph: Graph, dur: I64 | None = None, weight: I64 | None = None) -> Replay:
-    """Replay ``graph`` with its durations and edge weights, or the edited ones given."""
+def replay(graph: Graph, dur: I64 | None = None, weight: I64 | None = None, src: I64 | None = None) -> Replay:
+    """Replay ``graph`` with its durations, edge weights and edge sources, or the edited ones given. An
+    edited source must come earlier in the graph's topological order than the edge's destination."""
     durs = (graph.dur if dur is None else dur).tolist()
     weights = (graph.edge_weight if weight is None else weight).tolist()
-    src = graph.edge_src.tolist()
+    sources = (graph.edge_src if src is None else src).tolist()
     from_start = graph.edge_from_start.tolist()
     ptr = graph.edge_ptr.tolist()
     anchor = graph.start.tolist()
@@ -62,18 +65,19 @@ def replay(graph: Graph, dur: I64 | None = None, weight: I64 | None = None) -> R
             s = anchor[node]
         else:
             k = lo
-            p = src[k]
+            p = sources[k]
             s = (start[p] if from_start[k] else end[p]) + weights[k]
             b = k
             for k in range(lo + 1, hi):
-                p = src[k]
+                p = sources[k]
                 t = (start[p] if from_start[k] else end[p]) + weights[k]
                 if t > s:
                     s, b = t, k
             binding[node] = b
         start[node] = s
         end[node] = s + durs[node]
-    return Replay(np.array(start, dtype=np.int64), np.array(end, dtype=np.int64), np.array(binding, dtype=np.int64))
+    return Replay(np.array(start, dtype=np.int64), np.array(end, dtype=np.int64),
+                  np.array(binding, dtype=np.int64), graph.edge_src if src is None else src)
 
 
 def step_times(graph: Graph, result: Replay) -> StepTimes:
@@ -136,7 +140,7 @@ def critical_path(graph: Graph, result: Replay, end_node: int, start_ns: int) ->
     critical path, in time order."""
     path: list[int] = []
     node = end_node
-    src = graph.edge_src
+    src = result.src
     while node >= 0:
         path.append(node)
         if result.start[node] <= start_ns:
@@ -144,3 +148,19 @@ def critical_path(graph: Graph, result: Replay, end_node: int, start_ns: int) ->
         edge = int(result.binding[node])
         node = int(src[edge]) if edge >= 0 else -1
     return np.array(path[::-1], dtype=np.int64)
+
+
+def step_critical_paths(graph: Graph, result: Replay, times: StepTimes) -> list[I64]:
+    """The critical path of every replayed step (of the whole trace when the trace has no steps)."""
+    return [critical_path(graph, result, int(node), int(start)) if node >= 0 else np.zeros(0, dtype=np.int64)
+            for node, start in zip(times.end_node.tolist(), times.start_ns.tolist())]
+
+
+def trace_critical_path(graph: Graph, result: Replay) -> I64:
+    """The critical path of the whole replayed trace: back from the node that ends last (HTA's view of a
+    trace with no annotation chosen)."""
+    inside = np.flatnonzero(graph.kind != int(NodeKind.OUTSIDE))
+    if inside.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    last = int(inside[np.argmax(result.end[inside])])
+    return critical_path(graph, result, last, int(result.start[inside].min()))

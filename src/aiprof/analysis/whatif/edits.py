@@ -1,0 +1,266 @@
+"""Edits: a fix, written as a change to the graph's durations, edge weights or edges, then replayed.
+
+Each edit is a small frozen dataclass with ``apply(graph, scenario)``; a :class:`Scenario` holds the edited
+copies (durations, edge weights, edge sources), so edits compose and the graph itself never changes.
+:func:`predict` replays a list of edits and compares every step with the identity replay.
+
+What each edit means (``name`` is how the CLI spells it):
+
+- ``data_loading`` (:class:`RemoveDataLoading`): the host no longer waits for batches (a DataLoader with
+  workers and prefetch): every ``DATA_LOADING`` node lasts 0.
+- ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
+  loop): their own cost is 0 and their wait no longer depends on the device.
+- ``scale_host`` (:class:`ScaleHost`): host overhead x ``factor`` (CPU ops, Python, runtime and launch
+  calls, untraced host gaps; never data loading or waits).
+- ``cuda_graphs`` (:class:`CudaGraphs`): the steps are replayed as captured graphs: the host work inside
+  each step's span costs nothing but the replay, so the device runs its queue back to back.
+- ``fuse`` (:class:`Fuse`): a chain of kernels becomes one: its bytes at a bandwidth (by default the
+  chain's own time), one launch, no gaps inside.
+- ``scale_kernels`` (:class:`ScaleKernels`): chosen kernels x ``factor`` (a better kernel, a lower
+  precision); :class:`KernelsToRoof`: each to ``fraction`` of its roofline time where that is faster.
+- ``overlap_comm`` (:class:`OverlapComm`): collectives move off the compute stream: a compute kernel no
+  longer waits for a collective queued before it (it still waits for the compute before); collectives
+  still wait for the gradients queued before them and still close the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from aiprof import arrays
+from aiprof.analysis.whatif.graph import EdgeKind, Graph, NodeKind
+from aiprof.analysis.whatif.replay import Replay, StepTimes, replay, step_times
+from aiprof.trace.model import I64, Trace
+
+DISABLED = -(1 << 62)  # an edge weight that never binds
+HOST_OVERHEAD = (NodeKind.HOST, NodeKind.UNTRACED, NodeKind.RUNTIME, NodeKind.LAUNCH)
+
+
+@dataclass
+class Scenario:
+    """Edited copies of a graph's durations, edge weights and edge sources."""
+
+    dur: I64
+    weight: I64
+    src: I64
+
+    @staticmethod
+    def of(graph: Graph) -> Scenario:
+        return Scenario(graph.dur.copy(), graph.edge_weight.copy(), graph.edge_src.copy())
+
+
+class Edit(Protocol):
+    name: str
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None: ...
+
+
+def _kind_mask(graph: Graph, kinds: tuple[NodeKind, ...]) -> np.ndarray:
+    return np.isin(graph.kind, [int(k) for k in kinds])
+
+
+def _in_steps(graph: Graph) -> np.ndarray:
+    """Nodes that start inside some step's host span (on any thread)."""
+    if not graph.windows:
+        return np.zeros(len(graph), dtype=bool)
+    starts = np.array([w.cpu_start_ns for w in graph.windows], dtype=np.int64)
+    ends = np.array([w.cpu_end_ns for w in graph.windows], dtype=np.int64)
+    idx = np.searchsorted(starts, graph.start, side="right") - 1
+    inside: np.ndarray = (idx >= 0) & (graph.start < ends[np.maximum(idx, 0)])
+    return inside
+
+
+@dataclass(frozen=True)
+class RemoveDataLoading:
+    name: str = "data_loading"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        scenario.dur[graph.kind == int(NodeKind.DATA_LOADING)] = 0
+
+
+@dataclass(frozen=True)
+class RemoveSyncs:
+    """Remove every blocking call, or only those whose trace rows are given."""
+
+    rows: tuple[int, ...] = ()
+    name: str = "syncs"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        calls = _kind_mask(graph, (NodeKind.SYNC_CALL,))
+        waits = graph.kind == int(NodeKind.WAIT)
+        if self.rows:
+            chosen = arrays.isin(graph.row, np.array(self.rows, dtype=np.int64))
+            calls &= chosen  # a call node's row is the call; so is its wait node's
+            waits &= chosen
+        scenario.dur[calls] = 0
+        sync = (graph.edge_kind == int(EdgeKind.SYNC)) & waits[graph.edge_dst]
+        scenario.weight[sync] = DISABLED
+
+
+@dataclass(frozen=True)
+class ScaleHost:
+    factor: float
+    kinds: tuple[NodeKind, ...] = HOST_OVERHEAD
+    name: str = "scale_host"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        chosen = _kind_mask(graph, self.kinds)
+        scenario.dur[chosen] = np.rint(scenario.dur[chosen] * self.factor).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class CudaGraphs:
+    """Host overhead inside the steps x ``factor`` (0: a graph replay's launch cost is negligible)."""
+
+    factor: float = 0.0
+    name: str = "cuda_graphs"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        chosen = _kind_mask(graph, HOST_OVERHEAD) & _in_steps(graph)
+        scenario.dur[chosen] = np.rint(scenario.dur[chosen] * self.factor).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Fuse:
+    """Fuse the device nodes ``nodes`` (one stream, in order) into one kernel of ``nbytes`` at
+    ``bandwidth_bytes_per_ns``; without them the fused kernel lasts the chain's own kernel time."""
+
+    nodes: tuple[int, ...]
+    nbytes: int = 0
+    bandwidth_bytes_per_ns: float = 0.0
+    name: str = "fuse"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        if len(self.nodes) < 2:
+            return
+        chain = np.array(self.nodes, dtype=np.int64)
+        total = int(scenario.dur[chain].sum())
+        if self.nbytes > 0 and self.bandwidth_bytes_per_ns > 0:
+            total = int(np.ceil(self.nbytes / self.bandwidth_bytes_per_ns))
+        scenario.dur[chain] = 0
+        scenario.dur[chain[0]] = total
+        rest = chain[1:]
+        order = (graph.edge_kind == int(EdgeKind.ORDER)) & arrays.isin(graph.edge_dst, rest)
+        scenario.weight[order] = 0  # no gap between the pieces of one kernel
+        launch = (graph.edge_kind == int(EdgeKind.LAUNCH)) & arrays.isin(graph.edge_dst, rest)
+        scenario.weight[launch] = DISABLED  # the pieces are not launched on their own ...
+        launch_calls = graph.edge_src[launch]
+        scenario.dur[launch_calls[graph.kind[launch_calls] == int(NodeKind.LAUNCH)]] = 0  # ... nor paid for
+
+
+@dataclass(frozen=True)
+class ScaleKernels:
+    """The device nodes ``nodes`` (every compute kernel when empty; see :func:`kernels_matching`) x
+    ``factor``."""
+
+    factor: float
+    nodes: tuple[int, ...] = ()
+    name: str = "scale_kernels"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        chosen = np.array(self.nodes, dtype=np.int64) if self.nodes else graph.nodes_of(NodeKind.KERNEL)
+        scenario.dur[chosen] = np.rint(scenario.dur[chosen] * self.factor).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class KernelsToRoof:
+    """Each node with a known roofline time (``roof_ns[node] > 0``) runs at ``fraction`` of its roof:
+    ``roof / fraction`` ns, where that is faster than observed."""
+
+    roof_ns: tuple[int, ...]
+    fraction: float = 0.8
+    name: str = "to_roof"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        roof = np.array(self.roof_ns, dtype=np.float64)
+        known = roof > 0
+        target = np.ceil(roof / max(self.fraction, 1e-9)).astype(np.int64)
+        scenario.dur[known] = np.minimum(scenario.dur[known], target[known])
+
+
+@dataclass(frozen=True)
+class OverlapComm:
+    """Collectives off the compute stream (see module doc); their time x ``interference``."""
+
+    interference: float = 1.0
+    name: str = "overlap_comm"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        comm = graph.kind == int(NodeKind.COMM)
+        scenario.dur[comm] = np.rint(scenario.dur[comm] * self.interference).astype(np.int64)
+        order = np.flatnonzero(graph.edge_kind == int(EdgeKind.ORDER))
+        src, dst = graph.edge_src[order], graph.edge_dst[order]
+        moved = comm[src] & ~comm[dst] & np.isin(graph.kind[dst], [int(NodeKind.KERNEL), int(NodeKind.MEMCPY),
+                                                                   int(NodeKind.MEMSET)])
+        prev_of = np.full(len(graph), -1, dtype=np.int64)
+        prev_of[dst] = src
+        for k in order[moved].tolist():  # walk back over the collectives to the compute before them
+            p = int(graph.edge_src[k])
+            while p >= 0 and comm[p]:
+                p = int(prev_of[p])
+            if p >= 0:
+                scenario.src[k] = p
+                scenario.weight[k] = 0
+            else:
+                scenario.weight[k] = DISABLED
+
+
+# ---------------------------------------------------------------------------------------------------
+# Prediction
+# ---------------------------------------------------------------------------------------------------
+@dataclass
+class Prediction:
+    """Per step: observed (identity replay) and predicted durations, ns."""
+
+    edits: list[str]
+    baseline_ns: I64
+    predicted_ns: I64
+    replay: Replay
+    times: StepTimes
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def baseline_median_ns(self) -> int:
+        return int(np.median(self.baseline_ns)) if self.baseline_ns.size else 0
+
+    @property
+    def predicted_median_ns(self) -> int:
+        return int(np.median(self.predicted_ns)) if self.predicted_ns.size else 0
+
+    @property
+    def saving_ns(self) -> int:
+        """Median step saving (median of the per-step savings; positive = faster)."""
+        if self.baseline_ns.size == 0:
+            return 0
+        return int(np.median(self.baseline_ns - self.predicted_ns))
+
+
+def run_edits(graph: Graph, edits: list[Edit]) -> tuple[Replay, StepTimes]:
+    scenario = Scenario.of(graph)
+    for edit in edits:
+        edit.apply(graph, scenario)
+    result = replay(graph, dur=scenario.dur, weight=scenario.weight, src=scenario.src)
+    return result, step_times(graph, result)
+
+
+def baseline(graph: Graph) -> I64:
+    """The identity replay's step durations (equal to the observed ones; cached on the graph)."""
+    if graph.baseline_ns is None:
+        graph.baseline_ns = step_times(graph, replay(graph)).duration_ns
+    return graph.baseline_ns
+
+
+def predict(graph: Graph, edits: list[Edit]) -> Prediction:
+    """Replay ``edits`` and compare every step with the identity replay."""
+    result, times = run_edits(graph, edits)
+    return Prediction([e.name for e in edits], baseline(graph), times.duration_ns, result, times)
+
+
+def kernels_matching(graph: Graph, trace: Trace, pattern: str) -> tuple[int, ...]:
+    """The compute-kernel nodes whose name matches the regular expression ``pattern``."""
+    nodes = graph.nodes_of(NodeKind.KERNEL)
+    hit = trace.name_matches(graph.row[nodes], pattern)
+    return tuple(nodes[hit].tolist())

@@ -1,0 +1,129 @@
+"""Every edit on a tiny hand-built trace whose answer is worked out by hand in each test's docstring."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiprof
+from aiprof.analysis.whatif.edits import (
+    CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs, ScaleHost, ScaleKernels,
+    kernels_matching, predict,
+)
+from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
+from aiprof.trace.model import Trace
+from kineto_builder import TraceBuilder
+from test_graph import sync_trace
+
+
+def _load(b: TraceBuilder, tmp_path: Path) -> Trace:
+    loaded = aiprof.load(b.write(tmp_path / "t.json"))
+    assert isinstance(loaded, Trace)
+    return loaded
+
+
+def loader_trace(tmp_path: Path) -> Trace:
+    """Step 0-100 µs: a DataLoader wait 0-40; aten::mm 45-65 launches (46-48) a kernel at 55-85 (launch
+    latency 9 µs on an idle stream); aten::add 70-95."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    b.dataloader(ts=0, dur=40)
+    op = b.cpu_op("aten::mm", ts=45, dur=20)
+    b.launch(op, kernel="k", kernel_ts=55, kernel_dur=30, ts=46, dur=2)
+    b.cpu_op("aten::add", ts=70, dur=25)
+    return _load(b, tmp_path)
+
+
+def chain_trace(tmp_path: Path, kernel_dur: float = 10) -> Trace:
+    """Step 0-20 µs; aten::add 0-10 launches (at 1, 3, 5; 2 µs each) three kernels on stream 7 at 20, 32,
+    44 (2 µs gaps; the first launch's latency is 19 µs, the others are queued behind it)."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=20)
+    op = b.cpu_op("aten::add", ts=0, dur=10)
+    for i in range(3):
+        b.launch(op, kernel=f"elementwise_{i}", kernel_ts=20 + i * (kernel_dur + 2), kernel_dur=kernel_dur,
+                 ts=1 + 2 * i, dur=2)
+    return _load(b, tmp_path)
+
+
+def comm_trace(tmp_path: Path) -> Trace:
+    """Step 0-5 µs; launches at 1, 2, 3 (1 µs) of compute 10-20, an all-reduce 20-50, compute 50-60."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=5)
+    op = b.cpu_op("aten::mm", ts=0, dur=5)
+    b.launch(op, kernel="sgemm_a", kernel_ts=10, kernel_dur=10, ts=1, dur=1)
+    b.launch(op, kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL", kernel_ts=20, kernel_dur=30, ts=2, dur=1)
+    b.launch(op, kernel="sgemm_b", kernel_ts=50, kernel_dur=10, ts=3, dur=1)
+    return _load(b, tmp_path)
+
+
+def _step_us(graph: Graph, edits: list[Edit]) -> float:
+    prediction = predict(graph, edits)
+    assert prediction.baseline_ns.tolist() == [w.duration_ns for w in graph.windows]
+    return prediction.predicted_median_ns / 1000
+
+
+def test_remove_data_loading(tmp_path: Path) -> None:
+    """The host runs 40 µs earlier: its span ends at 60; the kernel, launched at 6, starts 9 µs later and
+    ends at 45, inside the host span: 60 µs."""
+    graph = build_graph(loader_trace(tmp_path))
+    assert _step_us(graph, []) == 100
+    assert _step_us(graph, [RemoveDataLoading()]) == 60
+
+
+def test_scale_host_leaves_data_loading(tmp_path: Path) -> None:
+    """The 60 µs of host work after the loader halve to 30 (span ends at 70); the launch moves from 46 to
+    43, so the kernel runs 52-82: the step ends with it at 82 µs."""
+    graph = build_graph(loader_trace(tmp_path))
+    assert _step_us(graph, [ScaleHost(0.5)]) == 82
+    assert _step_us(graph, [ScaleHost(0.5), RemoveDataLoading()]) == 42  # 0-30 host, kernel 12-42
+
+
+def test_cuda_graphs_remove_host_overhead_inside_steps(tmp_path: Path) -> None:
+    """Only the loader's 40 µs remain on the host; the kernel is launched at 40 and runs 49-79."""
+    graph = build_graph(loader_trace(tmp_path))
+    assert _step_us(graph, [CudaGraphs()]) == 79
+
+
+def test_remove_syncs(tmp_path: Path) -> None:
+    """The 13 µs cudaDeviceSynchronize (32-45) goes: the host span ends at 87; k2, now launched at 37,
+    starts 10 µs later (its observed launch latency) at 47, after k1 (ends 40), and ends at 57: 87 µs."""
+    graph = build_graph(sync_trace(tmp_path))
+    assert _step_us(graph, [RemoveSyncs()]) == 87
+    wait_row = int(graph.row[graph.nodes_of(NodeKind.WAIT)[0]])
+    assert _step_us(graph, [RemoveSyncs(rows=(wait_row,))]) == 87
+    assert _step_us(graph, [RemoveSyncs(rows=(wait_row + 1_000,))]) == 100  # another call: nothing moves
+
+
+def test_fuse_a_chain(tmp_path: Path) -> None:
+    """Three 10 µs kernels at 20, 32, 44 (ends 54) fused: one 30 µs kernel at 20, ends 50; with 1.5 MB at
+    100 B/ns it lasts 15 µs and ends at 35."""
+    trace = chain_trace(tmp_path)
+    graph = build_graph(trace)
+    chain = kernels_matching(graph, trace, "^elementwise_")
+    assert len(chain) == 3 and _step_us(graph, []) == 54
+    assert _step_us(graph, [Fuse(chain)]) == 50
+    assert _step_us(graph, [Fuse(chain, nbytes=1_500_000, bandwidth_bytes_per_ns=100.0)]) == 35
+
+
+def test_scale_kernels_and_to_roof(tmp_path: Path) -> None:
+    """5 µs kernels at 20, 27, 34 (ends 39). Halved: 20-22.5, then each 2 µs behind the previous
+    (the second kernel's launch at 3 + 19 µs latency = 22 binds no earlier): ends 31.5. At 50 % of a 2 µs
+    roof: 4 µs each, ends 36."""
+    trace = chain_trace(tmp_path, kernel_dur=5)
+    graph = build_graph(trace)
+    assert _step_us(graph, []) == 39
+    assert _step_us(graph, [ScaleKernels(0.5)]) == 31.5
+    roof = tuple(2_000 if k == NodeKind.KERNEL else 0 for k in graph.kind.tolist())
+    assert _step_us(graph, [KernelsToRoof(roof, fraction=0.5)]) == 36
+    one = kernels_matching(graph, trace, "elementwise_2")
+    assert _step_us(graph, [ScaleKernels(0.0, one)]) == 34  # only the last kernel: it vanishes
+
+
+def test_overlap_comm(tmp_path: Path) -> None:
+    """The second compute kernel no longer queues behind the all-reduce: it runs 20-30 beside it, and the
+    step ends with the all-reduce at 50 µs (56 with 20 % interference on it)."""
+    graph = build_graph(comm_trace(tmp_path))
+    assert (graph.kind == NodeKind.COMM).sum() == 1
+    assert _step_us(graph, []) == 60
+    assert _step_us(graph, [OverlapComm()]) == 50
+    assert _step_us(graph, [OverlapComm(interference=1.2)]) == 56
