@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,telemetry]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[dev,telemetry,hf,lightning]' '$(TORCH)'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed

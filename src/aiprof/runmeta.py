@@ -37,6 +37,23 @@ class RankMeta(msgspec.Struct, omit_defaults=True):
     torch_info_error: str | None = None
 
 
+class FrameworkMeta(msgspec.Struct, omit_defaults=True):
+    """The training framework that drove the capture (``aiprof.hf.Callback``, ``aiprof.lightning.Profiler``):
+    its name and version, its speed-relevant settings (plain scalars), and how its step numbers map to the
+    trace's: ``ProfilerStep#N`` is the framework's step ``N + step_offset``."""
+
+    name: str = ""
+    version: str | None = None
+    integration: str = ""
+    settings: dict[str, str | int | float | bool | None] = {}
+    step_offset: int | None = None
+    steps_marked: int | None = None
+    global_step: int | None = None
+    first_global_step: int | None = None
+    evaluations_after_steps: list[int] = []
+    loops: dict[str, int] = {}
+
+
 class RunMeta(msgspec.Struct, omit_defaults=True):
     """``meta.json``: what ran, where, and how it ended. Every field has a default, so files written by
     older versions decode; keys this version does not know are ignored (and never reach a report)."""
@@ -68,6 +85,7 @@ class RunMeta(msgspec.Struct, omit_defaults=True):
     devices: list[dict[str, Any]] = []
     torch_threads: int | None = None
     job: str | None = None
+    framework: FrameworkMeta | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that are set, as plain JSON data."""

@@ -48,6 +48,9 @@ class DataLoaderTracker:
         self.total_wait_ns = 0
         self.total_batches = 0
         self.before_next: Callable[[], None] | None = None  # the session applies a pending step boundary
+        # Set while a framework runs a loop that is not training (Lightning's validation): its batches are
+        # not the training step's waits (aiprof.lightning counts them apart).
+        self.paused = False
 
     def begin(self, step_index: int) -> None:
         """Start counting step ``step_index`` now (capture start)."""
@@ -186,7 +189,7 @@ def install() -> None:
 
     def __next__(self: Any) -> Any:
         tracker = _tracker
-        if tracker is None or tracker.pid != os.getpid() or tracker.thread != threading.get_ident():
+        if tracker is None or tracker.paused or tracker.pid != os.getpid() or tracker.thread != threading.get_ident():
             return original_next(self)
         if tracker.before_next is not None:
             tracker.before_next()

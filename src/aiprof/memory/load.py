@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from aiprof.memory.model import MemoryData, MemoryInputError
@@ -106,6 +107,7 @@ def _load_dir(folder: Path) -> MemoryData:
     mem = folder / "memory"
     candidates = sorted(mem.glob("*.pickle")) if mem.is_dir() else []
     candidates += sorted(folder.glob("*.pickle"))
+    candidates = candidates or iteration_snapshots(folder)
     if not candidates:
         traces = sorted(p for p in folder.rglob("*.json*") if "trace" in p.name and p.is_file())
         candidates = traces
@@ -121,6 +123,25 @@ def _load_dir(folder: Path) -> MemoryData:
     if stats.is_file():
         data.stats = _stats(stats)
     return data
+
+
+_ITERATION = re.compile(r"^iteration_(\d+)(_exit)?$")
+_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def iteration_snapshots(folder: Path) -> list[Path]:
+    """Snapshots as torchtitan and torchtune write them: ``<folder>/[…/]iteration_<N>[_exit]/[…/]rank<R>_
+    memory_snapshot.pickle``, one folder per dump. The one to read first: an OOM dump (``_exit``), else the
+    latest iteration; rank 0 first."""
+
+    def key(path: Path) -> tuple[bool, int, int]:
+        parts = path.relative_to(folder).parts
+        found = next((m for part in parts if (m := _ITERATION.match(part))), None)
+        rank = _RANK.search(path.name)
+        return (found is None or not found.group(2), -int(found.group(1)) if found else 0, int(rank.group(1)) if rank else 0)
+
+    found = [p for p in folder.rglob("*.pickle") if p.is_file() and any(_ITERATION.match(q) for q in p.relative_to(folder).parts)]
+    return sorted(found, key=key)
 
 
 def _stats(path: Path) -> list[dict[str, object]]:

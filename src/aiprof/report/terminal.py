@@ -132,7 +132,7 @@ class TerminalRenderer:
         source = s.step_source
         if source != "ProfilerStep":  # say where steps came from when torch.profiler did not mark them
             steps += f" ({source})" if source == "whole trace" else f" (from {source})"
-        return f"aiprof · {ranks} · {steps} · {where}"
+        return f"aiprof · {ranks} · {steps} · {where}" + _framework(doc)
 
     def _ranks_table(self, doc: Report, capped: common.Capped[RankReport], summary: Summary) -> tuple[Table, str]:
         """One row per rank (shares of the rank's analysed time); past ``common.ROW_CAP_FIRST +
@@ -276,6 +276,14 @@ def _stacked_bar(parts: dict[str, float], total: float, width: int) -> Text:
 def _short_path(path: str) -> str:
     p = Path(path)
     return str(p) if len(str(p)) < 74 else "…/" + "/".join(p.parts[-2:])
+
+
+def _framework(doc: Report) -> str:
+    """`` · transformers 5.23.0`` when a framework integration captured the run (meta.json's framework)."""
+    entry = (doc.run_metadata or {}).get("framework")
+    if not isinstance(entry, dict) or not entry.get("name"):
+        return ""
+    return f" · {entry['name']} {entry.get('version') or ''}".rstrip()
 
 
 def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:

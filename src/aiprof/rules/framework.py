@@ -16,17 +16,32 @@ it comes from torch.profiler (a Kineto trace: no other source is named in its me
 report of another profiler (``trace.metadata["source"]``, e.g. ``"nsys"``) with no PyTorch op: a CUDA
 program, whose fixes name CUDA API calls. :data:`CUDA_FIXES` maps a rule's fix key to its CUDA wording; a
 key without one keeps the rule's own (PyTorch) text.
+
+The training framework around the model is a second fact: a Hugging Face ``Trainer`` user sets
+``TrainingArguments(dataloader_num_workers=N)``, not ``DataLoader(num_workers=N)``. :func:`training_framework`
+names it (``meta.json``'s ``framework``, written by ``aiprof.hf.Callback`` / ``aiprof.lightning.Profiler``,
+else the trace's own frames and annotations: ``transformers/trainer.py`` in a Python frame, Lightning's
+``[LightningModule]…`` / ``[_TrainingEpochLoop]…`` annotations or its module paths), and
+:func:`framework_words` words a finding's fix in that framework's arguments, from one table:
+:data:`FRAMEWORK_FIXES`, keyed by (framework, fix kind); :data:`FIX_KINDS` says which kind each rule's fix
+is. The diagnosis applies it to every rank's findings after the rules (:func:`in_framework_words`), so no
+rule spells a framework's arguments itself.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aiprof.trace.model import Kind
 
 if TYPE_CHECKING:
+    from aiprof.rules.context import RankContext
+    from aiprof.rules.finding import Finding
+    from aiprof.rules.machine import MachineFacts
     from aiprof.trace.model import Trace
 
 PYTORCH = "pytorch"
@@ -111,4 +126,180 @@ def fix_text(trace: Trace, key: str, default: str) -> str:
     return default
 
 
-__all__ = ["CUDA", "CUDA_FIXES", "PYTORCH", "fix_text", "program_kind"]
+# ---------------------------------------------------------------------------------------------------
+# The training framework's words
+# ---------------------------------------------------------------------------------------------------
+TRANSFORMERS = "transformers"
+LIGHTNING = "lightning"
+TORCHTITAN = "torchtitan"  # recognised (the report's metadata); no wording of its own yet: PyTorch's
+TORCHTUNE = "torchtune"
+
+# A finding id → the kind of fix it gives (the second key of FRAMEWORK_FIXES).
+FIX_KINDS: dict[str, str] = {
+    "data_loading": "data_loading",
+    "precision": "precision",
+    "fusion_opportunity": "compile",
+    "host_bound": "compile",
+    "launch_bound": "compile",
+    "memory_pressure": "checkpointing",
+    "exposed_communication": "ddp",
+    "optimizer_unfused": "optimizer",
+}
+
+# (framework, fix kind) → the fix in the framework's words. ``{fix}`` is the rule's own (PyTorch) text,
+# kept where the framework's argument only adds to it; without it the entry replaces the text. The loader
+# sizing fills ``{workers}`` (a number, or N when the host's cores are unknown), ``{why}`` and ``{pin}``
+# (``, …pin_memory=True`` on a GPU run); ``{half}`` is the 16-bit type the GPU's tensor cores take.
+FRAMEWORK_FIXES: dict[tuple[str, str], str] = {
+    (TRANSFORMERS, "data_loading"): (
+        "Load batches in background workers: TrainingArguments(dataloader_num_workers={workers}, "
+        "dataloader_persistent_workers=True, dataloader_prefetch_factor=2{pin}) ({why}); the Trainer builds "
+        "its DataLoader from these."
+    ),
+    (TRANSFORMERS, "data_loading.workers"): (
+        "{fix} With the Trainer these are TrainingArguments(dataloader_num_workers=..., "
+        "dataloader_persistent_workers=True, dataloader_prefetch_factor=4{pin})."
+    ),
+    (TRANSFORMERS, "precision"): (
+        "{fix} With the Trainer: TrainingArguments({half}=True) (autocast and, for fp16, the gradient scaler "
+        "are the Trainer's); tf32=True for what stays FP32."
+    ),
+    (TRANSFORMERS, "compile"): "{fix} With the Trainer: TrainingArguments(torch_compile=True) compiles the model.",
+    (TRANSFORMERS, "checkpointing"): (
+        "{fix} With the Trainer: TrainingArguments(activation_checkpointing=True) (gradient_checkpointing=True "
+        "before transformers 5) recomputes activations instead of keeping them, and a smaller "
+        "per_device_train_batch_size with gradient_accumulation_steps=N keeps the effective batch."
+    ),
+    (TRANSFORMERS, "ddp"): (
+        "{fix} With the Trainer: TrainingArguments(ddp_bucket_cap_mb=25-100) sizes DDP's buckets, "
+        "gradient_accumulation_steps=N all-reduces once per N micro-batches (the Trainer skips the sync in "
+        "between), and ddp_find_unused_parameters=False avoids the extra graph walk."
+    ),
+    (TRANSFORMERS, "optimizer"): "{fix} With the Trainer: TrainingArguments(optim=\"adamw_torch_fused\").",
+    (LIGHTNING, "data_loading"): (
+        "Load batches in background workers: return DataLoader(dataset, batch_size=..., num_workers={workers}, "
+        "persistent_workers=True, prefetch_factor=2{pin}) from your LightningDataModule's train_dataloader() "
+        "(or the LightningModule's) ({why})."
+    ),
+    (LIGHTNING, "data_loading.workers"): (
+        "{fix} In Lightning these are the DataLoader(...) arguments your LightningDataModule's "
+        "train_dataloader() returns."
+    ),
+    (LIGHTNING, "precision"): (
+        "{fix} With Lightning: Trainer(precision=\"{lightning_half}\") (Lightning runs autocast and the "
+        "scaler); torch.set_float32_matmul_precision(\"high\") for what stays FP32."
+    ),
+    (LIGHTNING, "compile"): (
+        "{fix} With Lightning: compile the LightningModule before fitting: model = torch.compile(model); "
+        "trainer.fit(model, datamodule)."
+    ),
+    (LIGHTNING, "checkpointing"): (
+        "{fix} With Lightning: wrap the heavy blocks of your LightningModule in "
+        "torch.utils.checkpoint.checkpoint (or FSDPStrategy(activation_checkpointing_policy={{Block}})), and "
+        "a smaller batch with Trainer(accumulate_grad_batches=N) keeps the effective batch."
+    ),
+    (LIGHTNING, "ddp"): (
+        "{fix} With Lightning: Trainer(strategy=DDPStrategy(bucket_cap_mb=25-100, gradient_as_bucket_view=True, "
+        "static_graph=True)), and Trainer(accumulate_grad_batches=N) all-reduces once per N batches."
+    ),
+    (LIGHTNING, "optimizer"): (
+        "{fix} With Lightning: return torch.optim.AdamW(self.parameters(), fused=True) from configure_optimizers()."
+    ),
+}
+
+# Whose code a trace's frames and annotations are: Python frames carry file paths, Lightning's own
+# profiler annotations are "[LightningModule]Model.training_step", "[_TrainingEpochLoop].train_dataloader_next".
+_FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (LIGHTNING, re.compile(r"(?:pytorch_lightning|lightning[/\\]pytorch)[/\\]|^\[(?:LightningModule|_TrainingEpochLoop|"
+                           r"_EvaluationLoop|_FitLoop|Strategy|LightningDataModule)\]")),
+    (TRANSFORMERS, re.compile(r"transformers[/\\](?:trainer|trainer_callback|training_args)\.py")),
+    (TORCHTITAN, re.compile(r"(?:^|[/\\])torchtitan[/\\]")),
+    (TORCHTUNE, re.compile(r"(?:^|[/\\])torchtune[/\\]")),
+)
+
+
+def run_framework(meta: Any) -> str | None:
+    """The framework ``meta.json`` names (``framework.name``: aiprof's integrations write it), else None."""
+    entry = meta.get("framework") if isinstance(meta, dict) else None
+    name = entry.get("name") if isinstance(entry, dict) else None
+    if not isinstance(name, str):
+        return None
+    return LIGHTNING if name in ("lightning", "pytorch_lightning", "lightning.pytorch") else name
+
+
+def trace_framework(trace: Trace) -> str | None:
+    """The framework the trace's own strings (Python frames, annotations, recorded stacks) show, else None."""
+    texts = [*trace.strings, *trace.stacks.values()]
+    for name, pattern in _FRAMES:
+        if any(pattern.search(text) for text in texts):
+            return name
+    return None
+
+
+def training_framework(ctx: RankContext) -> str | None:
+    """The training framework of ``ctx``'s run: ``meta.json``'s, else the trace's (see the module docstring)."""
+    return run_framework(ctx.inputs.meta) or trace_framework(ctx.trace)
+
+
+def in_framework_words(ctx: RankContext, findings: list[Finding]) -> list[Finding]:
+    """The rank's findings with their fixes in the words of the run's training framework
+    (:func:`framework_words`); unchanged for plain PyTorch. The diagnosis applies it after the rules."""
+    framework = training_framework(ctx)
+    if framework is None or not any(f.id in FIX_KINDS for f in findings):
+        return findings
+    facts = ctx.views.machine
+    return [
+        dataclasses.replace(f, fix=framework_words(framework, f.id, f.fix, f.evidence, facts)) if f.id in FIX_KINDS else f
+        for f in findings
+    ]
+
+
+def framework_words(framework: str, finding_id: str, default: str, evidence: dict[str, Any], facts: MachineFacts) -> str:
+    """``default`` in ``framework``'s words when :data:`FRAMEWORK_FIXES` has them for the finding's kind
+    (``facts``: the machine, for the loader's worker count and GPU-only arguments); else ``default``."""
+    kind = FIX_KINDS.get(finding_id)
+    if kind == "data_loading":
+        if str(evidence.get("workers", "")).startswith("multi"):
+            kind = "data_loading.workers"  # workers exist but cannot keep up: the rule's advice, then the names
+        elif facts.loader_workers == 0:
+            return default  # a single core: no worker to add
+    template = FRAMEWORK_FIXES.get((framework, kind or ""))
+    if template is None:
+        return default
+    return template.format_map(_fix_values(framework, default, facts))
+
+
+def _fix_values(framework: str, default: str, facts: MachineFacts) -> dict[str, str]:
+    from aiprof.rules.machine import loader_workers_reason
+
+    workers = facts.loader_workers
+    fp16_only = "GradScaler" in default and "bfloat16" not in default  # precision_fix's Volta/Turing wording
+    pin = "dataloader_pin_memory" if framework == TRANSFORMERS else "pin_memory"
+    return {
+        "fix": default.rstrip(),
+        "workers": "N" if workers is None else str(workers),
+        "why": loader_workers_reason(facts),
+        "pin": f", {pin}=True" if facts.is_gpu else "",
+        "half": "fp16" if fp16_only else "bf16",
+        "lightning_half": "16-mixed" if fp16_only else "bf16-mixed",
+    }
+
+
+__all__ = [
+    "CUDA",
+    "CUDA_FIXES",
+    "FIX_KINDS",
+    "FRAMEWORK_FIXES",
+    "LIGHTNING",
+    "PYTORCH",
+    "TORCHTITAN",
+    "TORCHTUNE",
+    "TRANSFORMERS",
+    "fix_text",
+    "in_framework_words",
+    "framework_words",
+    "program_kind",
+    "run_framework",
+    "trace_framework",
+    "training_framework",
+]

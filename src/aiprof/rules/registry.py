@@ -11,6 +11,7 @@ from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.rules import coldstart, comm, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
+from aiprof.rules.framework import in_framework_words
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, declared_in, spec_of
 from aiprof.rules.steps import GraphCapture, GraphReplays
@@ -78,6 +79,7 @@ def diagnose_rank(
     if skipped:
         notes.append(f"{len(skipped)} rules with a saving skipped on rank {analysis.rank}: the trace is a CUDA/HIP "
                      "graph capture, not steady-state execution")
+    findings = in_framework_words(ctx, findings)  # fixes in the Trainer's / Lightning's arguments
     ctx.release()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 
