@@ -5,7 +5,10 @@ Speed: build the dependency graph (``aiprof.analysis.whatif.graph.build_graph``)
 trace already loaded (loading is measured elsewhere: bench/floor.py); medians of ``--repeat``. Target:
 graph + replay <= 2 s. Identity: per step, |replayed - observed| / observed over every trace under
 ../shared/traces (target: median <= 1 %, p95 <= 3 %).
-Run:  python bench/whatif_replay.py [--repeat 3] [--trace FILE] [--identity]
+Pairs (``--pairs``): the ResNet-50 ``num_workers`` 0 -> 4 fix from the TensorBoard plugin's samples: each
+nw0 capture replayed with the data-loading wait removed, against the measured median step of each nw4
+capture (4 pairs; target: median |error| <= 7 %, worst <= 15 %).
+Run:  python bench/whatif_replay.py [--repeat 3] [--trace FILE] [--identity] [--pairs]
 """
 
 from __future__ import annotations
@@ -70,15 +73,38 @@ def identity() -> None:
           f"p95 {np.percentile(errors, 95):.2%}, max {max(errors):.2%} (target: median <= 1 %, p95 <= 3 %)")
 
 
+def pairs() -> None:
+    from aiprof.analysis.whatif.edits import RemoveDataLoading, predict
+
+    samples = ROOT / "kineto-tbplugin" / "samples"
+    errors: list[float] = []
+    measured = {p.name: float(np.median([w.duration_ns for w in step_windows(_traces(p)[0])]))
+                for p in sorted((samples / "resnet50_num_workers_4").glob("*.json.gz"))}
+    for before in sorted((samples / "resnet50_num_workers_0").glob("*.json.gz")):
+        prediction = predict(build_graph(_traces(before)[0]), [RemoveDataLoading()])
+        for name, after in measured.items():
+            error = (prediction.predicted_median_ns - after) / after
+            errors.append(error)
+            print(f"{before.name} nw0 {prediction.baseline_median_ns / 1e6:.1f} ms -> predicted "
+                  f"{prediction.predicted_median_ns / 1e6:.1f} ms; {name} nw4 measured {after / 1e6:.1f} ms: "
+                  f"error {error:+.1%}")
+    magnitude = np.abs(errors)
+    print(f"ResNet-50 num_workers 0 -> 4: {len(errors)} pairs, median |error| {np.median(magnitude):.1%}, "
+          f"worst {magnitude.max():.1%} (target: median <= 7 %, worst <= 15 %)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trace", type=Path, default=MTIA)
     parser.add_argument("--identity", action="store_true", help="also replay every shared trace")
+    parser.add_argument("--pairs", action="store_true", help="also predict the ResNet-50 num_workers fix")
     args = parser.parse_args(argv)
     speed(args.trace, args.repeat)
     if args.identity:
         identity()
+    if args.pairs:
+        pairs()
     return 0
 
 

@@ -27,6 +27,8 @@ from aiprof.errors import AiprofError
 
 if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
+    from aiprof.analysis.whatif.run import EditSpec as WhatIfEdit
+    from aiprof.analysis.whatif.run import WhatIf as WhatIfResult
     from aiprof.memory.report import MemoryReport
     from aiprof.pipeline import MemoryMode
     from aiprof.report.compare import Comparison
@@ -710,3 +712,10 @@ def _render_roofline(result: RooflineResult, fmt: str, width: int, opts: RenderO
     if fmt == "html":
         return roofline_html(result, opts.top)
     return render_rich(result, opts.top, width=width) if opts.is_tty else render_plain(result, opts.top)
+
+
+def whatif(path: PathArg, specs: list[WhatIfEdit], rank: int | None = None) -> WhatIfResult:
+    """Predict the steps of one rank's trace after each edit (``aiprof whatif``; docs/whatif.md)."""
+    from aiprof.analysis.whatif.run import whatif as run_whatif
+
+    return run_whatif(_rank_trace(path, rank), specs)

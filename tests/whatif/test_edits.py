@@ -22,6 +22,10 @@ def _load(b: TraceBuilder, tmp_path: Path) -> Trace:
 
 
 def loader_trace(tmp_path: Path) -> Trace:
+    return _load(loader_builder(), tmp_path)
+
+
+def loader_builder() -> TraceBuilder:
     """Step 0-100 µs: a DataLoader wait 0-40; aten::mm 45-65 launches (46-48) a kernel at 55-85 (launch
     latency 9 µs on an idle stream); aten::add 70-95."""
     b = TraceBuilder()
@@ -30,7 +34,7 @@ def loader_trace(tmp_path: Path) -> Trace:
     op = b.cpu_op("aten::mm", ts=45, dur=20)
     b.launch(op, kernel="k", kernel_ts=55, kernel_dur=30, ts=46, dur=2)
     b.cpu_op("aten::add", ts=70, dur=25)
-    return _load(b, tmp_path)
+    return b
 
 
 def chain_trace(tmp_path: Path, kernel_dur: float = 10) -> Trace:

@@ -85,3 +85,53 @@ def test_critical_path_runs_through_the_sync(tmp_path: Path) -> None:
     kinds = [NodeKind(int(k)) for k in graph.kind[path]]
     assert kinds[-1] == NodeKind.KERNEL and kinds.count(NodeKind.KERNEL) == 2  # k2, and k1 via the wait
     assert NodeKind.WAIT in kinds and NodeKind.LAUNCH in kinds
+
+
+def handoff_trace(tmp_path: Path, main_busy: bool = False) -> Trace:
+    """Step 0-100 µs on the main thread: aten::mm 0-10, then (like loss.backward()) the autograd thread
+    works 20-60 while the main thread waits, then aten::add 60-90. With ``main_busy`` the main thread runs
+    its own aten::mul 30-40 meanwhile (so it was not waiting)."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    b.cpu_op("aten::mm", ts=0, dur=10)
+    b.cpu_op("autograd::engine::evaluate_function: MmBackward0", ts=20, dur=40, tid=77)
+    if main_busy:
+        b.cpu_op("aten::mul", ts=30, dur=10)
+    b.cpu_op("aten::add", ts=60, dur=30)
+    return _load_trace(b, tmp_path)
+
+
+def _load_trace(b: TraceBuilder, tmp_path: Path) -> Trace:
+    loaded = aiprof.load(b.write(tmp_path / "t.json"))
+    assert isinstance(loaded, Trace)
+    return loaded
+
+
+def _backward_node(graph: Graph) -> int:
+    helper = graph.resource != graph.resource[graph.window_start_node[0]]
+    return int(np.flatnonzero((graph.kind == NodeKind.HOST) & (graph.start == 20_000) & helper)[0])
+
+
+def test_a_helper_thread_is_woken_and_joined(tmp_path: Path) -> None:
+    """The backward burst waits for the main thread to reach 20 µs; the main thread waits for its end. A
+    backward twice as fast (20 µs) ends at 40, and the main thread's remaining 40 µs end the step at 80."""
+    graph = build_graph(handoff_trace(tmp_path))
+    assert (graph.edge_kind == EdgeKind.THREAD).sum() >= 2
+    assert (graph.kind == NodeKind.IDLE).sum() == 1 and (graph.kind == NodeKind.JOIN).sum() >= 1
+    assert step_times(graph, replay(graph)).duration_ns.tolist() == [100_000]
+    backward = _backward_node(graph)
+    dur = graph.dur.copy()
+    dur[backward] = 20_000
+    assert step_times(graph, replay(graph, dur=dur)).duration_ns.tolist() == [80_000]
+    dur = graph.dur.copy()
+    dur[graph.kind == NodeKind.HOST] //= 2  # everything twice as fast: the whole step halves
+    assert step_times(graph, replay(graph, dur=dur)).duration_ns.tolist() == [50_000]
+
+
+def test_a_busy_main_thread_does_not_wait_for_the_helper(tmp_path: Path) -> None:
+    graph = build_graph(handoff_trace(tmp_path, main_busy=True))
+    assert (graph.kind == NodeKind.JOIN).sum() == 0
+    backward = _backward_node(graph)
+    dur = graph.dur.copy()
+    dur[backward] = 20_000
+    assert step_times(graph, replay(graph, dur=dur)).duration_ns.tolist() == [100_000]

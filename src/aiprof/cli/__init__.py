@@ -57,6 +57,7 @@ _OPTIONAL_COMMANDS: list[tuple[str, str]] = [
     ("peaks", "PeaksCommand"),
     ("export", "ExportCommand"),
     ("memory", "MemoryCommand"),
+    ("whatif", "WhatIfCommand"),
 ]
 _VERBS = {"analyze", *(module for module, _ in _OPTIONAL_COMMANDS)}
 

@@ -59,6 +59,17 @@ def percentage(text: str) -> float:
     return value
 
 
+MAX_FACTOR = 1000.0
+
+
+def factor(text: str) -> float:
+    """An argparse type: a finite scale factor from 0 to MAX_FACTOR (``aiprof whatif --scale-host``)."""
+    value = _finite(text)
+    if value < 0 or value > MAX_FACTOR:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a factor from 0 to {MAX_FACTOR:g}, e.g. 0.5")
+    return value
+
+
 def width(text: str) -> int:
     return int_in(*WIDTH_RANGE)(text)
 

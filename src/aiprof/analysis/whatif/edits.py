@@ -53,7 +53,8 @@ class Scenario:
 
 
 class Edit(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def apply(self, graph: Graph, scenario: Scenario) -> None: ...
 

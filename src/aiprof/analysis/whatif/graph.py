@@ -13,7 +13,13 @@ Nodes (:class:`NodeKind`), on *resources* (a host thread, or one stream of one d
 
 Edges (:class:`EdgeKind`): ``ORDER`` (the previous node on the same thread or stream, from its end),
 ``LAUNCH`` (the launching call's *start* → the activity, by correlation / flows), ``SYNC`` (the device
-activity a blocking call waited for → its ``WAIT`` node, from the activity's end).
+activity a blocking call waited for → its ``WAIT`` node, from the activity's end), ``THREAD`` (hand-offs between host threads, below).
+
+Threads other than the steps' own (the autograd engine's, a pin-memory thread) work in *bursts* (their
+events, gaps under ``BURST_GAP_NS`` merged). A burst is woken by the steps' thread: the idle time before it
+is an ``IDLE`` node (zero length) that waits for the steps' thread to reach the burst's start. When the
+steps' thread does nothing of its own during a burst (``loss.backward()`` waiting for the engine), those
+segments are ``JOIN`` nodes (zero length) that wait for the burst's end.
 
 A node starts at the latest of its predecessors' reference times plus the edge's weight and lasts its
 duration. The weights are calibrated on the observed times (:func:`calibrate`): every edge gets its
@@ -41,6 +47,7 @@ from aiprof.trace.model import GPU_WORK_KINDS, I8, I64, Bool, Kind, Trace
 HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER, Kind.OTHER)
 SYNC_TOLERANCE_NS = 10_000  # a blocking call may return this long before the clock says its work ended
 DEFAULT_LAUNCH_FLOOR_NS = 5_000  # launch latency when no kernel in the trace shows it
+BURST_GAP_NS = 50_000  # a pause this long on a helper thread ends a burst of its work
 
 
 class NodeKind(enum.IntEnum):
@@ -56,6 +63,8 @@ class NodeKind(enum.IntEnum):
     COMM = 9
     MEMCPY = 10
     MEMSET = 11
+    IDLE = 12
+    JOIN = 13
 
 
 DEVICE_NODE_KINDS = (NodeKind.KERNEL, NodeKind.COMM, NodeKind.MEMCPY, NodeKind.MEMSET)
@@ -66,6 +75,7 @@ class EdgeKind(enum.IntEnum):
     LAUNCH = 1
     SYNC = 2
     COLLECTIVE = 3
+    THREAD = 4
 
 
 @dataclass(frozen=True)
@@ -280,6 +290,8 @@ def _host_nodes(trace: Trace, host: _Host, n_threads: int, extent: tuple[int, in
     sentinel node at the end, so every instant of a thread is the start of some node."""
     out: dict[str, list[I64]] = {k: [] for k in ("kind", "resource", "start", "dur", "row")}
     c = trace.columns
+    bursts = _bursts(trace, host, n_threads, main)
+    handoff_points = np.concatenate([np.zeros(0, np.int64)] + [np.concatenate((b[1], b[2])) for b in bursts])
     for t in range(n_threads):
         sel = np.flatnonzero(host.thread == t)
         rows = host.rows[sel]
@@ -287,7 +299,7 @@ def _host_nodes(trace: Trace, host: _Host, n_threads: int, extent: tuple[int, in
         mine = np.isin(host.blocking, rows)
         block_rows = host.blocking[mine]
         split = c.ts[block_rows] + host.base[mine]
-        extra = points if t == main else np.zeros(0, np.int64)
+        extra = np.concatenate((points, handoff_points)) if t == main else np.zeros(0, np.int64)
         cut = arrays.unique(np.concatenate(([extent[0], extent[1]], s, e, split, extra)))
         cut = cut[(cut >= extent[0]) & (cut <= extent[1])]
         kind, row = _segment_kinds(trace, host, sel, cut, block_rows, split)
@@ -297,10 +309,77 @@ def _host_nodes(trace: Trace, host: _Host, n_threads: int, extent: tuple[int, in
         out["dur"].append(np.append(np.diff(cut), 0))
         out["row"].append(row)
     merged = {k: (np.concatenate(v) if v else np.zeros(0, np.int64)) for k, v in out.items()}
-    waits = merged["kind"] == int(NodeKind.WAIT)
-    merged["start"][waits] += merged["dur"][waits]  # a wait node sits where the call returned
+    main_events = np.sort(c.ts[host.rows[host.thread == main]]) if main >= 0 else np.zeros(0, np.int64)
+    merged["x_src"], merged["x_dst"] = _handoffs(merged, bursts, main, main_events, points)
+    # Zero-length waiting nodes sit where the wait ended: a blocking call's return, a thread's wake-up.
+    waits = np.isin(merged["kind"], [int(NodeKind.WAIT), int(NodeKind.IDLE), int(NodeKind.JOIN)])
+    merged["start"][waits] += merged["dur"][waits]
     merged["dur"][waits] = 0
     return merged
+
+
+def _bursts(trace: Trace, host: _Host, n_threads: int, main: int) -> list[tuple[int, I64, I64]]:
+    """Per helper thread (not ``main``), its bursts of work: (thread, starts, ends)."""
+    if main < 0:
+        return []
+    c = trace.columns
+    out: list[tuple[int, I64, I64]] = []
+    for t in range(n_threads):
+        if t == main:
+            continue
+        rows = host.rows[host.thread == t]
+        starts, ends = iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows] + BURST_GAP_NS)
+        out.append((t, starts, ends - BURST_GAP_NS))
+    return out
+
+
+def _handoffs(h: dict[str, I64], bursts: list[tuple[int, I64, I64]], main: int, main_events: I64,
+              points: I64) -> tuple[I64, I64]:
+    """Mark IDLE and JOIN nodes (module doc) and return the THREAD edges (sources, destinations)."""
+    src: list[I64] = []
+    dst: list[I64] = []
+    if not bursts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    main_nodes = np.flatnonzero(h["resource"] == main)
+    main_start = h["start"][main_nodes]
+    for t, starts, ends in bursts:
+        nodes = np.flatnonzero(h["resource"] == t)
+        at = np.searchsorted(h["start"][nodes], starts)  # the burst's first node
+        wake = np.searchsorted(main_start, starts)  # the main node that starts at the burst's start
+        ok = (at > 0) & (wake > 0) & (wake < main_nodes.size)
+        ok[ok] &= main_start[wake[ok]] == starts[ok]
+        idle = nodes[at[ok] - 1]
+        h["kind"][idle] = int(NodeKind.IDLE)
+        src.append(main_nodes[wake[ok] - 1])
+        dst.append(idle)
+        s, e = _blocked(starts[ok], ends[ok], main_events, points)
+        _joins(h, nodes, main_nodes, main_start, s, e, src, dst)
+    return np.concatenate(src), np.concatenate(dst)
+
+
+def _blocked(starts: I64, ends: I64, main_events: I64, points: I64) -> tuple[I64, I64]:
+    """The bursts during which the steps' thread started no event of its own (the spans it sits in do not
+    count) and held no step boundary."""
+    busy = np.searchsorted(main_events, ends, side="left") - np.searchsorted(main_events, starts, side="right")
+    sorted_points = np.sort(points)
+    marks = np.searchsorted(sorted_points, ends, side="right") - np.searchsorted(sorted_points, starts, side="right")
+    keep = (busy == 0) & (marks == 0) & (ends > starts)
+    return starts[keep], ends[keep]
+
+
+def _joins(h: dict[str, I64], nodes: I64, main_nodes: I64, main_start: I64, s: I64, e: I64,
+           src: list[I64], dst: list[I64]) -> None:
+    """Main-thread nodes inside each blocked burst [s, e) become JOIN nodes fed by the burst's last node."""
+    first = np.searchsorted(main_start, s)
+    last = np.searchsorted(main_start, e)  # main is cut at e: the node starting there follows the join
+    end_node = nodes[np.searchsorted(h["start"][nodes], e) - 1]
+    counts = last - first
+    if counts.sum() == 0:
+        return
+    joined = main_nodes[np.repeat(first - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(counts.sum())]
+    h["kind"][joined] = int(NodeKind.JOIN)
+    src.append(np.repeat(end_node, counts))
+    dst.append(joined)
 
 
 def _segment_kinds(trace: Trace, host: _Host, sel: I64, cut: I64, block_rows: I64, split: I64) -> tuple[I64, I64]:
@@ -386,6 +465,8 @@ def _edges(trace: Trace, h: dict[str, I64], d: dict[str, I64], n_host: int, host
     ok = targets >= 0
     src.append(node_of_row[targets[ok]]); dst.append(waits[ok])
     kinds.append(np.full(int(ok.sum()), int(EdgeKind.SYNC))); from_start.append(np.zeros(int(ok.sum()), bool))
+    src.append(h["x_src"]); dst.append(h["x_dst"])
+    kinds.append(np.full(h["x_src"].size, int(EdgeKind.THREAD))); from_start.append(np.zeros(h["x_src"].size, bool))
     return {"src": np.concatenate(src), "dst": np.concatenate(dst), "kind": np.concatenate(kinds),
             "from_start": np.concatenate(from_start)}
 

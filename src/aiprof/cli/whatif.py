@@ -1,0 +1,89 @@
+"""``aiprof whatif PATH [--remove data_loading|syncs] [--scale-host F] [--cuda-graphs] [--scale-kernels F
+[--kernels REGEX]] [--fuse-elementwise] [--overlap-comm [--interference F]] [--rank N] [-o FILE.json]``:
+replay the trace on its dependency graph with each edit and print the predicted step beside the measured
+one (docs/whatif.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiprof.cli import args as numbers
+from aiprof.errors import AiprofError, printable
+
+class WhatIfCommand:
+    name = "whatif"
+    help = "Predict the step after a fix: replay the trace's dependency graph with edits."
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("path", type=Path, metavar="PATH", help="a trace file (or a folder: one rank)")
+        parser.add_argument("--remove", action="append", default=[], choices=["data_loading", "syncs"],
+                            help="remove the DataLoader waits or the blocking syncs (repeatable)")
+        parser.add_argument("--scale-host", type=numbers.factor, metavar="F",
+                            help="host overhead (CPU ops, Python, runtime calls) x F")
+        parser.add_argument("--cuda-graphs", action="store_true",
+                            help="replay each step as a CUDA graph: no host overhead inside the steps")
+        parser.add_argument("--scale-kernels", type=numbers.factor, metavar="F", help="compute kernels x F")
+        parser.add_argument("--kernels", metavar="REGEX", default="",
+                            help="with --scale-kernels: only kernels whose name matches")
+        parser.add_argument("--fuse-elementwise", action="store_true",
+                            help="fuse back-to-back elementwise kernels: one launch, no gaps")
+        parser.add_argument("--overlap-comm", action="store_true",
+                            help="run collectives beside compute instead of in the compute stream")
+        parser.add_argument("--interference", type=numbers.factor, default=1.0, metavar="F",
+                            help="with --overlap-comm: collective time x F when overlapped (default 1)")
+        parser.add_argument("--rank", type=numbers.rank, default=None, help="rank to replay in a multi-rank folder")
+        parser.add_argument("-o", "--output", type=Path, help="also write the prediction as JSON here")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from aiprof import app
+        from aiprof.analysis.whatif.run import EditSpec
+
+        specs = [EditSpec("remove", what) for what in args.remove]
+        if args.scale_host is not None:
+            specs.append(EditSpec("scale_host", factor=args.scale_host))
+        if args.cuda_graphs:
+            specs.append(EditSpec("cuda_graphs"))
+        if args.scale_kernels is not None:
+            specs.append(EditSpec("scale_kernels", args.kernels, args.scale_kernels))
+        elif args.kernels:
+            raise AiprofError("--kernels needs --scale-kernels F")
+        if args.fuse_elementwise:
+            specs.append(EditSpec("fuse_elementwise"))
+        if args.overlap_comm:
+            specs.append(EditSpec("overlap_comm", factor=args.interference))
+        if args.output is not None:
+            app.check_writable(args.output)
+        result = app.whatif(args.path, specs, rank=args.rank).to_dict()
+        sys.stdout.write(text(result))
+        if args.output is not None:
+            app.write_file(args.output, json.dumps(result, indent=1) + "\n", what="prediction")
+            print(f"aiprof: wrote the prediction to {args.output}", file=sys.stderr)
+        return 0
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.2f} ms"
+
+
+def text(result: dict[str, Any]) -> str:
+    """The prediction as a few lines: measured median step, then each edit's predicted median step."""
+    base = result["baseline_median_step_ns"]
+    lines = [f"{printable(Path(result['trace']).name)} rank {result['rank']}: {result['steps']} steps "
+             f"({printable(result['step_source'])}), measured median step {_ms(base)}"]
+    rows = list(result["edits"]) + ([result["combined"]] if result["combined"] else [])
+    if rows:
+        lines.append(f"{'edit':<34} {'predicted step':>15} {'saving':>22}")
+    for row in rows:
+        saving = row["predicted_saving_ns"]
+        lines.append(f"{row['edit'][:34]:<34} {_ms(row['predicted_median_step_ns']):>15} "
+                     f"{_ms(saving):>12} ({row['predicted_saving_share']:+.1%})")
+    path = result["critical_path"]
+    if path:
+        parts = ", ".join(f"{kind} {ns / path['length_ns']:.0%}" for kind, ns in list(path["breakdown_ns"].items())[:5]
+                          if path["length_ns"])
+        lines.append(f"critical path of the median step ({path['nodes']} nodes): {parts}")
+    return "\n".join(lines) + "\n"
