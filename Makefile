@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml setup.py $(NATIVE_SOURCES) | $(BIN)/python
-	$(BIN)/pip install -q -e '.[dev,telemetry,hf,lightning]' '$(TORCH)'
+	$(BIN)/pip install -q -e '.[dev,telemetry,hf,lightning,dask]' '$(TORCH)'
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed

@@ -64,6 +64,9 @@ class AnalyzeOptions:
     # Nsight Compute results of the same program (ncu --csv export or .ncu-rep): their measured per-kernel
     # points join the roofline section of the first rank shown (docs/nsight.md). None: none.
     ncu: Path | None = None
+    # Where the ranks are analysed: "local" (this machine's process pool), "dask" (the cluster at
+    # $DASK_SCHEDULER_ADDRESS, else a LocalCluster for the run) or "dask://host:port" (aiprof.trace.executors).
+    executor: str = "local"
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,11 @@ def _rank_trace(path: PathArg, rank: int | None) -> Trace:
 def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     from aiprof.pipeline import analyze_and_diagnose
 
+    from aiprof.trace.executors import executor_for
+
     budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
-                                memory=opts.memory, timeline=budget)
+                                memory=opts.memory, timeline=budget, executor=executor_for(opts.executor))
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:

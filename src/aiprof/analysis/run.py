@@ -11,9 +11,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.analysis import forked
+from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
 from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
 from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_source, step_windows
@@ -25,6 +26,9 @@ from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merg
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
+
+if TYPE_CHECKING:
+    from aiprof.trace.executors import Executor
 
 Section = Callable[[Trace], Any]
 
@@ -117,6 +121,8 @@ class RankAnalysis:
     # What a downstream layer (the diagnosis rules) computed from the trace while it was in memory.
     extras: dict[str, Any] = field(default_factory=dict)
     coverage: Coverage | None = None
+    # One small row per collective, for the cross-rank arrival analysis (aiprof.analysis.arrival).
+    arrivals: ArrivalTable | None = None
 
     @property
     def incomplete_steps(self) -> list[IncompleteStep]:
@@ -154,6 +160,12 @@ class RunAnalysis:
     ranks: list[RankAnalysis]
     sources: list[str]
     warnings: list[str] = field(default_factory=list)
+    # Collectives matched across ranks: who arrives last (None: one rank, or no shared collective).
+    cross_rank: CrossRank | None = None
+
+    def __post_init__(self) -> None:
+        if self.cross_rank is None and len(self.ranks) > 1:
+            self.cross_rank = cross_rank([(r.rank, r.arrivals) for r in self.ranks if r.arrivals is not None])
 
 
 RankHook = Callable[[Trace, RankAnalysis], dict[str, Any]]
@@ -190,6 +202,7 @@ def analyze_trace(
         devices=devices,
         notes=list(trace.warnings) + _notes(trace) + ([coverage_note] if coverage_note else []),
         coverage=coverage,
+        arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
@@ -211,6 +224,12 @@ def analyze_trace(
     result.sections = {key: done[key] for key in chosen}
     result.extras.update(extras)
     return result
+
+
+def _has_collectives(trace: Trace) -> bool:
+    from aiprof.analysis.comm import is_comm_kernel
+
+    return bool(is_comm_kernel(trace).any())
 
 
 def _shared_views(trace: Trace) -> None:
@@ -300,12 +319,14 @@ def analyze_paths(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     rank_hook: RankHook | None = None,
+    executor: Executor | None = None,
 ) -> RunAnalysis:
     """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
 
     ``rank_hook(trace, analysis)`` runs in the worker while the trace is in memory (the diagnosis layer
     uses it for rules that need events); what it returns lands in ``RankAnalysis.extras``. It must be a
-    module-level function (it may cross a process boundary)."""
+    module-level function (it may cross a process boundary). ``executor`` says where the per-file work runs
+    (:mod:`aiprof.trace.executors`; None: this machine's process pool)."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
     jobs: list[tuple[Path, bool, RankHook | None]] = []
@@ -313,10 +334,10 @@ def analyze_paths(
         path = Path(raw)
         for found in find_trace_files(path):
             jobs.append((found, path.is_dir(), rank_hook))
-    results = [r for rs in map_files(_load_and_analyze, jobs, workers, progress) for r in rs]
+    results = [r for rs in map_files(_load_and_analyze, jobs, workers, progress, executor) for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
-    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress)
+    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
@@ -335,7 +356,11 @@ def analyze_paths(
 # Profiler cycles of one process: one rank (aiprof.trace.cycles)
 # ---------------------------------------------------------------------------------------------------
 def _cycles_as_one_rank(
-    loaded: list[_Loaded], hook: RankHook | None, workers: int | None, progress: ProgressCallback | None
+    loaded: list[_Loaded],
+    hook: RankHook | None,
+    workers: int | None,
+    progress: ProgressCallback | None,
+    executor: Executor | None = None,
 ) -> list[_Loaded]:
     """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
     cycles (loaded again, together, in a worker). Only a folder of cycles pays the second load."""
@@ -347,7 +372,7 @@ def _cycles_as_one_rank(
         return loaded
     jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook)
             for g in groups]
-    merged = map_files(_load_cycles_and_analyze, jobs, workers, progress)
+    merged = map_files(_load_cycles_and_analyze, jobs, workers, progress, executor)
     grouped = {i for g in groups for i in g}
     return [r for i, r in enumerate(loaded) if i not in grouped] + merged
 

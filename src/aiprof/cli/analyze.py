@@ -80,6 +80,10 @@ class AnalyzeCommand:
         parser.add_argument("--width", type=numbers.width, default=None,
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
         parser.add_argument("--jobs", type=numbers.workers, default=None, help="worker processes for multi-rank runs (>= 1)")
+        parser.add_argument("--executor", default="local", metavar="WHERE",
+                            help="where the ranks are analysed: local (this machine's processes, the default), "
+                                 "dask (the cluster at $DASK_SCHEDULER_ADDRESS, else one started on this machine) "
+                                 "or dask://HOST:PORT (needs aiprof[dask]; see docs/scale-out.md)")
         parser.add_argument("--max-trace-mb", type=float,
                             help="largest trace text to read, in MB (docs/performance.md)")
         parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
@@ -119,7 +123,7 @@ class AnalyzeCommand:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
-                                             memory=args.memory, ncu=args.ncu)
+                                             memory=args.memory, ncu=args.ncu, executor=args.executor)
                 if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
                     report, timeline = app.analyze_with_timeline(args.paths, options)
                 else:

@@ -71,6 +71,7 @@ def build_document(
         telemetry=context.get("telemetry"),
         run_status=status if status is not None else UNSET,
         whole_run=whole if whole is not None else UNSET,
+        cross_rank=run.cross_rank if run.cross_rank is not None else UNSET,
     )
 
 

@@ -27,6 +27,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
+from aiprof.report.arrival_section import html_section as arrival_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
@@ -121,6 +122,7 @@ class HtmlRenderer:
             ("source-lines", "Source lines", stacks_html(doc)),
             ("modules", "Modules", modules_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),
+            ("arrival", "Arrival order", arrival_html(doc)),
             ("collectives", "Collectives", self._collectives(doc)),
             ("roofline", "Roofline", self._roofline(focus)),
             ("kernels", "Top kernels", self._kernels(focus)),

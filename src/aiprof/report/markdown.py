@@ -16,6 +16,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import markdown as _cell
 from aiprof.report.escape import markdown_code_line as _cell_code
 from aiprof.report.memory_section import markdown_lines as memory_lines
+from aiprof.report.arrival_section import markdown_lines as arrival_lines
 from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
 from aiprof.report.modules_section import markdown_lines as modules_lines
 from aiprof.report.stacks_section import markdown_lines as stacks_lines
@@ -52,6 +53,7 @@ class MarkdownRenderer:
             lines.append("| … | " + _cell(common.hidden_ranks_text(capped.hidden)) + " |" + " |" * (len(buckets) + 2))
         lines += [_rank_row(r, buckets) for r in capped.tail]
         lines += whole_run_lines(doc)  # every step of an `aiprof run` (report.wholerun_section)
+        lines += arrival_lines(doc)  # who arrives last at the collectives (report.arrival_section)
         lines += _findings(doc)
         lines += memory_lines(doc)
         lines += host_time_lines(doc)

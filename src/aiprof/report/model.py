@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -168,3 +169,5 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     run_status: RunStatus | UnsetType = UNSET
     # Step time and throughput over every step of an ``aiprof run`` (analysis.wholerun): run directories only.
     whole_run: WholeRun | UnsetType = UNSET
+    # Several ranks with shared collectives: who arrives last at them (analysis.arrival; docs/numbers.md).
+    cross_rank: CrossRank | UnsetType = UNSET

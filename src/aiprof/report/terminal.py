@@ -91,6 +91,7 @@ class TerminalRenderer:
         console.print()
         self._rank_detail(console, focus, len(ranks) > 1)
         self._whole_run(console, doc)
+        self._arrivals(console, doc)
         console.print()
         self._findings(console, doc)
         self._memory(console, doc)
@@ -104,12 +105,14 @@ class TerminalRenderer:
         """Every step of an ``aiprof run`` (report.wholerun_section), when the run directory timed them."""
         from aiprof.report.wholerun_section import terminal_lines as whole_run_lines
 
-        lines = whole_run_lines(doc)
-        if lines:
-            console.print()
-            console.print(terminal_text(lines[0], style="bold"))
-            for line in lines[1:]:
-                console.print(terminal_text(line))
+        _block(console, whole_run_lines(doc))
+
+    @staticmethod
+    def _arrivals(console: Console, doc: Report) -> None:
+        """Who arrives last at the collectives (report.arrival_section), when several ranks share them."""
+        from aiprof.report.arrival_section import terminal_lines
+
+        _block(console, terminal_lines(doc))
 
     @staticmethod
     def _memory(console: Console, doc: Report) -> None:
@@ -290,6 +293,15 @@ def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool =
     """The terminal summary of a report document or of analysis results (``aiprof run`` uses this)."""
     doc = result if isinstance(result, Report) else build_document(result)
     return TerminalRenderer(width=width, is_tty=is_tty).render(doc)
+
+
+def _block(console: Console, lines: list[str]) -> None:
+    """A titled block of plain lines (a section's ``terminal_lines``): a blank line, the title in bold."""
+    if lines:
+        console.print()
+        console.print(terminal_text(lines[0], style="bold"))
+        for line in lines[1:]:
+            console.print(terminal_text(line))
 
 
 def _host_time(console: Console, doc: Report) -> None:

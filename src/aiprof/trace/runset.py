@@ -11,11 +11,14 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
 from aiprof.trace.cores import share_cores, usable_cores
 from aiprof.trace.cycles import merge_cycle_sets
+
+if TYPE_CHECKING:
+    from aiprof.trace.executors import Executor
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks
 
@@ -149,6 +152,20 @@ O = TypeVar("O")
 
 
 def map_files(
+    fn: Callable[[J], O],
+    jobs: list[J],
+    workers: int | None,
+    progress: ProgressCallback | None,
+    executor: Executor | None = None,
+) -> list[O]:
+    """``fn`` over jobs whose first item is a file path, on ``executor`` (None: this machine's process
+    pool, :func:`local_map`), in order, reporting progress."""
+    if executor is None or executor.name == "local":
+        return local_map(fn, jobs, workers, progress)
+    return executor.map(fn, jobs, workers, progress)
+
+
+def local_map(
     fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: ProgressCallback | None
 ) -> list[O]:
     """``fn`` over jobs whose first item is a file path, in worker processes when there are several

@@ -1,0 +1,163 @@
+"""Where the per-file work of a multi-rank analysis runs: this machine's process pool, or a Dask cluster.
+
+Each rank is loaded and analysed by one call of a module-level function on one file; only its small result
+comes back. :func:`executor_for` turns the user's choice (``--executor``) into an :class:`Executor`:
+
+- ``local`` (the default): forked worker processes on this machine (``concurrent.futures``), no extra
+  dependency;
+- ``dask``: the cluster at ``$DASK_SCHEDULER_ADDRESS`` when set, else a ``LocalCluster`` started for the
+  run (one single-threaded worker process per core, as many as there are files at most);
+- ``dask://host:port`` (or ``tcp://host:port``): the Dask scheduler there.
+
+Dask is the optional extra ``aiprof[dask]``, imported only here and only when chosen. A task whose worker
+dies is run again elsewhere (Dask's ``retries``), so losing a worker mid-run loses no rank; a file that
+cannot be read is the task's own result (the caller turns it into a skipped rank), never a failed run.
+Results come back in the order of the jobs whatever the order they finish in, so every executor gives the
+same report.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from aiprof.errors import AiprofError
+
+J = TypeVar("J", bound=tuple[Any, ...])
+O = TypeVar("O")
+Progress = Callable[[Path, int, int], None]
+
+DASK_ENV = "DASK_SCHEDULER_ADDRESS"
+TASK_RETRIES = 3  # a task whose worker died is run again on another worker this many times
+
+
+class Executor(Protocol):
+    """Runs ``fn`` over jobs whose first item is a file path; results in job order."""
+
+    @property
+    def name(self) -> str:
+        """``local``, ``dask``."""
+        ...
+
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
+        """``fn(job)`` for every job, ``workers`` at a time at most (None: the executor's choice)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalExecutor:
+    """This machine's forked process pool (``aiprof.trace.runset.local_map``)."""
+
+    name: str = "local"
+
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
+        from aiprof.trace.runset import local_map
+
+        return local_map(fn, list(jobs), workers, progress)
+
+
+@dataclass(frozen=True)
+class DaskExecutor:
+    """A Dask cluster: the scheduler at ``address``, or a ``LocalCluster`` for the run when it is None."""
+
+    address: str | None = None
+    name: str = "dask"
+
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
+        if not jobs:
+            return []
+        distributed = _import_distributed()
+        if self.address is None:
+            cores = _usable_cores()
+            n = max(1, min(workers or cores, len(jobs)))
+            with distributed.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
+            ) as cluster, distributed.Client(cluster) as client:
+                return _run_on(client, distributed, fn, jobs, progress)
+        import dask
+
+        try:  # the connect timeout is Dask's own setting (DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT)
+            client = distributed.Client(self.address, timeout=dask.config.get("distributed.comm.timeouts.connect"))
+        except (OSError, TimeoutError) as err:
+            raise AiprofError(
+                f"--executor: cannot reach the Dask scheduler at {self.address} ({err}); start one "
+                "(`dask scheduler`) or pass --executor dask for a cluster on this machine"
+            ) from None
+        with client:
+            return _run_on(client, distributed, fn, jobs, progress)
+
+
+def _run_on(client: Any, distributed: Any, fn: Callable[[J], O], jobs: Sequence[J], progress: Progress | None) -> list[O]:
+    """Submit every job (one task each, retried when its worker dies) and gather the results in job order."""
+    task = _OnWorker(fn)
+    futures = client.map(task, list(jobs), pure=False, retries=TASK_RETRIES)
+    index = {f.key: i for i, f in enumerate(futures)}
+    results: list[Any] = [None] * len(futures)
+    for done, future in enumerate(distributed.as_completed(futures), start=1):
+        i = index[future.key]
+        results[i] = future.result()
+        if progress:
+            progress(jobs[i][0], done, len(futures))
+    return results
+
+
+class _OnWorker:
+    """``fn`` as a Dask task. The process-wide reader settings of this process (``--max-trace-mb`` /
+    ``--max-events``, ``--step-range``) travel with it: a forked pool inherits them, a Dask worker does not.
+    On the worker, decode helpers and forked halves are off (the worker is one of several processes sharing
+    the node's cores, and forking a process that runs an event loop in another thread is not safe)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        from aiprof.trace import readers
+        from aiprof.trace.kineto import source
+
+        self.fn = fn
+        self.limits = source.current()
+        self.reader_options = readers.DEFAULT_OPTIONS[0]
+
+    def __call__(self, job: Any) -> Any:
+        from aiprof.trace import readers
+        from aiprof.trace.cores import share_cores
+        from aiprof.trace.kineto import source
+
+        share_cores(1)
+        source.configure(self.limits)
+        readers.set_default_options(self.reader_options)
+        return self.fn(job)
+
+
+def _import_distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise AiprofError(
+            "--executor dask needs Dask's distributed scheduler: pip install 'aiprof[dask]'"
+        ) from None
+    return distributed
+
+
+def _usable_cores() -> int:
+    from aiprof.trace.cores import usable_cores
+
+    return usable_cores()
+
+
+def executor_for(choice: str | None) -> Executor:
+    """The executor a ``--executor`` value names (None or ``local``: the local pool)."""
+    text = (choice or "local").strip()
+    if text == "local":
+        return LocalExecutor()
+    if text == "dask":
+        address = os.environ.get(DASK_ENV, "").strip()
+        return DaskExecutor(address or None)
+    for prefix in ("dask://", "tcp://", "tls://"):
+        if text.startswith(prefix) and len(text) > len(prefix):
+            scheme = "tcp://" if prefix == "dask://" else prefix
+            return DaskExecutor(scheme + text[len(prefix):])
+    raise AiprofError(f"--executor {text!r}: expected local, dask, or dask://HOST:PORT")
+
+
+__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for"]
