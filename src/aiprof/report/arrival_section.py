@@ -65,7 +65,7 @@ def markdown_lines(doc: Report) -> list[str]:
         return []
     lines = ["", "### Arrival order across ranks", "", *(f"- {md(line)}" for line in summary_lines(x))]
     if x.groups:
-        lines += ["", "| group | collective | size | instances | median skew | p90 skew | transfer | top culprit |",
+        lines += ["", "| group | collective | size | instances | median skew /call | p90 skew /call | transfer /call | top culprit |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for g in x.groups[:8]:
             transfer = fmt_ms(g.median_transfer_ns) if g.median_transfer_ns >= 0 else "—"
@@ -89,8 +89,8 @@ def html_section(doc: Report) -> str:
         f"<td class=num>{g.top_culprit if g.top_culprit >= 0 else '—'}</td></tr>"
         for g in x.groups[:10]
     )
-    table = ("<table><thead><tr><th>group</th><th>collective</th><th>size</th><th>instances</th><th>median skew</th>"
-             f"<th>p90 skew</th><th>transfer</th><th>top culprit</th></tr></thead><tbody>{rows}</tbody></table>")
+    table = ("<table><thead><tr><th>group</th><th>collective</th><th>size</th><th>instances</th><th>median skew /call</th>"
+             f"<th>p90 skew /call</th><th>transfer /call</th><th>top culprit</th></tr></thead><tbody>{rows}</tbody></table>")
     return (f"<ul>{items}</ul>"
             + heatmap(x.grid, "caused", "wait caused (last to arrive)")
             + heatmap(x.grid, "waited", "wait endured (arrived before the last)")

@@ -54,9 +54,40 @@ class LocalExecutor:
     name: str = "local"
 
     def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
-        from aiprof.trace.runset import local_map
-
         return local_map(fn, list(jobs), workers, progress)
+
+
+def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: Progress | None) -> list[O]:
+    """``fn`` over jobs whose first item is a file path, in worker processes when there are several
+    (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
+    from aiprof.trace.cores import share_cores, usable_cores
+
+    count = len(jobs)
+    cores = usable_cores()
+    workers = min(workers or cores, count)
+    results: list[O] = []
+    if workers <= 1:
+        for i, job in enumerate(jobs):
+            results.append(fn(job))
+            if progress:
+                progress(job[0], i + 1, count)
+        return results
+    from concurrent.futures import ProcessPoolExecutor  # imported here: one file needs no pool
+
+    share = (max(1, cores // workers),)  # each worker's decode helpers use only its share of the cores
+    with ProcessPoolExecutor(workers, _fork_context(), initializer=share_cores, initargs=share) as pool:
+        for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
+            results.append(result)
+            if progress:
+                progress(job[0], i + 1, count)
+    return results
+
+
+def _fork_context() -> Any:
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
 @dataclass(frozen=True)
@@ -112,19 +143,19 @@ class _OnWorker:
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         from aiprof.trace import readers
-        from aiprof.trace.kineto import source
+        from aiprof.trace.readers.kineto import load_limits
 
         self.fn = fn
-        self.limits = source.current()
+        self.limits = load_limits()
         self.reader_options = readers.DEFAULT_OPTIONS[0]
 
     def __call__(self, job: Any) -> Any:
         from aiprof.trace import readers
         from aiprof.trace.cores import share_cores
-        from aiprof.trace.kineto import source
+        from aiprof.trace.readers.kineto import set_load_limits
 
         share_cores(1)
-        source.configure(self.limits)
+        set_load_limits(self.limits)
         readers.set_default_options(self.reader_options)
         return self.fn(job)
 
@@ -160,4 +191,4 @@ def executor_for(choice: str | None) -> Executor:
     raise AiprofError(f"--executor {text!r}: expected local, dask, or dask://HOST:PORT")
 
 
-__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for"]
+__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for", "local_map"]

@@ -11,14 +11,12 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
-from aiprof.trace.cores import share_cores, usable_cores
 from aiprof.trace.cycles import merge_cycle_sets
+from aiprof.trace.executors import Executor, local_map
 
-if TYPE_CHECKING:
-    from aiprof.trace.executors import Executor
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks
 
@@ -163,39 +161,6 @@ def map_files(
     if executor is None or executor.name == "local":
         return local_map(fn, jobs, workers, progress)
     return executor.map(fn, jobs, workers, progress)
-
-
-def local_map(
-    fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: ProgressCallback | None
-) -> list[O]:
-    """``fn`` over jobs whose first item is a file path, in worker processes when there are several
-    (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
-    count = len(jobs)
-    cores = usable_cores()
-    workers = min(workers or cores, count)
-    results: list[O] = []
-    if workers <= 1:
-        for i, job in enumerate(jobs):
-            results.append(fn(job))
-            if progress:
-                progress(job[0], i + 1, count)
-        return results
-    from concurrent.futures import ProcessPoolExecutor  # imported here: one file needs no pool
-
-    share = (max(1, cores // workers),)  # each worker's decode helpers use only its share of the cores
-    with ProcessPoolExecutor(workers, _fork_context(), initializer=share_cores, initargs=share) as pool:
-        for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
-            results.append(result)
-            if progress:
-                progress(job[0], i + 1, count)
-    return results
-
-
-def _fork_context() -> Any:
-    import multiprocessing
-
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
 class Rankable(Protocol):

@@ -28,4 +28,19 @@ class KinetoReader:
         return [load_file(path)]
 
 
-__all__ = ["KinetoReader"]
+def load_limits() -> object:
+    """The process's Kineto load limits (``--max-trace-mb`` / ``--max-events``), to carry to another process."""
+    from aiprof.trace.kineto import source
+
+    return source.current()
+
+
+def set_load_limits(limits: object) -> None:
+    """Apply limits :func:`load_limits` returned in another process."""
+    from aiprof.trace.kineto import source
+
+    if isinstance(limits, source.LoadLimits):
+        source.configure(limits)
+
+
+__all__ = ["KinetoReader", "load_limits", "set_load_limits"]
