@@ -321,14 +321,15 @@ def _gate_pct(comparison: Comparison) -> float:
 # ---------------------------------------------------------------------------------------------------
 # export
 # ---------------------------------------------------------------------------------------------------
-def export(paths: Sequence[PathArg], output: Path, options: AnalyzeOptions | None = None) -> Path:
+def export(paths: Sequence[PathArg], output: Path, options: AnalyzeOptions | None = None, *,
+           force: bool = False) -> Path:
     """Write the merged trace of ``paths`` (every rank's events, telemetry counters, aiprof's steps and
     findings) to ``output`` (``.json``, or ``.json.gz`` compressed). The inputs' top-level fields are
     copied from an allow-list only (``trace_header``): free-form blocks never leave the input."""
     name = output.name.lower()
     if not (name.endswith(".json") or name.endswith(".json.gz")):
         raise AiprofError(f"{output.name}: the merged trace must end in .json or .json.gz")
-    check_writable(output)
+    check_output(output, paths, force=force)
     report = analyze(paths, options)
     write_file(output, _merged_trace_bytes(report, gz=name.endswith(".gz")), what="merged trace")
     return output
@@ -422,7 +423,9 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
     """The roofline section as JSON, with the measured points under ``measured`` when there are some."""
     import json
 
-    section = result.to_dict()
+    from aiprof.fsutil import JSON_GENERATOR
+
+    section = {"generator": JSON_GENERATOR, **result.to_dict()}
     if points is not None:
         section["measured"] = [p.to_dict() for p in points]
     write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
@@ -499,12 +502,16 @@ def write(
     *,
     what: str = "report",
 ) -> None:
-    """Render ``doc`` and write it to ``output`` atomically, or to stdout when ``output`` is None."""
+    """Render ``doc`` and write it to ``output`` atomically, or to stdout when ``output`` is None. A
+    Markdown or terminal file is marked as aiprof's own (:func:`aiprof.fsutil.mark_text`), so that running
+    the command again may replace it."""
     text = render(doc, fmt, options)
     if output is None:
         sys.stdout.write(text)
     else:
-        write_file(output, text, what=what)
+        from aiprof.fsutil import mark_text
+
+        write_file(output, mark_text(text, fmt, what), what=what)
 
 
 def write_chart(result: RooflineResult, output: Path, *, title: str = "Roofline") -> None:
@@ -523,6 +530,17 @@ def check_writable(output: Path) -> None:
     from aiprof.fsutil import writable_folder_problem
 
     problem = writable_folder_problem(output)
+    if problem is not None:
+        raise AiprofError(f"{problem}; choose another -o path")
+
+
+def check_output(output: Path, inputs: Sequence[PathArg] = (), *, force: bool = False) -> None:
+    """Fail before the work when a command reading ``inputs`` must not write ``output``: the one rule of
+    every verb's ``-o`` (:func:`aiprof.fsutil.output_problem`: never an input, never through a symbolic
+    link, an existing file that is not an aiprof output only with ``force``)."""
+    from aiprof.fsutil import output_problem
+
+    problem = output_problem(output, [Path(p) for p in inputs], force=force)
     if problem is not None:
         raise AiprofError(f"{problem}; choose another -o path")
 
@@ -702,7 +720,7 @@ def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
         raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
     merged = merged_trace(report, raws)
     kept = {**trace_header(merged), "baseTimeNanoseconds": merged.get("baseTimeNanoseconds", 0)}
-    out = {**kept, "traceEvents": merged["traceEvents"], "aiprof": merged.get("aiprof")}
+    out = {**kept, "aiprof": merged.get("aiprof"), "traceEvents": merged["traceEvents"]}  # its generator first
     return encode(out, gz=gz)
 
 

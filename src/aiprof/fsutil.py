@@ -1,4 +1,5 @@
-"""Writing a file so that readers see the old one or the whole new one, never half of it.
+"""Writing a file so that readers see the old one or the whole new one, never half of it; and the one
+rule for where a command may write (:func:`output_problem`).
 
 The one atomic-write helper of the project (reports, merged traces, peaks files, run-directory files).
 The temporary file is created by :func:`tempfile.mkstemp` beside the target: a new name each time,
@@ -12,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -63,3 +67,94 @@ def writable_folder_problem(path: str | os.PathLike[str]) -> str | None:
     if target.is_dir():
         return f"{target}: is a folder"
     return None
+
+
+# The marks the HTML and SVG renderers write, and Markdown files get (recognised below).
+HTML_GENERATOR = '<meta name=generator content="aiprof">'
+GENERATOR_COMMENT = "<!-- generator: aiprof -->"
+JSON_GENERATOR = "aiprof"  # the value of a JSON output's top-level "generator" (reports: "aiprof VERSION")
+
+# What every output of aiprof carries in its first bytes (JSON: the top object's ``generator``; HTML: a
+# generator meta element; SVG: a generator comment), and the first line of its Markdown and terminal
+# reports. A file with none of them is not ours.
+GENERATOR_MARKS = (b'"generator": "aiprof', b'"generator":"aiprof', b'<meta name=generator content="aiprof',
+                   b"<!-- generator: aiprof")
+_TEXT_STARTS = (b"## aiprof", "aiprof \u00b7".encode())
+_HEAD_BYTES = 64 << 10
+
+
+def mark_text(text: str, fmt: str, what: str) -> str:
+    """A Markdown or terminal output about to be written to a file, with a first line that marks it as
+    aiprof's (an invisible ``<!-- generator: aiprof -->`` in Markdown, ``aiprof · <what>`` in text) unless
+    its first line already does; other formats carry their mark already."""
+    if fmt not in ("md", "terminal") or text.encode().startswith(_TEXT_STARTS):
+        return text
+    return f"{GENERATOR_COMMENT}\n{text}" if fmt == "md" else f"aiprof \u00b7 {what}\n{text}"
+
+
+def is_aiprof_output(path: str | os.PathLike[str]) -> bool:
+    """Whether the regular file at ``path`` is one aiprof wrote: its first 64 KiB (decompressed, for a gzip
+    file) hold a generator mark (:data:`GENERATOR_MARKS`), or its first line starts a Markdown or
+    terminal report (``## aiprof``, ``aiprof ·``). Anything unreadable is not."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, _HEAD_BYTES)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(31).decompress(head, _HEAD_BYTES)
+        except zlib.error:
+            return False
+    return head.startswith(_TEXT_STARTS) or any(mark in head for mark in GENERATOR_MARKS)
+
+
+def output_problem(target: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = (), *,
+                   force: bool = False) -> str | None:
+    """Why a command that reads ``inputs`` must not write ``target`` (its ``-o``), or None. The rule, for
+    every verb: the folder must exist and be writable; ``target`` must not be a symbolic link (a link is
+    never written through nor replaced) nor anything but a regular file; an existing ``target`` must not be
+    an input (the same file as one, links resolved, or any file inside an input folder: a run directory's
+    ``meta.json``, a trace of the folder), even with ``force``; and an existing file that is not an aiprof
+    output (:func:`is_aiprof_output`) is replaced only with ``force``."""
+    path = Path(target)
+    try:
+        info: os.stat_result | None = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as err:
+        return f"{path}: {err.strerror or err}"
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        return f"{path}: a symbolic link; aiprof never writes through one (give the path of a file or a new name)"
+    problem = writable_folder_problem(path)
+    if problem is not None or info is None:
+        return problem
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path}: not a regular file"
+    for source in inputs:
+        if _reads(source, path, info):
+            return f"{path}: an input of this command; aiprof never writes over what it reads"
+    if not force and not is_aiprof_output(path):
+        return f"{path}: exists and is not an aiprof output; give --force to replace it"
+    return None
+
+
+def _reads(source: str | os.PathLike[str], target: Path, info: os.stat_result) -> bool:
+    """Whether reading ``source`` (a file or a folder) reads the existing file ``target`` (``info``)."""
+    try:
+        found = os.stat(source)
+    except (OSError, ValueError):
+        return False
+    if (found.st_dev, found.st_ino) == (info.st_dev, info.st_ino):
+        return True
+    if not stat.S_ISDIR(found.st_mode):
+        return False
+    folder, file = Path(os.path.realpath(source)), Path(os.path.realpath(target))
+    return folder in file.parents

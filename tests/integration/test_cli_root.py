@@ -324,7 +324,7 @@ def test_roofline_writes_every_format(tmp_path: Path, suffix: str, check: Any, c
     out = tmp_path / f"roofline{suffix}"
     assert main(["roofline", str(trace), "-o", str(out)]) == 0
     assert check(out.read_text())
-    assert f"wrote {app.output_format(out, None)} roofline to {out}" in capsys.readouterr().err
+    assert f"wrote the {app.output_format(out, None)} roofline to {out}" in capsys.readouterr().err
 
 
 def test_roofline_format_on_stdout_and_bad_extension(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aiprof.cli import args as numbers
+from aiprof.cli import output
 from aiprof.errors import printable
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class AnalyzeCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) or a folder (one file per rank)")
         parser.add_argument("-o", "--output", type=Path, help="write the report here; the format follows the extension")
+        output.add_force(parser)
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
         parser.add_argument("--rank", type=numbers.rank, action="append", help="only these rank(s) (repeatable)")
         parser.add_argument("--width", type=numbers.width, default=None,
@@ -114,8 +116,7 @@ class AnalyzeCommand:
         fmt = app.output_format(args.output, args.format)
         if args.step_range:  # set before any worker forks, so every reader sees it
             app.set_step_range(args.step_range)
-        if args.output is not None:
-            app.check_writable(args.output)
+        output.check([args.output], [*args.paths, args.ncu], args.force)
         rules = numbers.rule_options(args.rule_option)
         said: list[str] = []  # said once the progress bar is gone
         app.set_load_limits(args.max_trace_mb, args.max_events)
@@ -134,7 +135,7 @@ class AnalyzeCommand:
         is_tty = args.output is None and sys.stdout.isatty()
         app.write(report, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty, timeline=timeline))
         if args.output is not None:
-            print(f"aiprof: wrote {fmt} report to {args.output}", file=sys.stderr)
+            output.wrote(f"the {fmt} report", args.output)
         return 0
 
 

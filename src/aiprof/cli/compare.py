@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from aiprof.cli import args as numbers
+from aiprof.cli import output
 from aiprof.errors import EXIT_FAILED_CHECK
 
 
@@ -31,6 +32,7 @@ class CompareCommand:
             "runs of one program is in the interval (one pair cannot see it)",
         )
         parser.add_argument("-o", "--output", type=Path, help="write the comparison here; the format follows the extension")
+        output.add_force(parser)
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
         parser.add_argument(
             "--fail-if-slower",
@@ -48,15 +50,14 @@ class CompareCommand:
         from aiprof.cli.analyze import warn
 
         fmt = app.output_format(args.output, args.format)
-        if args.output is not None:
-            app.check_writable(args.output)
+        output.check([args.output], [args.before, args.after, *(p for pair in args.pair for p in pair)], args.force)
         comparison = app.compare(args.before, args.after, more_pairs=[tuple(p) for p in args.pair])
         for warning in app.warnings_of(comparison):  # each side's, labelled: a partial input is said, not dropped
             warn(warning)
         is_tty = args.output is None and sys.stdout.isatty()
         app.write(comparison, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty), what="comparison")
         if args.output is not None:
-            print(f"aiprof: wrote {fmt} comparison to {args.output}", file=sys.stderr)
+            output.wrote(f"the {fmt} comparison", args.output)
         if args.fail_if_slower is not None:
             failed = app.slower_than(comparison, args.fail_if_slower)
             if failed is not None:

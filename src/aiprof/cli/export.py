@@ -7,6 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from aiprof.cli import output
+
 
 class ExportCommand:
     name = "export"
@@ -15,12 +17,13 @@ class ExportCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s), a folder of ranks, or an aiprof run directory")
         parser.add_argument("-o", "--output", type=Path, required=True, help="the merged trace (.json, or .json.gz to compress)")
+        output.add_force(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
         from aiprof.cli.analyze import warn
 
         # What `aiprof analyze` says about these traces is said here too.
-        out = app.export(list(args.paths), args.output, app.AnalyzeOptions(on_warning=warn))
-        print(f"aiprof: wrote the merged trace to {out}; open it at ui.perfetto.dev or chrome://tracing", file=sys.stderr)
+        out = app.export(list(args.paths), args.output, app.AnalyzeOptions(on_warning=warn), force=args.force)
+        output.wrote("the merged trace (open it at ui.perfetto.dev or chrome://tracing)", out)
         return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from aiprof.cli import output
 from aiprof.errors import AiprofError
 
 FORMATS = ("terminal", "json", "md", "html")
@@ -19,6 +20,7 @@ class MemoryCommand:
         parser.add_argument("path", type=Path, help="snapshot .pickle, trace .json[.gz], memory timeline, or run dir")
         parser.add_argument("--format", choices=FORMATS, default=None, help="output format (default: from -o, else terminal)")
         parser.add_argument("-o", "--output", type=Path, default=None, help="write here instead of stdout")
+        output.add_force(parser)
         parser.add_argument("--device-memory-gib", type=float, default=None,
                             help="device memory in GiB, when the input does not say (enables capacity findings)")
 
@@ -29,13 +31,12 @@ class MemoryCommand:
         if gib is not None and not (0 < gib < 1 << 20):
             raise AiprofError(f"--device-memory-gib must be a positive number of GiB, not {gib}")
         fmt = args.format or _format_of(args.output)
-        if args.output is not None:
-            app.check_writable(args.output)
+        output.check([args.output], [args.path], args.force)
         options = app.MemoryOptions(device_memory_bytes=int(gib * (1 << 30)) if gib else None)
         report = app.memory(args.path, options)
         app.write(report, args.output, fmt, what="memory report")
         if args.output is not None:
-            print(f"aiprof: wrote {args.output}", file=sys.stderr)
+            output.wrote(f"the {fmt} memory report", args.output)
         return 0
 
 

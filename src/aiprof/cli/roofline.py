@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from aiprof.cli import args as numbers
+from aiprof.cli import output
 
 
 class RooflineCommand:
@@ -18,6 +19,7 @@ class RooflineCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", type=Path, metavar="PATH", help="a trace file (or a folder: one rank)")
         parser.add_argument("-o", "--output", type=Path, help="write the roofline here; the format follows the extension")
+        output.add_force(parser)
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")
         parser.add_argument("--peaks", type=Path, help="measured-peaks file (default: $AIPROF_PEAKS_FILE or "
                                                        "~/.cache/aiprof/peaks.json)")
@@ -35,22 +37,22 @@ class RooflineCommand:
         from aiprof import app
 
         fmt = app.output_format(args.output, args.format)
-        for path in (args.output, args.json, args.chart):
-            if path is not None:
-                app.check_writable(path)
+        output.check([args.output, args.json, args.chart], [args.path, args.peaks, args.ncu], args.force)
         options = app.RooflineOptions(rank=args.rank, peaks_file=args.peaks, device=args.device, ncu=args.ncu)
         result, points = app.roofline_measured(args.path, options)
         if args.json:
             app.write_roofline_json(result, points, args.json)
+            output.wrote("the roofline as JSON", args.json)
         if args.chart:
             app.write_chart(result, args.chart, title=f"Roofline: {Path(args.path).name}")
+            output.wrote("the roofline chart", args.chart)
         is_tty = args.output is None and sys.stdout.isatty()
         app.write(result, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty, top=args.top),
                   what="roofline")
         if points is not None and args.output is None:
             sys.stdout.write(_measured_text(points, args.top))
         if args.output is not None:
-            print(f"aiprof: wrote {fmt} roofline to {args.output}", file=sys.stderr)
+            output.wrote(f"the {fmt} roofline", args.output)
         return 0
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aiprof.cli import args as numbers
+from aiprof.cli import output
 from aiprof.errors import AiprofError, printable
 
 class WhatIfCommand:
@@ -37,6 +38,7 @@ class WhatIfCommand:
                             help="with --overlap-comm: collective time x F when overlapped (default 1)")
         parser.add_argument("--rank", type=numbers.rank, default=None, help="rank to replay in a multi-rank folder")
         parser.add_argument("-o", "--output", type=Path, help="also write the prediction as JSON here")
+        output.add_force(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
@@ -55,13 +57,15 @@ class WhatIfCommand:
             specs.append(EditSpec("fuse_elementwise"))
         if args.overlap_comm:
             specs.append(EditSpec("overlap_comm", factor=args.interference))
-        if args.output is not None:
-            app.check_writable(args.output)
+        output.check([args.output], [args.path], args.force)
         result = app.whatif(args.path, specs, rank=args.rank).to_dict()
         sys.stdout.write(text(result))
         if args.output is not None:
-            app.write_file(args.output, json.dumps(result, indent=1) + "\n", what="prediction")
-            print(f"aiprof: wrote the prediction to {args.output}", file=sys.stderr)
+            from aiprof.fsutil import JSON_GENERATOR
+
+            app.write_file(args.output, json.dumps({"generator": JSON_GENERATOR, **result}, indent=1) + "\n",
+                           what="prediction")
+            output.wrote("the prediction", args.output)
         return 0
 
 

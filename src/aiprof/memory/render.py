@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.memory.report import DeviceMemory, MemoryReport
 from aiprof.memory.units import binary
 from aiprof.rules.finding import Finding
@@ -45,7 +46,7 @@ def esc(text: object) -> str:
 # JSON
 # ---------------------------------------------------------------------------------------------------
 def to_json(report: MemoryReport, findings: Sequence[Finding]) -> bytes:
-    doc = {"memory": msgspec.to_builtins(report), "findings": [f.to_dict() for f in findings]}
+    doc = {"generator": JSON_GENERATOR, "memory": msgspec.to_builtins(report), "findings": [f.to_dict() for f in findings]}
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 
@@ -271,7 +272,7 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
         body.append("</ul>")
     style = ("body{font-family:sans-serif;max-width:960px;margin:1em auto}table{border-collapse:collapse}"
              "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left}.warn{color:#a60}")
-    return ('<!DOCTYPE html><html><head><meta charset="utf-8"><title>aiprof memory</title>'
+    return (f'<!DOCTYPE html><html><head><meta charset="utf-8">{HTML_GENERATOR}<title>aiprof memory</title>'
             f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n")
 
 

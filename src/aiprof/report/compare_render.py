@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.fsutil import HTML_GENERATOR
 from aiprof.report.common import fmt_ms
 from aiprof.report import compare_memory
 from aiprof.report.compare import Comparison, DeltaRow, FindingBrief, Side
@@ -223,7 +224,7 @@ def _html(cmp: Comparison) -> str:
     if _notes(cmp):
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in _notes(cmp)) + "</ul>")
     return (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        f"<!doctype html><html lang=en><head><meta charset=utf-8>{HTML_GENERATOR}"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         f"<title>aiprof compare: {esc(v.result)}</title><style>{_CSS}</style></head><body>"

@@ -20,6 +20,7 @@ import msgspec
 from msgspec import UNSET
 
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.fsutil import HTML_GENERATOR
 from aiprof.report import common as c
 from aiprof.report import svg
 from aiprof.report.common import fmt_bytes, fmt_ms, fmt_pct
@@ -134,7 +135,7 @@ class HtmlRenderer:
         nav = "<nav>" + "".join(f'<a href="#{key}">{esc(title)}</a>' for key, title, _ in present) + "</nav>"
         body = "".join(f'<section id="{key}"><h2>{esc(title)}</h2>{html}</section>' for key, title, html in present)
         return (
-            "<!doctype html><html lang=en><head><meta charset=utf-8>"
+            f"<!doctype html><html lang=en><head><meta charset=utf-8>{HTML_GENERATOR}"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
             f'<meta http-equiv="Content-Security-Policy" content="{self._csp()}">'
             f"<title>{esc(self._title(doc))}</title><style>{_CSS}{self._extra_css()}{self._sort_css()}</style></head><body>"

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from aiprof.fsutil import GENERATOR_COMMENT
 from aiprof.roofline.analysis import RooflineResult
 
 W, H, L, R, T, B = 760, 420, 70, 40, 20, 44
@@ -148,10 +149,10 @@ def _ms(ns: float) -> str:
 
 def render_svg(result: RooflineResult, *, limit: int = 200, title: str = "Roofline") -> str:
     """The chart of ``result`` as an SVG document (empty axes-free file when no op is modelled)."""
-    return chart_svg(result.to_dict(), limit, standalone=True, title=title) or (
+    return GENERATOR_COMMENT + (chart_svg(result.to_dict(), limit, standalone=True, title=title) or (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="40"><text x="10" y="24">'
         f"{escape(title)}: no modelled op to draw</text></svg>"
-    )
+    ))
 
 
 def write_chart(result: RooflineResult, path: Path, *, title: str = "Roofline") -> Path:

@@ -7,6 +7,7 @@ import html
 import json
 import re
 
+from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.roofline.analysis import RooflineResult
 from aiprof.roofline.render import header_lines, table_rows
 
@@ -14,7 +15,7 @@ _COLUMNS = ("op and input shapes", "time µs", "%", "bound", "roof")
 
 
 def roofline_json(result: RooflineResult) -> str:
-    return json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n"
+    return json.dumps({"generator": JSON_GENERATOR, **result.to_dict()}, indent=1, allow_nan=False) + "\n"
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~@])")
@@ -45,7 +46,7 @@ def roofline_html(result: RooflineResult, top: int = 15, title: str = "Roofline"
     )
     columns = "".join(f"<th>{html.escape(c)}</th>" for c in _COLUMNS)
     return (
-        "<!doctype html><html><head><meta charset=utf-8>"
+        f"<!doctype html><html><head><meta charset=utf-8>{HTML_GENERATOR}"
         "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{html.escape(title)}</title>"
         "<style>body{font:14px system-ui,sans-serif;margin:2em}td,th{padding:2px 8px;text-align:left}</style>"
