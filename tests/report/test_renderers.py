@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from report_docs import REAL, as_dict, as_report, document_of, shared_path
 
+from aiprof.analysis.timeline import BUCKETS
 from aiprof.report.common import findings, focus_rank, top_kernels
 from aiprof.report.escape import markdown
 from aiprof.report.model import Report
@@ -88,7 +89,7 @@ def test_timeline_overview_bins_add_up(key: str) -> None:
         assert isinstance(ov, dict)
         edges = ov["start_ns"] + (np.arange(ov["bins"] + 1) * (ov["end_ns"] - ov["start_ns"])) // ov["bins"]
         for dev in ov["devices"]:
-            total = sum(np.array(dev[f"{b}_ns"]) for b in ("compute", "communication", "memcpy", "memset", "idle"))
+            total = sum(np.array(dev[f"{b}_ns"]) for b in BUCKETS)
             assert (total == np.diff(edges)).all()
             assert min(min(dev[f"{b}_ns"]) for b in ("compute", "idle")) >= 0
         primary = next(d for d in ov["devices"] if d["device"] == rank.primary_device)

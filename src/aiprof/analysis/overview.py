@@ -1,9 +1,9 @@
-"""Timeline overview: each device's compute / communication / memcpy / memset / idle time in N bins.
+"""Timeline overview: each device's compute / communication / memcpy / memset / compile / idle time in N bins.
 
 The HTML report draws it as a strip per device over the analysed span (first step start to last step
 end), with telemetry counters under it. Bins use the same priority as the timeline accounting
 (``analysis.timeline``): a nanosecond covered by several kinds of work goes to the first of compute,
-communication, memcpy, memset; what nothing covers is idle. So per bin the five numbers add up to the
+communication, memcpy, memset, compile; what nothing covers is idle. So per bin the six numbers add up to the
 bin's length, and summed over the steps' span they agree with the accounting (outside-step gaps aside).
 """
 
@@ -16,6 +16,7 @@ import numpy as np
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import step_windows
+from aiprof.analysis.compile import compile_set
 from aiprof.analysis.timeline import BUCKETS, cpu_work
 from aiprof.trace.model import I64, Kind, Trace
 
@@ -83,6 +84,7 @@ def _device_bins(trace: Trace, device: int, edges: I64) -> dict[str, Any]:
         _rows_set(trace, kernels[comm]),
         _rows_set(trace, np.flatnonzero(on & (c.kind == int(Kind.MEMCPY)))),
         _rows_set(trace, np.flatnonzero(on & (c.kind == int(Kind.MEMSET)))),
+        compile_set(trace),
     ]
     return _binned(layers, edges, trace.device_info(device).name, f"gpu:{device}", device)
 
@@ -91,4 +93,4 @@ def _cpu_bins(trace: Trace, edges: I64) -> dict[str, Any]:
     """CPU-only traces: the timeline accounting's CPU view (``timeline.cpu_work``): CPU ops are compute,
     host-side collectives (``gloo:all_reduce``, ``c10d::*``) communication, data-loading waits idle."""
     compute, communication, _ = cpu_work(trace)
-    return _binned([compute, communication, iv.EMPTY, iv.EMPTY], edges, "CPU", "cpu", -1)
+    return _binned([compute, communication, iv.EMPTY, iv.EMPTY, compile_set(trace)], edges, "CPU", "cpu", -1)

@@ -78,6 +78,12 @@ def _compat_section(trace: Trace) -> dict[str, Any]:
     return compat_for_trace(trace)
 
 
+def _compile_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.compile import compile_section
+
+    return compile_section(trace)
+
+
 def _roofline_section(trace: Trace) -> dict[str, Any]:
     from aiprof.roofline.analysis import roofline
 
@@ -99,6 +105,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "roofline": _roofline_section,
     "timeline_overview": timeline_overview,
     "graph_capture": _graph_capture_section,
+    "compile": _compile_section,
 }
 
 

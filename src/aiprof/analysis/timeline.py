@@ -2,7 +2,9 @@
 
 Buckets, by priority (a nanosecond covered by several kinds of work goes to the first):
 ``compute`` (non-communication kernels), ``communication`` (collective kernels not hidden by compute),
-``memcpy`` and ``memset`` (not hidden by kernels), ``idle`` (nothing running). Intervals are merged per
+``memcpy`` and ``memset`` (not hidden by kernels), ``compile`` (nothing runs on the device while the host
+compiles: torch.compile's Dynamo/AOTAutograd/Inductor work, see :mod:`aiprof.analysis.compile`), ``idle``
+(nothing running). Intervals are merged per
 device across streams, never summed, so the buckets add up to the window exactly.
 
 Idle time is split by what the host threads that feed the device were doing, again by priority:
@@ -34,11 +36,12 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
+from aiprof.analysis.compile import compile_set
 from aiprof.analysis.steps import StepWindow, step_windows
 from aiprof.trace import links, suspect
 from aiprof.trace.model import I64, Kind, Trace
 
-BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
+BUCKETS = ("compute", "communication", "memcpy", "memset", "compile", "idle")
 IDLE_CAUSES = ("data_loading", "host", "sync", "launch", "collective_wait", "unknown")
 
 # Calls that block the host until device work finishes: every *Synchronize (runtime, driver, HIP), and
@@ -131,7 +134,7 @@ def _account_gpu(trace: Trace, windows: list[StepWindow], device: int) -> Device
     comm_set = _span_set(trace, kernels[comm])
     memcpy_set = _span_set(trace, np.flatnonzero(on_device & (c.kind == int(Kind.MEMCPY))))
     memset_set = _span_set(trace, np.flatnonzero(on_device & (c.kind == int(Kind.MEMSET))))
-    layers = _cumulative((compute_set, comm_set, memcpy_set, memset_set))
+    layers = _cumulative((compute_set, comm_set, memcpy_set, memset_set, compile_set(trace)))
     causes = _idle_cause_sets(trace, windows, device, layers[-1])
     trace.cache[_causes_key(device)] = (_windows_key(windows), causes)  # the rules read them again
     info = trace.device_info(device)
@@ -358,7 +361,7 @@ def _account_cpu(trace: Trace, windows: list[StepWindow]) -> DeviceAccount:
     c = trace.columns
     ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
     compute_set, comm_set, data_loading = cpu_work(trace)
-    layers = _cumulative((compute_set, comm_set, iv.EMPTY, iv.EMPTY))
+    layers = _cumulative((compute_set, comm_set, iv.EMPTY, iv.EMPTY, compile_set(trace)))
     window_set = iv.merge(
         np.array([w.start_ns for w in windows], dtype=np.int64), np.array([w.end_ns for w in windows], dtype=np.int64)
     )
@@ -378,7 +381,9 @@ def cpu_work(trace: Trace) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalS
     """A CPU-only trace's work as interval sets: (compute, communication, data-loading waits). Compute is
     the CPU ops per thread minus that thread's own collective spans and the data-loading waits;
     communication is every host-side collective (``c10d::*`` ops, a backend's own ranges such as
-    ``gloo:all_reduce`` on its worker thread, ``record_param_comms``). The step accounting and the timeline
+    ``gloo:all_reduce`` on its worker thread, ``record_param_comms``). Time inside torch.compile's
+    compilation (:func:`aiprof.analysis.compile.compile_set`) is neither: it is the ``compile`` bucket, even
+    where the compiler runs aten ops (fake tensors, constant folding). The step accounting and the timeline
     overview both read this, so a gloo all-reduce is communication in both, never idle."""
     c = trace.columns
     ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
@@ -386,8 +391,9 @@ def cpu_work(trace: Trace) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalS
     data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
     coll_rows = np.concatenate((ops, ann))
     coll_rows = coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)]
-    comm_set = _span_set(trace, coll_rows)
-    compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), data_loading)
+    compiling = compile_set(trace)
+    comm_set = iv.subtract(_span_set(trace, coll_rows), compiling)
+    compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), iv.union(data_loading, compiling))
     return compute_set, comm_set, data_loading
 
 

@@ -58,19 +58,22 @@ def is_cpu(doc_or_rank: Report | RankReport) -> bool:
 def buckets(doc_or_rank: Report | RankReport) -> tuple[str, ...]:
     """The buckets worth a row: a CPU has no copy engines, so ``memcpy`` and ``memset`` (always 0 there)
     are left out of CPU-only reports, and so is ``communication`` when no rank communicated (a
-    single-process CPU run): no row or column that can only read 0."""
-    if not is_cpu(doc_or_rank):
-        return BUCKETS
+    single-process CPU run), and ``compile`` when no rank compiled (no torch.compile work in the steps):
+    no row or column that can only read 0."""
     ranks = doc_or_rank.ranks if isinstance(doc_or_rank, Report) else [doc_or_rank]
+    compiled = any(r.totals.breakdown_ns.get("compile", 0) > 0 for r in ranks)
+    shown = tuple(b for b in BUCKETS if compiled or b != "compile")
+    if not is_cpu(doc_or_rank):
+        return shown
     communicated = any(r.totals.breakdown_ns.get("communication", 0) > 0 for r in ranks)
-    return tuple(b for b in BUCKETS if b not in ("memcpy", "memset") and (communicated or b != "communication"))
+    return tuple(b for b in shown if b not in ("memcpy", "memset") and (communicated or b != "communication"))
 
 
 # What the buckets mean when the CPU is the device (docs/numbers.md, "CPU-only traces"): ``compute`` is
 # time inside CPU ops, ``idle`` the time between them (Python, data loading); "idle" alone would read as
 # an idle machine, and "utilization" as a GPU's.
-_CPU_BUCKET_LABELS = {"compute": "CPU busy in ops", "idle": "between ops"}
-_CPU_SHORT_LABELS = {"compute": "in ops", "idle": "between ops"}
+_CPU_BUCKET_LABELS = {"compute": "CPU busy in ops", "compile": "compiling", "idle": "between ops"}
+_CPU_SHORT_LABELS = {"compute": "in ops", "compile": "compiling", "idle": "between ops"}
 
 
 def bucket_label(doc_or_rank: Report | RankReport, bucket: str, short: bool = False) -> str:

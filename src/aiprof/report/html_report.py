@@ -30,6 +30,7 @@ from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
 from aiprof.report.arrival_section import html_section as arrival_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
+from aiprof.report.compile_section import html_section as compile_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
@@ -43,10 +44,10 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 _CSS = """
 :root{color-scheme:light dark;--fg:#1d1d1f;--bg:#fff;--card:#f6f7f9;--mute:#666;--line:#d8dbe0;
---compute:#2e9e44;--communication:#a03fb5;--memcpy:#1c8fb0;--memset:#3a5fcd;--idle:#e06060;--idlebg:#f3d6d6;
+--compute:#2e9e44;--communication:#a03fb5;--memcpy:#1c8fb0;--memset:#3a5fcd;--compile:#c9a227;--idle:#e06060;--idlebg:#f3d6d6;
 --high:#c62828;--medium:#d9822b;--low:#5b7fbf;--info:#777;--ln0:#1f77b4;--ln1:#d9822b;--ln2:#2e9e44;--ln3:#a03fb5}
 @media (prefers-color-scheme:dark){:root{--fg:#e6e6e6;--bg:#15171b;--card:#1f2228;--mute:#9a9ea6;--line:#363a42;
---compute:#4cc266;--communication:#c372d6;--memcpy:#3bb3d6;--memset:#6f8ff0;--idle:#e57373;--idlebg:#4a2a2c;
+--compute:#4cc266;--communication:#c372d6;--memcpy:#3bb3d6;--memset:#6f8ff0;--compile:#e0c050;--idle:#e57373;--idlebg:#4a2a2c;
 --ln0:#5aa9e6;--ln1:#f0a050;--ln2:#5cd67a;--ln3:#c98ae0}}
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:var(--fg);background:var(--bg);max-width:1180px;margin:0 auto;padding:1em 1.5em 3em}
@@ -71,14 +72,14 @@ td:first-child,th:first-child{text-align:left}th{font-weight:600;white-space:now
 td.name{overflow-wrap:anywhere;max-width:40em}
 .chart{display:block;max-width:100%;height:auto;font-size:11px}.chart .lbl{fill:var(--fg)}.chart .mute{fill:var(--mute)}
 .b-compute{fill:var(--compute)}.b-communication{fill:var(--communication)}.b-memcpy{fill:var(--memcpy)}
-.b-memset{fill:var(--memset)}.b-idle{fill:var(--idle)}.b-idle-bg{fill:var(--idlebg)}
+.b-memset{fill:var(--memset)}.b-compile{fill:var(--compile)}.b-idle{fill:var(--idle)}.b-idle-bg{fill:var(--idlebg)}
 .b-data_loading{fill:#d64545}.b-host{fill:#e08a3c}.b-sync{fill:#b5a030}.b-launch{fill:#7a7ad0}.b-collective_wait{fill:#a03fb5}.b-unknown{fill:#999}
 .mark{stroke:var(--fg);stroke-opacity:.35;stroke-width:1}.plot-bg{fill:var(--card)}
 .ln{fill:none;stroke-width:1.5}.ln0{stroke:var(--ln0)}.ln1{stroke:var(--ln1)}.ln2{stroke:var(--ln2)}.ln3{stroke:var(--ln3)}
 .legend{font-size:.85em;color:var(--mute)}.legend span{display:inline-block;margin-right:1.1em}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px;vertical-align:-1px}
 .sw.compute{background:var(--compute)}.sw.communication{background:var(--communication)}.sw.memcpy{background:var(--memcpy)}
-.sw.memset{background:var(--memset)}.sw.idle{background:var(--idlebg);border:1px solid var(--idle)}
+.sw.memset{background:var(--memset)}.sw.compile{background:var(--compile)}.sw.idle{background:var(--idlebg);border:1px solid var(--idle)}
 .sw.ln0{background:var(--ln0)}.sw.ln1{background:var(--ln1)}.sw.ln2{background:var(--ln2)}.sw.ln3{background:var(--ln3)}
 .sort>input{position:absolute;opacity:0;pointer-events:none}
 .sort table{display:block}.sort thead,.sort tbody{display:flex;flex-direction:column}
@@ -92,7 +93,7 @@ details summary{cursor:pointer;color:var(--mute)}footer{margin-top:3em;font-size
 @media print{nav{display:none}}
 """
 
-_LEGEND_BUCKETS = ("compute", "communication", "memcpy", "memset", "idle")
+_LEGEND_BUCKETS = ("compute", "communication", "memcpy", "memset", "compile", "idle")
 
 
 class HtmlRenderer:
@@ -120,6 +121,7 @@ class HtmlRenderer:
             ("wholerun", "Whole run", whole_run_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
+            ("compile", "torch.compile", compile_html(doc)),
             ("source-lines", "Source lines", stacks_html(doc)),
             ("modules", "Modules", modules_html(doc)),
             ("ranks", "Ranks", self._ranks(doc) if multi else ""),

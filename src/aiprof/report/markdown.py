@@ -18,6 +18,7 @@ from aiprof.report.escape import markdown_code_line as _cell_code
 from aiprof.report.memory_section import markdown_lines as memory_lines
 from aiprof.report.arrival_section import markdown_lines as arrival_lines
 from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
+from aiprof.report.compile_section import markdown_lines as compile_lines
 from aiprof.report.modules_section import markdown_lines as modules_lines
 from aiprof.report.stacks_section import markdown_lines as stacks_lines
 from aiprof.report.model import RankReport, Report
@@ -124,5 +125,6 @@ def _clip(text: str, n: int = 90) -> str:
 
 
 def host_time_lines(doc: Report) -> list[str]:
-    """Host time by source line, then time per nn.Module (report.stacks_section, report.modules_section)."""
-    return stacks_lines(doc) + modules_lines(doc)
+    """torch.compile, host time by source line, then time per nn.Module (report.compile_section,
+    report.stacks_section, report.modules_section)."""
+    return compile_lines(doc) + stacks_lines(doc) + modules_lines(doc)

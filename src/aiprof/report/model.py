@@ -41,7 +41,7 @@ class Step(msgspec.Struct, kw_only=True):
     number: int
     start_ns: int
     duration_ns: NonNegative
-    breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, idle
+    breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, compile, idle
     idle_causes_ns: dict[str, int]  # data_loading, host, sync, launch, collective_wait, unknown
 
 
@@ -122,6 +122,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     timeline_overview: dict[str, Any] | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
     graph_capture: dict[str, Any] | UnsetType = UNSET
+    # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks
+    # (analysis/compile.py); ``{"compiled": false}`` without torch.compile. Additive, schema 1.1.
+    compile: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
     memory: MemoryReport | UnsetType = UNSET
     # Host time by Python frame (``with_stack``; else ``recorded: false`` and how to record it) and time per
@@ -130,7 +133,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     modules: ModuleProfile | UnsetType = UNSET
 
 
-SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture")
+SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture", "compile")
 
 
 class Summary(msgspec.Struct, kw_only=True):

@@ -25,6 +25,7 @@ _BUCKET_STYLE = {
     "communication": "magenta",
     "memcpy": "cyan",
     "memset": "blue",
+    "compile": "yellow",
     "idle": "red",
 }
 _BAR_WIDTH = 24
@@ -259,7 +260,7 @@ class TerminalRenderer:
         return table
 
 
-_BUCKET_CHAR = {"compute": "█", "communication": "▓", "memcpy": "▒", "memset": "▒", "idle": "░"}
+_BUCKET_CHAR = {"compute": "█", "communication": "▓", "memcpy": "▒", "memset": "▒", "compile": "▚", "idle": "░"}
 
 
 def _stacked_bar(parts: dict[str, float], total: float, width: int) -> Text:
@@ -305,8 +306,9 @@ def _block(console: Console, lines: list[str]) -> None:
 
 
 def _host_time(console: Console, doc: Report) -> None:
-    """Host time by source line and the top nn.Modules (report.stacks_section, report.modules_section)."""
-    from aiprof.report import modules_section, stacks_section
+    """torch.compile, host time by source line and the top nn.Modules (report.compile_section,
+    report.stacks_section, report.modules_section)."""
+    from aiprof.report import compile_section, modules_section, stacks_section
 
-    for line in stacks_section.terminal_lines(doc) + modules_section.terminal_lines(doc):
+    for line in compile_section.terminal_lines(doc) + stacks_section.terminal_lines(doc) + modules_section.terminal_lines(doc):
         console.print(Text(line))  # already escaped for a terminal; Text is never read as markup

@@ -1,0 +1,254 @@
+"""torch.compile seen in a trace: compilation work, compiled regions, guard checks, and what made Dynamo
+compile again.
+
+What PyTorch records (torch 2.x; the names are stable across 2.1-2.13, older ones kept):
+
+* **Compilation** (Dynamo tracing, AOTAutograd, Inductor lowering and code generation, the wait for the
+  compile workers, autotuning) is a nest of CPU spans, one per ``dynamo_timed`` phase: ``dynamo`` /
+  ``entire_frame_compile`` / ``_compile.compile_inner (dynamo_timed)`` around a whole frame's compile,
+  ``OutputGraph.call_user_compiler``, ``create_aot_dispatcher_function``, ``compile_fx…``, ``inductor_compile``,
+  ``fx_codegen_and_compile``, ``async_compile.wait``, ``CachingAutotuner.benchmark_all_configs``… and beside
+  them ``<phase>_data: compile_id=F/C`` annotations naming the compile (frame F, its C-th compile).
+  :data:`COMPILE_WORK` matches them; their union per thread is the compile time.
+* **Compiled code running**: ``Torch-Compiled Region: F/C`` (``Torch-Compiled Region`` before 2.4), the
+  graph Dynamo compiled for frame F on its C-th compile, around ``CompiledFunction`` (AOTAutograd's forward,
+  with the graph's inputs recorded) and ``## Call CompiledFxGraph <hash> ##``.
+* **Guard checks**: ``TorchDynamo Cache Lookup`` before each call of a compiled frame: the guards of its
+  cached graphs are evaluated; when none passes, Dynamo compiles again (a recompile: compile C ≥ 1).
+
+A compile of id F/0 is a frame's first compile, paid once per process (a cold start); F/C with C ≥ 1 is a
+recompile, whose cause the trace shows by comparing the inputs recorded for the graphs F/C−1 and F/C:
+another shape (``shape``), another dtype (``dtype``), or the same tensors, so a guard on something else
+failed — a Python number, a global, a module attribute, grad mode (``guard``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aiprof.analysis import intervals as iv
+from aiprof.trace.model import I64, Kind, Trace
+
+# Spans of compilation work. Anchored names, so a user's "compile_data" range or a library's Python
+# frame (python_function rows are never looked at) is not taken for Dynamo's.
+COMPILE_WORK = (
+    r"^(dynamo$|entire_frame_compile|_compile\.|compile_attempt_|backend_compile|OutputGraph\.call_user_compiler"
+    r"|create_aot_dispatcher_function|aot_collect_metadata|aot_trace_joint_graph|compile_fx|inductor_compile"
+    r"|fx_codegen_and_compile|async_compile\.|PyCodeCache\.|GraphLowering\.|Scheduler\.|code_gen$|compile_file"
+    r"|CachingAutotuner\.|autotune_select_algorithm|select_algorithm|AlgorithmSelectorCache\."
+    r"|TritonBundler\.|inductor_codecache|min_cut_rematerialization|_recursive_(pre|joint|post)_grad_passes"
+    r"|bytecode_tracing|build_guards|.* \(dynamo_timed\)$|.*_data: .*compile_id=)"
+)
+COMPILED_REGION = r"^Torch-Compiled Region"
+CACHE_LOOKUP = r"^TorchDynamo Cache Lookup"
+COMPILED_FUNCTION = r"^CompiledFunction$"
+_ID = re.compile(r"compile_id=\[?(\d+)/(\d+)|^Torch-Compiled Region: \[?(\d+)/(\d+)")
+_HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION)
+MAX_EVENTS = 200  # compile events kept in the report (the longest)
+
+
+@dataclass(frozen=True)
+class CompileEvent:
+    """One compilation: a maximal span of compile work on one thread, with the compile it produced."""
+
+    start_ns: int
+    end_ns: int
+    pid: int
+    tid: int
+    frame: int | None  # Dynamo's frame id (F of F/C), None when the trace names no compile id
+    attempt: int | None  # C of F/C: 0 is the frame's first compile, >= 1 a recompile
+    cause: str  # "first compile" | "shape" | "dtype" | "guard" | "unknown"
+    detail: str  # what changed ("input 2: [4, 16] -> [5, 16]"), '' when nothing is known
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def recompile(self) -> bool:
+        return self.attempt is not None and self.attempt >= 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start_ns": self.start_ns,
+            "dur_ns": self.dur_ns,
+            "compile_id": None if self.frame is None else f"{self.frame}/{self.attempt}",
+            "recompile": self.recompile,
+            "cause": self.cause,
+            "detail": self.detail,
+        }
+
+
+def compile_rows(trace: Trace) -> I64:
+    """Rows of compile work (CPU ops and annotations named like Dynamo/Inductor phases), in time order."""
+    rows = trace.rows_of(*_HOST_KINDS)
+    return rows[trace.name_matches(rows, COMPILE_WORK)]
+
+
+def compile_set(trace: Trace, pids: I64 | None = None) -> iv.IntervalSet:
+    """The time spent compiling (of the given processes, else all), as one merged interval set (cached)."""
+    key = "compile.set:" + ("all" if pids is None else ",".join(str(p) for p in np.sort(pids).tolist()))
+    cached: iv.IntervalSet | None = trace.cache.get(key)
+    if cached is None:
+        c = trace.columns
+        rows = compile_rows(trace)
+        if pids is not None:
+            rows = rows[np.isin(c.pid[rows], pids)]
+        cached = trace.cache[key] = iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
+    return cached
+
+
+def compile_events(trace: Trace) -> list[CompileEvent]:
+    """Every compilation in the trace, by start time (cached): the compile spans merged per thread, each
+    with its compile id and, for a recompile, what changed in the graph's inputs."""
+    cached: list[CompileEvent] | None = trace.cache.get("compile.events")
+    if cached is not None:
+        return cached
+    c = trace.columns
+    rows = compile_rows(trace)
+    regions = compiled_regions(trace)
+    region_starts = np.array([r.start_ns for r in regions], dtype=np.int64)
+    events: list[CompileEvent] = []
+    for pid, tid in sorted({(int(p), int(t)) for p, t in zip(c.pid[rows].tolist(), c.tid[rows].tolist())}):
+        mine = rows[(c.pid[rows] == pid) & (c.tid[rows] == tid)]
+        starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
+        first = np.searchsorted(c.ts[mine], starts, side="left")
+        last = np.searchsorted(c.ts[mine], ends, side="left")
+        for lo, hi, i, j in zip(starts.tolist(), ends.tolist(), first.tolist(), last.tolist()):
+            ident = _first_id(trace, mine[i:j]) or _next_region_id(regions, region_starts, pid, tid, hi)
+            frame, attempt = ident if ident else (None, None)
+            cause, detail = _cause(trace, regions, frame, attempt)
+            events.append(CompileEvent(lo, hi, pid, tid, frame, attempt, cause, detail))
+    events.sort(key=lambda e: e.start_ns)
+    trace.cache["compile.events"] = events
+    return events
+
+
+@dataclass(frozen=True)
+class Region:
+    """One call of a compiled graph (a ``Torch-Compiled Region`` span) and the graph's compile id."""
+
+    row: int
+    pid: int
+    tid: int
+    start_ns: int
+    end_ns: int
+    frame: int | None
+    attempt: int | None
+
+    @property
+    def compile_id(self) -> str | None:
+        return None if self.frame is None else f"{self.frame}/{self.attempt}"
+
+
+def compiled_regions(trace: Trace) -> list[Region]:
+    """The compiled regions in time order, with their ids (cached)."""
+    cached: list[Region] | None = trace.cache.get("compile.regions")
+    if cached is None:
+        c = trace.columns
+        rows = trace.rows_of(*_HOST_KINDS)
+        cached = []
+        for row in rows[trace.name_matches(rows, COMPILED_REGION)].tolist():
+            ident = _parse_id(trace.name_of(row))
+            cached.append(Region(row, int(c.pid[row]), int(c.tid[row]), int(c.ts[row]), int(c.ts[row] + c.dur[row]),
+                                 ident[0] if ident else None, ident[1] if ident else None))
+        trace.cache["compile.regions"] = cached
+    return cached
+
+
+def _graph_inputs(trace: Trace, region: Region) -> tuple[list[Any], list[Any]] | None:
+    """(shapes, dtypes) of the graph's inputs: what ``record_shapes`` recorded for the region's
+    ``CompiledFunction`` (AOTAutograd's forward). None when not recorded (inference graphs have none)."""
+    c = trace.columns
+    rows = trace.rows_of(*_HOST_KINDS)
+    funcs = rows[trace.name_matches(rows, COMPILED_FUNCTION)]
+    at = int(np.searchsorted(c.ts[funcs], region.start_ns, side="left"))
+    for row in funcs[at : at + 8].tolist():  # the first on the region's thread, inside it
+        if int(c.ts[row]) >= region.end_ns:
+            break
+        if int(c.pid[row]) == region.pid and int(c.tid[row]) == region.tid:
+            recorded = trace.op_inputs(row)
+            return (list(recorded.dims), list(recorded.types)) if recorded.dims or recorded.types else None
+    return None
+
+
+def _parse_id(name: str) -> tuple[int, int] | None:
+    m = _ID.search(name)
+    if not m:
+        return None
+    frame, attempt = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    return int(frame), int(attempt)
+
+
+def _first_id(trace: Trace, rows: I64) -> tuple[int, int] | None:
+    for row in rows.tolist():
+        ident = _parse_id(trace.name_of(row))
+        if ident:
+            return ident
+    return None
+
+
+def _next_region_id(regions: list[Region], starts: I64, pid: int, tid: int, after_ns: int) -> tuple[int, int] | None:
+    """The id of the first compiled region on the thread after the compile: the graph it produced."""
+    for r in regions[int(np.searchsorted(starts, after_ns, side="left")) :]:
+        if r.pid == pid and r.tid == tid:
+            return (r.frame, r.attempt) if r.frame is not None and r.attempt is not None else None
+    return None
+
+
+def _cause(trace: Trace, regions: list[Region], frame: int | None, attempt: int | None) -> tuple[str, str]:
+    """Why frame F compiled for the C-th time: compare the inputs of graph F/C with those of F/C−1."""
+    if frame is None or attempt is None:
+        return "unknown", ""
+    if attempt == 0:
+        return "first compile", ""
+    new = _inputs_of_graph(trace, regions, frame, attempt)
+    old = next((x for a in range(attempt - 1, -1, -1) if (x := _inputs_of_graph(trace, regions, frame, a))), None)
+    if new is None or old is None:
+        return "unknown", ""
+    for kind, a, b in (("shape", old[0], new[0]), ("dtype", old[1], new[1])):
+        changed = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y]
+        if changed or len(a) != len(b):
+            return kind, "; ".join(f"input {i}: {x} -> {y}" for i, x, y in changed[:3]) or f"{len(a)} -> {len(b)} inputs"
+    return "guard", "same input shapes and dtypes"
+
+
+def _inputs_of_graph(trace: Trace, regions: list[Region], frame: int, attempt: int) -> tuple[list[Any], list[Any]] | None:
+    for r in regions:
+        if (r.frame, r.attempt) == (frame, attempt):
+            found = _graph_inputs(trace, r)
+            if found:
+                return found
+    return None
+
+
+def compile_section(trace: Trace) -> dict[str, Any]:
+    """The report's ``compile`` section: compilations, compiled regions and guard checks (empty when the
+    trace shows no torch.compile)."""
+    c = trace.columns
+    rows = trace.rows_of(*_HOST_KINDS)
+    regions = rows[trace.name_matches(rows, COMPILED_REGION)]
+    lookups = rows[trace.name_matches(rows, CACHE_LOOKUP)]
+    events = compile_events(trace)
+    if not events and not regions.size and not lookups.size:
+        return {"compiled": False}
+    graphs: dict[str, dict[str, Any]] = {}
+    for r in compiled_regions(trace):
+        g = graphs.setdefault(r.compile_id or "?", {"compile_id": r.compile_id, "calls": 0, "total_ns": 0})
+        g["calls"] += 1
+        g["total_ns"] += r.end_ns - r.start_ns
+    kept = sorted(events, key=lambda e: -e.dur_ns)[:MAX_EVENTS]
+    return {
+        "compiled": True,
+        "compile_ns": iv.total(compile_set(trace)),
+        "compiles": len(events),
+        "recompiles": sum(e.recompile for e in events),
+        "frames": len({e.frame for e in events if e.frame is not None} | {r.frame for r in compiled_regions(trace) if r.frame is not None}),
+        "events": [e.to_dict() for e in sorted(kept, key=lambda e: e.start_ns)],
+        "regions": {"calls": int(regions.size), "total_ns": int(c.dur[regions].sum()), "graphs": list(graphs.values())},
+        "cache_lookups": {"calls": int(lookups.size), "total_ns": int(c.dur[lookups].sum())},
+    }

@@ -1,0 +1,100 @@
+"""The torch.compile section of the report, in each format: how much of the run went into compiling, how
+many compilations (and recompilations, with their causes), the compiled graphs and the guard checks.
+
+Reads the focus rank's ``compile`` section (:func:`aiprof.analysis.compile.compile_section`). Nothing is
+shown for a trace without torch.compile. Strings from the trace (compile ids, what changed) are escaped
+for their sink.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from aiprof.report import common
+from aiprof.report.common import fmt_ms
+from aiprof.report.escape import html as _html
+from aiprof.report.escape import markdown, terminal
+from aiprof.report.model import RankReport, Report
+
+TOP_EVENTS = 12
+
+
+def html(text: object) -> str:
+    return _html(terminal(text))
+
+
+def _section(doc: Report) -> tuple[RankReport, dict[str, Any]] | None:
+    """The focus rank's compile section when it compiled or ran compiled code, else the first rank's that did."""
+    focus = common.focus_rank(doc)
+    for rank in [focus, *doc.ranks]:
+        sec = rank.compile
+        if isinstance(sec, dict) and sec.get("compiled"):
+            return rank, sec
+    return None
+
+
+def summary(sec: dict[str, Any]) -> str:
+    """One sentence: compile time, compilations and recompilations by cause, compiled-graph calls."""
+    return "; ".join(summary_parts(sec))
+
+
+def summary_parts(sec: dict[str, Any]) -> list[str]:
+    """The summary's clauses (the terminal prints one per line)."""
+    compiles, recompiles = int(sec.get("compiles") or 0), int(sec.get("recompiles") or 0)
+    causes = Counter(str(e.get("cause")) for e in sec.get("events") or [] if e.get("recompile"))
+    why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
+    regions = sec.get("regions") or {}
+    lookups = sec.get("cache_lookups") or {}
+    parts = [f"{fmt_ms(int(sec.get('compile_ns') or 0))} compiling in {compiles} compilation{'s' * (compiles != 1)}"]
+    if recompiles:
+        parts.append(f"{recompiles} recompilation{'s' * (recompiles != 1)}" + (f" ({why})" if why else ""))
+    parts.append(f"{int(regions.get('calls') or 0):,} compiled-graph calls ({fmt_ms(int(regions.get('total_ns') or 0))})")
+    if lookups.get("calls"):
+        parts.append(f"{int(lookups['calls']):,} guard checks ({fmt_ms(int(lookups.get('total_ns') or 0))})")
+    return parts
+
+
+def _rows(sec: dict[str, Any]) -> list[list[str]]:
+    events = sorted(sec.get("events") or [], key=lambda e: -int(e.get("dur_ns") or 0))[:TOP_EVENTS]
+    return [[str(e.get("compile_id") or "?"), fmt_ms(int(e.get("dur_ns") or 0)), str(e.get("cause") or ""),
+             str(e.get("detail") or "")] for e in events]
+
+
+_HEAD = ["compile id", "time", "cause", "what changed"]
+
+
+def terminal_lines(doc: Report) -> list[str]:
+    found = _section(doc)
+    if found is None:
+        return []
+    _, sec = found
+    out = ["torch.compile", *(f"  {part}" for part in summary_parts(sec))]
+    for cid, dur, cause, detail in _rows(sec):
+        out.append(f"  {dur:>9}  {cid:<8} {cause}" + (f": {detail}" if detail else ""))
+    out.append("")
+    return [terminal(line) for line in out]
+
+
+def markdown_lines(doc: Report) -> list[str]:
+    found = _section(doc)
+    if found is None:
+        return []
+    _, sec = found
+    out = ["", "### torch.compile", "", markdown(summary(sec)) + "."]
+    rows = _rows(sec)
+    if rows:
+        out += ["", "| " + " | ".join(_HEAD) + " |", "|---|---:|---|---|"]
+        out += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in rows]
+    return out
+
+
+def html_section(doc: Report) -> str:
+    found = _section(doc)
+    if found is None:
+        return ""
+    _, sec = found
+    rows = "".join("<tr>" + "".join(f"<td>{html(cell)}</td>" for cell in row) + "</tr>" for row in _rows(sec))
+    table = (f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in _HEAD)}</tr></thead><tbody>{rows}</tbody></table>"
+             if rows else "")
+    return f"<p>{html(summary(sec))}.</p>{table}"

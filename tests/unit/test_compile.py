@@ -1,0 +1,152 @@
+"""torch.compile in the timeline (aiprof.analysis.compile): compile work is its own bucket of the step,
+the buckets still add up, and each compilation gets its compile id and, for a recompile, its cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiprof
+from aiprof.analysis.compile import compile_events, compile_section
+from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, account
+from aiprof.trace import Trace
+from kineto_builder import TraceBuilder
+
+US = 1000
+
+
+def _load(b: TraceBuilder, tmp_path: Path) -> Trace:
+    trace = aiprof.load(b.write(tmp_path / "t.json"))
+    assert isinstance(trace, Trace)
+    return trace
+
+
+def _compile(b: TraceBuilder, ts: float, dur: float, ident: str) -> None:
+    """The nest torch 2.13 records for one compile of frame/attempt ``ident``."""
+    b.cpu_op("dynamo", ts=ts, dur=dur)
+    b.annotation(f"dynamo_data: compile_id={ident}", ts=ts + 0.5, dur=0.2)
+    b.cpu_op("entire_frame_compile", ts=ts + 1, dur=dur - 2)
+    b.cpu_op("aten::empty_strided", ts=ts + 2, dur=1)  # fake-tensor work: compiling, not compute
+    b.cpu_op("async_compile.wait", ts=ts + 4, dur=dur - 6)
+
+
+def _region(b: TraceBuilder, ts: float, ident: str, shape: list[int], dtype: str = "float") -> None:
+    b.cpu_op("TorchDynamo Cache Lookup", ts=ts, dur=1)
+    b.cpu_op(f"Torch-Compiled Region: {ident}", ts=ts + 2, dur=10)
+    b.cpu_op("CompiledFunction", ts=ts + 3, dur=8, shapes=[[16, 16], [16], shape], dtypes=["float", "float", dtype])
+    b.cpu_op("aten::addmm", ts=ts + 4, dur=5)
+
+
+def _recompiling_cpu_trace(tmp_path: Path) -> Trace:
+    """Three steps: each compiles frame 0 again for a new batch size (compile 0/0, 0/1, 0/2), a dtype
+    change in the fourth (0/3), and the same inputs in the fifth (0/4: a guard on a Python value)."""
+    b = TraceBuilder()
+    inputs = [([4, 16], "float"), ([5, 16], "float"), ([6, 16], "float"), ([6, 16], "c10::BFloat16"), ([6, 16], "c10::BFloat16")]
+    for i, (shape, dtype) in enumerate(inputs):
+        base = i * 1000
+        b.step(i, ts=base, dur=1000)
+        b.cpu_op("TorchDynamo Cache Lookup", ts=base + 10, dur=1)
+        _compile(b, base + 20, 900, f"0/{i}")
+        b.cpu_op(f"Torch-Compiled Region: 0/{i}", ts=base + 930, dur=10)
+        b.cpu_op("CompiledFunction", ts=base + 931, dur=8, shapes=[[16, 16], [16], shape], dtypes=["float", "float", dtype])
+        b.cpu_op("aten::addmm", ts=base + 932, dur=5)
+    return _load(b, tmp_path)
+
+
+def test_compile_is_a_bucket_of_its_own_on_the_cpu_and_the_buckets_add_up(tmp_path: Path) -> None:
+    trace = _recompiling_cpu_trace(tmp_path)
+    (device,) = account(trace)
+    assert device.device == "cpu"
+    for step in device.steps:
+        assert sum(step.breakdown_ns[b] for b in BUCKETS) == step.duration_ns
+        assert sum(step.idle_causes_ns[c] for c in IDLE_CAUSES) == step.breakdown_ns["idle"]
+        assert step.breakdown_ns["compile"] == 900 * US  # the dynamo span, aten ops inside it included
+        assert step.breakdown_ns["compute"] == 11 * US  # the guard check (1 µs) and the compiled region (10 µs)
+        assert step.breakdown_ns["compute"] + step.breakdown_ns["compile"] < step.duration_ns
+
+
+def test_each_compile_gets_its_id_and_a_recompile_its_cause(tmp_path: Path) -> None:
+    events = compile_events(_recompiling_cpu_trace(tmp_path))
+    assert [(e.frame, e.attempt, e.recompile) for e in events] == [(0, i, i > 0) for i in range(5)]
+    assert [e.cause for e in events] == ["first compile", "shape", "shape", "dtype", "guard"]
+    assert events[1].detail == "input 2: [4, 16] -> [5, 16]"
+    assert events[3].detail == "input 2: float -> c10::BFloat16"
+    assert all(e.dur_ns == 900 * US for e in events)
+    section = compile_section(_recompiling_cpu_trace(tmp_path))
+    assert section["compiles"] == 5 and section["recompiles"] == 4 and section["frames"] == 1
+    assert section["compile_ns"] == 5 * 900 * US
+    assert section["cache_lookups"]["calls"] == 5
+    assert [g["compile_id"] for g in section["regions"]["graphs"]] == [f"0/{i}" for i in range(5)]
+
+
+def test_on_a_gpu_compile_is_host_compile_time_with_the_device_idle(tmp_path: Path) -> None:
+    """A kernel still running while the host compiles is compute; only the idle part is compile."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=1000)
+    op = b.cpu_op("aten::mm", ts=10, dur=10)
+    b.launch(op, ts=11, dur=2, kernel_ts=20, kernel_dur=80)  # runs 20..100
+    _compile(b, 50, 800, "0/1")  # compiles 50..850
+    op2 = b.cpu_op("aten::add", ts=860, dur=10)
+    b.launch(op2, ts=861, dur=2, kernel="add_kernel", kernel_ts=870, kernel_dur=20)
+    trace = _load(b, tmp_path)
+    (device,) = account(trace)
+    (step,) = device.steps
+    assert device.device == "gpu:0"
+    assert step.breakdown_ns["compute"] == 100 * US
+    assert step.breakdown_ns["compile"] == 750 * US  # 100..850
+    assert sum(step.breakdown_ns[b] for b in BUCKETS) == step.duration_ns
+    assert sum(step.idle_causes_ns.values()) == step.breakdown_ns["idle"]
+
+
+def test_names_only_look_like_compile_work_when_they_are_dynamos(tmp_path: Path) -> None:
+    """A user's range named like a phase, a Python frame of Triton's compiler, and a compiled region
+    running are not compilation."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    b.annotation("compile_dataset", ts=1, dur=20)
+    b.python("triton/compiler/compiler.py(300): compile", ts=30, dur=20)
+    _region(b, 60, "0/0", [4, 16])
+    trace = _load(b, tmp_path)
+    (device,) = account(trace)
+    assert device.steps[0].breakdown_ns["compile"] == 0
+    assert compile_events(trace) == []
+    section = compile_section(trace)
+    assert section["compiled"] and section["compiles"] == 0 and section["regions"]["calls"] == 1
+
+
+def test_a_trace_without_torch_compile_has_no_compile_section(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    b.cpu_op("aten::mm", ts=10, dur=10)
+    assert compile_section(_load(b, tmp_path)) == {"compiled": False}
+
+
+def test_every_report_format_shows_compile_time_and_the_recompiles(tmp_path: Path) -> None:
+    from aiprof import app
+    from aiprof.report import common
+
+    path = tmp_path / "t.json"
+    b = TraceBuilder()
+    for i, shape in enumerate(([4, 16], [5, 16])):
+        b.step(i, ts=i * 1000, dur=1000)
+        _compile(b, i * 1000 + 20, 900, f"0/{i}")
+        _region(b, i * 1000 + 930, f"0/{i}", shape)
+    b.write(path)
+    doc = app.analyze([path])
+    assert "compile" in common.buckets(doc)
+    for fmt in ("terminal", "md", "html"):
+        text = app.render(doc, fmt)
+        assert "compiling" in text and "1 recompilation" in text, fmt
+        assert "16] -&gt; " in text if fmt == "html" else "5, 16" in text
+    assert app.render(doc, "json").count('"compile_id": "0/1"') >= 1
+
+
+def test_reports_without_compile_work_show_no_compile_row(tmp_path: Path) -> None:
+    from aiprof import app
+    from aiprof.report import common
+
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    b.cpu_op("aten::mm", ts=10, dur=10)
+    doc = app.analyze([b.write(tmp_path / "t.json")])
+    assert "compile" not in common.buckets(doc)
+    assert "compiling" not in app.render(doc, "terminal")
