@@ -55,6 +55,7 @@ MAX_EVENTS = 200  # compile events kept in the report (the longest)
 class CompileEvent:
     """One compilation: a maximal span of compile work on one thread, with the compile it produced."""
 
+    row: int  # the outermost span it starts with
     start_ns: int
     end_ns: int
     pid: int
@@ -122,7 +123,7 @@ def compile_events(trace: Trace) -> list[CompileEvent]:
             ident = _first_id(trace, mine[i:j]) or _next_region_id(regions, region_starts, pid, tid, hi)
             frame, attempt = ident if ident else (None, None)
             cause, detail = _cause(trace, regions, frame, attempt)
-            events.append(CompileEvent(lo, hi, pid, tid, frame, attempt, cause, detail))
+            events.append(CompileEvent(int(mine[i]), lo, hi, pid, tid, frame, attempt, cause, detail))
     events.sort(key=lambda e: e.start_ns)
     trace.cache["compile.events"] = events
     return events
@@ -252,3 +253,115 @@ def compile_section(trace: Trace) -> dict[str, Any]:
         "regions": {"calls": int(regions.size), "total_ns": int(c.dur[regions].sum()), "graphs": list(graphs.values())},
         "cache_lookups": {"calls": int(lookups.size), "total_ns": int(c.dur[lookups].sum())},
     }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Graph breaks
+# ---------------------------------------------------------------------------------------------------
+GRAPH_CALL = r"^(CompiledFunction$|## Call CompiledFxGraph)"
+# Dynamo's own spans around and between graph calls: not the user's eager code.
+_BOOKKEEPING = r"^(TorchDynamo Cache Lookup|Torch-Compiled Region|Pregraph bytecode|AOTDispatcher|CompiledFunction|## Call CompiledFxGraph)"
+_RESUME = re.compile(r"^(?P<file>.+)\((?P<line>\d+)\): torch_dynamo_resume_in_(?P<fn>.+)_at_(?P=line)$")
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """One boundary between two compiled graphs inside one call of a compiled frame: the eager code Dynamo
+    could not compile ran in ``[start_ns, end_ns)`` (compile work inside it not counted in ``eager_ns``)."""
+
+    region_row: int  # the outermost Torch-Compiled Region call it is in
+    index: int  # 0 for the first boundary of that call, 1 for the next…
+    start_ns: int
+    end_ns: int
+    eager_ns: int
+    ops: tuple[int, ...]  # outermost CPU ops run at the break, by time (rows)
+    resume_at: str  # "train.py:42 (forward)": where Dynamo resumed after the break (Python stacks), else ''
+
+
+def graph_breaks(trace: Trace) -> list[GraphBreak]:
+    """Every graph break of every call of a compiled frame (cached): the gaps between consecutive graph
+    calls (``CompiledFunction`` / ``## Call CompiledFxGraph``) inside one outermost ``Torch-Compiled Region``
+    call, on its thread. A frame compiled whole runs one graph per call and has none."""
+    cached: list[GraphBreak] | None = trace.cache.get("compile.graph_breaks")
+    if cached is not None:
+        return cached
+    c = trace.columns
+    host = trace.rows_of(*_HOST_KINDS)
+    calls = host[trace.name_matches(host, GRAPH_CALL)]
+    ops = trace.rows_of(Kind.CPU_OP)
+    eager = outside_compile(trace, ops[~trace.name_matches(ops, _BOOKKEEPING)])
+    python = trace.rows_of(Kind.PYTHON)
+    resumes = python[trace.name_matches(python, r"torch_dynamo_resume_in_")]
+    compiling = compile_set(trace)
+    out: list[GraphBreak] = []
+    for region in _outermost(compiled_regions(trace)):
+        mine = _on_thread(trace, calls, region)
+        graphs = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
+        for k in range(graphs[0].size - 1):
+            lo, hi = int(graphs[1][k]), int(graphs[0][k + 1])
+            gap_ops = _outermost_rows(trace, _on_thread(trace, eager, region, lo, hi))
+            gap = iv.as_set([lo], [hi])
+            out.append(GraphBreak(region.row, k, lo, hi, iv.total(iv.subtract(gap, compiling)), tuple(gap_ops.tolist()),
+                                  _resume_at(trace, _on_thread(trace, resumes, region, lo, region.end_ns))))
+    trace.cache["compile.graph_breaks"] = out
+    return out
+
+
+def _outermost(regions: list[Region]) -> list[Region]:
+    """Regions not nested in another region of their thread (a resume function's region runs inside the
+    region of the frame that broke)."""
+    out: list[Region] = []
+    open_end: dict[tuple[int, int], int] = {}
+    for r in regions:  # time order
+        key = (r.pid, r.tid)
+        if r.start_ns >= open_end.get(key, -1):
+            out.append(r)
+            open_end[key] = r.end_ns
+    return out
+
+
+def _on_thread(trace: Trace, rows: I64, region: Region, lo: int | None = None, hi: int | None = None) -> I64:
+    """``rows`` (time-ordered) of the region's thread starting in [lo, hi) (default: the region's span)."""
+    c = trace.columns
+    lo = region.start_ns if lo is None else lo
+    hi = region.end_ns if hi is None else hi
+    a, b = np.searchsorted(c.ts[rows], [lo, hi], side="left")
+    cand = rows[a:b]
+    found: I64 = cand[(c.pid[cand] == region.pid) & (c.tid[cand] == region.tid)]
+    return found
+
+
+def _outermost_rows(trace: Trace, rows: I64) -> I64:
+    """Rows (time-ordered, one thread) not inside an earlier row of the set."""
+    c = trace.columns
+    keep = np.ones(rows.size, dtype=bool)
+    end = -1
+    for i, (ts, dur) in enumerate(zip(c.ts[rows].tolist(), c.dur[rows].tolist())):
+        if ts < end:
+            keep[i] = False
+        else:
+            end = ts + dur
+    kept: I64 = rows[keep]
+    return kept
+
+
+def _resume_at(trace: Trace, resumes: I64) -> str:
+    """``file.py:N (fn)`` from the first resume frame (``file.py(N): torch_dynamo_resume_in_fn_at_N``): the
+    Python line where the graph broke."""
+    for row in resumes.tolist():
+        m = _RESUME.match(trace.name_of(row))
+        if m:
+            return f"{m.group('file')}:{m.group('line')} ({m.group('fn')})"
+    return ""
+
+
+def outside_compile(trace: Trace, rows: I64) -> I64:
+    """The rows that do not start inside compile work: the model's own ops, not the compiler's."""
+    starts, ends = compile_set(trace)
+    if starts.size == 0:
+        return rows
+    ts = trace.columns.ts[rows]
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    inside = (idx >= 0) & (ts < ends[np.maximum(idx, 0)])
+    kept: I64 = rows[~inside]
+    return kept

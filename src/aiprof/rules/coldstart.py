@@ -21,6 +21,7 @@ import numpy as np
 
 from aiprof import arrays
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.compile import compile_events
 from aiprof.analysis.steps import StepWindow
 from aiprof.rules.context import RankContext
 from aiprof.rules.framework import fix_text
@@ -63,7 +64,7 @@ class OneTimeCost:
 
     row: int
     name: str
-    kind: str  # "context creation" | "module loading" | "library initialisation" | "cudnn autotuning"
+    kind: str  # "context creation" | "module loading" | "library initialisation" | "cudnn autotuning" | "compilation"
     start_ns: int
     end_ns: int
     median_ns: int  # median duration of calls of the same name (autotuning: of the event calls inside)
@@ -80,7 +81,7 @@ def one_time_costs(trace: Trace, windows: list[StepWindow]) -> list[OneTimeCost]
     key = "coldstart.one_time_costs"
     cached: list[OneTimeCost] | None = trace.cache.get(key)
     if cached is None:
-        calls = _stalled_calls(trace, windows) + _autotuned_convs(trace, windows)
+        calls = _stalled_calls(trace, windows) + _autotuned_convs(trace, windows) + _first_compiles(trace)
         cached = sorted(calls + _first_op_stalls(trace, windows, calls), key=lambda c: c.start_ns)
         trace.cache[key] = cached
     return cached
@@ -213,6 +214,19 @@ def _kind_of(trace: Trace, rt: I64, row: int, first_launch: bool) -> str:
     if trace.name_matches(one, _MODULE_LOADING)[0] or first_launch:
         return "module loading"
     return "library initialisation"
+
+
+def _first_compiles(trace: Trace) -> list[OneTimeCost]:
+    """torch.compile's first compile of each frame (compile id F/0), paid once per process; a compile the
+    trace names no id for counts when it is the first on its thread. Recompiles are ``recompilation``'s."""
+    out: list[OneTimeCost] = []
+    seen: set[tuple[int, int]] = set()
+    for e in compile_events(trace):
+        first_on_thread = (e.pid, e.tid) not in seen
+        seen.add((e.pid, e.tid))
+        if e.attempt == 0 or (e.attempt is None and first_on_thread):
+            out.append(OneTimeCost(e.row, trace.name_of(e.row), "compilation", e.start_ns, e.end_ns, 0))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -354,7 +368,9 @@ _FIX = (
     "few iterations before starting the profiler. cuDNN autotuning (torch.backends.cudnn.benchmark=True) "
     "re-runs for every new input shape: keep shapes static (pad the last batch, drop_last=True) or set it "
     "False for dynamic shapes. CUDA_MODULE_LOADING=LAZY (the default since CUDA 11.7) moves module loading "
-    "to each kernel's first launch, where it shows as a long first cudaLaunchKernel."
+    "to each kernel's first launch, where it shows as a long first cudaLaunchKernel. torch.compile compiles "
+    "each frame on its first call: Inductor's caches (TORCHINDUCTOR_CACHE_DIR, the FX graph cache) make the "
+    "next process compile faster."
 )
 
 
@@ -380,7 +396,8 @@ def cold_start(ctx: RankContext) -> list[Finding]:
     else:
         title = (f"The trace is a cold start: {ms_text(total)} of one-time costs ({', '.join(kinds)}) and no "
                  "steady state to diagnose")
-    confidence = "high" if any(c.kind in ("context creation", "module loading", "cudnn autotuning") for c in costs) else "medium"
+    confidence = "high" if any(c.kind in ("context creation", "module loading", "cudnn autotuning", "compilation")
+                               for c in costs) else "medium"
     return [
         ctx.finding(
             "cold_start",

@@ -244,7 +244,11 @@ class RankContext:
 
     @cached_property
     def cpu_ops(self) -> I64:
-        return self.in_window(self.trace.rows_of(Kind.CPU_OP))
+        """CPU op rows of the steady steps, without the ops torch.compile's compiler runs (fake tensors,
+        constant folding: :func:`aiprof.analysis.compile.outside_compile`), which are not the model's."""
+        from aiprof.analysis.compile import outside_compile
+
+        return outside_compile(self.trace, self.in_window(self.trace.rows_of(Kind.CPU_OP)))
 
     @cached_property
     def issuing_op(self) -> I64:

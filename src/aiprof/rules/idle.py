@@ -16,6 +16,7 @@ import numpy as np
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.compile import compile_set
 from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
 from aiprof.rules.context import RankContext, _first_user_frame
 from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
@@ -467,6 +468,7 @@ def _cpu_host_split(ctx: RankContext) -> HostSplit:
     outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _COLLECTIVE_OP.pattern)))
     outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _DATALOADER)))
     outside = iv.subtract(outside, _sync_episodes(ctx)[0])
+    outside = iv.subtract(outside, compile_set(ctx.trace))  # compiling is the compile bucket's, not a gap
     lengths = outside[1] - outside[0]
     long = long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor)
     short_set = (outside[0][~long], outside[1][~long])

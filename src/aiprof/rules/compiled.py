@@ -1,0 +1,163 @@
+"""Rules on torch.compile'd code: ``recompilation`` (compile time that comes back in the steady steps) and
+``graph_break`` (eager code between compiled graphs inside one call of a compiled frame).
+
+A frame's first compile (compile id F/0) is paid once per process: :mod:`aiprof.rules.coldstart` reports
+it as a one-time cost (``cold_start``) and leaves its step out of the steady state. Everything else Dynamo
+compiles during the steady steps is a recompile: its time is the saving, its cause what changed between
+the graphs' recorded inputs (:mod:`aiprof.analysis.compile`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from aiprof.analysis import intervals as iv
+from aiprof.analysis.compile import CompileEvent, GraphBreak, compile_events, graph_breaks
+from aiprof.rules.context import RankContext
+from aiprof.rules.evidence import ms_text
+from aiprof.rules.finding import Finding
+from aiprof.rules.spec import Saving, rank_rule
+from aiprof.trace.model import GPU_WORK_KINDS
+
+_FIXES = {
+    "shape": "the input shapes change between calls: compile for dynamic shapes (torch._dynamo.mark_dynamic(x, 0) "
+             "on the varying dimension before the call, or torch.compile(model, dynamic=True)), or pad / bucket "
+             "the inputs to a few fixed sizes (pad the last batch or use drop_last=True; bucket sequence lengths "
+             "to multiples of 64)",
+    "dtype": "the inputs' dtypes change between calls: cast them to one dtype before the compiled call",
+    "guard": "the tensors are the same, so a guard on something else failed: a Python number or string "
+             "argument, a global, a module attribute or grad mode that changes between calls. Pass changing "
+             "numbers as tensors (torch.tensor(step)), move the Python value out of the compiled function, or "
+             "set torch._dynamo.config.automatic_dynamic_shapes / mark the integer dynamic",
+    "unknown": "run once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the "
+               "guard that failed",
+}
+_FIX_TAIL = ("TORCH_LOGS=recompiles prints each failed guard. After torch._dynamo.config.recompile_limit (8) "
+             "recompiles of a frame Dynamo stops compiling it and runs it eagerly.")
+
+
+def _steady_compiles(ctx: RankContext) -> list[tuple[CompileEvent, int]]:
+    """Compilations in the steady steps other than a frame's first compile, with their steady ns."""
+    events = [e for e in compile_events(ctx.trace) if e.attempt != 0]
+    if not events or not ctx.steps:
+        return []
+    starts, ends = ctx.steady_set
+    lo = np.array([e.start_ns for e in events], dtype=np.int64)
+    hi = np.array([e.end_ns for e in events], dtype=np.int64)
+    inside = iv.overlap_per_window((starts, ends), lo, hi)
+    return [(e, int(ns)) for e, ns in zip(events, inside.tolist()) if ns > 0]
+
+
+@rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
+def recompilation(ctx: RankContext) -> list[Finding]:
+    """Dynamo compiles again in the steady steps: the compile time, how often, why, and the fix per cause."""
+    found = _steady_compiles(ctx)
+    if not found:
+        return []
+    total = sum(ns for _, ns in found)
+    saving = total / ctx.step_count
+    causes = Counter(e.cause for e, _ in found)
+    frames = Counter(str(e.frame) for e, _ in found if e.frame is not None)
+    main = causes.most_common(1)[0][0]
+    examples = [{"compile_id": None if e.frame is None else f"{e.frame}/{e.attempt}", "dur_ns": ns, "cause": e.cause,
+                 **({"detail": e.detail} if e.detail else {})} for e, ns in sorted(found, key=lambda f: -f[1])[:8]]
+    evidence: dict[str, Any] = {
+        "recompiles": len(found),
+        "compile_ns_per_step": int(saving),
+        "causes": dict(causes.most_common()),
+        "frames": dict(frames.most_common()),
+        "recompilations": examples,
+    }
+    why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
+    title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
+             f"({why}), {ms_text(saving)} of compile time per step")
+    text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
+    fix = text[:1].upper() + text[1:] + ". " + _FIX_TAIL
+    return [ctx.finding("recompilation", title, saving, evidence=evidence, fix=fix,
+                        formula="compile time (Dynamo/AOTAutograd/Inductor spans) of recompiles inside the steady "
+                        "steps / steps: none of it is paid once the shapes and guards are stable",
+                        kind="estimate", confidence="high" if main in ("shape", "dtype") else "medium")]
+
+
+@rank_rule(saving=Saving.TIME, needs=("steps", "trace", "source_lines"))
+def graph_break(ctx: RankContext) -> list[Finding]:
+    """Eager code between compiled graphs inside calls of a compiled frame, per boundary."""
+    breaks = _steady_breaks(ctx)
+    if not breaks:
+        return []
+    busy = _device_busy(ctx)
+    per_boundary: dict[tuple[str, int], list[GraphBreak]] = {}
+    for b in breaks:
+        per_boundary.setdefault((_region_name(ctx, b), b.index), []).append(b)
+    rows = [_boundary(ctx, key, items, busy) for key, items in per_boundary.items()]
+    rows.sort(key=lambda r: -int(r["saving_ns"]))
+    saving = sum(int(r["saving_ns"]) for r in rows) / ctx.step_count
+    top = rows[0]
+    where = top.get("break_at") or top.get("source_line") or (f"at {top['ops'][0]}" if top["ops"] else "")
+    title = (f"torch.compile graph breaks: {len(per_boundary)} boundar{'y' if len(per_boundary) == 1 else 'ies'} "
+             f"between compiled graphs run eager code, {ms_text(saving)} per step" + (f" ({where})" if where else ""))
+    evidence = {"breaks_per_step": round(len(breaks) / ctx.step_count, 2), "boundaries": rows[:8],
+                "ops": [op for r in rows[:3] for op in r["ops"][:3]]}
+    fix = ("Remove the break so Dynamo compiles one graph: .item() / .tolist() / a Python `if` on a tensor's value "
+           "(use torch.where or torch.cond, or keep the value a tensor; torch._dynamo.config."
+           "capture_scalar_outputs = True compiles .item()), print() / logging inside forward (move it out), an "
+           "unsupported op or a call into a C extension (wrap it as a custom op: torch.library.custom_op). "
+           "torch._dynamo.explain(model)(inputs) or TORCH_LOGS=graph_breaks lists every break with its reason; "
+           "fullgraph=True makes a break an error.")
+    return [ctx.finding("graph_break", title, saving, evidence=evidence, fix=fix,
+                        formula="eager host time between consecutive compiled graphs inside one compiled-frame call"
+                        + (", where the device is idle" if ctx.is_gpu else "") + " (compile time excluded), per step",
+                        confidence="high" if top.get("break_at") else "medium")]
+
+
+def _steady_breaks(ctx: RankContext) -> list[GraphBreak]:
+    if not ctx.steps:
+        return []
+    starts, ends = ctx.steady_set
+    out = []
+    for b in graph_breaks(ctx.trace):
+        i = int(np.searchsorted(starts, b.start_ns, side="right")) - 1
+        if i >= 0 and b.start_ns < int(ends[i]):
+            out.append(b)
+    return out
+
+
+def _device_busy(ctx: RankContext) -> iv.IntervalSet | None:
+    if not ctx.is_gpu:
+        return None
+    c = ctx.trace.columns
+    rows = ctx.trace.rows_of(*GPU_WORK_KINDS)
+    rows = rows[c.device[rows] == ctx.device.device_index]
+    return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
+
+
+def _region_name(ctx: RankContext, b: GraphBreak) -> str:
+    return ctx.trace.name_of(b.region_row)
+
+
+def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], busy: iv.IntervalSet | None) -> dict[str, Any]:
+    """One boundary over its calls: count, time, the ops run at it, where it broke."""
+    region, index = key
+    lo = np.array([b.start_ns for b in items], dtype=np.int64)
+    hi = np.array([b.end_ns for b in items], dtype=np.int64)
+    eager = sum(b.eager_ns for b in items)
+    saving = eager - (int(iv.overlap_per_window(busy, lo, hi).sum()) if busy is not None else 0)
+    names = Counter(ctx.trace.name_of(op) for b in items for op in b.ops)
+    out: dict[str, Any] = {
+        "region": region,
+        "boundary": index + 1,
+        "calls": len(items),
+        "eager_ns": eager,
+        "saving_ns": max(saving, 0),
+        "ops": [n for n, _ in names.most_common(5)],
+    }
+    if items[0].resume_at:
+        out["break_at"] = items[0].resume_at
+    first_op = next((op for b in items for op in b.ops), None)
+    line = ctx.source_line(first_op) if first_op is not None else None
+    if line:
+        out["source_line"] = line
+    return out

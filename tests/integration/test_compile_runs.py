@@ -1,0 +1,79 @@
+"""torch.compile seen through, on real CPU runs (torch 2.13 + Inductor's C++ backend): a model fed a new
+shape every step recompiles every step (``recompilation`` first, cause ``shape``); padded to one shape it
+compiles once; an ``.item()`` branch in ``forward`` is a ``graph_break`` naming its line; a clean compiled
+model has no compile finding after its first step, only the ``cold_start`` note. One subprocess records
+the four runs (tests/integration/scripts/compiled_models.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiprof import app
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "compiled_models.py"
+COMPILE_FINDINGS = {"recompilation", "graph_break"}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("compiled")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor-cache")}
+    env.pop("AIPROF_CAPTURE", None)
+    env.pop("AIPROF_RUN_DIR", None)
+    res = subprocess.run([sys.executable, str(SCRIPT), str(out)], capture_output=True, text=True, timeout=1500, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+def _findings(run: Path) -> list[dict[str, Any]]:
+    doc = app.analyze([run])
+    return [{"id": f.id, "evidence": f.evidence, "saving": f.est_saving_ns_per_step, "title": f.title}
+            for f in doc.findings]
+
+
+def test_a_new_shape_every_step_is_recompilation_first_with_its_cause(runs: Path) -> None:
+    found = _findings(runs / "shape")
+    first = found[0]
+    assert first["id"] == "recompilation", [f["id"] for f in found]
+    assert first["evidence"]["recompiles"] == 4  # steps 1-4 each compile frame 0 again
+    assert first["evidence"]["causes"] == {"shape": 4}
+    assert "[4, 16] -> [5, 16]" in str(first["evidence"]["recompilations"])
+    doc = app.analyze([runs / "shape"])
+    rank = doc.ranks[0]
+    assert sum(s.breakdown_ns["compile"] for s in rank.steps[1:]) > sum(s.breakdown_ns["compute"] for s in rank.steps[1:])
+
+
+def test_the_padded_model_compiles_once(runs: Path) -> None:
+    found = _findings(runs / "padded")
+    assert not COMPILE_FINDINGS & {f["id"] for f in found}
+    doc = app.analyze([runs / "padded"])
+    assert isinstance(doc.ranks[0].compile, dict)
+    assert doc.ranks[0].compile["compiles"] == 1 and doc.ranks[0].compile["recompiles"] == 0
+
+
+def test_an_item_branch_in_forward_is_a_graph_break_at_its_line(runs: Path) -> None:
+    found = {f["id"]: f for f in _findings(runs / "brk")}
+    assert "graph_break" in found, list(found)
+    boundary = found["graph_break"]["evidence"]["boundaries"][0]
+    line = next(i for i, text in enumerate(SCRIPT.read_text().splitlines(), 1) if "BREAK-LINE" in text)
+    assert boundary["break_at"] == f"compiled_models.py:{line} (forward)"
+    assert "aten::item" in boundary["ops"]
+    assert boundary["calls"] >= 4
+    # The value .item() returned reaches the resume function as a Python float that Dynamo guards on: it
+    # recompiles for every new value (TORCH_LOGS=recompiles: "___stack0 == 13.5"), with the same tensors.
+    if "recompilation" in found:
+        assert set(found["recompilation"]["evidence"]["causes"]) == {"guard"}
+
+
+def test_a_clean_compiled_model_has_only_the_cold_start_note(runs: Path) -> None:
+    found = {f["id"]: f for f in _findings(runs / "clean")}
+    assert not COMPILE_FINDINGS & set(found)
+    assert "compilation" in found["cold_start"]["evidence"]["kinds"]
+    assert found["cold_start"]["saving"] == 0
