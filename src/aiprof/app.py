@@ -67,6 +67,8 @@ class AnalyzeOptions:
     # Where the ranks are analysed: "local" (this machine's process pool), "dask" (the cluster at
     # $DASK_SCHEDULER_ADDRESS, else a LocalCluster for the run) or "dask://host:port" (aiprof.trace.executors).
     executor: str = "local"
+    # The rank cache's folder (aiprof.analysis.rankcache): a rerun skips the files already analysed. None: off.
+    cache_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,8 @@ def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tup
 
     budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
-                                memory=opts.memory, timeline=budget, executor=executor_for(opts.executor))
+                                memory=opts.memory, timeline=budget, executor=executor_for(opts.executor),
+                                cache_dir=opts.cache_dir)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:

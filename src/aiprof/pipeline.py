@@ -134,18 +134,21 @@ def analyze_and_diagnose(
     memory: MemoryMode = "auto",
     timeline: int = 0,
     executor: Executor | None = None,
+    cache_dir: Path | None = None,
 ) -> tuple[RunAnalysis, list[dict[str, Any]]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
     which memory inputs make the memory section and findings (:data:`MemoryMode`); ``timeline`` > 0 adds
     up to that many of each rank's events to its extras, for an HTML report's interactive timeline;
-    ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine)."""
+    ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine);
+    ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache)."""
     opts = options or DEFAULT_OPTIONS
     if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0:
         hook: Any = diagnose_hook
     else:
         hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline)
-    run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook, executor=executor)
+    run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook, executor=executor,
+                        cache_dir=cache_dir)
     return run, diagnose_run(run, opts, run_rules)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiprof.analysis import forked
 from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
+from aiprof.analysis.rankcache import RankCache, cached_map, code_fingerprint, describe as describe_fn
 from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
 from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_source, step_windows
@@ -327,13 +328,15 @@ def analyze_paths(
     progress: ProgressCallback | None = None,
     rank_hook: RankHook | None = None,
     executor: Executor | None = None,
+    cache_dir: Path | None = None,
 ) -> RunAnalysis:
     """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
 
     ``rank_hook(trace, analysis)`` runs in the worker while the trace is in memory (the diagnosis layer
     uses it for rules that need events); what it returns lands in ``RankAnalysis.extras``. It must be a
     module-level function (it may cross a process boundary). ``executor`` says where the per-file work runs
-    (:mod:`aiprof.trace.executors`; None: this machine's process pool)."""
+    (:mod:`aiprof.trace.executors`; None: this machine's process pool). With ``cache_dir``, each file's
+    result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`)."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
     jobs: list[tuple[Path, bool, RankHook | None]] = []
@@ -341,7 +344,14 @@ def analyze_paths(
         path = Path(raw)
         for found in find_trace_files(path):
             jobs.append((found, path.is_dir(), rank_hook))
-    results = [r for rs in map_files(_load_and_analyze, jobs, workers, progress, executor) for r in rs]
+    cache = _rank_cache(cache_dir, rank_hook)
+
+    def mapper(fn: Callable[[tuple[Path, bool, RankHook | None]], list[_Loaded]],
+               todo: list[tuple[Path, bool, RankHook | None]]) -> list[list[_Loaded]]:
+        return map_files(fn, todo, workers, progress, executor)
+
+    done = cached_map(cache, mapper, _load_and_analyze, jobs, keep=lambda rs: all(r.error is None for r in rs))
+    results = [r for rs in done for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
     loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor)
@@ -357,6 +367,18 @@ def analyze_paths(
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     warnings += [w for r in ranks if (w := r.partial_warning())]
     return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
+
+
+def _rank_cache(folder: Path | None, hook: RankHook | None) -> RankCache | None:
+    """The rank cache for this analysis: keyed by aiprof's code, the hook and its options, and the reader
+    settings in force (they change what a file's result is)."""
+    if folder is None:
+        return None
+    from aiprof.trace import readers
+    from aiprof.trace.readers.kineto import load_limits
+
+    context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
+    return RankCache(folder, context)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ class AnalyzeCommand:
                             help="where the ranks are analysed: local (this machine's processes, the default), "
                                  "dask (the cluster at $DASK_SCHEDULER_ADDRESS, else one started on this machine) "
                                  "or dask://HOST:PORT (needs aiprof[dask]; see docs/scale-out.md)")
+        parser.add_argument("--cache", nargs="?", const="", default=None, metavar="DIR",
+                            help="keep each file's result in a rank cache (DIR, default $AIPROF_CACHE_DIR or "
+                                 "~/.cache/aiprof/ranks): a rerun skips the files already analysed and unchanged")
         parser.add_argument("--max-trace-mb", type=float,
                             help="largest trace text to read, in MB (docs/performance.md)")
         parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
@@ -124,7 +127,8 @@ class AnalyzeCommand:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
-                                             memory=args.memory, ncu=args.ncu, executor=args.executor)
+                                             memory=args.memory, ncu=args.ncu, executor=args.executor,
+                                             cache_dir=_cache_dir(args.cache))
                 if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
                     report, timeline = app.analyze_with_timeline(args.paths, options)
                 else:
@@ -137,6 +141,15 @@ class AnalyzeCommand:
         if args.output is not None:
             output.wrote(f"the {fmt} report", args.output)
         return 0
+
+
+def _cache_dir(value: str | None) -> Path | None:
+    """``--cache``'s folder: None without the flag, the default folder for a bare ``--cache``."""
+    if value is None:
+        return None
+    from aiprof.analysis.rankcache import default_dir
+
+    return Path(value) if value else default_dir()
 
 
 def warn(message: str) -> None:

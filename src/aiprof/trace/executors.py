@@ -64,7 +64,7 @@ def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress
 
     count = len(jobs)
     cores = usable_cores()
-    workers = min(workers or cores, count)
+    workers = min(workers or memory_bound_workers(jobs, cores), count)
     results: list[O] = []
     if workers <= 1:
         for i, job in enumerate(jobs):
@@ -81,6 +81,57 @@ def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress
             if progress:
                 progress(job[0], i + 1, count)
     return results
+
+
+# A rank's peak memory per byte of its decompressed trace (the MTIA rank: 114-119 MB for 87 MB of JSON,
+# reader and forked analysis together; bench/RESULTS.md), with room to spare; and a floor for small files.
+PEAK_PER_TRACE_BYTE = 1.6
+PEAK_FLOOR_BYTES = 64 << 20
+MEMORY_HEADROOM = 0.8  # use at most this share of the memory available now
+
+
+def memory_bound_workers(jobs: Sequence[tuple[Any, ...]], wanted: int) -> int:
+    """How many files to analyse at once so that the largest ranks in flight fit in the memory available
+    now (``MemAvailable``): ``wanted`` (usually one per core) or fewer, never less than one. Without
+    ``/proc/meminfo`` (not Linux), ``wanted``."""
+    available = _available_bytes()
+    if available is None or not jobs:
+        return wanted
+    peaks = sorted((_peak_estimate(Path(job[0])) for job in jobs), reverse=True)
+    budget, n = available * MEMORY_HEADROOM, 0
+    for peak in peaks[:wanted]:
+        if budget < peak and n:
+            break
+        budget -= peak
+        n += 1
+    return max(1, n)
+
+
+def _peak_estimate(path: Path) -> int:
+    """A rank's expected peak memory from its file: the decompressed size of a gzip file (its trailer's
+    ISIZE; 10x the file when that wrapped past 4 GiB) or the file's size, times PEAK_PER_TRACE_BYTE."""
+    try:
+        size = path.stat().st_size
+        text = size
+        if path.name.endswith(".gz") and size >= 18:
+            with path.open("rb") as f:
+                f.seek(-4, os.SEEK_END)
+                isize = int.from_bytes(f.read(4), "little")
+            text = isize if isize >= size else 10 * size
+    except OSError:
+        return PEAK_FLOOR_BYTES
+    return max(PEAK_FLOOR_BYTES, int(PEAK_PER_TRACE_BYTE * text))
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _fork_context() -> Any:
@@ -102,8 +153,7 @@ class DaskExecutor:
             return []
         distributed = _import_distributed()
         if self.address is None:
-            cores = _usable_cores()
-            n = max(1, min(workers or cores, len(jobs)))
+            n = max(1, min(workers or memory_bound_workers(jobs, _usable_cores()), len(jobs)))
             with distributed.LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
             ) as cluster, distributed.Client(cluster) as client:
@@ -191,4 +241,4 @@ def executor_for(choice: str | None) -> Executor:
     raise AiprofError(f"--executor {text!r}: expected local, dask, or dask://HOST:PORT")
 
 
-__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for", "local_map"]
+__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for", "local_map", "memory_bound_workers"]

@@ -1,0 +1,88 @@
+"""The rank cache (`aiprof analyze --cache`): a rerun serves unchanged files from the cache with the same
+report; a changed file, other rule options or a damaged entry are misses; a folder others can write is
+refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aiprof import app
+from aiprof.analysis import rankcache
+from aiprof.analysis.run import analyze_paths
+from aiprof.errors import AiprofError
+from aiprof.pipeline import diagnose_hook
+
+
+@pytest.fixture()
+def ranks(traces_dir: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for f in sorted((traces_dir / "param" / "dlrm_8rank").iterdir())[:3]:
+        shutil.copyfile(f, folder / f.name)
+    return folder
+
+
+def _misses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the files the worker function really analyses (the cache's misses)."""
+    calls: list[int] = []
+    real = rankcache.cached_map
+
+    def counting(cache, mapper, fn, jobs, keep):  # type: ignore[no-untyped-def]
+        def counted(f, todo):  # type: ignore[no-untyped-def]
+            calls.append(len(todo))
+            return mapper(f, todo)
+        return real(cache, counted, fn, jobs, keep)
+
+    monkeypatch.setattr("aiprof.analysis.run.cached_map", counting)
+    return calls
+
+
+def test_a_rerun_is_served_from_the_cache_with_the_same_report(ranks: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "cache"
+    calls = _misses(monkeypatch)
+    first = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
+    second = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
+    assert second == first
+    assert calls == [3], calls  # the second run analysed nothing
+    assert len(list(cache.glob("*.pickle"))) == 3
+    # A rewritten file is a miss; the two others still hit.
+    victim = sorted(ranks.iterdir())[1]
+    data = victim.read_bytes()
+    victim.write_bytes(data)
+    os.utime(victim, ns=(victim.stat().st_atime_ns, victim.stat().st_mtime_ns + 10**9))
+    app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1))
+    assert calls == [3, 1]
+
+
+def test_other_rule_options_and_damaged_entries_are_misses(ranks: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+
+    from aiprof.rules.options import DEFAULT_OPTIONS
+
+    cache = tmp_path / "cache"
+    calls = _misses(monkeypatch)
+    analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    from aiprof.rules.options import RuleOptions
+
+    other = functools.partial(diagnose_hook, options=RuleOptions.from_assignments(["data_loading_share=0.5"]))
+    assert other.keywords["options"] != DEFAULT_OPTIONS
+    analyze_paths([ranks], workers=1, rank_hook=other, cache_dir=cache)
+    assert calls == [3, 3]
+    for entry in cache.glob("*.pickle"):
+        entry.write_bytes(b"not a pickle")
+    run = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    assert calls[-1] == 3 and len(run.ranks) == 3
+
+
+def test_a_cache_folder_others_can_write_is_refused(ranks: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    with pytest.raises(AiprofError, match="writable by others"):
+        analyze_paths([ranks], workers=1, cache_dir=cache)
