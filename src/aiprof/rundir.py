@@ -8,6 +8,8 @@ Layout (``aiprof run`` / ``aiprof.profile``)::
     <run>/rank<N>.pt.trace.json.gz       one Kineto trace per rank (rank<N>-pid<P>… for a second process)
     <run>/dataloader.rank<N>.csv         step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens: every step's
                                      loader wait and batch size (samples/tokens −1: unknown; older runs: no such columns)
+    <run>/requests.rank<N>.csv           request,start_unix_ns,end_unix_ns,batch,prompt_tokens,token_unix_ns: every
+                                     generate() call and the time each new token reached the host (space-separated)
     <run>/.aiprof.claim, .aiprof.lock    who owns the folder; the lock over meta.json
     <run>/.pid<P>.cycle<C>.part          one profiler cycle not yet combined (readers skip it)
 
@@ -58,6 +60,7 @@ PART_SUFFIX = ".part"
 WAITS_HEADER = "step,start_unix_ns,end_unix_ns,wait_ns,batches,samples,tokens"
 WAITS_HEADER_V1 = "step,start_unix_ns,end_unix_ns,wait_ns,batches"  # before batch sizes were recorded
 # aiprof's own meta.json is a few KB (a 1,000-rank job: a few hundred KB); anything larger is not ours.
+REQUESTS_HEADER = "request,start_unix_ns,end_unix_ns,batch,prompt_tokens,token_unix_ns"
 MAX_META_BYTES = 1 << 20
 
 RawMeta = dict[str, Any]
@@ -172,13 +175,21 @@ class RunDir:
 
     def waits_path(self, trace_path: Path) -> Path | None:
         """The per-step data-loader waits of the process that wrote ``trace_path``, when it wrote them."""
+        return self._rank_file(trace_path, "dataloader")
+
+    def requests_path(self, trace_path: Path) -> Path | None:
+        """The requests (generate() calls, token times) of the process that wrote ``trace_path``, if any."""
+        return self._rank_file(trace_path, "requests")
+
+    def _rank_file(self, trace_path: Path, kind: str) -> Path | None:
+        """``<kind>.rank<N>[-pid<P>].csv`` of the process that wrote ``trace_path``, when it exists."""
         entry = self.rank_of(trace_path)
         if entry is not None:
             rank = entry.rank if entry.rank is not None else 0
-            names = [f"dataloader.rank{rank}-pid{entry.pid}.csv", f"dataloader.rank{rank}.csv"]
+            names = [f"{kind}.rank{rank}-pid{entry.pid}.csv", f"{kind}.rank{rank}.csv"]
         else:
             stem = trace_path.name.removesuffix(TRACE_SUFFIX)
-            names = [f"dataloader.{stem}.csv"] if re.fullmatch(r"rank\d+(-pid\d+)?", stem) else []
+            names = [f"{kind}.{stem}.csv"] if re.fullmatch(r"rank\d+(-pid\d+)?", stem) else []
         return next((self.path / n for n in names if (self.path / n).is_file()), None)
 
 
@@ -289,6 +300,52 @@ def read_waits(path: Path) -> LoaderWaits | None:
             rows.append(row)
     columns = [tuple(c) for c in zip(*rows)] if rows else [() for _ in range(width)]
     return LoaderWaits(*columns)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One ``generate()`` call: when it started and returned, its batch and prompt length, and when each new
+    token reached the host (unix ns, the streamer's ``put``; empty when its tokens could not be observed)."""
+
+    request: int
+    start_unix_ns: int
+    end_unix_ns: int
+    batch: int
+    prompt_tokens: int
+    token_unix_ns: tuple[int, ...]
+
+
+def format_requests(rows: Iterable[Request]) -> bytes:
+    """The requests file's bytes (:data:`REQUESTS_HEADER`, token times space-separated)."""
+    lines = [REQUESTS_HEADER]
+    for r in rows:
+        times = " ".join(str(t) for t in r.token_unix_ns)
+        lines.append(f"{r.request},{r.start_unix_ns},{r.end_unix_ns},{r.batch},{r.prompt_tokens},{times}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def read_requests(path: Path) -> list[Request] | None:
+    """The requests file, or ``None`` when it is missing or is not one; malformed lines are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != REQUESTS_HEADER:
+        return None
+    out: list[Request] = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        if len(cells) != 6:
+            continue
+        try:
+            n, start, end, batch, prompt = (int(v) for v in cells[:5])
+            times = tuple(int(v) for v in cells[5].split())
+        except ValueError:
+            continue
+        if end >= start:
+            out.append(Request(n, start, end, batch, prompt, times))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -433,7 +490,16 @@ def parts_of(run_dir: Path, pid: int) -> list[Path]:
 
 
 def dataloader_path(run_dir: Path, rank: int, pid: int) -> Path:
-    path = run_dir / f"dataloader.rank{rank}.csv"
+    return _csv_path(run_dir, "dataloader", rank, pid)
+
+
+def requests_path(run_dir: Path, rank: int, pid: int) -> Path:
+    return _csv_path(run_dir, "requests", rank, pid)
+
+
+def _csv_path(run_dir: Path, kind: str, rank: int, pid: int) -> Path:
+    """``<kind>.rank<N>.csv``; a second process claiming the same rank gets its pid appended."""
+    path = run_dir / f"{kind}.rank{rank}.csv"
     if path.exists():
-        path = run_dir / f"dataloader.rank{rank}-pid{pid}.csv"
+        path = run_dir / f"{kind}.rank{rank}-pid{pid}.csv"
     return path

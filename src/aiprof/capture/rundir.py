@@ -23,6 +23,8 @@ from aiprof.rundir import (  # noqa: F401 - explicit for mypy: the capture modul
     parts_of,
     read_meta,
     record_failure,
+    format_requests,
+    requests_path,
     trace_path,
     update_meta,
 )

@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from aiprof.capture import dataloader as dl
-from aiprof.capture import procstate, rundir, steps
+from aiprof.capture import procstate, requests, rundir, steps
 from aiprof.capture.memory import MemoryCapture
 from aiprof.capture.options import CaptureOptions
 from aiprof.capture.recorder import Recorder
@@ -71,6 +71,10 @@ class CaptureSession:
         self._signal_after_flush: int | None = None
         self._old_handlers: dict[int, SignalHandler] = {}
         self.memory = MemoryCapture(run_dir, options.schedule) if options.memory else None
+        self.requests = requests.RequestLog()
+        self._step_module = False  # an inference loop's model was found: its forwards begin steps
+        self._forwards_since_mark = 0
+        self._remove_detector: Callable[[], None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
@@ -80,6 +84,8 @@ class CaptureSession:
         self.tracker.before_next = self.apply_pending
         if self.options.auto_step:
             self._uninstall.append(steps.install_optimizer_hook(self.on_optimizer_step, self.apply_pending))
+            if not self.options.step_marker:
+                self._install_inference_hooks()
         marker = self.options.step_marker
         if marker:
             module, qualname = steps.parse_marker(marker)
@@ -101,6 +107,44 @@ class CaptureSession:
             hooks = _post_import_hooks()
             hooks.when_imported(module, patch)
 
+    def _install_inference_hooks(self) -> None:
+        """Requests (``generate()`` calls) and decoding steps (capture/requests.py): the model a request runs
+        on, or a module repeatedly run at the top level without gradients, marks the steps."""
+        def patch(module: Any) -> None:
+            if self.finished or os.getpid() != self.pid:
+                return  # imported after this capture ended (the post-import hook outlives it)
+            self._uninstall.append(requests.patch_transformers(module, self.requests, self.on_request_start,
+                                                               self.on_request_end))
+
+        _post_import_hooks().when_imported("transformers.generation.utils", patch)
+        self._remove_detector = steps.install_inference_detector(self.adopt_step_module)
+        self._uninstall.append(lambda: self._remove_detector() if self._remove_detector else None)
+
+    def adopt_step_module(self, module: Any) -> None:
+        """From now on each forward of ``module`` begins a step (once per process; not in a training loop)."""
+        if self._step_module or self._first_optimizer is not None or self._explicit_seen:
+            return
+        self._step_module = True
+        if self._remove_detector is not None:
+            self._remove_detector()
+        self._uninstall.append(steps.hook_forward_begins(module, self.on_forward_begin))
+
+    def on_forward_begin(self) -> None:
+        """The step model's forward begins: the previous step (a forward and its token selection) ends."""
+        if self._first_optimizer is not None or self._explicit_seen:
+            return
+        self.mark("forward")
+        self._forwards_since_mark = 1
+
+    def on_request_start(self, model: Any) -> None:
+        self.adopt_step_module(model)
+
+    def on_request_end(self) -> None:
+        """A request returned: its last step ends (what follows until the next forward is a step of its own)."""
+        if self._forwards_since_mark and self._first_optimizer is None and not self._explicit_seen:
+            self.mark("request")
+        self._forwards_since_mark = 0
+
     def start(self) -> None:
         """API mode: the profiler starts now and step 0 begins."""
         self.install_torch_hooks()
@@ -110,7 +154,8 @@ class CaptureSession:
 
     # --- steps -----------------------------------------------------------------------------
     def mark(self, source: str) -> None:
-        """A step ends here. ``source`` is "explicit" (aiprof.step / prof.step), "optimizer" or "marker"."""
+        """A step ends here. ``source`` is "explicit" (aiprof.step / prof.step), "optimizer", "marker", or, in
+        an inference loop, "forward" (the step model's forward begins) or "request" (a generate() returned)."""
         if self.finished or os.getpid() != self.pid:
             return
         if source == "explicit":
@@ -257,6 +302,9 @@ class CaptureSession:
         rank = self.rank if self.rank is not None else 0
         if self.is_rank() and (self.tracker.active or self.markers):
             self.tracker.write_csv(rundir.dataloader_path(self.run_dir, rank, self.pid))
+        if self.requests.requests:
+            rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
+                                rundir.format_requests(self.requests.requests))
         if self.write_traces and self.recorder.cycles:
             path = rundir.trace_path(self.run_dir, rank, self.pid)
             finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,

@@ -195,3 +195,43 @@ def resolve_now(module_name: str) -> ModuleType:
         return importlib.import_module(module_name)
     except ImportError as err:
         raise AiprofError(f"--step-marker: cannot import {module_name} ({err})") from None
+
+
+def hook_forward_begins(module: Any, on_begin: StepFn) -> Callable[[], None]:
+    """Call ``on_begin`` before each forward of this module instance (a per-instance pre-hook: it sees the
+    call even where accelerate or a wrapper replaced the instance's ``forward``); returns its remover."""
+    handle = module.register_forward_pre_hook(lambda mod, args: on_begin())
+    return handle.remove  # type: ignore[no-any-return]
+
+
+def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2) -> Callable[[], None]:
+    """Find the model of an inference loop without a marker: the module whose forward runs at the top level
+    (inside no other module's forward) with gradients off, ``repeats`` times. ``on_found(module)`` is called
+    once; the global hooks (which slow every module call) are removed then. Returns the remover."""
+    import torch
+    from torch.nn.modules import module as module_mod
+
+    depth = _Depth()
+    counts: dict[int, int] = {}
+    handles: list[Any] = []
+
+    def pre(mod: Any, args: Any) -> None:
+        depth.value += 1
+
+    def post(mod: Any, args: Any, output: Any) -> None:
+        depth.value -= 1
+        if depth.value or torch.is_grad_enabled() or not handles:
+            return
+        key = id(mod)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] >= repeats:
+            remove()
+            on_found(mod)
+
+    def remove() -> None:
+        while handles:
+            handles.pop().remove()
+
+    handles.append(module_mod.register_module_forward_pre_hook(pre))
+    handles.append(module_mod.register_module_forward_hook(post, always_call=True))
+    return remove

@@ -101,7 +101,8 @@ def _why_nothing(meta: dict[str, Any], steps_seen: int, options: Any) -> str:
         what = "while profiling, before any recorded cycle was exported" if unflushed else _progress(meta, steps_seen)
         return f"{ended or 'a profiled process ended without its flush'} {what}; no trace was written"
     if steps_seen == 0:
-        return "no steps detected: no optimizer.step() ran; call aiprof.step() each iteration or pass --step-marker"
+        return ("no steps detected: no optimizer.step() ran, no generate() call and no module run repeatedly "
+                "without gradients; call aiprof.step() each iteration or pass --step-marker")
     return (
         f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {options.schedule.describe()}; "
         "lower --wait/--warmup or run more steps"

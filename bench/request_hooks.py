@@ -1,0 +1,80 @@
+"""Cost of aiprof's request hooks (capture/requests.py) against the inter-token latency they measure.
+
+Workload: the tiny GPT-2 of ``examples/generate_tiny.py`` (4 layers, dim 128, prompt 32, greedy, one intra-op
+thread), ``--requests`` requests of ``--new-tokens`` tokens, in one process, interleaved: a request with
+``generate()`` as Transformers ships it, then one through aiprof's wrapper (which adds its recording streamer
+and times the call), and so on. Per request we take the thread's CPU time per new token (``time.thread_time``:
+wall time on a shared 2-core machine is mostly waiting for a core). Also timed alone: the per-token cost of the
+hook itself (``TeeStreamer.put`` on a one-token tensor, what ``generate`` calls once per token), over 100,000 calls.
+
+Usage:  python bench/request_hooks.py [--requests 40] [--new-tokens 32]
+Target (issue #24): the hooks cost at most 1 % of the inter-token latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.generation import utils
+
+from aiprof.capture.requests import RequestLog, TeeStreamer, patch_transformers
+
+
+def _per_token_cpu_ns(model: Any, prompt: torch.Tensor, new: int) -> float:
+    t0 = time.thread_time_ns()
+    model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new, min_new_tokens=new,
+                   do_sample=False, pad_token_id=0)
+    return (time.thread_time_ns() - t0) / new
+
+
+def _put_cost_ns(calls: int = 100_000) -> float:
+    log = RequestLog()
+    req = log.begin()
+    tee = TeeStreamer(None, req)
+    tee.put(torch.zeros((1, 4), dtype=torch.long))  # the prompt
+    token = torch.zeros((1,), dtype=torch.long)
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        tee.put(token)
+    return (time.perf_counter_ns() - t0) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=256, vocab_size=1000, bos_token_id=0,
+                        eos_token_id=0)
+    model = GPT2LMHeadModel(config).eval()
+    prompt = torch.randint(0, 1000, (1, 32))
+    for _ in range(3):
+        _per_token_cpu_ns(model, prompt, args.new_tokens)  # warm-up
+    plain: list[float] = []
+    hooked: list[float] = []
+    log = RequestLog()
+    for _ in range(args.requests):
+        plain.append(_per_token_cpu_ns(model, prompt, args.new_tokens))
+        uninstall = patch_transformers(utils, log, lambda m: None, lambda: None)
+        try:
+            hooked.append(_per_token_cpu_ns(model, prompt, args.new_tokens))
+        finally:
+            uninstall()
+    itl = statistics.median(plain)
+    put = _put_cost_ns()
+    diff = statistics.median([h - p for h, p in zip(hooked, plain)])
+    print(f"requests {args.requests} x {args.new_tokens} tokens; tokens recorded {sum(len(r.token_unix_ns) for r in log.requests)}")
+    print(f"CPU per token, plain generate: median {itl / 1e3:.1f} us")
+    print(f"CPU per token, hooked - plain (median of pairs): {diff / 1e3:+.2f} us ({100 * diff / itl:+.2f} % of ITL)")
+    print(f"TeeStreamer.put alone: {put:.0f} ns per token ({100 * put / itl:.3f} % of ITL)")
+
+
+if __name__ == "__main__":
+    main()
