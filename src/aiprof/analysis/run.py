@@ -97,6 +97,12 @@ def _graph_capture_section(trace: Trace) -> dict[str, Any]:
     return graph_capture_section(trace)
 
 
+def _inference_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.analysis.inference import inference_section
+
+    return inference_section(trace)
+
+
 # The analyses beyond timeline accounting, by report key. Users may edit this dict.
 DEFAULT_SECTIONS: dict[str, Section] = {
     "kernels": _kernels_section,
@@ -107,6 +113,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "timeline_overview": timeline_overview,
     "graph_capture": _graph_capture_section,
     "compile": _compile_section,
+    "inference": _inference_section,
 }
 
 

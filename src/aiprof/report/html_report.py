@@ -29,6 +29,7 @@ from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
 from aiprof.report.arrival_section import html_section as arrival_html
+from aiprof.report.inference_section import html_section as inference_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.compile_section import html_section as compile_html
 from aiprof.report.modules_section import html_section as modules_html
@@ -119,6 +120,7 @@ class HtmlRenderer:
             ("steps", "Step breakdown", self._steps(focus, multi)),
             ("idle", "Between ops, by cause" if c.is_cpu(focus) else "Idle causes", self._idle(focus)),
             ("wholerun", "Whole run", whole_run_html(doc)),
+            ("inference", "Inference", inference_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
             ("compile", "torch.compile", compile_html(doc)),

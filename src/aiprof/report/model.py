@@ -125,6 +125,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks
     # (analysis/compile.py); ``{"compiled": false}`` without torch.compile. Additive, schema 1.1.
     compile: dict[str, Any] | UnsetType = UNSET
+    # Inference steps by phase (prefill / decode / mixed) and requests' TTFT / ITL (analysis/inference.py).
+    inference: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
     memory: MemoryReport | UnsetType = UNSET
     # Host time by Python frame (``with_stack``; else ``recorded: false`` and how to record it) and time per
@@ -133,7 +135,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     modules: ModuleProfile | UnsetType = UNSET
 
 
-SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture", "compile")
+SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture", "compile",
+            "inference")
 
 
 class Summary(msgspec.Struct, kw_only=True):

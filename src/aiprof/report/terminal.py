@@ -93,6 +93,7 @@ class TerminalRenderer:
         self._rank_detail(console, focus, len(ranks) > 1)
         self._whole_run(console, doc)
         self._arrivals(console, doc)
+        self._inference(console, doc)
         console.print()
         self._findings(console, doc)
         self._memory(console, doc)
@@ -114,6 +115,13 @@ class TerminalRenderer:
         from aiprof.report.arrival_section import terminal_lines
 
         _block(console, terminal_lines(doc))
+
+    @staticmethod
+    def _inference(console: Console, doc: Report) -> None:
+        """Prefill / decode phases and the requests' TTFT / ITL (report.inference_section)."""
+        from aiprof.report.inference_section import terminal_lines as inference_lines
+
+        _block(console, inference_lines(doc))
 
     @staticmethod
     def _memory(console: Console, doc: Report) -> None:

@@ -1,0 +1,93 @@
+"""The inference section (``ranks[].inference``, :mod:`aiprof.analysis.inference`) in each format: the phase
+table (prefill / decode / mixed / between requests: steps, median and p90 step time, tokens per step, GPU
+busy, host gap) and the requests' time to first token and inter-token latency. Numbers are formatted here;
+the only strings from a trace are file names and the engine's name, escaped per format."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiprof.report.common import fmt_ms, fmt_pct, focus_rank
+from aiprof.report.escape import html as esc
+from aiprof.report.escape import markdown as md
+from aiprof.report.model import Report
+
+_HEAD = ("phase", "steps", "median", "p90", "tokens/step", "GPU busy", "host gap")
+_NAMES = {"between": "between requests"}
+
+
+def _section(doc: Report) -> dict[str, Any] | None:
+    section = focus_rank(doc).inference
+    return section if isinstance(section, dict) and section.get("detected") else None
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "–"
+    if kind == "ns":
+        return fmt_ms(int(value))
+    if kind == "pct":
+        return fmt_pct(float(value))
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def phase_rows(section: dict[str, Any]) -> list[list[str]]:
+    """The phase table's cells, one row per kind present."""
+    rows = []
+    for kind, p in section.get("phases", {}).items():
+        rows.append([_NAMES.get(kind, kind), _cell(p.get("count"), ""), _cell(p.get("median_ns"), "ns"),
+                     _cell(p.get("p90_ns"), "ns"), _cell(p.get("tokens_per_step"), ""),
+                     _cell(p.get("gpu_busy_share"), "pct"), _cell(p.get("host_gap_median_ns"), "ns")])
+    return rows
+
+
+def request_lines(section: dict[str, Any]) -> list[str]:
+    """The requests' TTFT / ITL / throughput as sentences (none without a requests file)."""
+    req = section.get("requests")
+    if not isinstance(req, dict):
+        return []
+    lines = [f"{req['count']} request(s), {req['new_tokens']:,} new tokens"
+             + (f", {req['tokens_per_s']:,.1f} tokens/s while serving" if req.get("tokens_per_s") else "")]
+    for key, label in (("ttft", "time to first token"), ("itl", "inter-token latency")):
+        d = req.get(key)
+        if isinstance(d, dict):
+            lines.append(f"{label}: median {fmt_ms(d['median_ns'])}, p90 {fmt_ms(d['p90_ns'])}, "
+                         f"p99 {fmt_ms(d['p99_ns'])}, max {fmt_ms(d['max_ns'])}")
+    return lines
+
+
+def _title(section: dict[str, Any]) -> str:
+    return f"Inference (steps by {section.get('source', 'shape')})"
+
+
+def terminal_lines(doc: Report) -> list[str]:
+    """Plain lines for the terminal (the renderer escapes and styles them); [] without inference."""
+    section = _section(doc)
+    if section is None:
+        return []
+    rows = [list(_HEAD)] + phase_rows(section)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+    table = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    return [_title(section), *table, *request_lines(section)]
+
+
+def markdown_lines(doc: Report) -> list[str]:
+    section = _section(doc)
+    if section is None:
+        return []
+    lines = [f"## {md(_title(section))}", "", "| " + " | ".join(_HEAD) + " |", "|---|" + "---:|" * (len(_HEAD) - 1)]
+    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in phase_rows(section)]
+    lines += [""] + [f"- {md(line)}" for line in request_lines(section)] + [""]
+    return lines
+
+
+def html_section(doc: Report) -> str:
+    section = _section(doc)
+    if section is None:
+        return ""
+    head = "".join(f"<th>{esc(h)}</th>" for h in _HEAD)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in phase_rows(section))
+    reqs = "".join(f"<li>{esc(line)}</li>" for line in request_lines(section))
+    return (f"<p class=mute>{esc(_title(section))}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            f"</table>" + (f"<ul>{reqs}</ul>" if reqs else ""))

@@ -1,0 +1,108 @@
+"""analysis/inference.py on synthetic traces: steps classified from attention shapes and from vLLM / SGLang
+step annotations, the phase statistics, the requests' TTFT / ITL from a requests file, and the section in
+every format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from kineto_builder import TraceBuilder
+
+import aiprof
+from aiprof.analysis.inference import inference_section, request_stats
+from aiprof.rundir import Request, format_requests
+
+SDPA = "aten::scaled_dot_product_attention"
+
+
+def _generate_trace(requests: int = 2, new: int = 4, prompt: int = 9) -> TraceBuilder:
+    """Steps as `aiprof run` marks a generate() loop: one forward per step (2 layers of attention), and a step
+    between requests with no forward."""
+    b = TraceBuilder()
+    n = 0
+    t = 0.0
+    for _ in range(requests):
+        for i in range(new):
+            b.step(n, ts=t, dur=100)
+            q = prompt if i == 0 else 1
+            for layer in range(2):
+                b.cpu_op(SDPA, ts=t + 10 + 40 * layer, dur=30, shapes=[[1, 4, q, 16], [1, 4, prompt + i, 16],
+                                                                      [1, 4, prompt + i, 16]],
+                         dtypes=["float", "float", "float"])
+            n += 1
+            t += 100
+        b.step(n, ts=t, dur=50)
+        b.cpu_op("aten::ones", ts=t + 5, dur=5)
+        n += 1
+        t += 50
+    return b
+
+
+def test_steps_by_attention_shapes(tmp_path: Path) -> None:
+    section = inference_section(aiprof.load(_generate_trace().write(tmp_path / "t.json")))
+    assert section["detected"] and section["source"] == "attention shapes per step"
+    kinds = [s["kind"] for s in section["steps"]]
+    assert kinds == (["prefill"] + ["decode"] * 3 + ["between"]) * 2  # 1 prefill + N-1 decode per request
+    phases = section["phases"]
+    assert (phases["prefill"]["count"], phases["decode"]["count"], phases["between"]["count"]) == (2, 6, 2)
+    assert phases["prefill"]["tokens_per_step"] == 9 and phases["decode"]["tokens_per_step"] == 1
+    assert phases["decode"]["median_ns"] == 100_000 and phases["prefill"]["gpu_busy_share"] is None  # CPU only
+    decode_kv = [s["kv_len"] for s in section["steps"] if s["kind"] == "decode"]
+    assert decode_kv[:3] == [10, 11, 12]  # the KV cache grows by one token per decode step
+    assert section["requests"] is None
+
+
+def test_a_training_trace_is_no_inference(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    for i in range(3):
+        b.step(i, ts=i * 100, dur=100)
+        b.cpu_op(SDPA, ts=i * 100 + 5, dur=30, shapes=[[8, 4, 64, 16]] * 3, dtypes=["float"] * 3)
+    assert inference_section(aiprof.load(b.write(tmp_path / "t.json"))) == {"detected": False}
+
+
+@pytest.mark.parametrize("name, kind, tokens", [
+    ("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)", "mixed", 8192),
+    ("execute_32_context_0(sq0sk0sqsq0sqsk0)_generation_32(sq32sk55086sqsq32sqsk55086)", "decode", 32),
+    ("execute_512_context_2(sq512sk512sqsq1sqsk1)_generation_0(sq0sk0sqsq0sqsk0)", "prefill", 512),
+    ("step[DECODE bs=16]", "decode", 16),
+    ("step[EXTEND bs=2]", "prefill", -1),
+])
+def test_engine_step_annotations(tmp_path: Path, name: str, kind: str, tokens: int) -> None:
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    for i in range(3):
+        b.annotation(name, ts=i * 1000, dur=200)
+        op = b.cpu_op("aten::mm", ts=i * 1000 + 10, dur=20)
+        b.launch(op, kernel_ts=i * 1000 + 300, kernel_dur=500)  # the device work follows the host side
+    section = inference_section(aiprof.load(b.write(tmp_path / "t.json")))
+    assert section["engine"] in ("vLLM", "SGLang") and [s["kind"] for s in section["steps"]] == [kind] * 3
+    phase = section["phases"][kind]
+    assert phase["count"] == 3 and phase["host_gap_median_ns"] == 800_000
+    assert phase["tokens_per_step"] == (tokens if tokens >= 0 else None)
+    assert phase["gpu_busy_share"] == pytest.approx(1500 / 2800, abs=1e-3)  # to the next step's start
+
+
+def test_request_statistics(tmp_path: Path) -> None:
+    rows = [Request(0, 0, 100, 1, 8, (30, 40, 50, 60)), Request(1, 200, 300, 2, 8, (220, 230, 260))]
+    path = tmp_path / "requests.rank0.csv"
+    path.write_bytes(format_requests(rows))
+    stats = request_stats(path)
+    assert stats is not None and stats["count"] == 2 and stats["new_tokens"] == 4 + 2 * 3
+    assert stats["ttft"]["median_ns"] == 25 and stats["ttft"]["max_ns"] == 30
+    assert stats["itl"]["count"] == 5 and stats["itl"]["median_ns"] == 10 and stats["itl"]["max_ns"] == 30
+    assert stats["tokens_per_s"] == pytest.approx(10 / 200e-9)
+
+
+@pytest.mark.parametrize("fmt", ["terminal", "md", "html", "json"])
+def test_every_format_shows_the_phases(tmp_path: Path, fmt: str) -> None:
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
+    from aiprof.report.render import render
+
+    doc = build_document(*analyze_and_diagnose([_generate_trace().write(tmp_path / "t.json")], workers=1))
+    text = render(doc, fmt)
+    if fmt == "json":
+        assert json.loads(text)["ranks"][0]["inference"]["phases"]["decode"]["count"] == 6
+        return
+    assert "Inference" in text and "prefill" in text and "decode" in text and "between requests" in text
