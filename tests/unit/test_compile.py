@@ -150,3 +150,30 @@ def test_reports_without_compile_work_show_no_compile_row(tmp_path: Path) -> Non
     doc = app.analyze([b.write(tmp_path / "t.json")])
     assert "compile" not in common.buckets(doc)
     assert "compiling" not in app.render(doc, "terminal")
+
+
+def test_inductor_kernel_names_split_into_their_aten_ops() -> None:
+    from aiprof.analysis.inductor import arithmetic_ops, fused_ops_of_name, split_ops
+
+    assert split_ops("_to_copy_add_native_layer_norm") == ("_to_copy", "add", "native_layer_norm")
+    assert split_ops("_unsafe_view_clone_slice_transpose") == ("_unsafe_view", "clone", "slice", "transpose")
+    assert split_ops("constant_pad_nd_moe_forward") == ("constant_pad_nd", "moe_forward")
+    assert split_ops("_foo_bar") == ("_foo", "bar")  # an unknown ATen name with a leading underscore
+    assert fused_ops_of_name("triton_red_fused_add_mean_mul_pow_rsqrt_0") == ("reduction", ("add", "mean", "mul", "pow", "rsqrt"))
+    assert fused_ops_of_name("cpp_fused_add_mul_relu_3") == ("cpp", ("add", "mul", "relu"))
+    assert fused_ops_of_name("triton_poi_fused_0") is None  # names no op
+    assert fused_ops_of_name("triton__0d1d2d") is None  # numbered (pre-2.1): the launching op tells
+    assert fused_ops_of_name("sgemm_128x64_nn") is None
+    assert arithmetic_ops(("_unsafe_view", "mul", "silu", "clone")) == ("mul", "silu")
+
+
+def test_a_fused_kernel_costs_one_flop_per_element_per_arithmetic_op() -> None:
+    from aiprof.roofline.cost import op_cost
+
+    silu = op_cost("triton_poi_fused__unsafe_view_mul_silu_2", [[8, 4096, 8192], [32768, 8192], []],
+                   ["c10::BFloat16", "c10::BFloat16", "Scalar"])
+    copy = op_cost("triton_poi_fused__to_copy_clone_1", [[8, 4096, 8192], [32768, 8192], []],
+                   ["c10::BFloat16", "c10::BFloat16", "Scalar"])
+    assert silu is not None and copy is not None
+    assert silu.flops == 2 * 8 * 4096 * 8192 and copy.flops == 8 * 4096 * 8192  # mul + silu; a copy: the floor of 1
+    assert silu.bytes == copy.bytes == 2 * 2 * 8 * 4096 * 8192

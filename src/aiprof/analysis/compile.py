@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.inductor import compiled_kernels, compiled_kernels_section
 from aiprof.trace.model import I64, Kind, Trace
 
 # Spans of compilation work. Anchored names, so a user's "compile_data" range or a library's Python
@@ -235,7 +236,7 @@ def compile_section(trace: Trace) -> dict[str, Any]:
     regions = rows[trace.name_matches(rows, COMPILED_REGION)]
     lookups = rows[trace.name_matches(rows, CACHE_LOOKUP)]
     events = compile_events(trace)
-    if not events and not regions.size and not lookups.size:
+    if not events and not regions.size and not lookups.size and not compiled_kernels(trace):
         return {"compiled": False}
     graphs: dict[str, dict[str, Any]] = {}
     for r in compiled_regions(trace):
@@ -252,6 +253,7 @@ def compile_section(trace: Trace) -> dict[str, Any]:
         "events": [e.to_dict() for e in sorted(kept, key=lambda e: e.start_ns)],
         "regions": {"calls": int(regions.size), "total_ns": int(c.dur[regions].sum()), "graphs": list(graphs.values())},
         "cache_lookups": {"calls": int(lookups.size), "total_ns": int(c.dur[lookups].sum())},
+        "kernels": compiled_kernels_section(trace),
     }
 
 

@@ -46,13 +46,29 @@ def summary_parts(sec: dict[str, Any]) -> list[str]:
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
     regions = sec.get("regions") or {}
     lookups = sec.get("cache_lookups") or {}
-    parts = [f"{fmt_ms(int(sec.get('compile_ns') or 0))} compiling in {compiles} compilation{'s' * (compiles != 1)}"]
+    parts = [f"{fmt_ms(int(sec.get('compile_ns') or 0))} compiling in {compiles} compilation{'s' * (compiles != 1)}"
+             if compiles else "no compilation in the trace"]
     if recompiles:
         parts.append(f"{recompiles} recompilation{'s' * (recompiles != 1)}" + (f" ({why})" if why else ""))
     parts.append(f"{int(regions.get('calls') or 0):,} compiled-graph calls ({fmt_ms(int(regions.get('total_ns') or 0))})")
     if lookups.get("calls"):
         parts.append(f"{int(lookups['calls']):,} guard checks ({fmt_ms(int(lookups.get('total_ns') or 0))})")
+    kernels = sec.get("kernels") or {}
+    if kernels.get("kernel_names"):
+        share = float(kernels.get("attributed_share") or 0.0)
+        parts.append(f"{int(kernels['kernel_names']):,} Inductor kernels ({fmt_ms(int(kernels.get('gpu_ns') or 0))} "
+                     f"on the device, {100 * share:.0f}% with fused ops known)")
     return parts
+
+
+def kernel_rows(sec: dict[str, Any]) -> list[list[str]]:
+    """The compiled kernels with the most device time: name, kind, the ATen ops fused, time."""
+    kernels = (sec.get("kernels") or {}).get("kernels") or []
+    return [[str(k.get("name") or ""), str(k.get("kind") or "?"), ", ".join(k.get("ops") or []) or "unknown",
+             fmt_ms(int(k.get("gpu_ns") or 0))] for k in kernels[:TOP_EVENTS]]
+
+
+_KERNEL_HEAD = ["compiled kernel", "kind", "fused ATen ops", "device time"]
 
 
 def _rows(sec: dict[str, Any]) -> list[list[str]]:
@@ -72,6 +88,8 @@ def terminal_lines(doc: Report) -> list[str]:
     out = ["torch.compile", *(f"  {part}" for part in summary_parts(sec))]
     for cid, dur, cause, detail in _rows(sec):
         out.append(f"  {dur:>9}  {cid:<8} {cause}" + (f": {detail}" if detail else ""))
+    for name, _, ops, dur in kernel_rows(sec)[:5]:
+        out.append(f"  {dur:>9}  {_clip(name, 40)} = {ops}")
     out.append("")
     return [terminal(line) for line in out]
 
@@ -86,6 +104,10 @@ def markdown_lines(doc: Report) -> list[str]:
     if rows:
         out += ["", "| " + " | ".join(_HEAD) + " |", "|---|---:|---|---|"]
         out += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in rows]
+    kernels = kernel_rows(sec)
+    if kernels:
+        out += ["", "| " + " | ".join(_KERNEL_HEAD) + " |", "|---|---|---|---:|"]
+        out += ["| " + " | ".join(markdown(cell) for cell in row) + " |" for row in kernels]
     return out
 
 
@@ -97,4 +119,12 @@ def html_section(doc: Report) -> str:
     rows = "".join("<tr>" + "".join(f"<td>{html(cell)}</td>" for cell in row) + "</tr>" for row in _rows(sec))
     table = (f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in _HEAD)}</tr></thead><tbody>{rows}</tbody></table>"
              if rows else "")
+    kernels = "".join("<tr>" + "".join(f"<td>{html(cell)}</td>" for cell in row) + "</tr>" for row in kernel_rows(sec))
+    if kernels:
+        table += (f"<table><thead><tr>{''.join(f'<th>{h}</th>' for h in _KERNEL_HEAD)}</tr></thead>"
+                  f"<tbody>{kernels}</tbody></table>")
     return f"<p>{html(summary(sec))}.</p>{table}"
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"

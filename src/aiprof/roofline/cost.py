@@ -1153,7 +1153,9 @@ def _fused_optimizer(a: Args, base: str) -> OpCost | None:
 
 def _triton(a: Args, name: str) -> OpCost | None:
     """Inductor kernels record their buffers' shapes (inputs and outputs mixed): bytes = all buffers,
-    FLOPs = one per element of the largest buffer. Reads and writes cannot be told apart."""
+    FLOPs = one per element of the largest buffer for each arithmetic ATen op the kernel's name says it
+    fused (``triton_poi_fused_add_mul_0``: 2; views, copies, pads and layout changes: 0; at least 1).
+    Reads and writes cannot be told apart."""
     shapes = [s for s in a.dims if _is_shape(s) and s]
     if not shapes:
         return None
@@ -1169,7 +1171,15 @@ def _triton(a: Args, name: str) -> OpCost | None:
             total += _numel(s) * _bpe(d)
     largest = max(_numel(s) for s in shapes if isinstance(s, list))
     family = "reduce" if name.startswith(("triton_red", "triton_per")) else "elementwise"
-    return OpCost(largest, total, 0, "vector", dtype_, family, assumed_dtype=a.used_fallback)
+    return OpCost(largest * _fused_arithmetic(name), total, 0, "vector", dtype_, family, assumed_dtype=a.used_fallback)
+
+
+def _fused_arithmetic(name: str) -> int:
+    """How many of the ATen ops an Inductor kernel fused compute (at least 1)."""
+    from aiprof.analysis.inductor import arithmetic_ops, fused_ops_of_name
+
+    found = fused_ops_of_name(name)
+    return max(1, len(arithmetic_ops(found[1]))) if found else 1
 
 
 # ----- dispatch ------------------------------------------------------------------------------------------
@@ -1281,7 +1291,7 @@ def _model_for(base: str, inplace: bool) -> Model | None:
         return _EXACT[base[:-1]]
     if base.startswith("_foreach_"):
         return lambda a, n, i: _foreach(a, n, i)
-    if base.startswith(("triton_poi", "triton_red", "triton_per")):
+    if base.startswith(("triton_poi", "triton_red", "triton_per", "cpp_fused_")):
         return lambda a, n, i: _triton(a, n)
     return None
 
