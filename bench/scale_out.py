@@ -16,7 +16,6 @@ Usage: python bench/scale_out.py [--repeat 3] [--quick]   (prints a table; numbe
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -45,12 +44,16 @@ def reduce_seconds(world: int, repeat: int) -> tuple[float, int]:
 
 
 def analyze_seconds(args: list[str], repeat: int) -> float:
+    import tempfile
+
     times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "aiprof", "analyze", *args, "-o", os.devnull, "--format", "json"],
-                       check=True, capture_output=True)
-        times.append(time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="aiprof-scale-") as tmp:
+        for i in range(repeat):
+            out = Path(tmp) / f"report{i}.json"
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "aiprof", "analyze", *args, "-o", str(out)],
+                           check=True, capture_output=True)
+            times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
