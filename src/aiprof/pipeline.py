@@ -46,11 +46,13 @@ def diagnose_hook(
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
     interactive timeline (``extras["timeline"]``, :func:`aiprof.analysis.explore.rank_timeline`)."""
     from aiprof.analysis.stacks import host_extras
+    from aiprof.analysis.whatif.findings import predict_findings
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
     out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
+    notes.extend(predict_findings(trace, analysis.windows, out["findings"]))  # replayed savings (docs/whatif.md)
     out.update(host_extras(trace, analysis.windows, out["findings"]))  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory)
     if report is None and memory == "auto" and len(trace.rows_of(Kind.MEMORY)):

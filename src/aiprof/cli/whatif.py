@@ -1,4 +1,4 @@
-"""``aiprof whatif PATH [--remove data_loading|syncs] [--scale-host F] [--cuda-graphs] [--scale-kernels F
+"""``aiprof whatif PATH [--remove data_loading|syncs|host_gaps] [--scale-host F] [--cuda-graphs] [--scale-kernels F
 [--kernels REGEX]] [--fuse-elementwise] [--overlap-comm [--interference F]] [--rank N] [-o FILE.json]``:
 replay the trace on its dependency graph with each edit and print the predicted step beside the measured
 one (docs/whatif.md)."""
@@ -21,8 +21,9 @@ class WhatIfCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", type=Path, metavar="PATH", help="a trace file (or a folder: one rank)")
-        parser.add_argument("--remove", action="append", default=[], choices=["data_loading", "syncs"],
-                            help="remove the DataLoader waits or the blocking syncs (repeatable)")
+        parser.add_argument("--remove", action="append", default=[], choices=["data_loading", "syncs", "host_gaps"],
+                            help="remove the DataLoader waits, the blocking syncs, or the untraced Python "
+                                 "in gaps of 1 ms or more inside the steps (repeatable)")
         parser.add_argument("--scale-host", type=numbers.factor, metavar="F",
                             help="host overhead (CPU ops, Python, runtime calls) x F")
         parser.add_argument("--cuda-graphs", action="store_true",

@@ -8,6 +8,8 @@ What each edit means (``name`` is how the CLI spells it):
 
 - ``data_loading`` (:class:`RemoveDataLoading`): the host no longer waits for batches (a DataLoader with
   workers and prefetch): every ``DATA_LOADING`` node lasts 0.
+- ``host_gaps`` (:class:`RemoveHostGaps`): the untraced Python inside the steps, in gaps of 1 ms or more,
+  goes (a sleep, logging, bookkeeping moved off the step).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
 - ``scale_host`` (:class:`ScaleHost`): host overhead x ``factor`` (CPU ops, Python, runtime and launch
@@ -80,6 +82,18 @@ class RemoveDataLoading:
 
     def apply(self, graph: Graph, scenario: Scenario) -> None:
         scenario.dur[graph.kind == int(NodeKind.DATA_LOADING)] = 0
+
+
+@dataclass(frozen=True)
+class RemoveHostGaps:
+    """The script's own untraced Python inside the steps, in gaps of at least ``min_ns``, removed."""
+
+    min_ns: int = 1_000_000
+    name: str = "host_gaps"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        gaps = (graph.kind == int(NodeKind.UNTRACED)) & (graph.dur >= self.min_ns) & _in_steps(graph)
+        scenario.dur[gaps] = 0
 
 
 @dataclass(frozen=True)

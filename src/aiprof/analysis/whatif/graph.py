@@ -6,8 +6,8 @@ Nodes (:class:`NodeKind`), on *resources* (a host thread, or one stream of one d
   a thread is a chain with no holes: ``LAUNCH`` (a runtime/driver call that launched device work),
   ``RUNTIME`` (other runtime calls), ``SYNC_CALL`` + ``WAIT`` (a blocking call: its own host cost, then a
   zero-length node that waits for the device work it blocked on), ``DATA_LOADING`` (inside
-  ``enumerate(DataLoader)#...__next__``), ``HOST`` (CPU ops, Python), ``UNTRACED`` (time on the thread no
-  event covers: unprofiled Python), ``OUTSIDE`` (before the thread's first event and after its last);
+  ``enumerate(DataLoader)#...__next__``), ``HOST`` (CPU ops, Python functions), ``UNTRACED`` (time on the
+  thread that no op, Python function or call covers, annotations aside: unprofiled Python), ``OUTSIDE`` (before the thread's first event and after its last);
 - device activities, one node each, per stream: ``KERNEL``, ``COMM`` (collective kernels), ``MEMCPY``,
   ``MEMSET``.
 
@@ -47,7 +47,10 @@ from aiprof.trace.model import GPU_WORK_KINDS, I8, I64, Bool, Kind, Trace
 HOST_KINDS = (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON, Kind.RUNTIME, Kind.DRIVER, Kind.OTHER)
 SYNC_TOLERANCE_NS = 10_000  # a blocking call may return this long before the clock says its work ended
 DEFAULT_LAUNCH_FLOOR_NS = 5_000  # launch latency when no kernel in the trace shows it
-BURST_GAP_NS = 50_000  # a pause this long on a helper thread ends a burst of its work
+BURST_GAP_NS = 50_000
+# An "async" copy call that lasts this long blocked (a device-to-pageable-host copy waits for the queue).
+BLOCKING_COPY_MIN_NS = 50_000
+_ASYNC_COPY = r"^(cuda|hip)MemcpyAsync$|^cuMemcpy.*Async"  # a pause this long on a helper thread ends a burst of its work
 
 
 class NodeKind(enum.IntEnum):
@@ -225,7 +228,9 @@ def _blocking_calls(trace: Trace, host: _Host, device_rows: I64, launch: I64) ->
     and still running after the call's own cost (else nothing was waited for)."""
     c = trace.columns
     pos = np.flatnonzero(host.is_runtime)
-    pos = pos[trace.name_matches(host.rows[pos], _SYNC_CALL.pattern)]
+    rows = host.rows[pos]
+    slow_copy = trace.name_matches(rows, _ASYNC_COPY) & (c.dur[rows] >= BLOCKING_COPY_MIN_NS)
+    pos = pos[trace.name_matches(rows, _SYNC_CALL.pattern) | slow_copy]
     if pos.size == 0 or device_rows.size == 0:
         return
     pos = _outermost(pos, host.thread[pos], c.ts[host.rows[pos]], (c.ts + c.dur)[host.rows[pos]])
@@ -389,7 +394,10 @@ def _segment_kinds(trace: Trace, host: _Host, sel: I64, cut: I64, block_rows: I6
     s, e = c.ts[rows], c.ts[rows] + c.dur[rows]
     kind = np.full(cut.size, int(NodeKind.UNTRACED), dtype=np.int64)
     row = np.full(cut.size, -1, dtype=np.int64)
-    _paint(kind, cut, iv.merge(s, e), NodeKind.HOST)
+    # Host work is what ops, Python and runtime calls cover; a gap inside an enclosing annotation (the step,
+    # "## backward ##") is the script's own untraced Python.
+    work = c.kind[rows] != int(Kind.USER_ANNOTATION)
+    _paint(kind, cut, iv.merge(s[work], e[work]), NodeKind.HOST)
     rt = host.is_runtime[sel]
     _paint(kind, cut, iv.merge(s[rt], e[rt]), NodeKind.RUNTIME)
     loader = host.is_loader[sel]

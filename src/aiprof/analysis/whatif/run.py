@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, Fuse, OverlapComm, Prediction, RemoveDataLoading, RemoveSyncs, ScaleHost, ScaleKernels,
+    CudaGraphs, Edit, Fuse, OverlapComm, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, ScaleHost, ScaleKernels,
     kernels_matching, predict,
 )
 from aiprof.analysis.whatif.graph import EdgeKind, Graph, NodeKind, build_graph
@@ -18,7 +18,7 @@ from aiprof.analysis.whatif.replay import Replay, StepTimes, critical_path, repl
 from aiprof.errors import AiprofError
 from aiprof.trace.model import I64, Trace
 
-REMOVABLE = ("data_loading", "syncs")
+REMOVABLE = ("data_loading", "syncs", "host_gaps")
 # Elementwise kernels a fuser (torch.compile, a fused op) would merge with their neighbours.
 ELEMENTWISE = re.compile(r"elementwise|vectorized_|unrolled_|triton_poi|_foreach_|fill_kernel|copy_kernel", re.I)
 
@@ -48,7 +48,9 @@ def make_edits(graph: Graph, trace: Trace, spec: EditSpec) -> list[Edit]:
     if spec.kind == "remove":
         if spec.what not in REMOVABLE:
             raise AiprofError(f"--remove {spec.what!r}: choose one of {', '.join(REMOVABLE)}")
-        return [RemoveDataLoading() if spec.what == "data_loading" else RemoveSyncs()]
+        removal: dict[str, Edit] = {"data_loading": RemoveDataLoading(), "syncs": RemoveSyncs(),
+                                    "host_gaps": RemoveHostGaps()}
+        return [removal[spec.what]]
     if spec.kind == "scale_host":
         return [ScaleHost(spec.factor)]
     if spec.kind == "cuda_graphs":

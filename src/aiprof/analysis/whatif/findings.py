@@ -1,0 +1,85 @@
+"""Each rule's fix as a what-if edit, so a finding's saving is a replayed prediction beside its formula.
+
+:data:`FIX_EDITS` maps a finding id to the edits that carry out its fix on this trace (none: the finding
+keeps only its formula). :func:`predict_findings` replays each mapped finding's fix alone and writes into
+its evidence:
+
+- ``predicted_step_ns``: the median step after the fix;
+- ``predicted_saving_ns_per_step``: the median over the steps of (measured − predicted) step;
+- ``predicted_by``: the edit replayed.
+
+The findings keep their ranking by formula: ranked by prediction, 6 of the shared traces changed their
+first finding, for reasons of the model, not of the traces (a one-rank replay sees neither the other
+ranks a collective waits for nor the faster pinned copy the ``sync`` fix brings; docs/whatif.md).
+Their savings overlap (removing a data-loading wait exposes the host overhead behind it), so they are never
+summed: a note gives the step with every mapped fix replayed together.
+
+Only single-rank traces get predictions: on a rank of a distributed run, a fix that speeds the rank up is
+held back by the other ranks at its next collective, which a one-rank replay cannot see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aiprof.analysis.steps import StepWindow
+from aiprof.analysis.whatif.edits import (
+    Edit, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, predict,
+)
+from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
+from aiprof.trace.model import Trace
+
+EditsOf = Callable[[Graph, Trace], list[Edit]]
+
+
+def _syncs(graph: Graph, trace: Trace) -> list[Edit]:
+    return [RemoveSyncs()] if graph.nodes_of(NodeKind.WAIT).size else []
+
+
+# Only fixes whose size the trace itself fixes. host_bound / launch_bound (torch.compile, CUDA graphs: how
+# much of the dispatch cost goes is not in the trace; `aiprof whatif --cuda-graphs` gives the bound) and
+# fusion_opportunity (the fused kernel's bytes need the roofline per kernel; `--fuse-elementwise` keeps the
+# chain's own time) keep their formula, and so does exposed_communication: a rank's collective waits for the
+# other ranks, which a one-rank replay does not see (Megatron TP=8: most of its exposed all-reduce is the
+# fast ranks waiting for a straggler, and a tensor-parallel all-reduce feeds the next GEMM).
+FIX_EDITS: dict[str, EditsOf] = {
+    "data_loading": lambda graph, trace: [RemoveDataLoading()],
+    "sync": _syncs,
+    "host_gaps": lambda graph, trace: [RemoveHostGaps()],
+}
+_EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
+               "host_gaps": "remove host_gaps"}
+
+
+def predict_findings(trace: Trace, windows: list[StepWindow], findings: list[dict[str, Any]]) -> list[str]:
+    """Add the replayed prediction to the evidence of every finding whose fix maps to an edit (module
+    doc), in place; return the note on all of them together (none when fewer than two are mapped)."""
+    mapped = [f for f in findings if f.get("id") in FIX_EDITS]
+    if not mapped or not windows or _world_size(trace) > 1:
+        return []
+    graph = build_graph(trace, windows)
+    everything: list[Edit] = []
+    for finding in mapped:
+        edits = FIX_EDITS[finding["id"]](graph, trace)
+        if not edits:
+            continue
+        everything += edits
+        prediction = predict(graph, edits)
+        finding["evidence"]["predicted_step_ns"] = prediction.predicted_median_ns
+        finding["evidence"]["predicted_saving_ns_per_step"] = prediction.saving_ns
+        finding["evidence"]["predicted_by"] = _EDIT_LABEL[finding["id"]]
+    counted = [f for f in mapped if "predicted_step_ns" in f["evidence"]]
+    if len(counted) < 2:
+        return []
+    together = predict(graph, everything)
+    claimed = sum(max(0, int(f["evidence"]["predicted_saving_ns_per_step"])) for f in counted)
+    return [f"what-if: the fixes of {', '.join(sorted({f['id'] for f in counted}))} together: median step "
+            f"{together.baseline_median_ns / 1e6:.2f} -> {together.predicted_median_ns / 1e6:.2f} ms (saving "
+            f"{together.saving_ns / 1e6:.2f} ms; their savings one by one add up to {claimed / 1e6:.2f} ms, "
+            "but they overlap)"]
+
+
+def _world_size(trace: Trace) -> int:
+    size = trace.distributed.get("world_size", 1)
+    return int(size) if isinstance(size, int) and not isinstance(size, bool) else 1

@@ -1,0 +1,53 @@
+"""Findings whose fix maps to an edit carry the replayed prediction beside their formula."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import aiprof
+from aiprof.analysis.steps import step_windows
+from aiprof.analysis.whatif.findings import predict_findings
+from aiprof.pipeline import analyze_and_diagnose
+from aiprof.trace.model import Trace
+from test_edits import loader_builder, loader_trace
+from test_graph import sync_trace
+
+
+def _finding(rule: str) -> dict[str, Any]:
+    return {"id": rule, "est_saving_ns_per_step": 1, "evidence": {}}
+
+
+def test_a_mapped_finding_gets_its_fix_replayed(tmp_path: Path) -> None:
+    trace = loader_trace(tmp_path)
+    findings = [_finding("data_loading"), _finding("precision")]
+    assert predict_findings(trace, step_windows(trace), findings) == []  # one mapped finding: no note
+    assert findings[0]["evidence"] == {"predicted_step_ns": 60_000, "predicted_saving_ns_per_step": 40_000,
+                                       "predicted_by": "remove data_loading"}
+    assert findings[1]["evidence"] == {}  # no edit for this fix: the formula only
+
+
+def test_overlapping_fixes_are_replayed_together_not_summed(tmp_path: Path) -> None:
+    """The sync trace has no DataLoader: data_loading's fix saves 0, the sync's 13 µs; together 13 µs."""
+    trace = sync_trace(tmp_path)
+    findings = [_finding("data_loading"), _finding("sync")]
+    notes = predict_findings(trace, step_windows(trace), findings)
+    assert [f["evidence"]["predicted_saving_ns_per_step"] for f in findings] == [0, 13_000]
+    assert len(notes) == 1 and "0.10 -> 0.09 ms" in notes[0] and "overlap" in notes[0]
+
+
+def test_a_rank_of_a_distributed_run_gets_no_prediction(tmp_path: Path) -> None:
+    b = loader_builder()
+    b.distributed(rank=0, world_size=2)
+    trace = aiprof.load(b.write(tmp_path / "r0.json"))
+    assert isinstance(trace, Trace)
+    findings = [_finding("data_loading")]
+    predict_findings(trace, step_windows(trace), findings)
+    assert findings[0]["evidence"] == {}
+
+
+def test_the_diagnosis_carries_the_prediction(tmp_path: Path) -> None:
+    _, findings = analyze_and_diagnose([loader_builder().write(tmp_path / "t.json")], workers=1)
+    loading = next(f for f in findings if f["id"] == "data_loading")
+    assert loading["evidence"]["predicted_step_ns"] == 60_000
+    assert loading["evidence"]["predicted_saving_ns_per_step"] == 40_000
