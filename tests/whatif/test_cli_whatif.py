@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from aiprof.cli import main
-from test_edits import loader_builder
+from test_whatif_edits import loader_builder
 
 
 def _trace(tmp_path: Path) -> Path:
-    """test_edits.py's loader trace: a 100 µs step, 60 µs once the 40 µs DataLoader wait is gone."""
+    """test_whatif_edits.py's loader trace: a 100 µs step, 60 µs once the 40 µs DataLoader wait is gone."""
     return loader_builder().write(tmp_path / "t.json")
 
 

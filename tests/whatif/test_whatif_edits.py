@@ -12,7 +12,7 @@ from aiprof.analysis.whatif.edits import (
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.trace.model import Trace
 from kineto_builder import TraceBuilder
-from test_graph import sync_trace
+from test_whatif_graph import sync_trace
 
 
 def _load(b: TraceBuilder, tmp_path: Path) -> Trace:

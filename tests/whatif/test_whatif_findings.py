@@ -10,8 +10,8 @@ from aiprof.analysis.steps import step_windows
 from aiprof.analysis.whatif.findings import predict_findings
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.trace.model import Trace
-from test_edits import loader_builder, loader_trace
-from test_graph import sync_trace
+from test_whatif_edits import loader_builder, loader_trace
+from test_whatif_graph import sync_trace
 
 
 def _finding(rule: str) -> dict[str, Any]:
