@@ -714,11 +714,21 @@ def _report_problem(report: Report) -> str | None:
     return None
 
 
+def _index_in_file(report: Report) -> list[int]:
+    """Each rank's place among the ranks of its file (an Nsight report of an MPI job holds several)."""
+    seen: dict[str, int] = {}
+    out = []
+    for r in report.ranks:
+        out.append(seen.get(r.path, 0))
+        seen[r.path] = out[-1] + 1
+    return out
+
+
 def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
     from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
 
     try:
-        raws = [_safe_raw(read_raw_trace(Path(r.path))) for r in report.ranks]
+        raws = [_safe_raw(read_raw_trace(Path(r.path), i)) for r, i in zip(report.ranks, _index_in_file(report))]
     except (OSError, ValueError) as err:
         raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
     merged = merged_trace(report, raws)

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from aiprof.errors import AiprofError
+from aiprof.trace.model import Kind, Trace
 
 from aiprof.report.common import fmt_ms, saving_text
 from aiprof.report.model import RankReport, Report
@@ -23,11 +25,18 @@ ANNOTATION_PID = 999_999_001
 TELEMETRY_PID = 999_999_002
 
 
-def read_raw_trace(path: Path) -> dict[str, Any]:
+def read_raw_trace(path: Path, index: int = 0) -> dict[str, Any]:
     """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
     to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
-    analysis read it: its complete events and the header fields written before them."""
+    analysis read it: its complete events and the header fields written before them. A file of another
+    format (an Nsight Systems report) is read through the reader interface and its ``index``-th rank
+    written as Chrome-trace events (:func:`trace_events`)."""
     from aiprof.trace.kineto.loader import read_bytes
+    from aiprof.trace.readers import load_ranks, reader_for
+
+    if reader_for(path).name != "kineto":
+        traces = load_ranks(path)
+        return trace_events(traces[min(index, len(traces) - 1)])
 
     data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.kineto.source)
     try:
@@ -41,6 +50,48 @@ def read_raw_trace(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: not a trace")
     return raw
+
+
+# The Chrome-trace category of each kind when the reader kept none (Kineto's names).
+_KIND_CATEGORY = {
+    Kind.CPU_OP: "cpu_op", Kind.USER_ANNOTATION: "user_annotation", Kind.PYTHON: "python_function",
+    Kind.RUNTIME: "cuda_runtime", Kind.DRIVER: "cuda_driver", Kind.KERNEL: "kernel", Kind.MEMCPY: "gpu_memcpy",
+    Kind.MEMSET: "gpu_memset", Kind.GPU_ANNOTATION: "gpu_user_annotation", Kind.SYNC: "cuda_sync",
+    Kind.GPU_OTHER: "gpu_other", Kind.OTHER: "cpu_instant_event",
+}
+_SKIPPED_KINDS = (Kind.MEMORY, Kind.SPAN)
+
+
+def trace_events(trace: Trace) -> dict[str, Any]:
+    """A loaded trace of any format as a Chrome-trace document: one complete (``X``) or instant (``i``)
+    event per row (timestamps in µs with ns decimals, the reader's category or Kineto's name for the
+    kind), correlation / External id / grid / block / bytes as args where known, and a ``process_name``
+    for each device (``GPU N``). Memory events and profiler bookkeeping are left out."""
+    c = trace.columns
+    keep = ~np.isin(c.kind, [int(k) for k in _SKIPPED_KINDS])
+    rows = np.flatnonzero(keep)
+    strings = trace.strings
+    events: list[dict[str, Any]] = []
+    columns = zip(rows.tolist(), c.kind[rows].tolist(), c.cat[rows].tolist(), c.name[rows].tolist(),
+                  c.ts[rows].tolist(), c.dur[rows].tolist(), c.pid[rows].tolist(), c.tid[rows].tolist(),
+                  c.correlation[rows].tolist(), c.external_id[rows].tolist(), c.grid[rows].tolist(),
+                  c.block[rows].tolist(), c.nbytes[rows].tolist())
+    for _, kind, cat, name, ts, dur, pid, tid, corr, ext, grid, block, nbytes in columns:
+        category = strings[cat] if 0 <= cat < len(strings) and strings[cat] else _KIND_CATEGORY.get(Kind(kind), "other")
+        event: dict[str, Any] = {"ph": "X" if dur > 0 or kind != int(Kind.INSTANT) else "i", "cat": category,
+                                 "name": strings[name] if 0 <= name < len(strings) else "", "pid": pid, "tid": tid,
+                                 "ts": ts / 1000.0}
+        if event["ph"] == "X":
+            event["dur"] = dur / 1000.0
+        args = {k: v for k, v in (("correlation", corr), ("External id", ext), ("grid", grid), ("block", block),
+                                  ("bytes", nbytes)) if v is not None and v >= 0}
+        if args:
+            event["args"] = args
+        events.append(event)
+    for device in sorted(trace.device_ids):
+        events.append({"ph": "M", "name": "process_name", "pid": int(device), "tid": 0,
+                       "args": {"name": f"GPU {int(device)}"}})
+    return {"traceEvents": events}
 
 
 def _salvaged_raw_trace(path: Path) -> dict[str, Any]:
