@@ -282,3 +282,79 @@ def checksums(root: Path) -> dict[str, str]:
         else:
             out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+# --- Nsight Compute CSV exports -----------------------------------------------------------------------
+NCU_HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+              "Grid Size", "Device", "CC", "gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+              "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed"]
+NCU_UNITS = ["", "", "", "", "", "", "", "", "", "", "", "nsecond", "byte", "byte", "inst", "%"]
+# Text an attacker (or a broken tool) puts where a number belongs.
+EXTREMES = ("1e400", "-1e400", "nan", "inf", "-inf", "9" * 5000, "-5", "", "text", "1e30", "0x10", "½", "\x00")
+
+
+def ncu_row(i: int) -> list[str]:
+    return [str(i), "4242", "bench", "host", f"kernel_{i % 3}(float*, int)", "1", "7", "(256, 1, 1)", "(120, 1, 1)",
+            "0", "8.0", str(2000 + i), "1,000,000", "500000", "4096", "12.5"]
+
+
+def ncu_csv(path: Path, rows: int, cells: dict[tuple[int, int], str] | None = None, encoding: str = "utf-8",
+            bom: bool = False) -> Path:
+    """A ``ncu --csv --page raw --print-units base`` export of ``rows`` kernels; ``cells`` replaces
+    (row, column) values (row -1: the header, -2: the units row)."""
+    table = [list(NCU_HEADER), list(NCU_UNITS), *(ncu_row(i) for i in range(rows))]
+    for (row, column), value in (cells or {}).items():
+        table[{-1: 0, -2: 1}.get(row, row + 2)][column] = value
+    text = "==PROF== Disconnected from process 4242\n" + "".join(
+        ",".join('"' + c.replace('"', '""') + '"' for c in line) + "\n" for line in table)
+    data = text.encode(encoding)
+    if bom and encoding == "utf-8":
+        data = b"\xef\xbb\xbf" + data
+    path.write_bytes(data)
+    return path
+
+
+def btree_dag(path: Path, references: int, kernels: int = 3000) -> Path:
+    """An Nsight export whose kernel table's root page points ``references`` times at one leaf page (a
+    b-tree made a DAG, 64 KiB pages): a few hundred KB that SQLite reads as ``references`` × (the leaf's
+    rows) kernels. Every other table is as :func:`nsys_export` writes it."""
+    import sqlite3
+    import struct
+
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 65536")
+    con.execute("VACUUM")
+    con.close()
+    nsys_export(path, kernels)
+    con = sqlite3.connect(path)
+    root = con.execute("SELECT rootpage FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL'").fetchone()[0]
+    con.close()
+    data = bytearray(path.read_bytes())
+    page = 65536
+    start = (root - 1) * page
+    assert data[start] == 0x05, "the kernel table must span several leaves (an interior root)"
+    leaf = struct.unpack(">I", data[start + 8: start + 12])[0]  # the rightmost child: a leaf
+    cell = page - 5  # one 5-byte cell (child page, a 1-byte rowid key) that every pointer shares
+    assert 12 + 2 * references <= cell, "too many references for one page"
+    header = struct.pack(">BHHHB", 0x05, 0, references, cell, 0) + struct.pack(">I", leaf)
+    pointers = struct.pack(f">{references}H", *([cell] * references))
+    body = header + pointers
+    data[start: start + page] = body + bytes(cell - len(body)) + struct.pack(">IB", leaf, 1)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def kineto_trace(path: Path, memory: bool = True) -> Path:
+    """A small valid Kineto trace: 3 ProfilerSteps, each an ``aten::mm`` (with shapes) launching a kernel,
+    and (``memory``) a ``[memory]`` event per step."""
+    from kineto_builder import TraceBuilder
+
+    b = TraceBuilder()
+    for i in range(3):
+        step = b.step(i, ts=i * 100, dur=90)
+        op = b.cpu_op("aten::mm", ts=step["ts"] + 5, dur=20, shapes=[[64, 64], [64, 64]], dtypes=["float", "float"])
+        b.launch(op, kernel="sgemm", kernel_ts=step["ts"] + 30, kernel_dur=10, stream=7)
+        if memory:
+            b.memory(ts=step["ts"] + 6, nbytes=4096, total_allocated=4096 * (i + 1), device=0)
+    b.distributed(rank=0, world_size=1)
+    return b.write(path)

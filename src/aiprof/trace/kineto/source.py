@@ -12,13 +12,12 @@ known to look like a trace or past the limits:
   inflates 200x or more; Kineto JSON compresses 10-40x). Past it, a one-line :class:`TraceError` names
   the limit and the option that raises it (``--max-trace-mb``).
 
-The limits in force are a process setting (:func:`configure`), read by every load: the CLI sets them
-once from its options and the worker processes it forks inherit them.
+The limits (:class:`LoadLimits`, the process setting :func:`configure`) are those of every reader
+(:mod:`aiprof.trace.limits`, re-exported here).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections.abc import Iterator
@@ -26,65 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiprof.errors import AiprofError, TraceError
+from aiprof.errors import TraceError
+from aiprof.trace.limits import LoadLimits, configure, current, too_large, too_many_events
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
 PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
-_MB = 1 << 20
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 GZIP_TRUNCATED = "gzip stream is truncated"  # the words of the salvage note (``loader.is_cut_off``)
-
-
-@dataclass(frozen=True)
-class LoadLimits:
-    """What one trace file may cost before loading stops with a one-line error.
-
-    ``max_bytes``: decompressed text, whatever the file's size. ``max_ratio``: decompressed text per
-    byte of file, applied past ``ratio_floor_bytes``. ``max_events``: events in one file (0: no limit)."""
-
-    max_bytes: int = 32 << 30
-    ratio_floor_bytes: int = 512 * _MB
-    max_ratio: float = 100.0
-    max_events: int = 0
-
-    @classmethod
-    def with_max_mb(cls, megabytes: float, max_events: int = 0) -> LoadLimits:
-        """An explicit size limit (``--max-trace-mb``): the decompressed text may reach ``megabytes``
-        whatever the compression ratio."""
-        size = max(1, int(megabytes * _MB))
-        return cls(max_bytes=size, ratio_floor_bytes=size, max_events=max_events)
-
-    @classmethod
-    def from_options(cls, max_trace_mb: float | None, max_events: int | None) -> LoadLimits:
-        """The limits a command's options ask for (``--max-trace-mb``, ``--max-events``); None or 0: the
-        default. Raises :class:`AiprofError` for a value that is not a positive finite number."""
-        events = int(max_events or 0)
-        if events < 0:
-            raise AiprofError(f"--max-events must be 0 (no limit) or a positive count, not {max_events}")
-        if max_trace_mb is None:
-            return cls(max_events=events)
-        if not math.isfinite(max_trace_mb) or max_trace_mb <= 0:
-            raise AiprofError(f"--max-trace-mb must be a positive number of megabytes, not {max_trace_mb}")
-        return cls.with_max_mb(max_trace_mb, events)
-
-    def allowed_bytes(self, file_bytes: int) -> int:
-        """How far the decompressed text of a file of ``file_bytes`` bytes may grow."""
-        by_ratio = max(self.ratio_floor_bytes, int(self.max_ratio * file_bytes))
-        return min(self.max_bytes, by_ratio)
-
-
-_limits = LoadLimits()
-
-
-def configure(limits: LoadLimits) -> None:
-    """Set the limits every later load in this process (and the processes it forks) applies."""
-    global _limits
-    _limits = limits
-
-
-def current() -> LoadLimits:
-    """The limits in force (:func:`configure`; the defaults otherwise)."""
-    return _limits
 
 
 class Truncated(Exception):
@@ -115,24 +62,18 @@ def inflate_errors() -> tuple[type[BaseException], ...]:
     return (zlib.error, isal_error)
 
 
-def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
-    """The one-line error past the size limit."""
-    allowed = limits.allowed_bytes(file_bytes)
-    by_ratio = allowed < limits.max_bytes  # else the size limit itself (or --max-trace-mb) stopped it
-    why = f", over {limits.max_ratio:g}x the {file_bytes:,}-byte file" if by_ratio else ""
-    return TraceError(
-        f"{path}: the trace text is larger than {allowed / _MB:,.0f} MB{why} (a gzip bomb, or an unusually "
-        "large trace); if the file is a real trace, raise the limit with --max-trace-mb"
-    )
+# Byte-order marks by their first two bytes (the sniff may see only two): text some editors and Windows tools write.
+_MARKS = {b"\xef\xbb": "a UTF-8 byte-order mark (JSON has none: save the file as UTF-8 without BOM)",
+          b"\xff\xfe": "a UTF-16 byte-order mark (save the file as UTF-8)",
+          b"\xfe\xff": "a UTF-16 byte-order mark (save the file as UTF-8)"}
 
 
-def too_many_events(path: Path, limit: int) -> TraceError:
-    """The one-line error past ``LoadLimits.max_events``."""
-    return TraceError(f"{path}: more than {limit:,} events (the --max-events limit); raise it to load this trace")
-
-
-def not_a_trace(path: Path) -> TraceError:
-    """The one-line error for a file whose text does not open a JSON object or list."""
+def not_a_trace(path: Path, head: bytes = b"") -> TraceError:
+    """The one-line error for a file whose text does not open a JSON object or list; text that starts with
+    a byte-order mark (``head``: its first non-blank bytes) is named so."""
+    for mark, why in _MARKS.items():
+        if head.startswith(mark):
+            return TraceError(f"{path}: the file starts with {why}")
     return TraceError(f"{path}: not a Kineto trace: does not start with a JSON object or list")
 
 
@@ -144,7 +85,7 @@ def pieces(
     Raises OSError as ``open`` does, :class:`TraceError` for a file that is not JSON, empty, or too large,
     :class:`Truncated` / :class:`TrailingData` after the last piece for a gzip stream cut short or
     followed by more data, and the decompressor's error for corrupt data."""
-    limits = limits or _limits
+    limits = limits or current()
     with open(path, "rb") as fh:
         size = _file_size(fh)
         sniff = _Sniff(path, limits, size)
@@ -190,6 +131,8 @@ def stream_pieces(path: Path) -> Iterator[bytes]:
         raise Fallback from None  # concatenated gzip members: the whole-file path decides
 
 
+
+
 class _Sniff:
     """Checks each piece as it passes: the first non-whitespace byte, and the running size."""
 
@@ -209,7 +152,7 @@ class _Sniff:
             match = _NON_SPACE.search(piece)
             if match is not None:
                 if piece[match.start()] not in b"{[":
-                    raise not_a_trace(self.path)
+                    raise not_a_trace(self.path, piece[match.start():match.start() + 3])
                 self.started = True
         return piece
 

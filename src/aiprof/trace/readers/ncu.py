@@ -17,7 +17,10 @@ derived number is ``None`` when its counters are absent.
 from __future__ import annotations
 
 import csv
-import io
+import functools
+import itertools
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +44,6 @@ _DETAILS = {("Duration", "time"): DURATION, ("Compute (SM) Throughput", "%"): SM
             ("Memory Throughput", "%"): MEMORY_SOL, ("DRAM Throughput", "%"): "dram__throughput.avg.pct_of_peak_sustained_elapsed"}
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _TIME = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
-_DIMS = re.compile(r"-?\d+")
 
 
 @dataclass
@@ -92,7 +94,8 @@ class NcuResult:
 def read_ncu(path: Path) -> list[NcuResult]:
     """An ``.ncu-rep`` report or an ``ncu --csv`` export (raw or details page), told apart by content."""
     try:
-        head = path.open("rb").read(4)
+        with path.open("rb") as fh:
+            head = fh.read(4)
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
     if head == NCU_REP_MAGIC or path.suffix == ".ncu-rep":
@@ -100,12 +103,36 @@ def read_ncu(path: Path) -> list[NcuResult]:
     return read_csv(path)
 
 
-def _number(text: str) -> float | None:
+# Every number of an export goes through number(): a counter of 10^30 of anything is no measurement, and
+# nan / inf / 1e400 / a 5,000-digit number are not numbers a kernel has.
+MAX_VALUE = 1e30
+MAX_INDEX = (1 << 31) - 1
+_NUMBER_CHARS = 64  # longer text is no number of an export ("1,234,567.891e+05" is 17)
+
+
+def number(text: str) -> float | None:
+    """The reader's one number parser: ``text`` (thousands separators allowed) as a finite float of
+    magnitude <= :data:`MAX_VALUE`; None for anything else (blank, ``n/a``, ``nan``, ``inf``, ``1e400``,
+    a 5,000-digit number, text). A metric that is None is absent: its derived numbers are None."""
     cleaned = text.strip().replace(",", "")
+    if not cleaned or len(cleaned) > _NUMBER_CHARS:
+        return None
     try:
-        return float(cleaned)
+        return finite(float(cleaned))
     except ValueError:
         return None
+
+
+def finite(value: float) -> float | None:
+    """``value`` when finite and of magnitude <= :data:`MAX_VALUE`, else None."""
+    return value if math.isfinite(value) and abs(value) <= MAX_VALUE else None
+
+
+def whole(value: float | None, high: int = MAX_INDEX) -> int | None:
+    """``value`` when it is a whole number in 0..``high``, else None (an ID, a device, a dimension)."""
+    if value is None or not 0 <= value <= high or value != int(value):
+        return None
+    return int(value)
 
 
 def _scale(unit: str) -> float:
@@ -124,79 +151,155 @@ def _scale(unit: str) -> float:
     return factor
 
 
+@functools.lru_cache(maxsize=4096)
 def _dims(text: str) -> int:
-    numbers = [int(n) for n in _DIMS.findall(text)]
-    return int(np.prod(numbers)) if numbers else -1
+    """``(256, 1, 1)`` (or ``256``) → 256; -1 when unknown or not a launch's dimensions (each a whole
+    number 0..2^31-1)."""
+    parts = text.strip().removeprefix("(").removesuffix(")").split(",")
+    sizes = [whole(number(p)) for p in parts] if len(text) <= _NUMBER_CHARS * 3 else [None]
+    total = 1
+    for n in sizes:
+        if n is None:
+            return -1
+        total *= n
+    return total if total < 1 << 62 else -1
+
+
+_PREAMBLE_BYTES = 1 << 20  # ncu's "==PROF==" lines before the header; the header must come within this
+
+
+def _encoding(head: bytes) -> str:
+    """UTF-16 (LE or BE) when the file starts with its byte-order mark (Windows tools save CSV so), UTF-8
+    with or without one otherwise."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    return "utf-8-sig"
 
 
 def read_csv(path: Path) -> list[NcuResult]:
-    """An ``ncu --csv`` export: the raw page (a column per metric) or the details page (a row per metric)."""
+    """An ``ncu --csv`` export: the raw page (a column per metric) or the details page (a row per metric).
+
+    Streamed: the file is read a line at a time (never whole), each row turned into its result as it comes;
+    UTF-8 (with or without a BOM) or BOM-marked UTF-16; ``--max-events`` caps the rows and
+    ``--max-trace-mb`` the file's size."""
+    from aiprof.trace import limits as source
+
+    limits = source.current()
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        with path.open("rb") as raw:
+            head = raw.read(4)
+            size = os.fstat(raw.fileno()).st_size
+        if size > limits.max_bytes:
+            raise TraceError(f"{path}: {size / 1e6:,.0f} MB is past the --max-trace-mb limit "
+                             f"({limits.max_bytes / 1e6:,.0f} MB)")
+        fh = open(path, encoding=_encoding(head), errors="replace", newline="")
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        raise TraceError(f'{path}: not an ncu CSV export (no "ID" header row); export with '
-                         "`ncu --import REPORT.ncu-rep --csv --page raw --print-units base > FILE.csv`")
-    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    header = rows[0]
-    if "Metric Name" in header and "Metric Value" in header:
-        return _details(header, rows[1:])
-    return _raw(path, header, rows[1:])
+    with fh:
+        header_line, lineno, seen = None, 0, 0
+        while seen < _PREAMBLE_BYTES:
+            line = fh.readline(_PREAMBLE_BYTES)
+            if not line:
+                break
+            lineno += 1
+            seen += len(line)
+            if line.startswith('"ID"'):
+                header_line = line
+                break
+        if header_line is None:
+            raise TraceError(f'{path}: not an ncu CSV export (no "ID" header row); export with '
+                             "`ncu --import REPORT.ncu-rep --csv --page raw --print-units base > FILE.csv`")
+        rows = _Rows(path, csv.reader(itertools.chain([header_line], fh)), lineno - 1, limits.max_events)
+        header = next(rows)
+        if "Metric Name" in header and "Metric Value" in header:
+            return _details(header, rows)
+        return _raw(path, header, rows)
 
 
-def _identity(cells: dict[str, str]) -> NcuResult:
-    return NcuResult(
-        index=_int_or(cells.get("ID", ""), 0),
-        kernel=cells.get("Kernel Name", cells.get("Function Name", "")),
-        grid=_dims(cells.get("Grid Size", "")),
-        block=_dims(cells.get("Block Size", "")),
-        device=_int_or(cells.get("Device", ""), -1),
-    )
+class _Rows:
+    """The CSV rows after the header, one at a time: a malformed row (a field past csv's 128 KiB limit, a
+    NUL) or a row past ``--max-events`` is a one-line :class:`TraceError` naming its line."""
+
+    def __init__(self, path: Path, reader: Any, offset: int, limit: int) -> None:
+        self.path, self.reader, self.offset, self.limit, self.count = path, reader, offset, limit, 0
+
+    def __iter__(self) -> _Rows:
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            row: list[str] = next(self.reader)
+        except csv.Error as err:
+            raise TraceError(f"{self.path}: line {self.offset + self.reader.line_num}: not the CSV ncu writes "
+                             f"({err})") from None
+        self.count += 1
+        if self.limit and self.count > self.limit + 2:  # the header and the units row are no kernels
+            raise TraceError(f"{self.path}: more than {self.limit:,} rows (--max-events {self.limit}); "
+                             "export fewer kernels or raise the limit")
+        return row
 
 
-def _int_or(text: str, default: int) -> int:
-    number = _number(text)
-    return int(number) if number is not None else default
+def _identity(path: Path, cells: dict[str, str], line: int) -> NcuResult:
+    return _result(path, line, cells.get("ID", ""), cells.get("Kernel Name", cells.get("Function Name", "")),
+                   cells.get("Grid Size", ""), cells.get("Block Size", ""), cells.get("Device", ""))
 
 
-def _raw(path: Path, header: list[str], rows: list[list[str]]) -> list[NcuResult]:
-    units: list[str] = [""] * len(header)
-    if rows and rows[0] and rows[0][0] == "":  # the units row
-        units, rows = rows[0] + [""] * (len(header) - len(rows[0])), rows[1:]
+def _result(path: Path, line: int, index: str, kernel: str, grid: str, block: str, device: str) -> NcuResult:
+    """A result's identity from its cells' text; an ID that is not a kernel's index is a one-line error."""
+    found = whole(number(index))
+    if found is None:
+        raise TraceError(f"{path}: line {line}: ID {index[:40]!r} is not a kernel's index (a whole number "
+                         f"0..{MAX_INDEX}); is this an ncu CSV export?")
+    return NcuResult(index=found, kernel=kernel, grid=_dims(grid), block=_dims(block),
+                     device=_or(whole(number(device)), -1))
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _raw(path: Path, header: list[str], rows: _Rows) -> list[NcuResult]:
+    """The raw page: a column per metric, each converted by its unit's factor (from the units row)."""
+    scales = [1.0] * len(header)
+    metrics = [(i, name) for i, name in enumerate(header) if "__" in name]
+    at = {name: i for i, name in enumerate(header)}  # a repeated name: its last column, as dict(zip) gives
+    kernel = at.get("Kernel Name", at.get("Function Name", -1))
+    cols = [at.get(n, -1) for n in ("ID", "Grid Size", "Block Size", "Device")]
     results = []
     for row in rows:
+        if rows.count == 2 and row and row[0] == "":  # the units row
+            units = row + [""] * (len(header) - len(row))
+            scales = [_scale(u) for u in units]
+            continue
         if len(row) < len(header):
             continue
-        cells = dict(zip(header, row))
-        result = _identity(cells)
-        for name, unit, value in zip(header, units, row):
-            if "__" in name:
-                number = _number(value)
-                if number is not None:
-                    result.metrics[name] = number * _scale(unit)
+        index, grid, block, device = (row[c] if c >= 0 else "" for c in cols)
+        result = _result(path, rows.offset + rows.reader.line_num, index, row[kernel] if kernel >= 0 else "",
+                         grid, block, device)
+        for i, name in metrics:
+            value = number(row[i])
+            if value is not None:
+                result.metrics[name] = value * scales[i]
         results.append(result)
     if not results:
         raise TraceError(f"{path}: the ncu CSV export lists no kernel")
     return results
 
 
-def _details(header: list[str], rows: list[list[str]]) -> list[NcuResult]:
+def _details(header: list[str], rows: _Rows) -> list[NcuResult]:
     by_id: dict[int, NcuResult] = {}
     for row in rows:
         cells = dict(zip(header, row))
         if not cells.get("Metric Name"):
             continue  # rule rows
-        result = _identity(cells)
+        result = _identity(rows.path, cells, rows.offset + rows.reader.line_num)
         result = by_id.setdefault(result.index, result)
         unit = cells.get("Metric Unit", "")
         kind = "time" if unit.strip() in _TIME else unit.strip()
         metric = _DETAILS.get((cells["Metric Name"].strip(), kind), cells["Metric Name"].strip())
-        number = _number(cells.get("Metric Value", ""))
-        if number is not None:
-            result.metrics[metric] = number * (_scale(unit) if kind != "%" else 1.0)
+        value = number(cells.get("Metric Value", ""))
+        if value is not None:
+            result.metrics[metric] = value * (_scale(unit) if kind != "%" else 1.0)
     return [by_id[k] for k in sorted(by_id)]
 
 
@@ -227,15 +330,16 @@ def _action(action: Any, index: int) -> NcuResult:
         metric = action.metric_by_name(name)
         value = metric.value() if metric is not None else None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            kept = finite(float(value)) if abs(value) < 1e300 else None  # the CSV's rules (no float overflow)
             unit = metric.unit() if hasattr(metric, "unit") else ""
-            metrics[str(name)] = float(value) * _scale(str(unit or ""))
-    device = metrics.get("device__attribute_device_index")
+            if kept is not None:
+                metrics[str(name)] = kept * _scale(str(unit or ""))
     return NcuResult(
         index=index,
         kernel=str(action.name()),
-        grid=int(metrics.get("launch__grid_size", -1)),
-        block=int(metrics.get("launch__block_size", -1)),
-        device=int(device) if device is not None else -1,
+        grid=_or(whole(metrics.get("launch__grid_size"), 1 << 62), -1),
+        block=_or(whole(metrics.get("launch__block_size"), 1 << 62), -1),
+        device=_or(whole(metrics.get("device__attribute_device_index")), -1),
         metrics=metrics,
     )
 
