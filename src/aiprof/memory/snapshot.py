@@ -85,8 +85,39 @@ def round_block(size: int) -> int:
     return max(MIN_BLOCK, -(-size // MIN_BLOCK) * MIN_BLOCK)
 
 
-def _int(value: Any, default: int = 0) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+# The one range rule of a snapshot's numbers. An allocator records sizes and addresses below 2^62 bytes,
+# devices below 2^31, times within 2^53 µs (285 years) and finite: an entry, segment or block holding any
+# other value (2^80 bytes, device 2^63, time_us NaN) is skipped and counted in a warning, never converted
+# (numpy would overflow, int() would fail).
+MAX_VALUE = 1 << 62
+MAX_DEVICE = (1 << 31) - 1
+MAX_TIME_US = 1 << 53
+
+
+class _OutOfRange(Exception):
+    """A value past the range rule: the entry, segment or block holding it is skipped."""
+
+
+def _int(value: Any, default: int = 0, high: int = MAX_VALUE) -> int:
+    """``value`` when it is an int within ±``high``; ``default`` when it is not an int (a missing field);
+    raises :class:`_OutOfRange` for an int beyond."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return default
+    if not -high <= value <= high:
+        raise _OutOfRange
+    return value
+
+
+def _time_ns(t_us: float) -> int:
+    """``time_us`` in ns; :class:`_OutOfRange` when not finite or past :data:`MAX_TIME_US`."""
+    if not (-MAX_TIME_US <= t_us <= MAX_TIME_US):  # NaN compares false
+        raise _OutOfRange
+    return int(t_us * 1000)
+
+
+def _out_of_range(*columns: Any, high: int = MAX_VALUE) -> bool:
+    """Whether any value of these int64 arrays is past ±``high`` (the fast path then gives way)."""
+    return any(len(c) and bool(((c < -high) | (c > high)).any()) for c in columns)
 
 
 def read_snapshot(path: Path, data: bytes | None = None, *, stream: bool | None = None) -> MemoryData:
@@ -156,24 +187,30 @@ def snapshot_from_object(obj: Any, what: str) -> MemoryData:
                 skipped += 1
                 continue
             t_us = entry.get("time_us")
-            if not isinstance(t_us, (int, float)) or isinstance(t_us, bool):
-                untimed += 1
-                t_us = i
-            size = _int(entry.get("size"))
+            timed = isinstance(t_us, (int, float)) and not isinstance(t_us, bool)
+            try:
+                t_ns = _time_ns(t_us if timed else i)
+                size, addr = _int(entry.get("size")), _int(entry.get("addr"), -1)
+                stream, free = _int(entry.get("stream")), _int(entry.get("device_free"))
+            except _OutOfRange:
+                skipped += 1
+                continue
+            untimed += not timed
             stack = stacks.intern(entry.get("frames"))
-            rows["t"].append(int(t_us * 1000))
+            rows["t"].append(t_ns)
             rows["dev"].append(device)
-            rows["addr"].append(_int(entry.get("addr"), -1))
+            rows["addr"].append(addr)
             rows["size"].append(size)
             rows["action"].append(int(action))
-            rows["stream"].append(_int(entry.get("stream")))
+            rows["stream"].append(stream)
             rows["stack"].append(stack)
             if action == Action.OOM:
-                ooms.append(OomRecord(int(t_us * 1000), device, size, _int(entry.get("device_free")), stack))
+                ooms.append(OomRecord(t_ns, device, size, free, stack))
         for name, values in rows.items():
             columns[name].append(np.asarray(values, dtype=np.int64))
     if skipped:
-        warnings.append(f"{what}: {skipped} trace entries of an unknown shape or action were skipped")
+        warnings.append(f"{what}: {skipped} trace entries of an unknown shape or action, or with a value out of "
+                        "range (a size past 2^62, a time not finite), were skipped")
     if untimed:
         warnings.append(f"{what}: {untimed} trace entries carry no time_us (an older torch): event order is used as time")
     joined: dict[str, Any] = {}
@@ -211,12 +248,16 @@ def _fast_columns(
         get = operator.itemgetter("action", "time_us", "addr", "size", "stream", "frames")
         acts, times, addrs, sizes, streams, frames = zip(*map(get, entries))
         actions = [SNAPSHOT_ACTIONS[a] for a in acts]
-        t = np.asarray(times, dtype=np.int64) * 1000
+        raw_t = np.asarray(times, dtype=np.int64)
         addr = np.asarray(addrs, dtype=np.int64)
         size = np.asarray(sizes, dtype=np.int64)
         stream = np.asarray(streams, dtype=np.int64)
-    except (KeyError, TypeError, ValueError, OverflowError):
+        free = [_int(e.get("device_free")) for e, a in zip(entries, actions) if a == Action.OOM]
+    except (KeyError, TypeError, ValueError, OverflowError, _OutOfRange):
         return False
+    if _out_of_range(addr, size, stream) or _out_of_range(raw_t, high=MAX_TIME_US):
+        return False  # the per-entry path skips what is out of range
+    t = raw_t * 1000
     intern = stacks.intern
     columns["t"].append(t)
     columns["dev"].append(np.full(len(entries), device, dtype=np.int64))
@@ -225,10 +266,10 @@ def _fast_columns(
     columns["action"].append(np.asarray(actions, dtype=np.int64))
     columns["stream"].append(stream)
     columns["stack"].append(np.fromiter(map(intern, frames), dtype=np.int64, count=len(entries)))
+    oom = iter(free)
     for i, a in enumerate(actions):
         if a == Action.OOM:
-            e = entries[i]
-            ooms.append(OomRecord(int(t[i]), device, int(size[i]), _int(e.get("device_free")), intern(e.get("frames"))))
+            ooms.append(OomRecord(int(t[i]), device, int(size[i]), next(oom), intern(entries[i].get("frames"))))
     return True
 
 
@@ -237,7 +278,8 @@ def _run_columns(
 ) -> None:
     """The columns of one device's entries as the streaming reader left them (runs of columns and the
     dicts it built one by one), in order; the dicts must convert as :func:`_fast_columns` converts them
-    (else :class:`Unsupported`: the plain reader decides, as it would for the whole device)."""
+    (else :class:`Unsupported`: the plain reader decides, as it would for the whole device); so must the
+    runs' values (the range rule above)."""
     start = 0
     for k in range(len(entries) + 1):
         piece = entries[k] if k < len(entries) else None
@@ -248,6 +290,8 @@ def _run_columns(
         start = k + 1
         if piece is None:
             break
+        if _out_of_range(piece.addr, piece.size, piece.stream) or _out_of_range(piece.t_ns, high=MAX_TIME_US * 1000):
+            raise Unsupported("a value out of range")  # the plain reader skips its entry, as for any entry
         ids = np.fromiter(map(stacks.intern, piece.stacks), dtype=np.int64, count=len(piece.stacks))
         columns["t"].append(piece.t_ns)
         columns["dev"].append(np.full(piece.t_ns.size, device, dtype=np.int64))
@@ -267,11 +311,18 @@ def _segments(raw: Any, stacks: _Stacks, what: str, warnings: list[str]) -> tupl
             bad += 1
             continue
         index = len(seg_cols["dev"])
-        device, addr = _int(seg.get("device")), _int(seg.get("address"))
+        try:
+            device, addr = _int(seg.get("device"), high=MAX_DEVICE), _int(seg.get("address"))
+            total, stream = _int(seg.get("total_size")), _int(seg.get("stream"))
+            if device < 0:
+                raise _OutOfRange
+        except _OutOfRange:
+            bad += 1
+            continue
         seg_cols["dev"].append(device)
         seg_cols["addr"].append(addr)
-        seg_cols["total"].append(_int(seg.get("total_size")))
-        seg_cols["stream"].append(_int(seg.get("stream")))
+        seg_cols["total"].append(total)
+        seg_cols["stream"].append(stream)
         seg_cols["small"].append(seg.get("segment_type") == "small")
         seg_cols["exp"].append(bool(seg.get("is_expandable", False)))
         cursor = addr
@@ -279,20 +330,27 @@ def _segments(raw: Any, stacks: _Stacks, what: str, warnings: list[str]) -> tupl
             if not isinstance(block, dict):
                 bad += 1
                 continue
-            size = _int(block.get("size"))
+            try:
+                size = _int(block.get("size"))
+                block_addr = _int(block.get("address"), cursor)
+                requested = _int(block.get("requested_size"), size)
+            except _OutOfRange:
+                bad += 1
+                continue
             state = block.get("state")
             if state not in BLOCK_STATES:  # torch < 2.0 spelled it with booleans
                 state = "active_allocated" if block.get("allocated") else "inactive"
             blk["dev"].append(device)
-            blk["addr"].append(_int(block.get("address"), cursor))
+            blk["addr"].append(block_addr)
             blk["size"].append(size)
-            blk["req"].append(_int(block.get("requested_size"), size))
+            blk["req"].append(requested)
             blk["state"].append(BLOCK_STATES[state])
             blk["stack"].append(stacks.intern(block.get("frames")))
             blk["seg"].append(index)
             cursor += size
     if bad:
-        warnings.append(f"{what}: {bad} segments or blocks of an unknown shape were skipped")
+        warnings.append(f"{what}: {bad} segments or blocks of an unknown shape, or with a value out of range, "
+                        "were skipped")
     segments = SegmentTable(
         device=np.asarray(seg_cols["dev"], dtype=np.int32), addr=np.asarray(seg_cols["addr"], dtype=np.int64),
         total=np.asarray(seg_cols["total"], dtype=np.int64), stream=np.asarray(seg_cols["stream"], dtype=np.int64),
