@@ -134,7 +134,8 @@ static PyObject *query(PyObject *self, PyObject *args) {
  * SQLite call, no VDBE: a value costs a few byte reads. Anything this reader does not handle exactly as
  * SQLite would (a WAL-mode file, a record spilling onto overflow pages, a REAL/TEXT/BLOB value in a wanted
  * column, a page that does not parse, more rows than ``capacity``) returns None: the caller then runs the
- * query through SQLite, which gives the same values (or SQLite's own error). Returns
+ * query through SQLite, which gives the same values (or SQLite's own error). A page reached twice raises
+ * Error (SQLITE_CORRUPT): SQLite would read its rows once per reference. Returns
  * (rows, values bytearray k*rows int64 column-major, nulls bytearray k*rows uint8: 1 = NULL, value 0, texts).
  * ``texts`` (optional): output slots whose TEXT values are interned instead (UTF-8 databases only): the value
  * is the index of the distinct text in the returned list of bytes; a non-TEXT value there reads as NULL. */
@@ -301,19 +302,33 @@ static int record(const uint8_t *p, const uint8_t *end, Out *o) {
     return 0;
 }
 
+/* The walk: 0 = ok, -1 = not handled (SQLite decides), WALK_TWICE = a page reached a second time (a b-tree
+ * is a tree: a page referenced twice is a damaged or crafted file, whose rows SQLite would read again and
+ * again, up to millions from a few pages; refused, not left to SQLite). */
+#define WALK_TWICE (-2)
+
 static int walk(const Mapped *m, uint32_t root, Out *o) {
-    size_t cap = 256, top = 0, visited = 0;
+    size_t cap = 256, top = 0;
     uint32_t *stack = malloc(cap * sizeof(uint32_t));
-    if (!stack)
+    uint8_t *seen = calloc(m->pages / 8 + 1, 1); /* one bit per page */
+    if (!stack || !seen) {
+        free(stack);
+        free(seen);
         return -1;
+    }
     stack[top++] = root;
     int rc = 0;
     while (top && rc == 0) {
         uint32_t pgno = stack[--top];
-        if (pgno < 1 || pgno > m->pages || ++visited > m->pages) {
+        if (pgno < 1 || pgno > m->pages) {
             rc = -1;
             break;
         }
+        if (seen[(pgno - 1) >> 3] & (1u << ((pgno - 1) & 7))) {
+            rc = WALK_TWICE;
+            break;
+        }
+        seen[(pgno - 1) >> 3] |= (uint8_t)(1u << ((pgno - 1) & 7));
         const uint8_t *page = m->base + (size_t)(pgno - 1) * m->page_size;
         const uint8_t *end = page + m->usable;
         size_t hdr = pgno == 1 ? 100 : 0;
@@ -379,6 +394,7 @@ static int walk(const Mapped *m, uint32_t root, Out *o) {
         }
     }
     free(stack);
+    free(seen);
     return rc;
 }
 
@@ -482,6 +498,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             }
             if (texts)
                 result = Py_BuildValue("(nOON)", o.rows, values, nulls, texts);
+        } else if (rc == WALK_TWICE && !PyErr_Occurred()) {
+            PyObject *value = Py_BuildValue("(si)", "database disk image is malformed (a b-tree page is referenced "
+                                            "twice)", SQLITE_CORRUPT);
+            if (value) {
+                PyErr_SetObject(SqlError, value);
+                Py_DECREF(value);
+            }
         } else if (!PyErr_Occurred()) {
             result = Py_None;
             Py_INCREF(Py_None);

@@ -33,7 +33,7 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,49 @@ class SqliteFile:
     def close(self) -> None:
         os.close(self.fd)
 
+    def tree_rows(self, root: int) -> int:
+        """The rows of the rowid table whose b-tree starts at page ``root``, counted from the file's pages
+        (the cells of its leaves): the most rows any reader of this file can get from that table. Raises
+        :class:`TraceError` for a page reached twice: a b-tree is a tree, and a page referenced from two
+        places (a crafted or damaged file) would be read once per reference, by SQLite too, a few hundred
+        KB giving millions of rows. A page that does not parse stops the count there (SQLite then gives its
+        own error, or reads what it can)."""
+        import mmap
+
+        size = os.fstat(self.fd).st_size
+        if size < 512:
+            return 0
+        with mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ) as data:
+            page_size = int.from_bytes(data[16:18], "big")
+            page_size = 65536 if page_size == 1 else page_size
+            if page_size < 512 or page_size & (page_size - 1):
+                return 0
+            pages = size // page_size
+            usable = page_size - data[20]
+            seen: set[int] = set()
+            stack, rows = [root], 0
+            while stack:
+                pgno = stack.pop()
+                if not 1 <= pgno <= pages:
+                    continue
+                if pgno in seen:
+                    raise TraceError(f"{self.path}: the database is damaged: b-tree page {pgno} is referenced "
+                                     "twice (its rows would be read again and again); re-export it")
+                seen.add(pgno)
+                at = (pgno - 1) * page_size + (100 if pgno == 1 else 0)
+                kind, cells = data[at], int.from_bytes(data[at + 3:at + 5], "big")
+                if kind == 0x0D:
+                    rows += cells
+                elif kind == 0x05 and 12 + 2 * cells <= usable:
+                    stack.append(int.from_bytes(data[at + 8:at + 12], "big"))
+                    base = (pgno - 1) * page_size
+                    for i in range(cells):
+                        ptr = at + 12 + 2 * i
+                        offset = int.from_bytes(data[ptr:ptr + 2], "big")
+                        if offset + 4 <= usable:
+                            stack.append(int.from_bytes(data[base + offset:base + offset + 4], "big"))
+            return rows
+
 
 @dataclass
 class _Db:
@@ -156,6 +199,9 @@ class _Db:
     columns: dict[str, set[str]]  # table → its columns (tables with rows or not)
     names: dict[int, str]  # StringIds
     native: Any = None  # the native column reader (_sqlcols), or None: Python's sqlite3 reads everything
+    counts: dict[str, int] = field(default_factory=dict)  # table → its checked row count (:meth:`bounded`)
+    notes: list[str] = field(default_factory=list)  # warnings about the file (rows left out), for the first trace
+    trees: set[str] = field(default_factory=set)  # tables whose b-tree was walked (:meth:`walked`)
 
     def has(self, table: str, column: str | None = None) -> bool:
         cols = self.columns.get(table)
@@ -169,11 +215,15 @@ class _Db:
         into as few 62-bit words as their ranges allow (a kernel row: 11 fields in 3 words), and the words
         are unpacked in numpy. A table this long is also read in rowid ranges by forked helpers (each with
         its own connection)."""
-        sql_exprs = [f"coalesce({e}, -1)" for e in exprs]
+        # CAST: SQLite's own conversion of a REAL/TEXT/BLOB value (what sqlite3_column_int64 gives the native
+        # reader), so that a text where an integer belongs reads the same on every path
+        sql_exprs = [f"coalesce(CAST(({e}) AS INTEGER), -1)" for e in exprs]
+        self.bounded(table)  # before anything is allocated: a b-tree that claims more rows than it holds
         if self.native is not None and not order:  # the table's b-tree read directly, the expressions in numpy
             scanned = self._scan(table, exprs)
             if scanned is not None:
                 return scanned
+        self.walked(table)
         if self.native is not None:  # C reads the values straight into int64 rows, NULL as -1 (the coalesce)
             last = 0 if order else self._rows(table)
             sql = f"SELECT {', '.join(f'({e})' for e in exprs)} FROM {table}"
@@ -208,13 +258,20 @@ class _Db:
         names = sorted({n for p in parsed if p is not None for n in p.columns})
         if any(n not in positions for n in names) or not names:
             return None
-        count = int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-        found = self.native.scan(self.file.fd, root, tuple(positions[n] for n in names), count)
+        count = self.bounded(table)
+        try:
+            found = self.native.scan(self.file.fd, root, tuple(positions[n] for n in names), count)
+        except self.native.Error as err:  # a page reached twice: the walk names it, as on every path
+            self.walked(table)
+            raise sqlite3.DatabaseError(err.args[0]) from None
         if found is None or found[0] != count:
             return None
         rows, values, nulls, _ = found
         raw = np.frombuffer(values, dtype=np.int64).reshape(len(names), rows)  # column-major
         null = np.frombuffer(nulls, dtype=np.bool_).reshape(len(names), rows)
+        bounds = {n: max(abs(int(raw[i].min())), abs(int(raw[i].max()))) if rows else 0 for i, n in enumerate(names)}
+        if not all(p is not None and p.fits(bounds) for p in parsed):
+            return None  # an operation could overflow int64: SQLite computes it (as a REAL, then clamped)
         env = {n: (raw[i], null[i]) for i, n in enumerate(names)}
         out = np.empty((len(exprs), rows), dtype=np.int64)
         for i, p in enumerate(parsed):
@@ -256,14 +313,38 @@ class _Db:
                                    zip(bounds[:-1], bounds[1:])))
         return np.concatenate(chunks)
 
+    def bounded(self, table: str) -> int:
+        """The table's row count (``count(*)``), checked before anything is allocated for it against what
+        a file of this size can hold (a row takes at least 5 bytes: its cell pointer, payload size, rowid
+        and record header); cached. A b-tree made a DAG (one page referenced many times) claims more."""
+        if table not in self.counts:
+            count = int(self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            size = os.fstat(self.file.fd).st_size
+            if count > size // 5:
+                raise TraceError(f"{self.path}: the database is damaged: table {table} claims {count:,} rows, "
+                                 f"more than a file of {size:,} bytes can hold; re-export it")
+            self.counts[table] = count
+        return self.counts[table]
+
+    def walked(self, table: str) -> None:
+        """Before SQLite reads ``table`` (the b-tree scan checks its pages itself): no page of its b-tree
+        is referenced twice (:meth:`SqliteFile.tree_rows`), so that every path reads each row once or
+        gives the same error."""
+        if table in self.trees:
+            return
+        found = self.con.execute("SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (table,)).fetchone()
+        if found and isinstance(found[0], int):
+            self.file.tree_rows(found[0])
+        self.trees.add(table)
+
     def _rows(self, table: str) -> int:
         last = self.con.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
         return int(last or 0)
 
     def _words(self, table: str, words: list[str]) -> I64:
         if not words:
-            count = self.con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-            return np.zeros((int(count), 0), dtype=np.int64)
+            return np.zeros((self.bounded(table), 0), dtype=np.int64)
         sql = f"SELECT {', '.join(words)} FROM {table}"
         last = self._rows(table)
         helpers = _helpers(last)
@@ -336,6 +417,41 @@ class _SqlExpr:
                  ) -> tuple[I64 | int, npt.NDArray[np.bool_] | None]:
         """(values, NULL mask or None when no row is NULL)."""
         return self._eval(self.tree, env, rows)
+
+    def fits(self, bounds: dict[str, int]) -> bool:
+        """Whether every intermediate value stays inside int64, given each column's largest magnitude
+        (``bounds``). SQLite turns an overflowing integer operation into a REAL, numpy wraps it: where an
+        operation could overflow the scan gives way to SQLite, so every path gives SQLite's value."""
+        return self._bound(self.tree, bounds) < 1 << 63
+
+    def _bound(self, node: ast.expr, bounds: dict[str, int]) -> int:
+        """A magnitude no value of ``node`` exceeds (interval arithmetic; an operand past int64 spreads)."""
+        if isinstance(node, ast.Name):
+            return bounds[node.id]
+        if isinstance(node, ast.Constant):
+            assert type(node.value) is int
+            return abs(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return self._bound(node.operand, bounds) + 1  # -(-2^63) overflows
+        if isinstance(node, ast.Call):
+            return max(self._bound(a, bounds) for a in node.args)
+        assert isinstance(node, ast.BinOp)
+        a, b = self._bound(node.left, bounds), self._bound(node.right, bounds)
+        op = type(node.op)
+        if op in (ast.Add, ast.Sub):
+            return a + b
+        if op is ast.Mult:
+            return a * b
+        if op is ast.LShift:
+            return a << b
+        if op is ast.RShift:
+            return max(a, 1 << 63) if a >= 1 << 63 else (a >> b) + 1
+        if max(a, b) >= 1 << 63:
+            return max(a, b)
+        mask = node.right.value if isinstance(node.right, ast.Constant) else None
+        if op is ast.BitAnd and type(mask) is int and mask >= 0:
+            return mask  # x & 16777215 is in 0..16777215
+        return (1 << 63) - 1  # & and | of two int64 values: an int64
 
     def _eval(self, node: ast.expr, env: dict[str, tuple[I64, npt.NDArray[np.bool_]]], rows: int
               ) -> tuple[Any, npt.NDArray[np.bool_] | None]:
@@ -544,8 +660,28 @@ def _open(path: Path, con: sqlite3.Connection, file: SqliteFile) -> _Db:
         raise TraceError(f"{path}: the Nsight Systems export has no StringIds table (names of every event); "
                          "re-export it with `nsys export --type sqlite`")
     _require(path, columns)
-    names = {int(i): str(v) for i, v in con.execute("SELECT id, value FROM StringIds")}
-    return _Db(path, con, file, columns, names, native_reader())
+    db = _Db(path, con, file, columns, {}, native_reader())
+    _check_limits(db)
+    db.names = {int(i): str(v) for i, v in con.execute(  # an id that is not an integer names nothing
+        "SELECT id, CAST(value AS TEXT) FROM StringIds WHERE typeof(id) = 'integer' AND value IS NOT NULL")}
+    return db
+
+
+def _check_limits(db: _Db) -> None:
+    """Before any table is read: every table's rows within what its pages hold (:meth:`_Db.bounded`), the
+    file within ``--max-trace-mb`` and the events within ``--max-events``, as the Kineto reader applies
+    them (the same one-line errors)."""
+    from aiprof.trace import limits as source
+
+    limits = source.current()
+    size = os.fstat(db.file.fd).st_size
+    if size > limits.max_bytes:
+        raise source.too_large(db.path, limits, size)
+    tables = [t for t in (*_ACTIVITY, SYNC, NVTX, MEMORY, "StringIds") if db.has(t)]
+    events = sum(db.bounded(t) for t in tables if t != "StringIds")
+    db.bounded("StringIds")
+    if limits.max_events and events > limits.max_events:
+        raise source.too_many_events(db.path, limits.max_events)
 
 
 _REQUIRED = {
@@ -588,12 +724,32 @@ def _pid(expr: str) -> str:
     return f"(({expr} >> 24) & 16777215)"
 
 
+# A time (ns) or a duration past ±2^61 (73 years) is no recording's: such a row is left out (with a warning),
+# so that no sum or difference of times can overflow int64 downstream. Bytes of one memory event: ±2^44.
+MAX_TIME_NS = 1 << 61
+MAX_EVENT_BYTES = 1 << 44
+
+
+def _in_range(db: _Db, table: str, rows: I64, limits: dict[int, int]) -> I64:
+    """``rows`` without those whose column ``c`` is past ±``limits[c]``; how many were left out goes to
+    ``db.notes``."""
+    bad = np.zeros(len(rows), dtype=bool)
+    for column, limit in limits.items():
+        bad |= (rows[:, column] < -limit) | (rows[:, column] > limit)
+    if not bad.any():
+        return rows
+    db.notes.append(f"{int(bad.sum())} rows of {table} with a time or size out of range (past 2^61 ns or "
+                    "2^44 bytes) were left out")
+    return rows[~bad]
+
+
 def _device_rows(db: _Db, table: str, extra: list[str]) -> I64:
     """start, end, pid, stream, device, correlation, then ``extra`` (one column each)."""
     if not db.has(table):
         return np.zeros((0, 6 + len(extra)), dtype=np.int64)
     rows = db.ints(table, ["start", "end - start", _pid("globalPid"), "streamId", "deviceId",
                            "coalesce(correlationId, 0)", *extra])
+    rows = _in_range(db, table, rows, {0: MAX_TIME_NS, 1: MAX_TIME_NS})
     rows[:, 1] += rows[:, 0]
     rows[rows[:, 3] == _U32, 3] = -1  # 0xFFFFFFFF: no stream (context-wide)
     _correlation(rows[:, 5])
@@ -623,6 +779,7 @@ def _api_rows(db: _Db, table: str) -> I64:
         return np.zeros((0, 6), dtype=np.int64)
     rows = db.ints(table, ["start", "end - start", _pid("globalTid"), "globalTid & 16777215",
                            "coalesce(correlationId, 0)", "nameId"])
+    rows = _in_range(db, table, rows, {0: MAX_TIME_NS, 1: MAX_TIME_NS})
     rows[:, 1] += rows[:, 0]
     _correlation(rows[:, 4])
     return rows
@@ -644,16 +801,23 @@ class _Nvtx:
 _NVTX_KINDS = (_NVTX_MARK, _NVTX_THREAD_NAME, *_NVTX_RANGES)
 
 
+def _int(column: str) -> str:
+    """A column as SQLite converts it to an integer (what the native reader's sqlite3_column_int64 gives)."""
+    return f"CAST({column} AS INTEGER)"
+
+
 def _nvtx_rows(db: _Db) -> _Nvtx:
     if not db.has(NVTX):
         return _Nvtx.empty()
     scanned = _nvtx_scan(db)
     if scanned is not None:
         return scanned
+    db.walked(NVTX)
     text = "text" if db.has(NVTX, "text") else "NULL"
     text_id = "textId" if db.has(NVTX, "textId") else "NULL"
-    sql = (f"SELECT start, coalesce(end, -1), eventType, coalesce(globalTid, 0), {text}, {text_id} FROM {NVTX} "
-           f"WHERE eventType IN (34, 39, 59, 60)")
+    sql = (f"SELECT {_int('start')}, coalesce({_int('end')}, -1), {_int('eventType')}, "
+           f"coalesce({_int('globalTid')}, 0), {text}, {_int(text_id)} FROM {NVTX} WHERE {_int('eventType')} IN "
+           f"(34, 39, 59, 60) AND start IS NOT NULL")
     out = []
     labels: dict[str, int] = {"": 0}
     for start, end, kind, gtid, inline, tid_ref in db.con.execute(sql):
@@ -661,7 +825,7 @@ def _nvtx_rows(db: _Db) -> _Nvtx:
         out.append((int(start), int(end), int(kind), (int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF,
                     labels.setdefault(label, len(labels))))
     rows = np.array(out, dtype=np.int64).reshape(-1, 6)
-    return _Nvtx(rows, list(labels))
+    return _Nvtx(_in_range(db, NVTX, rows, {0: MAX_TIME_NS, 1: MAX_TIME_NS}), list(labels))
 
 
 def _nvtx_scan(db: _Db) -> _Nvtx | None:
@@ -677,9 +841,13 @@ def _nvtx_scan(db: _Db) -> _Nvtx | None:
     present = [n for n in names if n in positions]
     if present[:3] != ["start", "end", "eventType"]:
         return None
-    count = int(db.con.execute(f"SELECT count(*) FROM {NVTX}").fetchone()[0])
+    count = db.bounded(NVTX)
     text_slot = (present.index("text"),) if "text" in present else ()
-    found = db.native.scan(db.file.fd, root, tuple(positions[n] for n in present), count, text_slot)
+    try:
+        found = db.native.scan(db.file.fd, root, tuple(positions[n] for n in present), count, text_slot)
+    except db.native.Error as err:
+        db.walked(NVTX)
+        raise sqlite3.DatabaseError(err.args[0]) from None
     if found is None or found[0] != count:
         return None
     rows, values, nulls, texts = found
@@ -706,15 +874,16 @@ def _nvtx_scan(db: _Db) -> _Nvtx | None:
             labels = list(index)
             label[by_id] = mapped[inverse.reshape(-1)]
     out = np.stack([raw["start"], end, kind, (gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF, label], axis=1)[keep]
-    return _Nvtx(out, labels)
+    return _Nvtx(_in_range(db, NVTX, out, {0: MAX_TIME_NS, 1: MAX_TIME_NS}), labels)
 
 
 def _memory_rows(db: _Db) -> I64:
     needed = ("start", "globalPid", "deviceId", "bytes", "memoryOperationType")
     if not all(db.has(MEMORY, c) for c in needed):
         return np.zeros((0, 5), dtype=np.int64)
-    return db.ints(MEMORY, ["start", _pid("globalPid"), "deviceId", "bytes", "memoryOperationType"],
+    rows = db.ints(MEMORY, ["start", _pid("globalPid"), "deviceId", "bytes", "memoryOperationType"],
                    order="ORDER BY start")
+    return _in_range(db, MEMORY, rows, {0: MAX_TIME_NS, 3: MAX_EVENT_BYTES})
 
 
 def _tables(db: _Db) -> _Tables:
@@ -749,6 +918,7 @@ def _read(db: _Db, options: ReaderOptions) -> list[Trace]:
         traces[0].warnings.append(f"{len(idle)} process(es) made CUDA calls but ran no GPU work (left out: "
                                   f"pid {', '.join(map(str, idle[:5]))})")
     _number_ranks(db, traces)
+    traces[0].warnings.extend(db.notes)
     return traces
 
 
@@ -785,7 +955,8 @@ def _shared_facts(db: _Db) -> _Shared:
         base = int(found[0]) if found and isinstance(found[0], int) else 0
     threads: dict[tuple[int, int], str] = {}
     if db.has("ThreadNames", "nameId") and db.has("ThreadNames", "globalTid"):
-        for name_id, gtid in db.con.execute("SELECT nameId, globalTid FROM ThreadNames"):
+        for name_id, gtid in db.con.execute(f"SELECT {_int('nameId')}, {_int('globalTid')} FROM ThreadNames "
+                                            "WHERE nameId IS NOT NULL AND globalTid IS NOT NULL"):
             threads[((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)] = db.name(int(name_id))
     processes: dict[int, str] = {}
     if db.has("PROCESSES", "pid") and db.has("PROCESSES", "name"):
