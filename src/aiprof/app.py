@@ -249,15 +249,17 @@ def compare(
     step-time change and its interval are over the pairs, so the noise between runs is in it (the
     rest of the comparison is the first pair's). A side whose median step is 0 (nothing measured) is
     refused: there is no baseline to give a percentage against, and "+0.0 %" would pass any CI gate."""
-    sides = [(name, report_of(side, options)) for name, side in (("BEFORE", before), ("AFTER", after))]
-    extra = [
-        (f"{name} of pair {i}", report_of(side, options))
-        for i, pair in enumerate(more_pairs, start=2) for name, side in zip(("BEFORE", "AFTER"), pair)
-    ]
-    for name, report in sides + extra:
-        if _median_step_ns(report) <= 0:
+    given = [("BEFORE", before), ("AFTER", after)]
+    given += [(f"{name} of pair {i}", side) for i, pair in enumerate(more_pairs, start=2)
+              for name, side in zip(("BEFORE", "AFTER"), pair)]
+    reports = [(name, side, report_of(side, options)) for name, side in given]
+    sides = [(name, report) for name, _, report in reports[:2]]
+    extra = [(name, report) for name, _, report in reports[2:]]
+    for name, side, report in reports:
+        if _median_step_ns(report) <= 0:  # named by the file the user gave (a report's own sources are its inputs')
+            label = str(side) if isinstance(side, (str, os.PathLike)) else _sources_text(report)
             raise AiprofError(
-                f"{name} ({_sources_text(report)}): its median step is 0 ns (no step was measured), "
+                f"{name} ({label}): its median step is 0 ns (no step was measured), "
                 "so there is no baseline to compare; check that the trace holds complete steps"
             )
     try:

@@ -22,6 +22,7 @@ from aiprof.rules.finding import Finding
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#|!~])")
+_MD_AUTOLINK = re.compile(r"(?i)(://|www\.)")
 COLORS = {
     "parameter": "#2e7d32", "optimizer_state": "#c9a227", "input": "#444444", "temporary": "#9575cd",
     "activation": "#d32f2f", "gradient": "#1e50c8", "autograd_detail": "#5c8ee6", "unknown": "#9e9e9e",
@@ -34,8 +35,11 @@ def term(text: object) -> str:
 
 
 def md(text: object) -> str:
-    """Text for a Markdown table cell or line."""
-    return _MD_SPECIAL.sub(r"\\\1", term(text))
+    """Text for a Markdown table cell or line, shown literally: Markdown's specials escaped, and no
+    ``@mention`` or bare link (a zero-width space after ``@`` and inside ``://``), as the report's
+    Markdown does (:func:`aiprof.report.escape.markdown`)."""
+    escaped = _MD_SPECIAL.sub(r"\\\1", term(text)).replace("@", "@&#8203;")
+    return _MD_AUTOLINK.sub(lambda m: m.group(1)[0] + "&#8203;" + m.group(1)[1:], escaped)
 
 
 def esc(text: object) -> str:

@@ -127,6 +127,8 @@ def merged_trace(doc: Report, raws: list[dict[str, Any]]) -> dict[str, Any]:
             if not isinstance(e, dict):
                 continue
             pid = e.get("pid")
+            if not isinstance(pid, (int, float, str)) or isinstance(pid, bool):
+                pid = repr(pid)  # a list or object where a pid belongs: one process per distinct value
             if pid not in pids:
                 pids[pid] = next_pid
                 next_pid += 1

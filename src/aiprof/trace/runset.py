@@ -34,9 +34,13 @@ ProgressCallback = Callable[[Path, int, int], None]
 def find_trace_files(path: Path) -> list[Path]:
     """Trace files under ``path`` (itself when it is a file), sorted by name."""
     if not path.exists():
+        if path.is_symlink():
+            raise NoTracesError(f"{path}: a symbolic link to nothing, or a loop of links; check the path")
         raise NoTracesError(f"{path}: no such file or folder; check the path")
     if path.is_file():
         return [path]
+    if not path.is_dir():
+        raise NoTracesError(f"{path}: not a regular file or folder (a FIFO, socket or device is not a trace)")
     if not os.access(path, os.R_OK | os.X_OK):
         raise NoTracesError(f"{path}: permission denied; make the folder readable and retry")
     found = [

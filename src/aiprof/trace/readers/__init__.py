@@ -9,6 +9,9 @@ to the Kineto loader, whose messages say what is wrong with it.
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from aiprof.errors import TraceError
@@ -47,12 +50,22 @@ def set_default_options(options: ReaderOptions) -> None:
 
 def reader_for(path: Path) -> Reader:
     """The reader whose ``sniff`` accepts the file's first bytes; the Kineto loader when none does (or the
-    file cannot be opened: the loader's messages explain that)."""
+    file cannot be opened: the loader's messages explain that). Anything but a regular file, and a loop
+    of symbolic links, is a one-line :class:`TraceError` here."""
+    try:  # O_NONBLOCK: a FIFO is refused below, never waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise TraceError(f"{path}: a loop of symbolic links (it never reaches a file)") from None
+        return FALLBACK
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(HEAD_BYTES)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceError(f"{path}: not a regular file (a FIFO, socket or device is not read as a trace)")
+        head = os.read(fd, HEAD_BYTES)
     except OSError:
         return FALLBACK
+    finally:
+        os.close(fd)
     for reader in READERS:
         if reader.sniff(head, path):
             return reader
