@@ -10,20 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-from kineto_builder import TraceBuilder
+from hostile_inputs import kineto_trace as trace
 
 from aiprof.cli import main
 from aiprof.fsutil import is_aiprof_output, output_problem
-
-
-def trace(path: Path) -> Path:
-    b = TraceBuilder()
-    for i in range(3):
-        step = b.step(i, ts=i * 100, dur=90)
-        op = b.cpu_op("aten::mm", ts=step["ts"] + 5, dur=20, shapes=[[64, 64], [64, 64]], dtypes=["float", "float"])
-        b.launch(op, kernel="sgemm", kernel_ts=step["ts"] + 30, kernel_dur=10, stream=7)
-        b.memory(ts=step["ts"] + 6, nbytes=4096, total_allocated=4096 * (i + 1), device=0)
-    return b.write(path)
 
 
 def digest(path: Path) -> str:
