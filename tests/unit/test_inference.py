@@ -106,3 +106,57 @@ def test_every_format_shows_the_phases(tmp_path: Path, fmt: str) -> None:
         assert json.loads(text)["ranks"][0]["inference"]["phases"]["decode"]["count"] == 6
         return
     assert "Inference" in text and "prefill" in text and "decode" in text and "between requests" in text
+
+
+def _gpu_decode_trace(tmp_path: Path, kernel_us: float) -> Path:
+    """A GPU generate() loop as `aiprof run` records it: 1 prefill + 7 decode steps of 1 ms, each launching
+    four kernels of ``kernel_us``."""
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    for i in range(8):
+        t0 = i * 1000
+        b.step(i, ts=t0, dur=1000)
+        q = 16 if i == 0 else 1
+        b.cpu_op(SDPA, ts=t0 + 5, dur=20, shapes=[[1, 8, q, 64], [1, 8, 16 + i, 64], [1, 8, 16 + i, 64]],
+                 dtypes=["c10::BFloat16"] * 3)
+        for j in range(4):
+            op = b.cpu_op("aten::mm", ts=t0 + 30 + 200 * j, dur=150)
+            b.launch(op, kernel_ts=t0 + 40 + 200 * j, kernel_dur=kernel_us)
+    return b.write(tmp_path / "decode.json")
+
+
+@pytest.mark.parametrize("kernel_us, expected", [(20, True), (190, False)])
+def test_decode_host_bound(tmp_path: Path, kernel_us: float, expected: bool) -> None:
+    from aiprof.pipeline import analyze_and_diagnose
+
+    _, findings = analyze_and_diagnose([_gpu_decode_trace(tmp_path, kernel_us)], workers=1)
+    found = [f for f in findings if f["id"] == "decode_host_bound"]
+    assert bool(found) is expected, [f["id"] for f in findings]
+    if found:
+        ev = found[0]["evidence"]
+        assert ev["decode_steps"] == 7 and ev["decode_gpu_busy_share"] == pytest.approx(0.08, abs=0.005)
+        # 7 decode steps × (1,000 − 80) µs idle, over the steady steps the rules judge
+        assert found[0]["est_saving_ns_per_step"] * ev["steps_used"] == pytest.approx(7 * 920_000, rel=0.01)
+
+
+@pytest.mark.parametrize("rel, kind, count, tokens", [
+    ("tracelens/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz", "mixed", 1, 8192),
+    ("tracelens/inference/vllm_decode_full/graph_execution.json.gz", "decode", 1, 32),
+    ("tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz", "decode", 2, 32),
+])
+def test_shared_serving_traces(traces_dir: Path, rel: str, kind: str, count: int, tokens: int) -> None:
+    path = traces_dir / rel
+    if not path.exists():
+        pytest.skip(f"{rel} not in this copy of the shared traces")
+    section = inference_section(aiprof.load(path))
+    phase = section["phases"][kind]
+    assert section["engine"] == "vLLM" and list(section["phases"]) == [kind]  # SGLang writes vLLM's format too
+    assert (phase["count"], phase["tokens_per_step"]) == (count, tokens)
+    assert 0 < phase["gpu_busy_share"] <= 1
+
+
+def test_a_diffusion_trace_is_no_inference(traces_dir: Path) -> None:
+    """SD-3.5 runs flash attention ([B, S, H, D]) and a Triton kernel named after SDPA: no decode step."""
+    path = traces_dir / "tracelens/inference/xdit_sd_3.5/profile_trace_rank_0.json.gz"
+    if not path.exists():
+        pytest.skip("xdit trace not in this copy of the shared traces")
+    assert inference_section(aiprof.load(path)) == {"detected": False}

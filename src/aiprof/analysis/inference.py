@@ -39,12 +39,15 @@ from aiprof.analysis import intervals as iv
 from aiprof.analysis.steps import step_windows
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
-ATTENTION = r"scaled_dot_product|flash_attn|flash_attention|efficient_attention|unified_attention|paged_attention"
+# Attention ops whose inputs are [B, H, S, D] (aten's SDPA and its backends; not flash_attn's [B, S, H, D], not
+# a Triton kernel named after a fused SDPA).
+ATTENTION = r"^aten::_?scaled_dot_product"
 _VLLM = re.compile(r"^execute_(\d+)_context_(\d+)\(.*?\)_generation_(\d+)")
 _SGLANG = re.compile(r"^step\[(DECODE|EXTEND|PREFILL|MIXED|IDLE)\b([^\]]*)\]", re.I)
 _BS = re.compile(r"\bbs=(\d+)")
 _SGLANG_KIND = {"DECODE": "decode", "EXTEND": "prefill", "PREFILL": "prefill", "MIXED": "mixed", "IDLE": "idle"}
 KINDS = ("prefill", "decode", "mixed", "between", "idle")
+_CACHE_KEY = "analysis.inference"
 MAX_STEPS = 2000  # steps listed in the section (the phase statistics use all)
 
 
@@ -168,6 +171,8 @@ def _phases(trace: Trace, steps: list[InferenceStep], engine: bool) -> dict[str,
             "tokens_per_step": int(np.median(tokens)) if tokens else None,
             "gpu_busy_share": round(float(busy[idx].sum()) / max(int(spans[idx].sum()), 1), 4) if has_gpu else None,
         }
+        if has_gpu:  # the device time the share is of (an engine step's span runs to the next step)
+            entry["gpu_busy_ns"], entry["span_ns"] = int(busy[idx].sum()), int(spans[idx].sum())
         if engine:
             after = [max(gaps[i], 0) for i in idx if i < len(gaps)]
             entry["host_gap_median_ns"] = _pct(after, 50) if after else None
@@ -215,7 +220,15 @@ def _requests_of(trace: Trace) -> dict[str, Any] | None:
 
 
 def inference_section(trace: Trace) -> dict[str, Any]:
-    """The report section (``ranks[].inference``): ``detected`` false when the trace shows no inference."""
+    """The report section (``ranks[].inference``): ``detected`` false when the trace shows no inference.
+    Computed once per trace (cached: the rules read it too)."""
+    cached: dict[str, Any] | None = trace.cache.get(_CACHE_KEY)
+    if cached is None:
+        cached = trace.cache[_CACHE_KEY] = _inference(trace)
+    return cached
+
+
+def _inference(trace: Trace) -> dict[str, Any]:
     engine, steps = _engine_steps(trace)
     source = f"{engine} step annotations" if engine else "attention shapes per step"
     if not steps:

@@ -18,6 +18,7 @@ class RuleOptions:
     high_share: float = 0.15
     medium_share: float = 0.05
     data_loading_share: float = 0.05  # TensorBoard plugin: DataLoader > 5 % of the step
+    decode_busy_share: float = 0.5  # decode steps whose device is busy under this share: host-bound decoding
     host_bound_share: float = 0.05  # exposed CPU-only time (catalogue A9)
     launch_bound_share: float = 0.10  # kernel-wait share (HTA / catalogue A4)
     tiny_kernel_ns: int = 10_000  # GPU kernels shorter than this are launch-latency dominated

@@ -8,7 +8,8 @@ from functools import cached_property
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.rules import coldstart, comm, compiled, fusion, gpu_kernels, idle, kernel_efficiency, memory, steps, telemetry
+from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, inference, kernel_efficiency, memory,
+                          steps, telemetry)
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.framework import in_framework_words
@@ -22,7 +23,7 @@ RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 
 # The modules that declare rules (``@rank_rule`` / ``@run_rule``, aiprof.rules.spec). A rule added to one of
 # them is registered by its declaration; a new module is added here.
-RULE_MODULES = (coldstart, steps, compiled, idle, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry)
+RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry)
 
 # Every declared rule, one list: per module, in definition order. The order does not change any finding
 # (rules share views, not results: tests/rules/test_rule_order.py runs them reversed and shuffled).

@@ -65,6 +65,7 @@ NEEDS: dict[str, str] = {
     "cpu_view": "RankViews.cpu_view",
     "graph_capture": "RankViews.graph_capture",
     "graph_replays": "RankViews.graph_replays",
+    "inference": "RankViews.inference",
     "telemetry": "telemetry.csv of the run directory (RankContext.inputs.telemetry)",
     "run_meta": "meta.json of the run directory (RankContext.inputs.meta)",
     "ranks": "run rules: every rank's analysis",

@@ -120,5 +120,13 @@ class RankViews:
 
         return find_graph_replays(self._ctx)
 
+    @cached_property
+    def inference(self) -> dict[str, Any]:
+        """The trace's inference steps by phase and its requests (analysis/inference.py; computed once per
+        trace, shared with the report's section)."""
+        from aiprof.analysis.inference import inference_section
+
+        return inference_section(self._ctx.trace)
+
 
 __all__ = ["RankViews"]
