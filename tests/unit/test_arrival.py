@@ -132,3 +132,32 @@ def test_1024_ranks_a_balanced_job_flags_nothing() -> None:
     x = cross_rank(clean)
     assert x is not None
     assert x.culprits(1 * MS) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# The map side on CPU runs: the outermost collective op's start is the arrival, its end is unknown
+# ---------------------------------------------------------------------------------------------------
+def test_a_cpu_run_arrives_at_its_collective_ops_and_its_clock_is_left_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import aiprof
+    from aiprof.analysis.run import analyze
+    from kineto_builder import TraceBuilder
+
+    paths = []
+    for rank, late in ((0, 0), (1, 8000)):  # rank 1 arrives 8 ms late at every all-reduce
+        b = TraceBuilder()
+        b.distributed(rank=rank, world_size=2, backend="gloo")
+        for n in range(3):
+            t0 = n * 30_000
+            b.step(n, ts=t0, dur=29_000)
+            start = t0 + 1_000 + late
+            # gloo's allreduce op returns early on the late rank, late on the early one: ends say nothing
+            b.cpu_op("c10d::allreduce_", ts=start, dur=20_000 - late if rank == 0 else 200)
+            b.cpu_op("record_param_comms", ts=start + 5, dur=50)  # nested: not a second collective
+        paths.append(b.write(tmp_path / f"rank{rank}.json"))
+    run = analyze(aiprof.load(tmp_path))
+    x = run.cross_rank
+    assert x is not None and x.source == "cpu op"
+    assert x.matched_instances == 3 and not x.clock_corrected
+    by_rank = {r.rank: r for r in x.per_rank}
+    assert by_rank[1].last_arrivals == 3 and by_rank[1].caused_ns_per_step == 8 * MS
+    assert all(g.median_transfer_ns == -1 for g in x.groups)

@@ -142,7 +142,9 @@ def _table(
 ) -> ArrivalTable:
     c = trace.columns
     start = c.ts[rows].astype(np.int64)
-    end = (c.ts[rows] + c.dur[rows]).astype(np.int64)
+    # A communication kernel ends when the collective does, on every rank; a host collective op may return
+    # before that (an async work handle): its end says nothing, and is unknown.
+    end = (c.ts[rows] + c.dur[rows]).astype(np.int64) if source == "kernel" else np.full(rows.shape[0], -1, np.int64)
     step = np.full(rows.shape[0], -2, dtype=np.int64)
     for w in windows:
         inside = (start >= w.start_ns) & (start < w.end_ns)
