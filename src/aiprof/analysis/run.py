@@ -79,6 +79,12 @@ def _compat_section(trace: Trace) -> dict[str, Any]:
     return compat_for_trace(trace)
 
 
+def _mfu_section(trace: Trace) -> dict[str, Any]:
+    from aiprof.roofline.mfu import mfu_section
+
+    return mfu_section(trace)
+
+
 def _compile_section(trace: Trace) -> dict[str, Any]:
     from aiprof.analysis.compile import compile_section
 
@@ -113,6 +119,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "timeline_overview": timeline_overview,
     "graph_capture": _graph_capture_section,
     "compile": _compile_section,
+    "mfu": _mfu_section,
     "inference": _inference_section,
 }
 

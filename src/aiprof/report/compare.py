@@ -186,6 +186,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     # over the pairs (``compare_stats.paired_change``); each pair's change is listed.
     pairs: int = 1
     pair_changes_pct: list[float] = msgspec.field(default_factory=list)
+    # Model FLOPs utilisation of each side's slowest rank (both sides must have one), and the peak it used.
+    mfu: Utilization | None = None
+    mfu_peak: str = ""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -280,7 +283,22 @@ def compare_reports(
         memory=compare_memory(before, after),
         pairs=stats.pairs,
         pair_changes_pct=list(stats.pair_changes_pct),
+        **_mfu_change(before, after),
     )
+
+
+def _mfu_change(before: Report, after: Report) -> dict[str, Any]:
+    """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section)."""
+    found = []
+    for doc in (before, after):
+        rank = next((r for r in doc.ranks if r.rank == doc.summary.slowest_rank), doc.ranks[0] if doc.ranks else None)
+        sec = rank.mfu if rank is not None else None
+        if not isinstance(sec, dict) or not sec.get("available"):
+            return {}
+        found.append(sec)
+    b, a = float(found[0]["mfu"]), float(found[1]["mfu"])
+    peaks = {f"{s['peak_key']} {s.get('device') or ''}".strip() for s in found}
+    return {"mfu": Utilization(before=b, after=a, delta=a - b), "mfu_peak": " / ".join(sorted(peaks))}
 
 
 def _median_change(

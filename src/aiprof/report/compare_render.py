@@ -68,6 +68,9 @@ def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
         ("mean step", fmt_ms(m.before), fmt_ms(m.after), _signed_ms(m.delta), f"{m.delta_pct:+.1f}%"),
         ("utilization" if cpu is None else "CPU busy", f"{100 * u.before:.1f}%", f"{100 * u.after:.1f}%", f"{100 * u.delta:+.1f} pt", ""),
     ]
+    if cmp.mfu is not None:
+        f = cmp.mfu
+        out.append((f"MFU ({cmp.mfu_peak})", f"{100 * f.before:.2f}%", f"{100 * f.after:.2f}%", f"{100 * f.delta:+.2f} pt", ""))
     for title, table, names in (("", cmp.breakdown_ns_per_step, BUCKETS), ("idle: ", cmp.idle_causes_ns_per_step, IDLE_CAUSES)):
         for n in names:
             d = table.get(n)

@@ -80,7 +80,20 @@ def _rows(sec: dict[str, Any]) -> list[list[str]]:
 _HEAD = ["compile id", "time", "cause", "what changed"]
 
 
+def mfu_line(doc: Report) -> str:
+    """The focus rank's MFU sentence ('' when it has none)."""
+    from aiprof.roofline.mfu import mfu_text
+
+    sec = common.focus_rank(doc).mfu
+    return mfu_text(sec) if isinstance(sec, dict) else ""
+
+
 def terminal_lines(doc: Report) -> list[str]:
+    line = mfu_line(doc)
+    return ([terminal(line), ""] if line else []) + _compile_terminal_lines(doc)
+
+
+def _compile_terminal_lines(doc: Report) -> list[str]:
     found = _section(doc)
     if found is None:
         return []
@@ -95,6 +108,11 @@ def terminal_lines(doc: Report) -> list[str]:
 
 
 def markdown_lines(doc: Report) -> list[str]:
+    line = mfu_line(doc)
+    return (["", markdown(line) + "."] if line else []) + _compile_markdown_lines(doc)
+
+
+def _compile_markdown_lines(doc: Report) -> list[str]:
     found = _section(doc)
     if found is None:
         return []

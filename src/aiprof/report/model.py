@@ -125,6 +125,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks
     # (analysis/compile.py); ``{"compiled": false}`` without torch.compile. Additive, schema 1.1.
     compile: dict[str, Any] | UnsetType = UNSET
+    # Model FLOPs utilisation: matrix FLOPs from shapes per step over the dense matrix peak of the dtype in
+    # use (roofline/mfu.py); ``available: false`` with a ``reason`` when it cannot be computed. Schema 1.1.
+    mfu: dict[str, Any] | UnsetType = UNSET
     # Inference steps by phase (prefill / decode / mixed) and requests' TTFT / ITL (analysis/inference.py).
     inference: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
@@ -136,7 +139,7 @@ class RankReport(msgspec.Struct, kw_only=True):
 
 
 SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture", "compile",
-            "inference")
+            "inference", "mfu")
 
 
 class Summary(msgspec.Struct, kw_only=True):
