@@ -220,7 +220,17 @@ def saving_text(f: FindingRecord) -> str:
         return ""
     share = f.share_of_step
     bound = "up to " if f.saving_kind == "upper_bound" else "≈ "
-    return f"saves {bound}{fmt_ms(saving)}/step" + (f" ({fmt_pct(share)} of step)" if share > 0 else "")
+    text = f"saves {bound}{fmt_ms(saving)}/step" + (f" ({fmt_pct(share)} of step)" if share > 0 else "")
+    return text + replayed_text(f)
+
+
+def replayed_text(f: FindingRecord) -> str:
+    """"; replayed fix: 59.1 ms/step (step → 118.6 ms)" when the finding carries its fix replayed on the
+    dependency graph (docs/whatif.md), else ""."""
+    step, saved = f.evidence.get("predicted_step_ns"), f.evidence.get("predicted_saving_ns_per_step")
+    if not isinstance(step, (int, float)) or not isinstance(saved, (int, float)) or isinstance(step, bool):
+        return ""
+    return f"; replayed fix: {fmt_ms(float(saved))}/step (step → {fmt_ms(float(step))})"
 
 
 RowT = TypeVar("RowT")
