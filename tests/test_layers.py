@@ -36,7 +36,7 @@ LAYERS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "report": (frozenset({"report"}), frozenset({"base", "trace", "analysis", "rules"})),
     "app": (frozenset({"app"}), frozenset({"base", "capture", "trace", "analysis", "rules", "diagnosis", "report"})),
     "cli": (frozenset({"cli", "__main__"}), frozenset({"base", "capture", "analysis", "rules", "app"})),
-    "integrations": (frozenset({"integrations", "hf", "lightning"}), frozenset({"base", "capture", "app", "cli"})),
+    "integrations": (frozenset({"integrations", "hf", "lightning", "accelerate"}), frozenset({"base", "capture", "app", "cli"})),
 }
 
 # (importing module, imported module) -> why it is allowed for now. Keep it short; shrink it.

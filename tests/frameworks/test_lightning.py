@@ -9,7 +9,6 @@ import contextlib
 import csv
 import io
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,45 +19,10 @@ pl = pytest.importorskip("pytorch_lightning")
 
 import aiprof.lightning  # noqa: E402
 from aiprof import app  # noqa: E402
+from tiny_lightning import SlowPairs, Tiny  # noqa: E402
 
 STEPS, ACCUMULATE, BATCH = 8, 2, 2
 SLEEP_S = 0.05  # per sample: 0.2 s of loading per step against about a millisecond of compute
-
-
-class SlowPairs(torch.utils.data.Dataset):  # type: ignore[misc]
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> tuple[Any, Any]:
-        time.sleep(SLEEP_S)
-        g = torch.Generator().manual_seed(i)
-        return torch.randn(16, generator=g), torch.randn(1, generator=g)
-
-
-class Tiny(pl.LightningModule):  # type: ignore[misc]
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-
-    def training_step(self, batch: Any, i: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
-
-    def validation_step(self, batch: Any, i: int) -> None:
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    def train_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(SlowPairs(64), batch_size=BATCH)
-
-    def val_dataloader(self) -> Any:
-        return torch.utils.data.DataLoader(SlowPairs(6), batch_size=BATCH)  # 3 batches per validation
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +35,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, aiprof.lightn
                          accelerator="cpu", devices=1, val_check_interval=2 * ACCUMULATE, num_sanity_val_steps=1)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        trainer.fit(Tiny())
+        trainer.fit(Tiny(SlowPairs(64, SLEEP_S), SlowPairs(6, SLEEP_S), batch=BATCH))  # 3 batches per validation
     return trainer, profiler, run, printed.getvalue()
 
 

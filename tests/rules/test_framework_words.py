@@ -15,7 +15,7 @@ import pytest
 import aiprof
 from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
-from aiprof.rules.framework import (FIX_KINDS, FRAMEWORK_FIXES, LIGHTNING, TRANSFORMERS, framework_words,
+from aiprof.rules.framework import (ACCELERATE, FIX_KINDS, FRAMEWORK_FIXES, LIGHTNING, TRANSFORMERS, framework_words,
                                     run_framework, trace_framework)
 from aiprof.rules.machine import MachineFacts
 from aiprof.rules.registry import DEFAULT_RANK_RULES
@@ -106,7 +106,7 @@ def test_the_table_is_consistent() -> None:
     kinds = set(FIX_KINDS.values()) | {"data_loading.workers"}
     values = {"fix": "F.", "workers": "2", "why": "w", "pin": "", "half": "bf16", "lightning_half": "bf16-mixed"}
     for (framework, kind), template in FRAMEWORK_FIXES.items():
-        assert framework in (TRANSFORMERS, LIGHTNING) and kind in kinds, (framework, kind)
+        assert framework in (TRANSFORMERS, LIGHTNING, ACCELERATE) and kind in kinds, (framework, kind)
         fields = {f for _, f, _, _ in string.Formatter().parse(template) if f}
         assert fields <= set(values), (framework, kind, fields)
         assert template.format_map(values)

@@ -56,12 +56,14 @@ class FrameworkRun:
         schedule: Schedule | tuple[int, ...] | dict[str, int] | None,
         profile_options: dict[str, Any],
         summary: bool,
+        auto_step: bool = False,
     ) -> None:
         self.framework = framework
         self.version = version
         self.integration = integration
         self.summary = summary
-        self.profile = Profile(out, schedule=schedule, auto_step=False, quiet=True, **profile_options)
+        # auto_step: every optimizer.step() ends a step (aiprof's hook), where the framework has no step hook.
+        self.profile = Profile(out, schedule=schedule, auto_step=auto_step, quiet=True, **profile_options)
         self.steps = 0
         self.step_offset: int | None = None
         self._active = False
@@ -122,9 +124,12 @@ class FrameworkRun:
             return
         self._active = False
         atexit.unregister(self._abandoned)
-        self.note(steps_marked=self.steps, **fields)
+        session = session_mod.current()
         exc = (type(error), error, error.__traceback__) if error is not None else (None, None, None)
         self.profile.__exit__(*exc)
+        # Steps the framework ended, or (auto_step) the optimizer steps the capture counted, the last included.
+        marked = self.steps if self.steps or session is None else session.markers
+        self.note(steps_marked=marked, **fields)
         if not self.attached:
             self._summarise()
 

@@ -131,6 +131,7 @@ def fix_text(trace: Trace, key: str, default: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 TRANSFORMERS = "transformers"
 LIGHTNING = "lightning"
+ACCELERATE = "accelerate"
 TORCHTITAN = "torchtitan"  # recognised (the report's metadata); no wording of its own yet: PyTorch's
 TORCHTUNE = "torchtune"
 
@@ -176,6 +177,25 @@ FRAMEWORK_FIXES: dict[tuple[str, str], str] = {
         "between), and ddp_find_unused_parameters=False avoids the extra graph walk."
     ),
     (TRANSFORMERS, "optimizer"): "{fix} With the Trainer: TrainingArguments(optim=\"adamw_torch_fused\").",
+    (ACCELERATE, "data_loading"): (
+        "Load batches in background workers: accelerator.prepare(DataLoader(dataset, batch_size=..., "
+        "num_workers={workers}, persistent_workers=True, prefetch_factor=2{pin})) ({why}); Accelerate shards "
+        "the loader you give it and keeps its workers."
+    ),
+    (ACCELERATE, "precision"): (
+        "{fix} With Accelerate: Accelerator(mixed_precision=\"{half}\") (it runs autocast and, for fp16, the "
+        "gradient scaler)."
+    ),
+    (ACCELERATE, "compile"): "{fix} With Accelerate: Accelerator(dynamo_backend=\"inductor\") compiles the prepared model.",
+    (ACCELERATE, "checkpointing"): (
+        "{fix} With Accelerate: a smaller batch with Accelerator(gradient_accumulation_steps=N) and "
+        "`with accelerator.accumulate(model):` keeps the effective batch."
+    ),
+    (ACCELERATE, "ddp"): (
+        "{fix} With Accelerate: Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(bucket_cap_mb=25-100, "
+        "gradient_as_bucket_view=True)]), and gradient_accumulation_steps=N with accelerator.accumulate(model) "
+        "all-reduces once per N micro-batches."
+    ),
     (LIGHTNING, "data_loading"): (
         "Load batches in background workers: return DataLoader(dataset, batch_size=..., num_workers={workers}, "
         "persistent_workers=True, prefetch_factor=2{pin}) from your LightningDataModule's train_dataloader() "
@@ -203,7 +223,8 @@ FRAMEWORK_FIXES: dict[tuple[str, str], str] = {
         "static_graph=True)), and Trainer(accumulate_grad_batches=N) all-reduces once per N batches."
     ),
     (LIGHTNING, "optimizer"): (
-        "{fix} With Lightning: return torch.optim.AdamW(self.parameters(), fused=True) from configure_optimizers()."
+        "{fix} With Lightning: build that optimizer in configure_optimizers() (return "
+        "torch.optim.AdamW(self.parameters(), lr=..., foreach=True), or fused=True on a GPU)."
     ),
 }
 
@@ -213,6 +234,7 @@ _FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (LIGHTNING, re.compile(r"(?:pytorch_lightning|lightning[/\\]pytorch)[/\\]|^\[(?:LightningModule|_TrainingEpochLoop|"
                            r"_EvaluationLoop|_FitLoop|Strategy|LightningDataModule)\]")),
     (TRANSFORMERS, re.compile(r"transformers[/\\](?:trainer|trainer_callback|training_args)\.py")),
+    (ACCELERATE, re.compile(r"accelerate[/\\](?:accelerator|data_loader|optimizer)\.py")),
     (TORCHTITAN, re.compile(r"(?:^|[/\\])torchtitan[/\\]")),
     (TORCHTUNE, re.compile(r"(?:^|[/\\])torchtune[/\\]")),
 )
@@ -286,6 +308,7 @@ def _fix_values(framework: str, default: str, facts: MachineFacts) -> dict[str, 
 
 
 __all__ = [
+    "ACCELERATE",
     "CUDA",
     "CUDA_FIXES",
     "FIX_KINDS",
