@@ -203,3 +203,92 @@ def graph_capture_section(trace: Trace) -> dict[str, Any]:
     """The report section (``ranks[].graph_capture``): :meth:`GraphCaptureInfo.to_dict` plus its note."""
     info = graph_capture_info(trace)
     return {**info.to_dict(), "note": info.note()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Replayed kernels attributed to the ops that were captured (a replay trace analysed with its capture)
+# ---------------------------------------------------------------------------------------------------
+GRAPH_LAUNCH = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
+
+
+@dataclass(frozen=True)
+class ReplayAttribution:
+    """Replayed GPU time (kernels launched by a graph launch) and how much of it was attributed to the op
+    that launched the same node during the capture (``by_op``: op name → ns, largest first)."""
+
+    graph_launches: int
+    matched_launches: int
+    replayed_kernels: int
+    replayed_ns: int
+    attributed_ns: int
+    by_op: dict[str, int]
+
+    @property
+    def attributed_share(self) -> float:
+        return self.attributed_ns / self.replayed_ns if self.replayed_ns else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph_launches": self.graph_launches, "matched_launches": self.matched_launches,
+                "replayed_kernels": self.replayed_kernels, "replayed_ns": self.replayed_ns,
+                "attributed_ns": self.attributed_ns, "attributed_share": round(self.attributed_share, 4),
+                "unattributed_ns": self.replayed_ns - self.attributed_ns, "by_op": self.by_op}
+
+
+def _captured_graphs(capture: Trace) -> list[tuple[list[str], list[tuple[int, int]]]]:
+    """Per capture range, in time order: the captured launches' issuing op names and (grid, block)."""
+    from aiprof.trace import links
+
+    c = capture.columns
+    launches = launch_rows(capture)
+    launches = launches[captured_mask(capture, launches)]
+    ops = links.issuing_op(capture)
+    spans = sorted((int(s), int(e)) for st, en in capture_ranges(capture).per_thread.values()
+                   for s, e in zip(st.tolist(), en.tolist()))
+    out = []
+    for s, e in spans:
+        rows = launches[(c.ts[launches] >= s) & (c.ts[launches] < e)]
+        names = [capture.strings[c.name[ops[r]]] if ops[r] >= 0 else "(no op)" for r in rows.tolist()]
+        out.append((names, [(int(c.grid[r]), int(c.block[r])) for r in rows.tolist()]))
+    return out
+
+
+def _fits(shape: list[tuple[int, int]], kernels: list[tuple[int, int]]) -> bool:
+    """Same number of nodes, and grid / block equal wherever both traces recorded them."""
+    return len(shape) == len(kernels) and all(
+        a == b or -1 in (a[0], b[0]) for a, b in zip(shape, kernels))
+
+
+def attribute_replays(replay: Trace, capture: Trace) -> ReplayAttribution:
+    """Attribute each graph launch's replayed kernels to the captured ops, node by node: the graph is the
+    capture range in the same position that fits (as many launches, same grid/block where recorded), else
+    the first unused one that fits, else one already matched (a graph is replayed many times). Kernels of a launch no capture fits stay unattributed."""
+    from aiprof.trace import links
+
+    c = replay.columns
+    kernels = replay.rows_of(Kind.KERNEL)
+    launcher = links.launcher(replay)[kernels]
+    calls = replay.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    graph_launches = calls[replay.name_matches(calls, GRAPH_LAUNCH)]
+    graphs = _captured_graphs(capture)
+    used: set[int] = set()
+    by_op: dict[str, int] = {}
+    replayed = attributed = matched = count = 0
+    for j, launch in enumerate(graph_launches.tolist()):
+        rows = kernels[launcher == launch]
+        rows = rows[np.argsort(c.ts[rows], kind="stable")]
+        count += int(rows.size)
+        durs = c.dur[rows].tolist()
+        replayed += int(sum(durs))
+        shape = [(int(c.grid[r]), int(c.block[r])) for r in rows.tolist()]
+        others = [i for i in range(len(graphs)) if i != j]  # a graph replays many times: unused ones first
+        order = [j] + [i for i in others if i not in used] + [i for i in others if i in used]
+        pick = next((i for i in order if i < len(graphs) and _fits(graphs[i][1], shape)), None)
+        if pick is None:
+            continue
+        used.add(pick)
+        matched += 1
+        for name, dur in zip(graphs[pick][0], durs):
+            by_op[name] = by_op.get(name, 0) + int(dur)
+            attributed += int(dur)
+    ranked = dict(sorted(by_op.items(), key=lambda kv: -kv[1]))
+    return ReplayAttribution(int(graph_launches.size), matched, count, replayed, attributed, ranked)
