@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# ``top=ANY``: the first finding is not this case's point (a "stays quiet" twin); only present/absent count.
+ANY = "*"
+
 # build(tmp_dir) -> the path to analyse (a trace file or a folder of rank files)
 Builder = Callable[[Path], Path]
 # check(run, findings) -> None: extra assertions on numbers (a saving, an evidence field); raise to fail
@@ -38,6 +41,8 @@ class Case:
     check: Check | None = None
     # With top=None: info findings (zero-saving notes such as cold_start / graph_capture) may still appear.
     top_info_ok: bool = True
+    # The build runs a real PyTorch script (``corpus/scripts/``): marked torch and slow, skipped without torch.
+    real: bool = False
 
 
 def case(
@@ -50,5 +55,30 @@ def case(
     absent: set[str] | frozenset[str] = frozenset(),
     check: Check | None = None,
     top_info_ok: bool = True,
+    real: bool = False,
 ) -> Case:
-    return Case(name, build, top, reason, frozenset(present), frozenset(absent), check, top_info_ok)
+    return Case(name, build, top, reason, frozenset(present), frozenset(absent), check, top_info_ok, real)
+
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+def run_script(script: str, out: Path, *args: str, timeout: float = 240) -> Path:
+    """Run ``corpus/scripts/<script>`` with this interpreter (``out`` as its first argument), in a clean
+    environment; ``out`` back. Skips the case when torch is not installed."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    out.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIPROF", "OMP_", "MKL_"))}
+    env["OMP_NUM_THREADS"] = "1"
+    res = subprocess.run([sys.executable, str(SCRIPTS / script), str(out), *args], capture_output=True, text=True,
+                         timeout=timeout, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out

@@ -268,6 +268,14 @@ class RooflineResult:
     def unmodelled(self) -> list[RooflineRow]:
         return [r for r in self.rows if r.family is None]
 
+    def time_ns_by_dtype(self) -> dict[str, int]:
+        """Modelled time by the dtype its ops computed in, largest first (the run's dtype mix)."""
+        by: Counter[str] = Counter()
+        for row in self.rows:
+            if row.family is not None and row.dtype:
+                by[row.dtype] += row.time_ns
+        return dict(by.most_common())
+
     def share(self, row: RooflineRow) -> float:
         return row.time_ns / self.total_time_ns if self.total_time_ns else 0.0
 
@@ -294,6 +302,7 @@ class RooflineResult:
             "total_time_ns": self.total_time_ns,
             "modelled_time_ns": self.modelled_time_ns,
             "time_ns_by_bound": dict(sorted(by_class.items())),
+            "time_ns_by_dtype": self.time_ns_by_dtype(),
             "notes": list(self.notes),
             "above_roof_pct": ABOVE_ROOF_PCT,
             "cpu_threads_used": self.cpu_threads or None,

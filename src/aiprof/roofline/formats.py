@@ -11,7 +11,7 @@ from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.roofline.analysis import RooflineResult
 from aiprof.roofline.render import header_lines, table_rows
 
-_COLUMNS = ("op and input shapes", "time µs", "%", "bound", "roof")
+_COLUMNS = ("op and input shapes", "dtype", "time µs", "%", "bound", "roof")
 
 
 def roofline_json(result: RooflineResult) -> str:
@@ -31,7 +31,7 @@ def _md(text: str) -> str:
 def roofline_markdown(result: RooflineResult, top: int = 15) -> str:
     lines = ["## Roofline", ""]
     lines += [_md(line) + "  " for line in header_lines(result)]
-    lines += ["", "| " + " | ".join(_COLUMNS) + " |", "|---|---:|---:|---|---:|"]
+    lines += ["", "| " + " | ".join(_COLUMNS) + " |", "|---|---|---:|---:|---|---:|"]
     for row in table_rows(result, top):
         lines.append("| " + " | ".join(_md(cell) for cell in row) + " |")
     return "\n".join(lines) + "\n"

@@ -270,11 +270,11 @@ def _fp32_conv_gain(result: Any, idx: I64) -> Any:
 
 @rank_rule(saving=Saving.TIME, options=("precision_share",), needs=("roofline", "fp32_matrix_calls", "kernels", "steps"))
 def precision(ctx: RankContext) -> list[Finding]:
-    """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU). CPU runs get
-    no tensor-core advice; the advice follows the device (fp16 + GradScaler on Volta/Turing, bf16 on
-    Ampere+ and AMD CDNA)."""
+    """FP32 GEMMs / convolutions on a GPU with tensor cores (or FP64 anywhere on the GPU); on a CPU run,
+    FP64 matrix work (:func:`cpu_fp64`). CPU runs get no tensor-core advice; the advice follows the device
+    (fp16 + GradScaler on Volta/Turing, bf16 on Ampere+ and AMD CDNA)."""
     if not ctx.is_gpu:
-        return []
+        return cpu_fp64(ctx)
     units = matrix_units(ctx)
     if not units.any:
         return []
@@ -331,13 +331,20 @@ def precision(ctx: RankContext) -> list[Finding]:
     }
     if was_capped:
         evidence["modelled_saving_ns_per_step"] = int(modelled)
+    evidence["matrix_dtype_mix_ns_per_step"] = dtype_mix(ctx, idx)
+    fp64_ns = evidence["matrix_dtype_mix_ns_per_step"].get("fp64", 0)
+    fix = precision_fix(units, conv="conv" in families, fp64="fp64" in dtypes)
+    title = f"FP32 matrix math without tensor cores: {ms_text(matrix_ns)} per step"
+    if fp64_ns * 2 >= matrix_ns:  # mostly float64: the first fix is float32 (FP64 runs at 1/2-1/64 the rate)
+        title = f"float64 matrix math on the GPU: {ms_text(fp64_ns)} per step"
+        fix = FP64_FIX + "; then " + fix[0].lower() + fix[1:]
     return [
         ctx.finding(
             "precision",
-            f"FP32 matrix math without tensor cores: {ms_text(matrix_ns)} per step",
+            title,
             saving,
             evidence=evidence,
-            fix=precision_fix(units, conv="conv" in families, fp64="fp64" in dtypes),
+            fix=fix,
             formula="Σ per steady step over FP32/FP64 GEMM, conv and attention ops not already on tensor cores of "
             "gain × GPU time, gain 1/2 (compute- and memory-bound: ≥2x on 16-bit tensor cores, half the bytes) "
             "and 0 for latency-bound ops (a conservative Daydream AMP model); at most the step minus the "
@@ -346,6 +353,86 @@ def precision(ctx: RankContext) -> list[Finding]:
             confidence="low",
         )
     ]
+
+
+# FP64 matrix work on a CPU runs at about half the FP32 rate (AVX2/AVX-512 FMA: twice the float32 lanes
+# per instruction; MKL/OpenBLAS DGEMM reaches ~half of SGEMM's FLOP/s), and moves twice the bytes.
+CPU_FP64_SLOWDOWN = 2.0
+FP64_FIX = ("Compute in float32: model.float() (drop .double()), convert NumPy inputs with torch.from_numpy(x).float() "
+            "or create them with dtype=np.float32 (NumPy defaults to float64), and check "
+            "torch.get_default_dtype() is torch.float32 (torch.set_default_dtype(torch.float64) makes every new "
+            "tensor float64); keep float64 only where double precision is needed")
+
+
+def fp64_slowdown(peaks: Any) -> tuple[float, str]:
+    """How much slower FP64 matrix work runs than FP32 on this CPU: the measured ``aiprof peaks`` ratio
+    when both rates are there, else :data:`CPU_FP64_SLOWDOWN`; and where the number came from."""
+    if peaks is not None:
+        fp32 = peaks.compute_peak("matrix", "fp32")
+        fp64 = peaks.compute_peak("matrix", "fp64")
+        if fp32 and fp64 and fp32[1] == "matrix_fp32" and fp64[1] == "matrix_fp64" and fp64[0] > 0:
+            return max(fp32[0] / fp64[0], 1.0), f"measured peaks ({peaks.name}): fp32/fp64 matmul FLOP/s"
+    return CPU_FP64_SLOWDOWN, "typical CPU ratio (~2x: twice the float32 lanes per FMA), no measured peaks"
+
+
+def dtype_mix(ctx: RankContext, idx: I64) -> dict[str, int]:
+    """Time per step of the roofline calls ``idx`` by their dtype (``unknown`` when none was recorded)."""
+    calls = ctx.views.roofline.calls
+    out: Counter[str] = Counter()
+    for k, t in zip(calls.cost_id[idx].tolist(), calls.time_ns[idx].tolist()):
+        out[(calls.costs[k].dtype or "unknown") if k >= 0 else "unmodelled"] += t
+    return {d: int(t / ctx.step_count) for d, t in out.most_common()}
+
+
+def cpu_fp64(ctx: RankContext) -> list[Finding]:
+    """FP64 GEMM, convolution and attention work on a CPU run (a ``model.double()`` or NumPy's float64
+    inputs): saving = FP64 matrix time × (1 − 1/slowdown), slowdown = measured FP32/FP64 rate or ~2x."""
+    result = ctx.views.roofline
+    calls = result.calls
+    lo, hi = ctx.window
+    matrix = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
+    fp64 = np.array([c.dtype == "fp64" for c in calls.costs] + [False], dtype=bool)
+    idx = matrix[fp64[calls.cost_id[matrix]]]
+    if not idx.size:
+        return []
+    fp64_ns = float(calls.time_ns[idx].sum()) / ctx.step_count
+    slowdown, source = fp64_slowdown(result.peaks)
+    saving = fp64_ns * (1.0 - 1.0 / slowdown)
+    if ctx.share(saving) < ctx.options.precision_share:
+        return []
+    everything = result.calls_in(lo, hi, measured_only=False)
+    fp64_all = everything[fp64[calls.cost_id[everything]]]
+    evidence = {
+        "fp64_matrix_ns_per_step": int(fp64_ns),
+        "fp64_matrix_share_of_step": round(ctx.share(fp64_ns), 4),
+        "fp64_matrix_ops_per_step": round(idx.size / ctx.step_count, 1),
+        "fp64_all_ops_ns_per_step": int(float(calls.time_ns[fp64_all].sum()) / ctx.step_count),
+        "fp32_over_fp64_rate": round(slowdown, 2),
+        "rate_source": source,
+        "matrix_dtype_mix_ns_per_step": dtype_mix(ctx, matrix),
+        "top_ops": _fp64_top_ops(ctx, idx),
+    }
+    return [
+        ctx.finding(
+            "precision",
+            f"float64 matrix math on the CPU: {ms_text(fp64_ns)} per step ({ctx.share(fp64_ns):.0%} of the step)",
+            saving,
+            evidence=evidence,
+            fix=FP64_FIX + ".",
+            formula="Σ per steady step of the CPU self time of FP64 GEMM, conv and attention ops × (1 − 1/r), r = "
+            "FP32/FP64 matmul rate of this CPU (measured by `aiprof peaks`, else 2)",
+            kind="estimate",
+            confidence="medium",
+        )
+    ]
+
+
+def _fp64_top_ops(ctx: RankContext, idx: I64) -> list[dict[str, Any]]:
+    calls = ctx.views.roofline.calls
+    by: Counter[str] = Counter()
+    for i in idx.tolist():
+        by[f"{calls.strings[int(calls.name[i])]} {calls.texts[int(calls.text_id[i])][0]}"[:120]] += int(calls.time_ns[i])
+    return [{"op": k, "dtype": "fp64", "ns_per_step": int(v / ctx.step_count)} for k, v in by.most_common(5)]
 
 
 # ---------------------------------------------------------------------------------------------------
