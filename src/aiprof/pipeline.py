@@ -55,8 +55,6 @@ def diagnose_hook(
     notes.extend(predict_findings(trace, analysis.windows, out["findings"]))  # replayed savings (docs/whatif.md)
     out.update(host_extras(trace, analysis.windows, out["findings"]))  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory)
-    if report is None and memory == "auto" and len(trace.rows_of(Kind.MEMORY)):
-        notes.append("this trace has [memory] events: `aiprof analyze --memory` adds the memory section")
     if report is not None:
         from aiprof.rules.memory_findings import memory_findings
 
@@ -73,9 +71,9 @@ def diagnose_hook(
 # Memory: the rank's memory report, when it has memory data (cheap to rule out: one kind lookup, one stat)
 # ---------------------------------------------------------------------------------------------------
 MemoryMode = Literal["auto", "all", "off"]
-"""Which memory inputs make a rank's memory section: ``auto`` the allocator dumps an ``aiprof run --memory``
-wrote (cheap); ``all`` also a trace's ``[memory]`` events (``aiprof analyze --memory``: the trace is read
-a second time, about 1-4x its load time); ``off`` none."""
+"""Which memory inputs make a rank's memory section: ``auto`` (the default) and ``all`` the allocator dumps
+an ``aiprof run --memory`` wrote, else a trace's ``[memory]`` events (``profile_memory=True``: the trace is
+read a second time, about 1-4x its load time; a leak is found only by reading them); ``off`` none."""
 MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
@@ -83,8 +81,7 @@ STATS_FILE = "memory_stats.jsonl"
 
 def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
     """The memory inputs of a rank, best first: its allocator snapshots in the run directory's ``memory/``
-    (the OOM dump, then the end-of-window one), then (``mode="all"``) its trace when it holds ``[memory]``
-    events."""
+    (the OOM dump, then the end-of-window one), then its trace when it holds ``[memory]`` events."""
     found: list[Path] = []
     if mode == "off":
         return found
@@ -95,7 +92,7 @@ def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
             if path.is_file():
                 found.append(path)
     name = trace.path.name.lower()
-    if mode == "all" and len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
+    if len(trace.rows_of(Kind.MEMORY)) and (name.endswith(".json") or name.endswith(".json.gz")):
         found.append(trace.path)
     return found
 
@@ -170,12 +167,18 @@ def diagnose_run(
     return [f.to_dict() for f in memory_last(rank_findings(merged))]
 
 
+# Memory findings that come before the others whatever their bytes: a failed allocation, then a live set
+# that grows every step (it runs out of memory in the end, and checkpointing or sharding cannot free it).
+MEMORY_FIRST = ("mem_oom", "mem_leak")
+
+
 def memory_last(ranked: list[Finding]) -> list[Finding]:
-    """The memory findings (``mem_*``: they save bytes, not time) after every other finding, largest
-    ``evidence['est_saving_bytes']`` first; the others keep their order."""
+    """The memory findings (``mem_*``: they save bytes, not time) after every other finding: those of
+    :data:`MEMORY_FIRST` first, then the largest ``evidence['est_saving_bytes']``; the others keep their order."""
     time = [f for f in ranked if not f.id.startswith(MEMORY_PREFIX)]
     memory = [f for f in ranked if f.id.startswith(MEMORY_PREFIX)]
-    return time + sorted(memory, key=lambda f: -_saving_bytes(f))
+    first = {rule_id: k for k, rule_id in enumerate(MEMORY_FIRST)}
+    return time + sorted(memory, key=lambda f: (first.get(f.id, len(first)), -_saving_bytes(f)))
 
 
 def _saving_bytes(f: Finding) -> int:

@@ -139,7 +139,8 @@ def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> N
     first_zero = next((i for i, s in enumerate(savings) if s <= 0), len(savings))
     assert all(s <= 0 for s in savings[first_zero:])
     # memory findings (0 ns, their bytes in the evidence) come after every other finding, even an info
-    # note that saves nothing, largest saving in bytes first
+    # note that saves nothing; a leak first whatever its bytes (checkpointing cannot free it), then the
+    # largest saving in bytes
     from aiprof.pipeline import memory_last
     from aiprof.rules.memory_findings import _finding
     from aiprof.rules.registry import rank_findings
@@ -154,7 +155,9 @@ def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> N
                    saving_kind="estimate", saving_formula="", confidence="low", evidence={}, fix="")
     for order in ([small, big, note, time], [time, note, big, small]):
         ranked = [f.id for f in memory_last(rank_findings(order))]
-        assert ranked == ["host_bound", "cold_start", "mem_activation_dominant", "mem_leak"]
+        assert ranked == ["host_bound", "cold_start", "mem_leak", "mem_activation_dominant"]
+    bigger = _finding("mem_optimizer_dominant", "opt", mem.devices[0], 20 * MiB, {}, "fix", "formula")
+    assert [f.id for f in memory_last([big, bigger])] == ["mem_optimizer_dominant", "mem_activation_dominant"]
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("report-1.0-*.json")), ids=lambda p: p.name)
@@ -194,4 +197,6 @@ def test_no_memory_leaves_the_section_and_its_findings_out(tmp_path: Path, capsy
     assert main(["analyze", str(path), "--no-memory", "-o", str(out)]) == 0
     assert "memory" not in json.loads(out.read_text())["ranks"][0]
     assert main(["analyze", str(path), "--memory"]) == 0 and "Memory (kineto" in capsys.readouterr().out
-    assert main(["analyze", str(path)]) == 0 and "Memory (kineto" not in capsys.readouterr().out
+    # a trace with [memory] events gets the memory section by default (a leak is found only from them)
+    assert main(["analyze", str(path)]) == 0 and "Memory (kineto" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--no-memory"]) == 0 and "Memory (kineto" not in capsys.readouterr().out

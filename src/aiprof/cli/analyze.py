@@ -101,9 +101,9 @@ class AnalyzeCommand:
         )
         memory = parser.add_mutually_exclusive_group()
         memory.add_argument("--memory", dest="memory", action="store_const", const="all", default="auto",
-                            help="add the memory section from the trace's [memory] events too (profile_memory=True; "
-                                 "the trace is read a second time). By default only allocator dumps of "
-                                 "`aiprof run --memory` make it")
+                            help="the memory section and findings (the default): from the allocator dumps of "
+                                 "`aiprof run --memory`, else the trace's [memory] events (profile_memory=True; "
+                                 "the trace is read a second time)")
         memory.add_argument("--no-memory", dest="memory", action="store_const", const="off",
                             help="leave out the memory section")
         parser.add_argument("--step-range", metavar="REGEX", help="Nsight Systems reports: the NVTX ranges "

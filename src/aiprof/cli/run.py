@@ -32,7 +32,7 @@ class RunCommand:
         group = parser.add_argument_group("what the profiler records")
         group.add_argument("--record-shapes", action=argparse.BooleanOptionalAction, default=o.record_shapes, help="input shapes of ops: FLOPs, roofline (default on)")
         group.add_argument("--profile-memory", action=argparse.BooleanOptionalAction, default=o.profile_memory, help="allocator events (default on)")
-        group.add_argument("--memory", action="store_true", help="CUDA allocator history around the recorded steps, dumped at the end and on OOM, and memory_stats() per step (read it with aiprof memory RUN_DIR)")
+        group.add_argument("--memory", action="store_true", help="CUDA allocator history around the recorded steps, dumped at the end and on OOM, and memory_stats() per step (read it with aiprof memory RUN_DIR); on a CPU run, the profiler's [memory] events (always on unless --no-profile-memory) are the memory input")
         group.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=o.with_stack, help="Python call stacks: source lines, costly (default off)")
         group = parser.add_argument_group("steps and telemetry")
         group.add_argument("--step-marker", metavar="SPEC", help="what ends a step besides optimizer.step(): an nn.Module class name (Model), or MODULE:FUNCTION")
@@ -84,6 +84,9 @@ def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summ
     note = "" if status == "complete" else f" ({meta.get('reason')})"
     print(f"aiprof: run directory: {run_dir}  [{status}{note}]")
     print(f"aiprof: {len(traces)} trace(s), steps recorded per rank: {_recorded(meta)}")
+    if getattr(options, "memory", False) and not (run_dir / "memory").is_dir():
+        print("aiprof: --memory: no CUDA allocator ran (a CPU run), so no allocator history was dumped; the "
+              "memory section comes from the profiler's [memory] events in the trace (sites are ops, not stacks)")
     if summary:
         _print_summary(run_dir)
     print(f"aiprof: next: aiprof analyze {run_dir}")

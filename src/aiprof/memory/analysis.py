@@ -176,6 +176,7 @@ def _device(
         snapshot=_snapshot_state(data, device), ooms=_ooms(data, device, rows, cur, reserved, free_of, site_of_stack),
         timeline=_timeline(data, rows, delta, cur, reserved),
         carried_over_bytes=data.carried_over_bytes.get(device, 0),
+        seed_known=device not in data.seed_unknown,
     )
 
 

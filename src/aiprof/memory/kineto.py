@@ -256,6 +256,8 @@ def _seed(data: MemoryData, what: str) -> None:
     missing = 0
     for device in np.unique(ev.device).tolist():
         rows = np.flatnonzero((ev.device == device) & known)
+        if rows.size == 0 or device == CPU_DEVICE:
+            data.seed_unknown.add(device)
         if rows.size == 0:
             missing += 1
             on = ev.device == device

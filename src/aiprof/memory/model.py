@@ -203,6 +203,9 @@ class MemoryData:
     # CPU Kineto: bytes the profiler's Total Allocated carried over from earlier profiler sessions in the
     # process that the trace never frees (held blocks and blocks freed while no session ran, inseparable)
     carried_over_bytes: dict[int, int] = field(default_factory=dict)
+    # Devices whose memory held before recording started is not known, only a lower bound (the seeded blocks):
+    # CPU Kineto (the profiler's CPU counter counts only what a session saw allocated) and traces without totals
+    seed_unknown: set[int] = field(default_factory=set)
     torch_categories: bool = False  # the category column came from torch's own profiler
     stats: list[dict[str, Any]] = field(default_factory=list)  # capture: memory_stats() per step
     warnings: list[str] = field(default_factory=list)

@@ -88,9 +88,18 @@ def step_table(dev: DeviceMemory) -> tuple[list[str], list[list[str]]]:
 # ---------------------------------------------------------------------------------------------------
 # Terminal and Markdown share one list of lines
 # ---------------------------------------------------------------------------------------------------
+def seed_text(dev: DeviceMemory) -> str:
+    """What was held before recording started: a number, or "unknown" (with the proven part) where the
+    source cannot say (the CPU profiler counts only what it saw allocated)."""
+    if dev.seed_known:
+        return binary(dev.seed_bytes)
+    proven = f", at least {binary(dev.seed_bytes)} freed here" if dev.seed_bytes else ""
+    return f"unknown (the trace sees only what it allocated{proven})"
+
+
 def _device_rows(dev: DeviceMemory) -> list[tuple[str, str]]:
     rows = [("peak allocated", binary(dev.peak_allocated_bytes) + (f" (step {dev.peak_step})" if dev.peak_step is not None else ""))]
-    rows.append(("  held when recording started", binary(dev.seed_bytes)))
+    rows.append(("  held when recording started", seed_text(dev)))
     rows.append(("  peak of the recorded events alone", binary(dev.unseeded_peak_bytes)))
     if dev.carried_over_bytes:
         rows.append(("  left out: CPU counter carried over", binary(dev.carried_over_bytes)))

@@ -133,6 +133,9 @@ class DeviceMemory(msgspec.Struct):
     # CPU Kineto only: bytes the profiler's "Total Allocated" counted before this trace that it never frees,
     # left out of every figure (see docs/memory.md, "Peak allocated"); 0 elsewhere
     carried_over_bytes: int = 0
+    # False: ``seed_bytes`` is only a lower bound (the blocks the trace frees without having seen them
+    # allocated). CPU Kineto traces: the profiler's CPU counter starts at 0, whatever was live before
+    seed_known: bool = True
 
 
 class AllocatorStats(msgspec.Struct):

@@ -31,6 +31,7 @@ _DATALOADER = r"^enumerate\(DataLoader\)"
 _MULTI_WORKER = "MultiProcessing"
 _SYNC_OP = r"^aten::(item|_local_scalar_dense|nonzero|tolist)$|^aten::(masked_select|unique|_unique2)$"
 _SYNC_OP_CPU = r"^aten::(item|_local_scalar_dense)$"
+_OPTIMIZER_SPANS = r"^Optimizer\.(step|zero_grad)#"
 # The synchronising calls of the timeline's ``sync`` cause (blocking copies and frees too), plus driver copies.
 _SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 
@@ -670,17 +671,24 @@ def _blocking_fix(ctx: RankContext, call: str) -> str:
 
 def _sync_cpu(ctx: RankContext) -> list[Finding]:
     cover, rows = _sync_episodes(ctx)
+    if rows.size == 0:
+        return []
     spans = iv.total(iv.intersect(cover, _steady_set(ctx)))
+    capped = _capped_loops(ctx, cover, rows)
     # The profiler inflates the loop: each recorded op costs it; view / scalar ops about
     # sync_profiler_cost_share of the per-op cost calibrated on allocating ops.
     cost = ctx.options.profiler_ns_per_op * ctx.options.sync_profiler_cost_share
-    saving = max(spans - _ops_in(ctx, cover, every=True) * cost, 0) / ctx.step_count
+    per_step = [max(iv.total(iv.intersect(capped, step)) - _ops_in(ctx, iv.intersect(cover, step), every=True) * cost, 0)
+                for step in _step_sets(ctx)]
+    # The median step, not the mean: one loop the scheduler pre-empted for 9 ms is not every step's cost
+    saving = arrays.median(np.array(per_step, dtype=np.float64)) if per_step else 0.0
     if ctx.share(saving) < ctx.options.sync_share or saving <= 0:
         return []
     loops = spread(cover[1] - cover[0])
     evidence: dict[str, Any] = {
         "conversion_loop_ns_per_step": int(saving),
         "profiled_loop_ns_per_step": int(spans / ctx.step_count),
+        "loop_ns_by_step": [int(v) for v in per_step],
         "item_calls_per_step": round(rows.size / ctx.step_count, 1),
         **loops.evidence("loop", ctx.step_count),
     }
@@ -697,9 +705,11 @@ def _sync_cpu(ctx: RankContext) -> list[Finding]:
                 "every N steps; vectorise the Python loop over elements into tensor ops."
             ),
             formula=(
-                "mean over steady steps of the span of each loop of .item()-like ops (ops closer than "
-                "sync_cluster_gap_ns), net of the profiler's cost per recorded op (profiler_ns_per_op x "
-                "sync_profiler_cost_share: view and scalar ops cost it less than allocating ones)"
+                "median over steady steps of the span of each loop of .item()-like ops (ops closer than "
+                "sync_cluster_gap_ns; a loop at most its calls x 2 x the median call period, so a pre-empted "
+                "call does not count), net of the profiler's cost per recorded op (profiler_ns_per_op x "
+                "sync_profiler_cost_share: view and scalar ops cost it less than allocating ones); calls inside "
+                "Optimizer.step/zero_grad (the optimizer's own step counters) left out"
             ),
             kind="estimate",
             confidence="medium",
@@ -727,14 +737,41 @@ def _callers(ctx: RankContext, calls: I64) -> I64:
     return found
 
 
+def _step_sets(ctx: RankContext) -> list[iv.IntervalSet]:
+    """Each steady step's window, as an interval set cut to the steady time (one-time costs left out)."""
+    steady = _steady_set(ctx)
+    return [iv.intersect(steady, iv.as_set([s.start_ns], [s.start_ns + s.duration_ns])) for s in ctx.steps]
+
+
+def _capped_loops(ctx: RankContext, cover: iv.IntervalSet, rows: I64) -> iv.IntervalSet:
+    """Each loop of :func:`_sync_episodes` cut to at most its calls x 2 x the median call period (start to
+    next start within the loop): a loop stretched by one call the scheduler pre-empted counts as the loop."""
+    c = ctx.trace.columns
+    ts = c.ts[rows]
+    loop = np.searchsorted(cover[0], ts, side="right") - 1
+    same = np.r_[False, loop[1:] == loop[:-1]]
+    period = np.where(same, np.diff(ts, prepend=ts[:1]), c.dur[rows])
+    typical = arrays.median(period) if period.size else 0.0
+    calls = np.bincount(loop[loop >= 0], minlength=cover[0].size)
+    ends = np.minimum(cover[1], cover[0] + (calls * 2 * typical).astype(np.int64))
+    return cover[0], np.maximum(ends, cover[0])
+
+
 def _sync_episodes(ctx: RankContext) -> tuple[iv.IntervalSet, I64]:
     """CPU traces: runs of ``.item()``-like ops (top-level) as an interval set, and their rows. Two
     consecutive round trips belong to one episode (the Python loop around them) when no substantial op
     (≥ tiny_cpu_op_ns) runs between them and they are closer than ``sync_cluster_gap_ns`` — or closer than
-    10 ms with only tiny ops between (a loop the scheduler paused)."""
+    10 ms with only tiny ops between (a loop the scheduler paused). Calls inside ``Optimizer.step`` /
+    ``zero_grad`` are the optimizer's own (AdamW reads its per-parameter step counters with ``.item()``), not
+    the script's: left out."""
     c = ctx.trace.columns
     ops = _top_level(ctx)
     rows = ops[ctx.trace.name_matches(ops, _SYNC_OP_CPU)]
+    optimizer = _annotations(ctx, _OPTIMIZER_SPANS)
+    if rows.size and optimizer.size:
+        inside = iv.merge(c.ts[optimizer], c.ts[optimizer] + c.dur[optimizer])
+        k = np.searchsorted(inside[0], c.ts[rows], side="right") - 1
+        rows = rows[~((k >= 0) & (c.ts[rows] < inside[1][np.maximum(k, 0)]))]
     if rows.size == 0:
         return iv.EMPTY, rows
     starts, ends = c.ts[rows], c.ts[rows] + c.dur[rows]

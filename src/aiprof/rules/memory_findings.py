@@ -120,10 +120,11 @@ def checkpoint_saving(activation_bytes: int, blocks: int, segments: int) -> int:
 
 
 def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
-    """Activations are most of the peak: checkpointing trades a recompute for most of them."""
+    """Activations are most of the peak: checkpointing trades a recompute for most of them. Blocks a leak
+    keeps (``dev.leak.held_at_peak_bytes``) are not activations checkpointing could free: left out."""
     out = []
     for dev in report.devices:
-        act = _category(dev, "activation")
+        act = _category(dev, "activation") - _leaked(dev, opts)
         if dev.peak_allocated_bytes <= 0 or act < opts.activation_fraction * dev.peak_allocated_bytes:
             continue
         sites = [g for g in dev.live_at_peak if g.category == "activation"][:5]
@@ -145,6 +146,17 @@ def mem_activation_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> li
             scope="of the peak",
         ))
     return out
+
+
+def _leaking(dev: DeviceMemory, opts: MemoryRuleOptions) -> bool:
+    """End-of-step allocated bytes grew for ``leak_min_growth_run`` steps in a row: :func:`mem_leak`'s trigger."""
+    leak = dev.leak
+    return leak is not None and leak.longest_growth_run >= opts.leak_min_growth_run and leak.growth_bytes_per_step > 0
+
+
+def _leaked(dev: DeviceMemory, opts: MemoryRuleOptions) -> int:
+    """The bytes live at the peak that :func:`mem_leak` calls leaked (0 when it finds no leak)."""
+    return max(dev.leak.held_at_peak_bytes, 0) if dev.leak is not None and _leaking(dev, opts) else 0
 
 
 def mem_optimizer_dominant(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
@@ -172,7 +184,7 @@ def mem_leak(report: MemoryReport, opts: MemoryRuleOptions) -> list[Finding]:
     out = []
     for dev in report.devices:
         leak = dev.leak
-        if leak is None or leak.longest_growth_run < opts.leak_min_growth_run or leak.growth_bytes_per_step <= 0:
+        if leak is None or not _leaking(dev, opts):
             continue
         grown = leak.end_of_step_bytes[-1] - leak.end_of_step_bytes[1]
         held = leak.held_at_peak_bytes  # what the leak adds to the peak (older reports: 0, use the growth)
