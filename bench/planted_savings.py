@@ -19,6 +19,15 @@ is profiled too: the residue (the data_loading saving left after the fix) agains
 The 1-minute load average is printed per repeat: on a shared machine, timings are the machine's, not the
 workload's.
 
+Two more planted classes run the corpus scripts (``tests/corpus/scripts``), each variant in its own process:
+
+- ``leak`` (``leak_train.py``: a validation forward outside ``no_grad`` summed as a tensor): the estimate is
+  ``mem_leak``'s ``est_saving_bytes`` (the leaked blocks live at the peak), the measured saving is the peak
+  allocated bytes of the leaking run minus the fixed one's (``no_grad`` + ``.item()``), in MiB;
+- ``straggler`` (``ddp_straggler.py``: 2-process gloo DDP, rank 1 with extra Python per step): the estimate
+  is the saving of the one finding that names rank 1, the measured saving is the slowest rank's median
+  step minus the balanced run's (both from the traces), in ms.
+
 Usage:  PYTHONPATH=src python bench/planted_savings.py [--repeats 5] [--rounds 2] [--only sync,attention]
         [--json out.json]
 """
@@ -35,7 +44,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-PLANTED = ["data_loading", "host_overhead", "attention", "elementwise", "sync"]
+PLANTED = ["data_loading", "host_overhead", "attention", "elementwise", "sync", "float64", "leak", "straggler"]
+SCRIPTS = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "scripts"
+SCRIPT_CLASSES = {"leak": "mem_leak", "straggler": "host_gaps"}
 
 
 @dataclass
@@ -98,6 +109,48 @@ def run_one(name: str, rounds: int, tmp: Path) -> Repeat:
     return rep
 
 
+def _script(name: str, out: Path, *args: str) -> Path:
+    import subprocess
+
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(SCRIPTS / name), str(out), *args], check=True, capture_output=True, env=env)
+    (out / "store").unlink(missing_ok=True)
+    return out
+
+
+def _peak_mib(path: Path) -> float:
+    from aiprof.memory import analyze_memory, load_memory
+
+    return max(d.peak_allocated_bytes for d in analyze_memory(load_memory(path)).devices) / 2**20
+
+
+def _slowest_median_ms(run: Any) -> float:
+    return max(statistics.median(s.duration_ns for s in r.primary.steps) for r in run.ranks) / 1e6
+
+
+def run_script_class(name: str, tmp: Path) -> Repeat:
+    """One repeat of ``leak`` or ``straggler`` (see the module docstring)."""
+    from aiprof.pipeline import analyze_and_diagnose
+
+    expected = SCRIPT_CLASSES[name]
+    if name == "leak":
+        before = _script("leak_train.py", tmp / "before") / "trace.json"
+        after = _script("leak_train.py", tmp / "after", "fixed") / "trace.json"
+        _, findings = analyze_and_diagnose([before], workers=1)
+        found = next((f for f in findings if f["id"] == expected), None)
+        estimate = (found["evidence"]["est_saving_bytes"] / 2**20) if found else 0.0
+        measured = _peak_mib(before) - _peak_mib(after)
+    else:
+        run, findings = analyze_and_diagnose([_script("ddp_straggler.py", tmp / "before")], workers=1)
+        fixed, _ = analyze_and_diagnose([_script("ddp_straggler.py", tmp / "after", "balanced")], workers=1)
+        found = next((f for f in findings if f["id"] == expected and f["ranks"] == [1]), None)
+        estimate = found["est_saving_ns_per_step"] / 1e6 if found else 0.0
+        measured = _slowest_median_ms(run) - _slowest_median_ms(fixed)
+    ids = [f["id"] for f in findings if f["severity"] != "info"]
+    return Repeat(estimate, measured, ids.index(expected) + 1 if expected in ids else 0, ids[:4], os.getloadavg()[0])
+
+
 def _within(rep: Repeat, factor: float) -> bool:
     return rep.measured_ms > 0 and rep.measured_ms / factor <= rep.estimate_ms <= rep.measured_ms * factor
 
@@ -112,7 +165,8 @@ def report(results: list[Result]) -> str:
         reps = r.repeats
         n = len(reps)
         lines.append(
-            f"| {r.name} | {r.finding_id} | {statistics.median(x.estimate_ms for x in reps):.2f} "
+            f"| {r.name}{' (MiB, not ms)' if r.name == 'leak' else ''} | {r.finding_id} "
+            f"| {statistics.median(x.estimate_ms for x in reps):.2f} "
             f"| {statistics.median(x.measured_ms for x in reps):.2f} | {statistics.median(x.ratio for x in reps):.2f} "
             f"| {sum(abs(x.ratio - 1) <= 0.3 for x in reps)}/{n} | {sum(_within(x, 2.0) for x in reps)}/{n} "
             f"| {sum(x.rank == 1 for x in reps)}/{n} | {statistics.median(x.load1 for x in reps):.1f} |"
@@ -142,9 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="aiprof-planted-") as tmp:
         for name in args.only.split(","):
-            result = Result(name, WORKLOADS[name].finding_id)
+            scripted = name in SCRIPT_CLASSES
+            result = Result(name, SCRIPT_CLASSES[name] if scripted else WORKLOADS[name].finding_id)
             for k in range(args.repeats):
-                result.repeats.append(run_one(name, args.rounds, Path(tmp) / f"{name}-{k}"))
+                where = Path(tmp) / f"{name}-{k}"
+                result.repeats.append(run_script_class(name, where) if scripted else run_one(name, args.rounds, where))
                 print(f"{name} #{k + 1}: {asdict(result.repeats[-1])}", file=sys.stderr, flush=True)
             results.append(result)
     print(report(results))

@@ -59,7 +59,11 @@ def diagnose_hook(
         from aiprof.rules.memory_findings import memory_findings
 
         out["memory"] = report
-        out["findings"] += [f.to_dict() for f in memory_findings(report)]
+        # A graph-capture phase (vLLM / SGLang start-up) is set-up: its memory (the KV cache reserved up front,
+        # graph pools) is sized on purpose; the section shows it, no memory finding judges it
+        capture = any(f["id"] == "graph_capture" and not f["evidence"].get("steady_state", True) for f in out["findings"])
+        if not capture:
+            out["findings"] += [f.to_dict() for f in memory_findings(report)]
     if timeline > 0:
         from aiprof.analysis.explore import rank_timeline
 
@@ -167,18 +171,15 @@ def diagnose_run(
     return [f.to_dict() for f in memory_last(rank_findings(merged))]
 
 
-# Memory findings that come before the others whatever their bytes: a failed allocation, then a live set
-# that grows every step (it runs out of memory in the end, and checkpointing or sharding cannot free it).
-MEMORY_FIRST = ("mem_oom", "mem_leak")
-
-
 def memory_last(ranked: list[Finding]) -> list[Finding]:
     """The memory findings (``mem_*``: they save bytes, not time) after every other finding: those of
-    :data:`MEMORY_FIRST` first, then the largest ``evidence['est_saving_bytes']``; the others keep their order."""
+    ``rules.memory_findings.MEMORY_FIRST`` first, then the largest ``evidence['est_saving_bytes']``; the others
+    keep their order."""
+    from aiprof.rules.memory_findings import memory_rank
+
     time = [f for f in ranked if not f.id.startswith(MEMORY_PREFIX)]
     memory = [f for f in ranked if f.id.startswith(MEMORY_PREFIX)]
-    first = {rule_id: k for k, rule_id in enumerate(MEMORY_FIRST)}
-    return time + sorted(memory, key=lambda f: (first.get(f.id, len(first)), -_saving_bytes(f)))
+    return time + sorted(memory, key=lambda f: (memory_rank(f.id), -_saving_bytes(f)))
 
 
 def _saving_bytes(f: Finding) -> int:

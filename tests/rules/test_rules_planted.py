@@ -33,13 +33,14 @@ from aiprof.pipeline import analyze_and_diagnose  # noqa: E402
 from aiprof.rules import RuleOptions  # noqa: E402
 from aiprof.workloads import WORKLOADS, isolated, profile_workload, profiler_ns_per_op  # noqa: E402
 
-PLANTED = ["data_loading", "host_overhead", "attention", "elementwise", "sync"]
+PLANTED = ["data_loading", "host_overhead", "attention", "elementwise", "sync", "float64"]
 # What the planted finding's evidence must name: the op (or loader, or chain) the workload planted.
 PLANTED_OPS: dict[str, tuple[str, ...]] = {
     "data_loading": ("DataLoader",),
     "attention": ("aten::softmax", "aten::_softmax"),
     "elementwise": ("mul", "relu", "clamp"),
     "sync": ("aten::item", "aten::_local_scalar_dense"),
+    "float64": ("aten::addmm", "aten::mm"),
 }
 LOOP_COLUMNS = 1024  # host_overhead's Python loop: a few tiny ops for each of 1,024 columns per step
 
@@ -53,7 +54,7 @@ def _names_the_planted_op(name: str, evidence: dict[str, Any]) -> bool:
 # Ids a clean MLP step cannot produce whatever the load: no DataLoader, no .item(), no attention, no
 # elementwise chain. (host_bound can: on a loaded machine, time the run spends descheduled lies between ops.)
 HOST_IDS = {"host_bound", "host_gaps", "host_stall", "launch_bound"}  # the host starves the device, by gap shape
-STRUCTURAL_IDS = {"data_loading", "sync", "unfused_attention", "fusion_opportunity"}
+STRUCTURAL_IDS = {"data_loading", "sync", "unfused_attention", "fusion_opportunity", "precision"}
 
 
 @pytest.fixture(scope="module")

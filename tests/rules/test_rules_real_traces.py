@@ -73,12 +73,14 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
     "hta/nccl_parser_config/nccl_data.json.gz": (
         "host_bound", {"comm_bandwidth"}, NONE, "NCCL all-reduce of 2M elements at ~7 GB/s bus bandwidth"),
     "hta/distributed_info_unavailable/distributed_info_not_found.json.gz": (
-        "host_gaps", {"host_bound", "sync", "optimizer_unfused"}, NONE,
+        "host_gaps", {"host_bound", "optimizer_unfused"}, {"sync"},
         "a small model accounted on the CPU: one 33 ms gap outside any op in a 75 ms window is the script's "
-        "own Python (host_gaps), then 16 ms of tiny-op overhead (host_bound), with syncs in the step"),
-    "hta/rank_non_gpu/rank_non_gpu.json.gz": ("host_gaps", {"host_bound", "sync"}, NONE, "same trace content as above"),
-    "hta/rank_unavailable/rank_not_found.json.gz": ("host_gaps", {"host_bound", "sync"}, NONE, "same trace content as above"),
-    "hta/mixed_files/rank_non_gpu.json.gz": ("host_gaps", {"host_bound", "sync"}, NONE, "same trace content as above"),
+        "own Python (host_gaps), then 16 ms of tiny-op overhead (host_bound). No sync (was 4.8 ms): of its 4 "
+        ".item() calls in the one step, one 4.7 ms call held 98.7 % (the others ~29 µs): one long call, no "
+        "device sync in the trace, is no loop of conversions to vectorise"),
+    "hta/rank_non_gpu/rank_non_gpu.json.gz": ("host_gaps", {"host_bound"}, {"sync"}, "same trace content as above"),
+    "hta/rank_unavailable/rank_not_found.json.gz": ("host_gaps", {"host_bound"}, {"sync"}, "same trace content as above"),
+    "hta/mixed_files/rank_non_gpu.json.gz": ("host_gaps", {"host_bound"}, {"sync"}, "same trace content as above"),
     "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz": (
         "host_stall", {"host_bound"}, NONE,
         "a toy model on MI250: one 6.6 ms hipLaunchKernel (a first launch loading its module) is 71 % of the "

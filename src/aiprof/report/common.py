@@ -163,11 +163,27 @@ def findings(doc: Report) -> list[FindingRecord]:
     return sorted(doc.findings, key=finding_order)
 
 
-def finding_order(f: FindingRecord) -> tuple[bool, bool, float, int, str]:
-    """The sort key of :func:`findings`."""
+def finding_order(f: FindingRecord) -> tuple[bool, bool, int, float, int, str]:
+    """The sort key of :func:`findings` (memory findings: a leak or an OOM first, then by bytes)."""
+    from aiprof.rules.memory_findings import memory_rank
+
     memory = f.id.startswith(MEMORY_PREFIX)
     saving = -_num(f.evidence.get("est_saving_bytes")) if memory else -float(f.est_saving_ns_per_step)
-    return (memory, f.severity == "info" and not memory, saving, SEVERITY_ORDER.get(f.severity, 9), "" if memory else f.id)
+    first = memory_rank(f.id) if memory else 0
+    return (memory, f.severity == "info" and not memory, first, saving, SEVERITY_ORDER.get(f.severity, 9),
+            "" if memory else f.id)
+
+
+def rank_text(f: FindingRecord, rank_count: int) -> str:
+    """Which ranks a finding is about, on a multi-rank run ("rank 1", "ranks 0, 6", "all 8 ranks (worst:
+    rank 3)"); "" on one rank or for a finding without ranks."""
+    if rank_count <= 1 or not f.ranks:
+        return ""
+    if len(f.ranks) >= rank_count:
+        worst = f.evidence.get("worst_rank")
+        return f"all {rank_count} ranks" + (f" (numbers of rank {worst})" if isinstance(worst, int) else "")
+    shown = ", ".join(str(r) for r in f.ranks[:16]) + (" …" if len(f.ranks) > 16 else "")
+    return ("ranks " if len(f.ranks) > 1 else "rank ") + shown
 
 
 def _num(value: Any) -> float:

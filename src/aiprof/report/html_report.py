@@ -203,17 +203,15 @@ class HtmlRenderer:
         items = c.findings(doc)
         if not items:
             return ""
-        return "".join(self._finding(f) for f in items)
+        return "".join(self._finding(f, doc.summary.rank_count) for f in items)
 
-    def _finding(self, f: FindingRecord) -> str:
+    def _finding(self, f: FindingRecord, rank_count: int = 1) -> str:
         sev = f.severity
         sev_class = sev if sev in c.SEVERITY_ORDER else "info"
         facts = [c.saving_text(f)]
         if f.confidence:
             facts.append(f"confidence {f.confidence}")
-        ranks = f.ranks
-        if ranks:
-            facts.append("rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(str(r) for r in ranks[:16]))
+        facts.append(c.rank_text(f, rank_count))
         if f.device:
             facts.append(f.device)
         evidence = f.evidence

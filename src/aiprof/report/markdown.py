@@ -87,7 +87,8 @@ def _findings(doc: Report) -> list[str]:
     out = ["", "### Findings", ""]
     for i, f in enumerate(items, 1):
         saving = common.saving_text(f)
-        facts = [x for x in (saving, f"confidence {f.confidence}" if f.confidence else "") if x]
+        facts = [x for x in (saving, f"confidence {f.confidence}" if f.confidence else "",
+                             common.rank_text(f, doc.summary.rank_count)) if x]
         out.append(
             f"{i}. **{_cell(f.title or f.id)}** "
             f"`{f.severity}` " + (f"— {_cell(', '.join(facts))}" if facts else "")

@@ -237,8 +237,12 @@ class TerminalRenderer:
             style = {"high": "bold red", "medium": "yellow"}.get(sev, "")
             grid.add_row(Text(f"  {sev.upper()}", style=style), terminal_text(f.title or f.id))
             saving = common.saving_text(f)
-            if saving:
-                grid.add_row("", Text(saving, style="green"))
+            who = common.rank_text(f, doc.summary.rank_count)
+            if saving or who:
+                facts = Text(saving, style="green")
+                if who:
+                    facts.append((" · " if saving else "") + who)
+                grid.add_row("", facts)
             lines = [line.rstrip() for line in f.fix.strip().splitlines()]
             for i, line in enumerate(lines):
                 grid.add_row("", terminal_text(("fix: " if i == 0 else "     ") + line) if line else Text(""))

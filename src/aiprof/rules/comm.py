@@ -221,6 +221,9 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
         "per_rank": [{"rank": r, "step_ns": int(s), "wait_ns": int(w), "work_ns": int(o)} for r, s, w, o in rows],
     }
     _net_of_straggler_wait(findings, rows, rank, own, options)
+    cpu = all(r.primary.kind == "cpu" for r in run.ranks)
+    if len(slow) == 1 and _blame_culprit(findings, rank, sorted(waiting), saving, evidence, options):
+        return []  # the straggler's own finding says why, with the others' wait as its evidence
     return [
         Finding(
             id="straggler",
@@ -238,15 +241,64 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
             "stragglers worked like the waiting ones",
             confidence="medium",
             evidence=evidence,
-            fix=(
-                f"Find why rank {rank} works longer: uneven data (sequence lengths per rank: bucket or pack "
-                "them), a slower GPU or throttling (nvidia-smi -q -d PERFORMANCE), CPU affinity / NUMA "
-                "(torchrun --local-ranks-filter, numactl), or extra work on that rank (logging, eval, checkpoint)."
-            ),
+            fix=_straggler_fix(rank, cpu),
             ranks=tuple(r for r, _, _, _ in rows),
             device="",
         )
     ]
+
+
+def _straggler_fix(rank: int, cpu: bool) -> str:
+    """Where to look for a straggler's extra work; no GPU tools on a CPU run."""
+    hardware = ("a slower or busier CPU (other processes on its cores: top -H; pin ranks to cores with "
+                "taskset/numactl, torchrun --local-ranks-filter to see its output)" if cpu else
+                "a slower GPU or throttling (nvidia-smi -q -d PERFORMANCE), CPU affinity / NUMA "
+                "(torchrun --local-ranks-filter, numactl)")
+    return (f"Find why rank {rank} works longer: uneven data (sequence lengths per rank: bucket or pack them), "
+            f"{hardware}, or extra work on that rank (logging, eval, checkpoint, Python run only on rank {rank}).")
+
+
+# A straggler's own finding that explains its extra work must save on it at least this share of that work
+CULPRIT_SHARE = 0.5
+_NOT_CULPRITS = frozenset({"exposed_communication", "comm_bandwidth", "straggler"})
+
+
+def _blame_culprit(findings: list[Finding], rank: int, waiting: list[int], extra: float,
+                   straggler: dict[str, Any], options: RuleOptions) -> bool:
+    """One problem, one finding: when a finding of the straggler rank (its own Python, its host overhead…)
+    saves on it at least :data:`CULPRIT_SHARE` of its extra work more than on the waiting ranks, that finding
+    is the culprit. It is rewritten in place to name the rank, with the others' wait in its evidence, and no
+    separate straggler finding is made (the wait is what the culprit costs the others, not a second saving).
+    Returns whether one was found."""
+    best, best_excess = -1, 0.0
+    for i, f in enumerate(findings):
+        if f.id in _NOT_CULPRITS or f.id.startswith("mem_") or f.severity == "info" or f.ranks == ():
+            continue
+        per = {int(k): float(v) for k, v in (f.evidence.get("per_rank_saving_ns") or {}).items()}
+        per = per or {f.ranks[0]: float(f.est_saving_ns_per_step)}
+        if f.evidence.get("worst_rank", rank) != rank or rank not in per:
+            continue  # its numbers are another rank's
+        excess = per[rank] - (statistics.median(per.get(r, 0.0) for r in waiting) if waiting else 0.0)
+        if excess >= CULPRIT_SHARE * extra and excess > best_excess:
+            best, best_excess = i, excess
+    if best < 0:
+        return False
+    f = findings[best]
+    who = ", ".join(str(r) for r in waiting)
+    wait = straggler.get("waiting_ranks_wait_ns", 0)
+    findings[best] = dataclasses.replace(
+        f,
+        title=f"Rank {rank}: {f.title} (rank{'s' if len(waiting) > 1 else ''} {who} wait{'' if len(waiting) > 1 else 's'} "
+        "for it)",
+        ranks=(rank,),
+        evidence={**f.evidence, "worst_rank": rank, "straggler": {**straggler, "extra_work_ns": int(extra)}},
+        fix=f"{f.fix} Rank {rank} is the straggler: rank{'s' if len(waiting) > 1 else ''} {who} wait "
+        f"{ms_text(wait)} per step for it in the collectives, and that wait goes with this fix (it is not a saving "
+        "of its own).",
+        notes=(*f.notes, f"rank {rank} works {ms_text(extra)} per step longer than the ranks that wait for it "
+               "(the straggler rule's measure); this finding explains it"),
+    )
+    return True
 
 
 def _net_of_straggler_wait(
@@ -263,7 +315,12 @@ def _net_of_straggler_wait(
     f = findings[at]
     per_rank = f.evidence.get("per_rank_saving_ns") or {str(f.ranks[0]) if f.ranks else "0": f.est_saving_ns_per_step}
     work = {r: w for r, _, _, w in rows}
+    # The straggler waits for nobody: its time in collectives is the transfer itself, what any rank's exposed
+    # communication can be once the wait for it is gone
+    transfer = next((int(w) for r, _, w, _ in rows if r == straggler), None)
     net = {r: max(int(v) - max(int(own - work.get(int(r), own)), 0), 0) for r, v in per_rank.items()}
+    if transfer is not None:
+        net = {r: min(v, transfer) for r, v in net.items()}
     saving = max(net.values(), default=0)
     if saving >= f.est_saving_ns_per_step:
         return

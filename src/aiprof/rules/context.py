@@ -126,7 +126,18 @@ class RankContext:
         ratio = _first_step_outlier(steps)
         if ratio:
             return steps[1:], f"first step ({steps[0].name}) dropped as warm-up: {ratio:.1f}x the median step"
-        return steps, ""
+        return self._without_profiler_steps(steps)
+
+    def _without_profiler_steps(self, steps: list[StepAccount]) -> tuple[list[StepAccount], str]:
+        """Steps mostly spent in torch.profiler's own code (its start, stop, ``__exit__``, the trace export; a
+        ``cudaDeviceSynchronize`` inside it that is CUDA initialisation) are the profiler's overhead, not the
+        script's: dropped while other steps remain (:func:`profiler_steps`)."""
+        own = profiler_steps(self.trace, steps)
+        if not own or len(own) >= len(steps):
+            return steps, ""
+        kept = [s for i, s in enumerate(steps) if i not in own]
+        names = ", ".join(steps[i].name for i in sorted(own))
+        return kept, f"{names} dropped: mostly torch.profiler's own work (start/stop/export), not the script's"
 
     def _after_costs(self, step: StepAccount, costs: list[OneTimeCost]) -> tuple[list[StepAccount], str]:
         """The single window without its one-time costs: the pieces between them accounted anew and added
@@ -327,6 +338,38 @@ class RankContext:
     @cached_property
     def python_rows(self) -> I64:
         return self.trace.rows_of(Kind.PYTHON)
+
+
+# Frames of torch.profiler itself (``torch/profiler/profiler.py(747): __exit__``, the autograd profiler's
+# export): their time is the profiler's overhead, never the user's Python.
+PROFILER_FRAME = r"(^|/)torch/(profiler/|autograd/profiler)[^(]*\.py\("
+PROFILER_STEP_SHARE = 0.25  # a step this much in the profiler's own frames is the profiler's
+PROFILER_STEP_MIN_NS = 1_000_000
+
+
+def profiler_spans(trace: Trace) -> tuple[I64, I64]:
+    """The time the host thread spent in torch.profiler's own frames (python stacks only), as an interval set."""
+    from aiprof.analysis import intervals as iv
+
+    rows = trace.rows_of(Kind.PYTHON)
+    rows = rows[trace.name_matches(rows, PROFILER_FRAME)] if rows.size else rows
+    c = trace.columns
+    return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
+
+
+def profiler_steps(trace: Trace, steps: list[StepAccount]) -> set[int]:
+    """Indices of the steps at least :data:`PROFILER_STEP_SHARE` (and 1 ms) in torch.profiler's own frames."""
+    from aiprof.analysis import intervals as iv
+
+    spans = profiler_spans(trace)
+    if spans[0].size == 0:
+        return set()
+    out = set()
+    for i, step in enumerate(steps):
+        inside = iv.total(iv.intersect(spans, iv.as_set([step.start_ns], [step.start_ns + step.duration_ns])))
+        if inside >= max(PROFILER_STEP_SHARE * step.duration_ns, PROFILER_STEP_MIN_NS):
+            out.add(i)
+    return out
 
 
 def _overlaps(start: int, end: int, step: StepAccount) -> bool:

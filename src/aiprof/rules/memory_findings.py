@@ -17,6 +17,14 @@ from aiprof.memory.units import binary
 from aiprof.rules.finding import Finding
 
 GiB = 1 << 30
+# Memory findings that come before the others whatever their bytes: a failed allocation, then a live set
+# that grows every step (it runs out of memory in the end, and checkpointing or sharding cannot free it).
+MEMORY_FIRST = ("mem_oom", "mem_leak")
+
+
+def memory_rank(rule_id: str) -> int:
+    """Where a memory finding goes among the memory findings before its bytes count (0 first)."""
+    return MEMORY_FIRST.index(rule_id) if rule_id in MEMORY_FIRST else len(MEMORY_FIRST)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,37 @@ register(
 
 
 # ---------------------------------------------------------------------------------------------------
+# float64 by mistake: model.double() and NumPy's float64 inputs
+# ---------------------------------------------------------------------------------------------------
+def _build_float64(fixed: bool, device: str) -> Runner:
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    model, opt = _mlp(torch, device, width=512, depth=2)
+    model = model.float() if fixed else model.double()
+    batch = np.random.default_rng(0).standard_normal((BATCH, 512))  # float64: NumPy's default
+    y = torch.randint(0, 10, (BATCH,), device=device)
+
+    def step() -> None:
+        x = torch.from_numpy(batch).to(device)
+        _train_step(torch, model, opt, x.float() if fixed else x, y)
+
+    return _Simple(step)
+
+
+register(
+    Workload(
+        "float64",
+        "precision",
+        "MLP training in float64 by mistake (model.double(), a NumPy float64 batch): matrix work at half rate",
+        "model.float() and torch.from_numpy(x).float()",
+        _build_float64,
+    )
+)
+
+
+# ---------------------------------------------------------------------------------------------------
 # unfused attention: explicit matmul → softmax → matmul
 # ---------------------------------------------------------------------------------------------------
 def _build_attention(fixed: bool, device: str) -> Runner:
