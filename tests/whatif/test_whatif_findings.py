@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import aiprof
 from aiprof.analysis.steps import step_windows
 from aiprof.analysis.whatif.findings import predict_findings
@@ -51,3 +53,16 @@ def test_the_diagnosis_carries_the_prediction(tmp_path: Path) -> None:
     loading = next(f for f in findings if f["id"] == "data_loading")
     assert loading["evidence"]["predicted_step_ns"] == 60_000
     assert loading["evidence"]["predicted_saving_ns_per_step"] == 40_000
+
+
+def test_a_failing_replay_is_a_note_and_leaves_the_formula(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from aiprof.analysis.whatif import findings as module
+
+    def broken(*args: object) -> object:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(module, "build_graph", broken)
+    trace = loader_trace(tmp_path)
+    found = [_finding("data_loading")]
+    notes = predict_findings(trace, step_windows(trace), found)
+    assert found[0]["evidence"] == {} and len(notes) == 1 and "ValueError: boom" in notes[0]

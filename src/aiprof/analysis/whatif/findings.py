@@ -58,6 +58,17 @@ def predict_findings(trace: Trace, windows: list[StepWindow], findings: list[dic
     mapped = [f for f in findings if f.get("id") in FIX_EDITS]
     if not mapped or not windows or _world_size(trace) > 1:
         return []
+    try:
+        return _predict(trace, windows, mapped)
+    except Exception as err:  # noqa: BLE001 - like a failing rule: the diagnosis goes on, a note says why
+        for finding in mapped:
+            for key in ("predicted_step_ns", "predicted_saving_ns_per_step", "predicted_by"):
+                finding["evidence"].pop(key, None)
+        return [f"what-if replay failed on rank {trace.rank}: {type(err).__name__}: {err} (findings keep their "
+                "formula; please report this trace)"]
+
+
+def _predict(trace: Trace, windows: list[StepWindow], mapped: list[dict[str, Any]]) -> list[str]:
     graph = build_graph(trace, windows)
     everything: list[Edit] = []
     for finding in mapped:
