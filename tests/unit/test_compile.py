@@ -177,3 +177,27 @@ def test_a_fused_kernel_costs_one_flop_per_element_per_arithmetic_op() -> None:
     assert silu is not None and copy is not None
     assert silu.flops == 2 * 8 * 4096 * 8192 and copy.flops == 8 * 4096 * 8192  # mul + silu; a copy: the floor of 1
     assert silu.bytes == copy.bytes == 2 * 2 * 8 * 4096 * 8192
+
+
+def test_graph_replays_against_eager_launches_per_step(tmp_path: Path) -> None:
+    """reduce-overhead: the compiled region replays a graph instead of launching its kernels; a launch
+    recorded into a graph under capture was not executed; a capture in a later step is a re-recording."""
+    from aiprof.analysis.compile import graph_launches
+
+    b = TraceBuilder()
+    for i in range(3):
+        base = i * 1000
+        b.step(i, ts=base, dur=1000)
+        b.cpu_op(f"Torch-Compiled Region: 0/{i}", ts=base + 10, dur=500)
+        if i != 1:  # steps 0 and 2 record the graph: capture, a launch into it, then the replay
+            b.runtime("cudaStreamBeginCapture", ts=base + 20, dur=2)
+            b.runtime("cudaLaunchKernel", ts=base + 30, dur=2)
+            b.runtime("cudaStreamEndCapture", ts=base + 40, dur=2)
+        b.runtime("cudaGraphLaunch", ts=base + 100, dur=5)
+        b.kernel("replayed_kernel", ts=base + 110, dur=50)
+        op = b.cpu_op("aten::add", ts=base + 600, dur=10)
+        b.launch(op, kernel="add_kernel", kernel_ts=base + 620, kernel_dur=10)
+    g = graph_launches(_load(b, tmp_path))
+    assert g is not None
+    assert [(s["graph_replays"], s["eager_launches"], s["captures"]) for s in g["steps"]] == [(1, 1, 1), (1, 1, 0), (1, 1, 1)]
+    assert g["replay_share"] == 0.5 and g["recaptured_steps"] == 1

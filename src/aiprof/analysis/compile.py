@@ -238,6 +238,7 @@ def compile_section(trace: Trace) -> dict[str, Any]:
     events = compile_events(trace)
     if not events and not regions.size and not lookups.size and not compiled_kernels(trace):
         return {"compiled": False}
+    launches = graph_launches(trace)
     graphs: dict[str, dict[str, Any]] = {}
     for r in compiled_regions(trace):
         g = graphs.setdefault(r.compile_id or "?", {"compile_id": r.compile_id, "calls": 0, "total_ns": 0})
@@ -254,6 +255,7 @@ def compile_section(trace: Trace) -> dict[str, Any]:
         "regions": {"calls": int(regions.size), "total_ns": int(c.dur[regions].sum()), "graphs": list(graphs.values())},
         "cache_lookups": {"calls": int(lookups.size), "total_ns": int(c.dur[lookups].sum())},
         "kernels": compiled_kernels_section(trace),
+        **({"cuda_graphs": launches} if launches is not None else {}),
     }
 
 
@@ -367,3 +369,47 @@ def outside_compile(trace: Trace, rows: I64) -> I64:
     inside = (idx >= 0) & (ts < ends[np.maximum(idx, 0)])
     kept: I64 = rows[~inside]
     return kept
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA / HIP graphs: replays against eager launches
+# ---------------------------------------------------------------------------------------------------
+GRAPH_REPLAY = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
+KERNEL_LAUNCH = r"(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)"
+
+
+def graph_launches(trace: Trace) -> dict[str, Any] | None:
+    """Per step: graph replays (``cudaGraphLaunch``…) and eager kernel launches executed outside capture
+    ranges (a launch recorded into a graph under capture is not executed), and graph captures: what
+    ``mode="reduce-overhead"`` (CUDA graph trees) turns eager launches into. None without any launch."""
+    from aiprof.analysis.graphs import captured_mask, launch_rows
+    from aiprof.analysis.steps import step_windows
+
+    c = trace.columns
+    rows = launch_rows(trace)
+    if rows.size == 0:
+        return None
+    rows = rows[~captured_mask(trace, rows)]
+    replays = rows[trace.name_matches(rows, GRAPH_REPLAY)]
+    eager = rows[trace.name_matches(rows, KERNEL_LAUNCH) & ~trace.name_matches(rows, GRAPH_REPLAY)]
+    runtime = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    captures = runtime[trace.name_matches(runtime, r"^(cuda|hip|cu)StreamBeginCapture")]
+    windows = step_windows(trace)
+    starts = np.array([w.start_ns for w in windows], dtype=np.int64)
+    ends = np.array([w.end_ns for w in windows], dtype=np.int64)
+
+    def per_step(found: I64) -> list[int]:
+        ts = c.ts[found]
+        return [int(((ts >= a) & (ts < b)).sum()) for a, b in zip(starts.tolist(), ends.tolist())]
+
+    steps = [{"name": w.name, "graph_replays": r, "eager_launches": e, "captures": k}
+             for w, r, e, k in zip(windows, per_step(replays), per_step(eager), per_step(captures))]
+    total = int(replays.size + eager.size)
+    return {
+        "graph_replays": int(replays.size),
+        "eager_launches": int(eager.size),
+        "captures": int(captures.size),
+        "replay_share": replays.size / total if total else 0.0,
+        "steps": steps[:200],
+        "recaptured_steps": sum(1 for s in steps[1:] if s["captures"]),
+    }

@@ -50,9 +50,20 @@ def summary_parts(sec: dict[str, Any]) -> list[str]:
              if compiles else "no compilation in the trace"]
     if recompiles:
         parts.append(f"{recompiles} recompilation{'s' * (recompiles != 1)}" + (f" ({why})" if why else ""))
-    parts.append(f"{int(regions.get('calls') or 0):,} compiled-graph calls ({fmt_ms(int(regions.get('total_ns') or 0))})")
+    if regions.get("calls"):
+        parts.append(f"{int(regions['calls']):,} compiled-graph calls ({fmt_ms(int(regions.get('total_ns') or 0))})")
     if lookups.get("calls"):
         parts.append(f"{int(lookups['calls']):,} guard checks ({fmt_ms(int(lookups.get('total_ns') or 0))})")
+    graphs = sec.get("cuda_graphs") or {}
+    steps = max(len(graphs.get("steps") or []), 1)
+    if graphs.get("graph_replays") or graphs.get("captures"):
+        text = (f"CUDA graphs: {graphs.get('graph_replays', 0) / steps:,.1f} replays and "
+                f"{graphs.get('eager_launches', 0) / steps:,.1f} eager kernel launches per step "
+                f"({100 * float(graphs.get('replay_share') or 0.0):.0f}% of launches replayed)")
+        if graphs.get("recaptured_steps"):
+            text += (f", graphs captured again in {graphs['recaptured_steps']} later step(s): CUDA graphs "
+                     "re-recorded (reduce-overhead with new shapes or inputs)")
+        parts.append(text)
     kernels = sec.get("kernels") or {}
     if kernels.get("kernel_names"):
         share = float(kernels.get("attributed_share") or 0.0)
