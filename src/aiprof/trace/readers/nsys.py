@@ -89,6 +89,7 @@ class SqliteFile:
     (:meth:`check`)."""
 
     path: Path  # as the user named it (messages)
+    resolved: Path  # absolute, links resolved: the name SQLite opens
     fd: int
     uri: str
     identity: tuple[int, int]  # st_dev, st_ino of ``fd``
@@ -111,7 +112,7 @@ class SqliteFile:
         except BaseException:
             os.close(fd)
             raise
-        return SqliteFile(path, fd, resolved.as_uri() + "?mode=ro&immutable=1", (info.st_dev, info.st_ino))
+        return SqliteFile(path, resolved, fd, resolved.as_uri() + "?mode=ro&immutable=1", (info.st_dev, info.st_ino))
 
     def connect(self) -> sqlite3.Connection:
         con = sqlite3.connect(self.uri, uri=True)
@@ -121,20 +122,15 @@ class SqliteFile:
     def check(self) -> None:
         """The file SQLite opened by name is still the one held open (nobody renamed another over it)."""
         try:
-            info = os.stat(self.uri_path())
+            info = os.stat(self.resolved)
         except OSError:
             info = None
         if info is None or (info.st_dev, info.st_ino) != self.identity:
             raise TraceError(f"{self.path}: the file was replaced while it was being read; read it again")
 
-    def uri_path(self) -> Path:
-        from urllib.parse import unquote_to_bytes, urlsplit
-
-        return Path(os.fsdecode(unquote_to_bytes(urlsplit(self.uri).path)))
-
     def sidecars(self) -> list[str]:
         """Non-empty ``-wal`` / ``-journal`` files beside the database: not read (the file is read as it is)."""
-        base = os.fsencode(self.uri_path())
+        base = os.fsencode(self.resolved)
         found = []
         for suffix in (b"-wal", b"-journal"):
             try:
