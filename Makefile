@@ -55,7 +55,8 @@ clean:
 # The native columniser (src/aiprof/trace/kineto/_columnar.c) under AddressSanitizer + UBSan: a sanitized build
 # in a copy of src/ (build/sanitize), then its tests and every shared trace through it; then the same for the
 # snapshot reader's native scan (src/aiprof/memory/_snapscan.c) and the snapshot tests; then the Nsight reader's
-# (src/aiprof/trace/readers/_sqlcols.c: its own b-tree scan) with its tests and seeded damaged databases.
+# (src/aiprof/trace/readers/_sqlcols.c: its own b-tree scan) with its tests, seeded damaged databases, b-tree
+# DAGs and hostile values (tests/hostile).
 SAN_PY = $(BIN)/python -c
 sanitize: dev
 	rm -rf build/sanitize && mkdir -p build/sanitize && cp -r src build/sanitize/
@@ -71,10 +72,11 @@ sanitize: dev
 	  -o build/sanitize/src/aiprof/memory/_snapscan$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/memory/test_snapshot.py
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/memory/test_snapshot.py tests/hostile/test_hostile_snapshot.py
 	gcc -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -std=c11 -D_GNU_SOURCE -fPIC -shared \
 	  -I"$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_paths()["include"])')" src/aiprof/trace/readers/_sqlcols.c -lsqlite3 \
 	  -o build/sanitize/src/aiprof/trace/readers/_sqlcols$$($(SAN_PY) 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH=build/sanitize/src \
-	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/nsys/test_nsys_native.py tests/nsys/test_nsys_fuzz.py
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/nsys/test_nsys_native.py tests/nsys/test_nsys_fuzz.py \
+	  tests/hostile/test_hostile_nsys.py tests/hostile/test_hostile_names.py
