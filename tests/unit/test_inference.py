@@ -160,3 +160,28 @@ def test_a_diffusion_trace_is_no_inference(traces_dir: Path) -> None:
     if not path.exists():
         pytest.skip("xdit trace not in this copy of the shared traces")
     assert inference_section(aiprof.load(path)) == {"detected": False}
+
+
+DECODE = "execute_16_context_0(sq0sk0sqsq0sqsk0)_generation_16(sq16sk4096sqsq16sqsk4096)"
+MIXED = "execute_2064_context_1(sq2048sk2048sqsq1sqsk1)_generation_16(sq16sk4096sqsq16sqsk4096)"
+
+
+@pytest.mark.parametrize("mixed_us, expected", [(5000, True), (1500, False)])
+def test_prefill_starves_decode(tmp_path: Path, mixed_us: float, expected: bool) -> None:
+    from aiprof.pipeline import analyze_and_diagnose
+
+    b = TraceBuilder(device_name="NVIDIA H100 80GB HBM3")
+    t = 0.0
+    for i in range(8):
+        dur = mixed_us if i == 4 else 1000
+        b.annotation(MIXED if i == 4 else DECODE, ts=t, dur=dur)
+        op = b.cpu_op("aten::mm", ts=t + 5, dur=10)
+        b.launch(op, kernel_ts=t + 20, kernel_dur=dur - 40)
+        t += dur + 50
+    _, findings = analyze_and_diagnose([b.write(tmp_path / "vllm.json")], workers=1)
+    found = [f for f in findings if f["id"] == "prefill_starves_decode"]
+    assert bool(found) is expected, [f["id"] for f in findings]
+    if found:
+        ev = found[0]["evidence"]
+        assert (ev["slow_steps"], ev["decode_median_ns"], ev["worst_step_ns"]) == (1, 1_000_000, 5_000_000)
+        assert found[0]["est_saving_ns_per_step"] * ev["steps_used"] == pytest.approx(4_000_000, rel=0.01)

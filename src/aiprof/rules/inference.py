@@ -1,5 +1,6 @@
 """Rules on inference steps (analysis/inference.py): ``decode_host_bound``, decoding whose device idles
-between and inside its steps because the host cannot issue one token's work fast enough."""
+between and inside its steps because the host cannot issue one token's work fast enough, and
+``prefill_starves_decode``, a serving engine's prefill chunks that make the running decodes wait."""
 
 from __future__ import annotations
 
@@ -55,6 +56,48 @@ def decode_host_bound(ctx: RankContext) -> list[Finding]:
             ),
             formula="Σ over decode steps of (step span − device busy) / steady steps; decode steps are "
             "analysis/inference.py's (attention query of one token, or the engine's annotation)",
+            confidence="medium",
+        )
+    ]
+
+
+PREFILL_STALL_RATIO = 2.0
+
+
+@rank_rule(saving=Saving.TIME, options=(), needs=("inference", "steps"))
+def prefill_starves_decode(ctx: RankContext) -> list[Finding]:
+    """A serving engine batches prefill chunks with the running decodes (vLLM / SGLang annotations: mixed or
+    prefill steps beside decode steps), and those steps take more than ``PREFILL_STALL_RATIO`` × the median
+    decode step: every request decoding meanwhile waits the whole chunk for its next token (inter-token
+    latency spikes aligned with prefill steps). Saving: what those steps take beyond a decode step, per
+    steady step (an upper bound: the prefill work itself remains, spread over smaller chunks)."""
+    section = ctx.views.inference
+    if not section.get("detected") or not section.get("engine") or not ctx.steps:
+        return []
+    phases = section.get("phases", {})
+    decode = phases.get("decode")
+    if not decode or decode["count"] < MIN_DECODE_STEPS:
+        return []
+    steps = [s for s in section.get("steps", []) if s["kind"] in ("mixed", "prefill")]
+    base = int(decode["median_ns"])
+    slow = [s for s in steps if s["duration_ns"] > PREFILL_STALL_RATIO * base]
+    if not slow:
+        return []
+    excess = sum(s["duration_ns"] - base for s in slow)
+    worst = max(s["duration_ns"] for s in slow)
+    return [
+        ctx.finding(
+            "prefill_starves_decode",
+            f"Prefill chunks stall decoding: {len(slow)} prefill/mixed step(s) take up to {worst / base:.1f}× a "
+            f"decode step ({ms_text(worst)} vs {ms_text(base)}); requests decoding meanwhile wait for their next token",
+            excess / len(ctx.steps),
+            evidence={"slow_steps": len(slow), "decode_median_ns": base, "worst_step_ns": worst,
+                      "excess_ns": excess, "engine": section.get("engine")},
+            fix=("Bound the prefill work per step so decodes keep their pace: vLLM chunked prefill with a smaller "
+                 "max_num_batched_tokens (or long_prefill_token_threshold); SGLang a smaller chunked_prefill_size; "
+                 "or disaggregate prefill and decode onto separate instances."),
+            formula=f"Σ over prefill/mixed engine steps longer than {PREFILL_STALL_RATIO:g} × the median decode "
+            "step of (step − median decode step) / steady steps",
             confidence="medium",
         )
     ]
