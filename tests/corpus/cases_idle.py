@@ -146,6 +146,7 @@ def _check_sleep(run: Any, findings: list[dict[str, Any]]) -> None:
     gap = f["evidence"]["longest_gaps"][0]
     assert gap["source_line"] == "train.py(42): train_step" and gap["python"] == "<built-in function sleep>", gap
     assert "CUDA" not in f["fix"] and "torch.compile" not in f["fix"]
+    assert "DataLoader" not in f["fix"], "no DataLoader in this loop: no advice about its workers"
 
 
 def _check_tiny(run: Any, findings: list[dict[str, Any]]) -> None:

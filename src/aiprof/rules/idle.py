@@ -141,6 +141,13 @@ def _data_loading_fix(facts: MachineFacts, multi: bool) -> str:
     )
 
 
+def _has_loader(ctx: RankContext) -> bool:
+    """The loop iterates a DataLoader (its ``enumerate(DataLoader)`` spans are in the trace): only then do fixes
+    speak of its workers."""
+    rows = ctx.trace.rows_of(Kind.USER_ANNOTATION)
+    return bool(rows.size and ctx.trace.name_matches(rows, _DATALOADER).any())
+
+
 def _annotations(ctx: RankContext, pattern: str) -> I64:
     rows = ctx.in_window(ctx.trace.rows_of(Kind.USER_ANNOTATION))
     selected: I64 = rows[ctx.trace.name_matches(rows, pattern)]
@@ -260,7 +267,8 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
                 f"The time is in your own Python between framework calls{where}: a sleep, logging or printing, "
                 "metric bookkeeping, data preparation in Python, a garbage-collection pause. Find it in the "
                 "source (py-spy or the stacks of the ops around the gap), then remove it, do it every N steps, "
-                "or move it off the step's critical path (a background thread, the DataLoader's workers)"
+                "or move it off the step's critical path (a background thread"
+                + (", the DataLoader's workers)" if _has_loader(ctx) else ")")
                 + ("" if lines else f"; {_NO_STACKS}")
                 + ". Gaps of a few ms at random places with no Python in them can also be the process losing its "
                 "CPU to others: compare with the machine's CPU load during the run."
@@ -308,8 +316,9 @@ def host_stall(ctx: RankContext) -> list[Finding]:
                  f"{len(calls)} different ops/calls ({names}, …)")
         fix = ("Long gaps inside ordinary ops mean the host thread lost its CPU (other processes or too many "
                "threads on the cores, a GIL held by another Python thread, swapping), not that one op is slow: "
-               "check the machine's CPU load during the run, limit OMP/MKL threads and DataLoader workers to "
-               "the free cores, and pin the training process.")
+               "check the machine's CPU load during the run, limit OMP/MKL threads"
+               + (" and DataLoader workers" if _has_loader(ctx) else "") + " to the free cores, and pin the "
+               "training process.")
     return [
         ctx.finding(
             "host_stall",
