@@ -1,6 +1,6 @@
 """torch.compile seen through, on real CPU runs (torch 2.13 + Inductor's C++ backend): a model fed a new
 shape every step recompiles every step (``recompilation`` first, cause ``shape``); padded to one shape it
-compiles once; an ``.item()`` branch in ``forward`` is a ``graph_break`` naming its line; a clean compiled
+never recompiles; an ``.item()`` branch in ``forward`` is a ``graph_break`` naming its line; a clean compiled
 model has no compile finding after its first step, only the ``cold_start`` note. One subprocess records
 the four runs (tests/integration/scripts/compiled_models.py)."""
 
@@ -50,12 +50,15 @@ def test_a_new_shape_every_step_is_recompilation_first_with_its_cause(runs: Path
     assert sum(s.breakdown_ns["compile"] for s in rank.steps[1:]) > sum(s.breakdown_ns["compute"] for s in rank.steps[1:])
 
 
-def test_the_padded_model_compiles_once(runs: Path) -> None:
+def test_the_padded_model_never_recompiles(runs: Path) -> None:
     found = _findings(runs / "padded")
     assert not COMPILE_FINDINGS & {f["id"] for f in found}
     doc = app.analyze([runs / "padded"])
     assert isinstance(doc.ranks[0].compile, dict)
-    assert doc.ranks[0].compile["compiles"] == 1 and doc.ranks[0].compile["recompiles"] == 0
+    # No frame compiles twice (how many frames Dynamo compiles once, 1 to 3 here, depends on what it traced
+    # into: every one is a first compile, F/0).
+    assert doc.ranks[0].compile["recompiles"] == 0
+    assert {e["cause"] for e in doc.ranks[0].compile["events"]} == {"first compile"}
 
 
 def test_an_item_branch_in_forward_is_a_graph_break_at_its_line(runs: Path) -> None:
