@@ -99,6 +99,8 @@ def test_1024_ranks_the_two_late_ranks_are_the_culprits_and_nobody_else(job_1024
     # (a) 3 ms late at all 28 collectives of a step; (b) 2 ms late at the 4 DP ones.
     assert slow.caused_ns_per_step == pytest.approx(28 * 3 * MS, rel=0.01)
     assert late.caused_ns_per_step == pytest.approx(4 * 2 * MS, rel=0.02)
+    assert x.straggler_ranks == [SLOW_RANK, LATE_RANK]
+    assert x.straggler_saving_ns_per_step == pytest.approx(28 * 3 * MS + 4 * 2 * MS, rel=0.01)
 
 
 def test_1024_ranks_the_late_group_names_its_culprit(job_1024: object) -> None:

@@ -177,6 +177,7 @@ class RankArrival(msgspec.Struct, kw_only=True):
     caused_ns_per_step: int
     waited_ns: int  # Σ (last arrival − own arrival): time it waited for others
     waited_ns_per_step: int
+    late_ns_per_step: int = 0  # Σ (own arrival − the instance's median arrival, when positive) per step
     clock_offset_ns: int = 0  # subtracted from its timestamps (0: its clock agrees with the others')
 
 
@@ -246,18 +247,20 @@ class CrossRank(msgspec.Struct, kw_only=True):
     slow_groups: list[SlowGroup]
     top_instances: list[SkewedInstance]
     grid: RankStepGrid
+    # The late ranks (robust outliers in late_ns_per_step, latest first) and what fixing all of them saves per
+    # step: Σ over instances of (last arrival − the latest arrival of the other ranks), when a late rank is last.
+    straggler_ranks: list[int] = msgspec.field(default_factory=list)
+    straggler_saving_ns_per_step: int = 0
+    # Σ (end − last arrival) over the matched instances per step: the communication left once every rank is
+    # there (-1: ends unknown, a CPU run)
+    transfer_ns_per_step: int = -1
 
-    def culprits(self, min_caused_ns_per_step: float) -> list[RankArrival]:
-        """Ranks that alone cause at least ``min_caused_ns_per_step`` of waiting per step and clearly more than
-        the typical rank (a robust outlier: median + 5 × MAD of caused time), most caused first."""
-        caused = np.asarray([r.caused_ns_per_step for r in self.per_rank], dtype=np.float64)
-        if not caused.size:
+    def culprits(self, min_saving_ns_per_step: float) -> list[RankArrival]:
+        """The late ranks, latest first, when fixing them saves at least ``min_saving_ns_per_step``; else none."""
+        if self.straggler_saving_ns_per_step < max(min_saving_ns_per_step, 1):
             return []
-        median = float(np.median(caused))
-        mad = float(np.median(np.abs(caused - median)))
-        bar = max(min_caused_ns_per_step, median + 5.0 * mad)
-        out = [r for r in self.per_rank if r.caused_ns_per_step >= bar and r.caused_ns_per_step > median]
-        return sorted(out, key=lambda r: -r.caused_ns_per_step)
+        by_rank = {r.rank: r for r in self.per_rank}
+        return [by_rank[r] for r in self.straggler_ranks if r in by_rank]
 
 
 @dataclass(frozen=True)
@@ -416,7 +419,11 @@ def _summarise(
     steps = max(len({k[0] for k in s.keys}), 1)
     ranks = np.asarray(sorted(int(r) for r, _ in tables), dtype=np.int64)
     inst = _Instances(culprit, lead, credited, wait, ranks)
-    per_rank = _per_rank(s, inst, steps, offsets)
+    late = np.maximum(arrive - _group_median(s.inst, arrive, n)[s.inst], 0)
+    late_per_rank = np.bincount(np.searchsorted(ranks, s.rank), weights=late, minlength=ranks.size) // steps
+    stragglers = _late_ranks(ranks, late_per_rank.astype(np.int64))
+    joint = _joint_saving(s, arrive, last, stragglers) // steps
+    per_rank = _per_rank(s, inst, steps, offsets, late_per_rank.astype(np.int64))
     groups = _groups(s, skew, transfer, culprit, lead, credited)
     return CrossRank(
         source=tables[0][1].source,
@@ -432,7 +439,41 @@ def _summarise(
         slow_groups=_slow_groups(groups),
         top_instances=_top_instances(s, skew, culprit, lead),
         grid=_grid(s, inst),
+        straggler_ranks=stragglers,
+        straggler_saving_ns_per_step=int(joint),
+        transfer_ns_per_step=int(transfer[transfer >= 0].sum()) // steps if (transfer >= 0).any() else -1,
     )
+
+
+def _late_ranks(ranks: I64, late: I64) -> list[int]:
+    """Ranks whose lateness per step stands out, latest first: above median + 5 × MAD over ranks, 3 × the
+    median (jitter alone spreads lateness a little) and the noise floor. With two ranks, whose median is
+    their midpoint, the later one when it is late by more than the floor and twice the other."""
+    values = late.tolist()
+    if len(values) == 2:
+        hi = int(np.argmax(late))
+        other = values[1 - hi]
+        return [int(ranks[hi])] if values[hi] > max(NOISE_FLOOR_NS, 2 * other) else []
+    median = float(np.median(late))
+    mad = float(np.median(np.abs(late - median)))
+    bar = max(median + 5.0 * mad, 3.0 * median, float(NOISE_FLOOR_NS))
+    out = [(int(v), int(r)) for r, v in zip(ranks.tolist(), values) if v > bar]
+    return [r for _, r in sorted(out, reverse=True)]
+
+
+def _joint_saving(s: _Stacked, arrive: I64, last: I64, stragglers: list[int]) -> int:
+    """Σ over instances of (last arrival − the latest arrival of the ranks not in ``stragglers``): the wait
+    every rank loses if the stragglers came as early as the latest of the others (instances whose other ranks
+    all are stragglers, or with no straggler, count 0)."""
+    if not stragglers:
+        return 0
+    n = len(s.keys)
+    others = ~np.isin(s.rank, np.asarray(stragglers, dtype=np.int64))
+    latest_other = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(latest_other, s.inst[others], arrive[others])
+    has_other = latest_other > np.iinfo(np.int64).min
+    gain = np.where(has_other, np.maximum(last - latest_other, 0), 0)
+    return int(gain.sum())
 
 
 def _grid(s: _Stacked, x: _Instances) -> RankStepGrid:
@@ -452,7 +493,7 @@ def _grid(s: _Stacked, x: _Instances) -> RankStepGrid:
     return RankStepGrid(ranks=ranks, steps=steps, caused_ns=caused.tolist(), waited_ns=waited.tolist())
 
 
-def _per_rank(s: _Stacked, x: _Instances, steps: int, offsets: dict[int, int]) -> list[RankArrival]:
+def _per_rank(s: _Stacked, x: _Instances, steps: int, offsets: dict[int, int], late: I64) -> list[RankArrival]:
     order = x.ranks
     n = order.size
     col = np.searchsorted(order, s.rank)
@@ -471,6 +512,7 @@ def _per_rank(s: _Stacked, x: _Instances, steps: int, offsets: dict[int, int]) -
             caused_ns_per_step=int(caused[i]) // steps,
             waited_ns=int(waited[i]),
             waited_ns_per_step=int(waited[i]) // steps,
+            late_ns_per_step=int(late[i]),
             clock_offset_ns=offsets.get(int(order[i]), 0),
         )
         for i in range(n)

@@ -7,6 +7,7 @@ import dataclasses
 import statistics
 from typing import Any
 
+from aiprof.analysis.arrival import RankArrival
 from aiprof.analysis.run import RunAnalysis
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -204,6 +205,9 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
     rank, step, wait, own = max(rows, key=lambda x: x[3])
     saving = own - reference
     mean_step = statistics.fmean(s for _, s, _, _ in rows)
+    late = run.cross_rank.culprits(options.straggler_share * mean_step) if run.cross_rank is not None else []
+    if late:
+        return _arrival_straggler(run, findings, rows, late, mean_step, options)
     share = saving / mean_step if mean_step else 0.0
     if share < options.straggler_share:
         return []
@@ -242,6 +246,77 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
             confidence="medium",
             evidence=evidence,
             fix=_straggler_fix(rank, cpu),
+            ranks=tuple(r for r, _, _, _ in rows),
+            device="",
+        )
+    ]
+
+
+def _arrival_straggler(
+    run: RunAnalysis, findings: list[Finding], rows: list[tuple[int, float, float, float]], late: list[RankArrival],
+    mean_step: float, options: RuleOptions,
+) -> list[Finding]:
+    """The stragglers by arrival order (:mod:`aiprof.analysis.arrival`): the ranks that arrive late at the
+    collectives, clearly more than the others (``CrossRank.straggler_ranks``); the saving is what every rank
+    gains per step if they came as early as the latest of the others (``straggler_saving_ns_per_step``). The
+    others' waits are their evidence, not savings of their own. Under DDP the all-reduce equalises step time,
+    so this finds a straggler that wall-time comparisons miss."""
+    x = run.cross_rank
+    assert x is not None
+    culprit = late[0]
+    saving = float(x.straggler_saving_ns_per_step)
+    share = saving / mean_step if mean_step else 0.0
+    culprits = {c.rank for c in late}
+    victims = sorted((r for r in x.per_rank if r.rank not in culprits and r.waited_ns > 0), key=lambda r: r.rank)
+    waiting = [r.rank for r in victims]
+    wait = int(statistics.median(r.waited_ns_per_step for r in victims)) if victims else 0
+    evidence: dict[str, Any] = {
+        "straggler_rank": culprit.rank,
+        "slow_ranks": [c.rank for c in late],
+        "waiting_ranks": waiting,
+        "waiting_ranks_wait_ns": wait,
+        "by": "arrival order",
+        "arrival": {
+            "source": x.source,
+            "last_arrivals": culprit.last_arrivals,
+            "collectives": culprit.collectives,
+            "caused_ns_per_step": culprit.caused_ns_per_step,
+            "per_rank": [{"rank": c.rank, "last_arrivals": c.last_arrivals, "late_ns_per_step": c.late_ns_per_step,
+                          "caused_ns_per_step": c.caused_ns_per_step} for c in late[:8]],
+            "median_skew_ns": x.median_skew_ns,
+        },
+        "per_rank": [{"rank": r, "step_ns": int(st), "wait_ns": int(w), "work_ns": int(o)} for r, st, w, o in rows],
+    }
+    own = next((o for r, _, _, o in rows if r == culprit.rank), 0.0)
+    names = f"rank{'s' if len(late) > 1 else ''} {', '.join(str(c.rank) for c in late[:4])}{' …' if len(late) > 4 else ''}"
+    _net_of_straggler_wait(findings, rows, culprit.rank, own, options, transfer_ns=x.transfer_ns_per_step, label=names)
+    cpu = all(r.primary.kind == "cpu" for r in run.ranks)
+    if len(late) == 1 and _blame_culprit(findings, culprit.rank, waiting, saving, evidence, options):
+        return []  # the straggler's own finding says why, with the others' wait as its evidence
+    others = f"{len(waiting)} rank{'s' if len(waiting) != 1 else ''}"
+    if len(late) == 1:
+        title = (f"Rank {culprit.rank} is a straggler: last to arrive at {culprit.last_arrivals} of "
+                 f"{culprit.collectives} collectives, the other {others} wait {ms_text(saving)} per step for it")
+    else:
+        title = (f"{names[0].upper()}{names[1:]} are stragglers: they arrive late at the collectives (rank "
+                 f"{culprit.rank} last at {culprit.last_arrivals} of {culprit.collectives}), the other {others} "
+                 f"wait {ms_text(saving)} per step for them")
+    return [
+        Finding(
+            id="straggler",
+            title=title,
+            severity=options.severity(share),
+            est_saving_ns_per_step=int(saving),
+            share_of_step=min(share, 1.0),
+            saving_kind="estimate",
+            saving_formula="Σ over the collectives of (last arrival − the latest arrival of the other ranks) when a "
+            "straggler is last, per step: the wait that goes away for every rank if the stragglers came as early as "
+            "the latest of the others (stragglers: ranks whose lateness vs each collective's median arrival stands "
+            "out; arrival = the communication kernel's start, or the collective op's on a CPU run; "
+            "docs/numbers.md, arrival order)",
+            confidence="high",
+            evidence=evidence,
+            fix=_straggler_fix(culprit.rank, cpu),
             ranks=tuple(r for r, _, _, _ in rows),
             device="",
         )
@@ -303,12 +378,14 @@ def _blame_culprit(findings: list[Finding], rank: int, waiting: list[int], extra
 
 def _net_of_straggler_wait(
     findings: list[Finding], rows: list[tuple[int, float, float, float]], straggler: int, own: float,
-    options: RuleOptions,
+    options: RuleOptions, transfer_ns: int | None = None, label: str | None = None,
 ) -> None:
     """A rank that waits for a straggler shows that wait as exposed communication (its collective kernel
     runs, idle, until the straggler joins). That time is the straggler's finding, not the network's: replace
     ``exposed_communication`` (in place) by its value net of each rank's lateness wait (straggler's own work
-    − the rank's), the largest over ranks, so the two findings do not claim the same time twice."""
+    − the rank's), the largest over ranks, so the two findings do not claim the same time twice. ``transfer_ns``
+    (the collectives' time once every rank is there, from arrival order) caps it when known; ``label`` names
+    the stragglers in the title (default: rank ``straggler``)."""
     at = next((i for i, f in enumerate(findings) if f.id == "exposed_communication"), None)
     if at is None:
         return
@@ -317,7 +394,8 @@ def _net_of_straggler_wait(
     work = {r: w for r, _, _, w in rows}
     # The straggler waits for nobody: its time in collectives is the transfer itself, what any rank's exposed
     # communication can be once the wait for it is gone
-    transfer = next((int(w) for r, _, w, _ in rows if r == straggler), None)
+    transfer = transfer_ns if transfer_ns is not None and transfer_ns >= 0 else next(
+        (int(w) for r, _, w, _ in rows if r == straggler), None)
     net = {r: max(int(v) - max(int(own - work.get(int(r), own)), 0), 0) for r, v in per_rank.items()}
     if transfer is not None:
         net = {r: min(v, transfer) for r, v in net.items()}
@@ -339,7 +417,8 @@ def _net_of_straggler_wait(
             )
     findings[at] = dataclasses.replace(
         f,
-        title=f"Communication not hidden by compute: {ms_text(saving)} per step, besides waiting for rank {straggler}",
+        title=f"Communication not hidden by compute: {ms_text(saving)} per step, besides waiting for "
+        f"{label or f'rank {straggler}'}",
         est_saving_ns_per_step=saving,
         share_of_step=share,
         severity=options.severity(share),
