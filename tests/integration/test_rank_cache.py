@@ -59,6 +59,20 @@ def test_a_rerun_is_served_from_the_cache_with_the_same_report(ranks: Path, tmp_
     assert calls == [3, 1]
 
 
+def test_a_changed_file_beside_the_traces_is_a_miss(ranks: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rank hook reads a run directory's other files (requests, telemetry, memory dumps): a change to
+    one of them changes the result, so it is a miss for every rank of that folder."""
+    cache = tmp_path / "cache"
+    calls = _misses(monkeypatch)
+    (ranks / "requests.rank0.csv").write_text("request,start_ns\n")
+    analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    (ranks / "requests.rank0.csv").write_text("request,start_ns\n0,1\n")
+    analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    assert calls == [3, 3]
+
+
 def test_other_rule_options_and_damaged_entries_are_misses(ranks: Path, tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     import functools

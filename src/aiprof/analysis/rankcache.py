@@ -45,22 +45,48 @@ def default_dir() -> Path:
 class RankCache:
     """Results of per-file work by file and context (see the module's docstring)."""
 
-    def __init__(self, folder: Path, context: str) -> None:
+    def __init__(self, folder: Path, context: str, traces: Sequence[Path] = ()) -> None:
         self.folder = folder
         self.context = context
         self.hits = 0
         self.stored = 0
+        self._traces = {p.resolve() for p in traces}
+        self._beside: dict[Path, str] = {}
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_private(folder)
 
     def key(self, path: Path) -> str | None:
-        """The entry name of a file in this context; None when the file cannot be stat'ed (not cached)."""
+        """The entry name of a file in this context; None when the file cannot be stat'ed (not cached). The
+        files beside it that are not traces of this analysis (a run directory's meta.json, requests, telemetry,
+        data-loader tables, memory/ dumps: the rank hook reads them) are part of it."""
         try:
-            st = path.resolve().stat()
+            resolved = path.resolve()
+            st = resolved.stat()
         except OSError:
             return None
-        text = "\0".join((str(path.resolve()), str(st.st_size), str(st.st_mtime_ns), self.context))
+        beside = self._beside_files(resolved.parent)
+        text = "\0".join((str(resolved), str(st.st_size), str(st.st_mtime_ns), self.context, beside))
         return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def _beside_files(self, folder: Path) -> str:
+        """(name, size, mtime) of the non-trace files in ``folder`` and its ``memory/``, once per folder."""
+        found = self._beside.get(folder)
+        if found is None:
+            parts = []
+            for sub in (folder, folder / "memory"):
+                try:
+                    entries = sorted(os.scandir(sub), key=lambda e: e.name)
+                except OSError:
+                    continue
+                for e in entries:
+                    try:
+                        if e.is_file() and Path(e.path).resolve() not in self._traces:
+                            st = e.stat()
+                            parts.append(f"{sub.name}/{e.name}:{st.st_size}:{st.st_mtime_ns}")
+                    except OSError:
+                        continue
+            found = self._beside[folder] = "\n".join(parts)
+        return found
 
     def get(self, path: Path) -> Any | None:
         key = self.key(path)

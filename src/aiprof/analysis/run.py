@@ -358,7 +358,7 @@ def analyze_paths(
         path = Path(raw)
         for found in find_trace_files(path):
             jobs.append((found, path.is_dir(), rank_hook))
-    cache = _rank_cache(cache_dir, rank_hook)
+    cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs])
 
     def mapper(fn: Callable[[tuple[Path, bool, RankHook | None]], list[_Loaded]],
                todo: list[tuple[Path, bool, RankHook | None]]) -> list[list[_Loaded]]:
@@ -383,7 +383,7 @@ def analyze_paths(
     return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
 
 
-def _rank_cache(folder: Path | None, hook: RankHook | None) -> RankCache | None:
+def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) -> RankCache | None:
     """The rank cache for this analysis: keyed by aiprof's code, the hook and its options, and the reader
     settings in force (they change what a file's result is)."""
     if folder is None:
@@ -392,7 +392,7 @@ def _rank_cache(folder: Path | None, hook: RankHook | None) -> RankCache | None:
     from aiprof.trace.readers.kineto import load_limits
 
     context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
-    return RankCache(folder, context)
+    return RankCache(folder, context, traces)
 
 
 # ---------------------------------------------------------------------------------------------------
