@@ -752,6 +752,20 @@ def _render_roofline(result: RooflineResult, fmt: str, width: int, opts: RenderO
     return render_rich(result, opts.top, width=width) if opts.is_tty else render_plain(result, opts.top)
 
 
+def whatif_edit(kind: str, what: str = "", factor: float = 1.0) -> WhatIfEdit:
+    """One what-if edit as a user names it (``aiprof whatif``'s flags; :class:`aiprof.analysis.whatif.run.EditSpec`)."""
+    from aiprof.analysis.whatif.run import EditSpec
+
+    return EditSpec(kind, what, factor)
+
+
+def default_cache_dir() -> Path:
+    """The rank cache's folder when ``--cache`` names none (:func:`aiprof.analysis.rankcache.default_dir`)."""
+    from aiprof.analysis.rankcache import default_dir
+
+    return default_dir()
+
+
 def whatif(path: PathArg, specs: list[WhatIfEdit], rank: int | None = None) -> WhatIfResult:
     """Predict the steps of one rank's trace after each edit (``aiprof whatif``; docs/whatif.md)."""
     from aiprof.analysis.whatif.run import whatif as run_whatif

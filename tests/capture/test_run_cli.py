@@ -228,9 +228,21 @@ def test_sigkill_of_the_script_keeps_exported_cycles(tmp_path: Path) -> None:
     assert step_names(trace) == ["ProfilerStep#2", "ProfilerStep#3"]
 
 
-def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
+def test_an_inference_loop_needs_no_marker(tmp_path: Path) -> None:
+    """Six no-grad forwards of one model and no optimizer: each top-level forward is a step (issue #24)."""
     out = tmp_path / "run"
     res = run_aiprof("run", "--out", str(out), *FAST, "--", "python", str(SCRIPTS / "infer.py"), "6")
+    assert res.returncode == 0, res.stderr
+    assert meta_of(out)["status"] == "complete"
+
+
+def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
+    """No optimizer, no module forward, no marker: nothing says where a step is."""
+    script = tmp_path / "loop.py"
+    script.write_text("import torch\nx = torch.randn(64, 64)\nfor _ in range(6):\n    x = (x @ x).tanh()\n"
+                      "print('done', flush=True)\n")
+    out = tmp_path / "run"
+    res = run_aiprof("run", "--out", str(out), *FAST, "--", "python", str(script))
     assert res.returncode == 2
     err = [line for line in res.stderr.splitlines() if line.startswith("aiprof: error:")]
     assert len(err) == 1 and "no steps detected" in err[0]

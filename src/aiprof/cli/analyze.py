@@ -147,9 +147,9 @@ def _cache_dir(value: str | None) -> Path | None:
     """``--cache``'s folder: None without the flag, the default folder for a bare ``--cache``."""
     if value is None:
         return None
-    from aiprof.analysis.rankcache import default_dir
+    from aiprof import app
 
-    return Path(value) if value else default_dir()
+    return Path(value) if value else app.default_cache_dir()
 
 
 def warn(message: str) -> None:

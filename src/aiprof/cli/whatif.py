@@ -43,21 +43,21 @@ class WhatIfCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
-        from aiprof.analysis.whatif.run import EditSpec
 
-        specs = [EditSpec("remove", what) for what in args.remove]
+        edit = app.whatif_edit
+        specs = [edit("remove", what) for what in args.remove]
         if args.scale_host is not None:
-            specs.append(EditSpec("scale_host", factor=args.scale_host))
+            specs.append(edit("scale_host", factor=args.scale_host))
         if args.cuda_graphs:
-            specs.append(EditSpec("cuda_graphs"))
+            specs.append(edit("cuda_graphs"))
         if args.scale_kernels is not None:
-            specs.append(EditSpec("scale_kernels", args.kernels, args.scale_kernels))
+            specs.append(edit("scale_kernels", args.kernels, args.scale_kernels))
         elif args.kernels:
             raise AiprofError("--kernels needs --scale-kernels F")
         if args.fuse_elementwise:
-            specs.append(EditSpec("fuse_elementwise"))
+            specs.append(edit("fuse_elementwise"))
         if args.overlap_comm:
-            specs.append(EditSpec("overlap_comm", factor=args.interference))
+            specs.append(edit("overlap_comm", factor=args.interference))
         output.check([args.output], [args.path], args.force)
         result = app.whatif(args.path, specs, rank=args.rank).to_dict()
         sys.stdout.write(text(result))
