@@ -21,7 +21,17 @@ POOL = str(SCRIPTS / "pool_train.py")
 
 def _start(out: Path, *script_args: str, aiprof_args: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     cmd = aiprof_cmd("run", "--out", str(out), *FAST, "--no-summary", *aiprof_args, "--", "python", FAULTY, *script_args)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT,
+                            preexec_fn=_as_from_a_terminal)
+
+
+def _as_from_a_terminal() -> None:
+    """aiprof as a terminal starts it: SIGHUP at its default and no signal blocked. An ignored or blocked
+    signal is inherited across exec, and the test process may have SIGHUP ignored or blocked (``nohup``, or a
+    library an earlier test loaded): the script would then never see the SIGHUP aiprof forwards (seen in
+    `make test`: the SIGHUP case alone timed out, and passed when run by itself)."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP, signal.SIGTERM, signal.SIGINT})
 
 
 def _read_pids(proc: subprocess.Popen[str]) -> dict[str, int]:
