@@ -168,7 +168,27 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
+    merged = _with_health(run, merged)
     return [f.to_dict() for f in memory_last(rank_findings(merged))]
+
+
+def _with_health(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:
+    """The findings against the run's trace health (:mod:`aiprof.rules.health`); the health, with the findings
+    it changed, is kept on ``run`` for the report. A shared machine is known here from the ``noisy_neighbour``
+    finding (the report adds the whole-run telemetry's verdict)."""
+    import msgspec
+
+    from aiprof.analysis.health import clock_offsets, run_health
+    from aiprof.rules.health import apply_health
+    from aiprof.rules.registry import RULE_SPECS
+
+    cores = next((f.evidence.get("others_cores") for f in findings if f.id == "noisy_neighbour"), None)
+    shared = float(cores) if isinstance(cores, (int, float)) and not isinstance(cores, bool) else None
+    health = run_health([r.health for r in run.ranks if r.health is not None], clock_offsets(run.cross_rank),
+                        shared, "telemetry during the steps" if shared is not None else "")
+    adjusted, changes = apply_health(findings, health, RULE_SPECS)
+    run.health = msgspec.structs.replace(health, findings=changes)
+    return adjusted
 
 
 def memory_last(ranked: list[Finding]) -> list[Finding]:

@@ -17,6 +17,7 @@ from aiprof.analysis import forked
 from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
 from aiprof.analysis.rankcache import RankCache, cached_map, code_fingerprint, describe as describe_fn
 from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
+from aiprof.analysis.health import Health, RankHealth, rank_health
 from aiprof.analysis.overview import timeline_overview
 from aiprof.analysis.steps import StepWindow, step_source, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
@@ -145,6 +146,8 @@ class RankAnalysis:
     coverage: Coverage | None = None
     # One small row per collective, for the cross-rank arrival analysis (aiprof.analysis.arrival).
     arrivals: ArrivalTable | None = None
+    # What the trace holds and lacks (aiprof.analysis.health): the report's health section is built from it.
+    health: RankHealth | None = None
 
     @property
     def incomplete_steps(self) -> list[IncompleteStep]:
@@ -184,6 +187,9 @@ class RunAnalysis:
     warnings: list[str] = field(default_factory=list)
     # Collectives matched across ranks: who arrives last (None: one rank, or no shared collective).
     cross_rank: CrossRank | None = None
+    # The run's trace health with the findings it changed (set by the diagnosis, aiprof.rules.health; None:
+    # not diagnosed, the report builds it from the ranks' facts).
+    health: Health | None = None
 
     def __post_init__(self) -> None:
         if self.cross_rank is None and len(self.ranks) > 1:
@@ -225,6 +231,7 @@ def analyze_trace(
         notes=list(trace.warnings) + _notes(trace) + ([coverage_note] if coverage_note else []),
         coverage=coverage,
         arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
+        health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off),
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]

@@ -35,6 +35,7 @@ from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, med
 from aiprof.report.compare_steps import StepSample, recorded_steps
 from aiprof.report.common import fmt_ms
 from aiprof.report.model import Report, Summary
+from aiprof.report.runcontext import shared_cores
 from aiprof.rules.finding import FindingRecord
 
 COMPARISON_SCHEMA_VERSION = "1.0"
@@ -42,7 +43,6 @@ NOISE_PCT = 2.0  # step-time changes within ±2 % are reported as unchanged
 LARGE_PCT = 10.0  # a change this large that is not significant is "possibly faster/slower", not "no change"
 TOP_DELTAS = 25
 FINDING_FACTOR = 1.5  # a finding in both runs is "unchanged" while its savings are within this factor
-SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 _REPORT_HEAD = re.compile(rb'^\s*\{\s*"schema_version"\s*:')
 
@@ -346,20 +346,7 @@ def shared_machine(before: Report, after: Report) -> list[str]:
 def others_cores(doc: Report) -> float | None:
     """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU
     minus the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
-    series = (doc.telemetry or {}).get("series") or {}
-    host = (doc.run_metadata or {}).get("host") or {}
-    cores = host.get("cores_logical") if isinstance(host, dict) else None
-    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
-    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
-        return None
-    others = [
-        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
-        if isinstance(m, (int, float)) and isinstance(t, (int, float))
-    ]
-    if not others:
-        return None
-    pct = sum(others) / len(others)
-    return pct / 100.0 * cores if pct >= SHARED_PCT else None
+    return shared_cores(doc.telemetry, doc.run_metadata)
 
 
 def program_differences(before: Report, after: Report, b: StepSample | None = None, a: StepSample | None = None) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.health import Health
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.stacks import StackProfile
@@ -72,7 +73,25 @@ def build_document(
         run_status=status if status is not None else UNSET,
         whole_run=whole if whole is not None else UNSET,
         cross_rank=run.cross_rank if run.cross_rank is not None else UNSET,
+        health=_health(run, context),
     )
+
+
+def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
+    """The run's trace health: the diagnosis' (with the findings it changed), else built from the ranks' facts;
+    a run directory's whole-run telemetry that shows a shared machine says so when the steps' did not."""
+    from aiprof.analysis.health import clock_offsets, run_health, shared_item, with_item
+    from aiprof.report.runcontext import shared_cores
+
+    facts = [r.health for r in run.ranks if r.health is not None]
+    if run.health is None and not facts:
+        return UNSET
+    health = run.health if run.health is not None else run_health(facts, clock_offsets(run.cross_rank))
+    cores = shared_cores(context.get("telemetry"), context.get("run_metadata"))
+    found = health.item("shared_machine")
+    if cores is not None and (found is None or found.status == "ok"):
+        health = with_item(health, shared_item(cores, "aiprof run telemetry over the whole run"))
+    return health
 
 
 def _whole_run(sources: list[str], ranks: list[RankReport]) -> WholeRun | None:

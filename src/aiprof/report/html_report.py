@@ -29,6 +29,7 @@ from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
 from aiprof.report.arrival_section import html_section as arrival_html
+from aiprof.report.health_section import html_section as health_html
 from aiprof.report.inference_section import html_section as inference_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.compile_section import html_section as compile_html
@@ -62,6 +63,7 @@ nav{font-size:.9em;color:var(--mute)}nav a{color:inherit;margin-right:.9em}
 .mute{color:var(--mute)}code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,monospace}
 code{overflow-wrap:anywhere}pre{background:var(--card);padding:.6em .8em;border-radius:6px;overflow-x:auto;white-space:pre-wrap}
 .partial{border-left:4px solid var(--medium);background:var(--card);border-radius:6px;padding:.6em 1em;margin:.8em 0;font-weight:600}
+.health{background:var(--card);border-radius:6px;padding:.4em 1em;margin:.8em 0}.health h2{font-size:1em;margin:.3em 0}.health li.missing b{color:var(--high)}.health li.limited b{color:var(--medium)}
 .capture{border-left:4px solid var(--low);background:var(--card);border-radius:6px;padding:.6em 1em;margin:.8em 0}
 .finding{background:var(--card);border-left:4px solid var(--info);border-radius:6px;padding:.7em 1em;margin:.8em 0}
 .finding.high{border-color:var(--high)}.finding.medium{border-color:var(--medium)}.finding.low{border-color:var(--low)}
@@ -194,6 +196,7 @@ class HtmlRenderer:
             + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
             + (f'<div class="capture">{esc(kind)}</div>' if kind else "")
+            + health_html(doc)  # what the trace cannot show, first (report.health_section)
             + "<div class=kpis>"
             + "".join(f"<div class=kpi><b>{esc(v)}</b><span>{esc(k)}</span></div>" for v, k in kpis)
             + "</div>"

@@ -22,6 +22,7 @@ from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
 from aiprof.report.compile_section import markdown_lines as compile_lines
 from aiprof.report.modules_section import markdown_lines as modules_lines
 from aiprof.report.stacks_section import markdown_lines as stacks_lines
+from aiprof.report.health_section import markdown_lines as health_lines
 from aiprof.report.model import RankReport, Report
 
 
@@ -44,6 +45,7 @@ class MarkdownRenderer:
         kind = common.capture_note(doc)
         if kind:
             lines += ["", f"> {_cell(kind)}"]
+        lines += ["", *health_lines(doc)]  # what the trace cannot show, first (report.health_section)
         lines.append("")
         buckets = common.buckets(doc)
         heads = [common.per_step(common.bucket_label(doc, b)) for b in buckets]

@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
+from aiprof.analysis.health import Health
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -180,3 +181,6 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     whole_run: WholeRun | UnsetType = UNSET
     # Several ranks with shared collectives: who arrives last at them (analysis.arrival; docs/numbers.md).
     cross_rank: CrossRank | UnsetType = UNSET
+    # What the trace cannot show, measured from it, and the findings dropped or downgraded because of it
+    # (analysis.health, rules.health; docs/numbers.md "Trace health"). Every renderer shows it first. Schema 1.1.
+    health: Health | UnsetType = UNSET

@@ -97,6 +97,28 @@ def _round_list(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float | N
     return [None if not np.isfinite(v) else round(float(v), 3) for v in values]
 
 
+SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
+
+
+def shared_cores(telemetry: dict[str, Any] | None, run_metadata: dict[str, Any] | None) -> float | None:
+    """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU minus
+    the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
+    series = (telemetry or {}).get("series") or {}
+    host = (run_metadata or {}).get("host") or {}
+    cores = host.get("cores_logical") if isinstance(host, dict) else None
+    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
+    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
+        return None
+    others = [
+        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
+        if isinstance(m, (int, float)) and isinstance(t, (int, float))
+    ]
+    if not others:
+        return None
+    pct = sum(others) / len(others)
+    return pct / 100.0 * cores if pct >= SHARED_PCT else None
+
+
 def run_context(sources: list[str], notes: list[str] | None = None) -> dict[str, Any]:
     """``{"run_metadata": …, "telemetry": …}`` for the document, with only the keys that exist. Why a
     ``meta.json`` beside the traces was not used goes to ``notes``."""

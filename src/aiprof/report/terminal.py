@@ -16,6 +16,7 @@ from aiprof.report import common
 from aiprof.report.common import fmt_ms
 from aiprof.report.document import build_document, mean_per_step
 from aiprof.report.escape import terminal, terminal_text
+from aiprof.report.health_section import terminal_lines as health_lines
 from aiprof.report.model import RankReport, Report, Summary
 
 __all__ = ["TerminalRenderer", "fmt_ms", "render_summary"]
@@ -78,6 +79,7 @@ class TerminalRenderer:
         kind = common.capture_note(doc)
         if kind:
             console.print(terminal_text(kind, style="bold cyan"))
+        _block(console, health_lines(doc))  # what the trace cannot show, first (report.health_section)
         if len(ranks) > 1:
             console.print()
             console.print(Text(

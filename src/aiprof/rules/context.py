@@ -18,6 +18,7 @@ import numpy as np
 
 from aiprof import arrays
 from aiprof.arrays import unique
+from aiprof.analysis.health import PROFILER_FRAME
 from aiprof.analysis.run import RankAnalysis
 from aiprof.analysis.stacks import is_user_frame
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
@@ -340,9 +341,6 @@ class RankContext:
         return self.trace.rows_of(Kind.PYTHON)
 
 
-# Frames of torch.profiler itself (``torch/profiler/profiler.py(747): __exit__``, the autograd profiler's
-# export): their time is the profiler's overhead, never the user's Python.
-PROFILER_FRAME = r"(^|/)torch/(profiler/|autograd/profiler)[^(]*\.py\("
 PROFILER_STEP_SHARE = 0.25  # a step this much in the profiler's own frames is the profiler's
 PROFILER_STEP_MIN_NS = 1_000_000
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from aiprof.analysis.health import PROFILER_NS_PER_EVENT
+
 
 @dataclass(frozen=True)
 class RuleOptions:
@@ -29,7 +31,7 @@ class RuleOptions:
     # What torch.profiler itself adds to each recorded op on the host (record_shapes on): subtracted from
     # host-overhead savings, which the profiler inflates (measured 0.3-1.2 µs per recorded op on a shared
     # 2-core EPYC with torch 2.13, record_shapes + profile_memory; DESIGN §4 says ~1-4 µs with stacks).
-    profiler_ns_per_op: int = 400
+    profiler_ns_per_op: int = PROFILER_NS_PER_EVENT  # the trace-health overhead estimate uses the same number
     # A rule's evidence must be spread over the step: when one event (an idle gap, a call) holds more than
     # this share of its time, that event is a stall with its own cause, not "many small things".
     concentrated_share: float = 0.5
