@@ -147,6 +147,19 @@ def test_findings_are_matched_by_id_and_magnitude() -> None:
     grew = fc.grew[0]
     assert (grew.before_saving_ns_per_step, grew.after_saving_ns_per_step) == (8 * MS, 64 * MS)
     assert saving_change(0, 0) == "unchanged" and saving_change(0, 1) == "grew"
+    assert saving_change(10 * MS, 14 * MS) == "grew" and saving_change(14 * MS, 10 * MS) == "shrank"  # ±40 %
+
+
+def test_a_shared_machine_note_is_never_resolved_or_new_and_its_warning_is_said_once() -> None:
+    shared = finding("noisy_neighbour", 0)
+    shared.evidence["others_cores"] = 1.5
+    cmp = compare_reports(run_report([100 * MS] * 6, findings=[shared]), run_report([100 * MS] * 6))
+    fc = cmp.findings
+    assert not fc.resolved and not fc.new and not fc.unchanged
+    said = [w for w in cmp.warnings if "machine was shared" in w]
+    assert len(said) == 1 and said[0].startswith("before:")
+    text = render_comparison(cmp, "terminal")
+    assert text.count("machine was shared") == 1 and "resolved" not in text
 
 
 # --- different programs ------------------------------------------------------------------------------

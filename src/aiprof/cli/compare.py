@@ -52,9 +52,10 @@ class CompareCommand:
         fmt = app.output_format(args.output, args.format)
         output.check([args.output], [args.before, args.after, *(p for pair in args.pair for p in pair)], args.force)
         comparison = app.compare(args.before, args.after, more_pairs=[tuple(p) for p in args.pair])
-        for warning in app.warnings_of(comparison):  # each side's, labelled: a partial input is said, not dropped
-            warn(warning)
         is_tty = args.output is None and sys.stdout.isatty()
+        if args.output is not None or fmt != "terminal":  # the terminal comparison lists them itself: said once
+            for warning in app.warnings_of(comparison):  # each side's, labelled: a partial input is said, not dropped
+                warn(warning)
         app.write(comparison, args.output, fmt, app.RenderOptions(width=args.width, is_tty=is_tty), what="comparison")
         if args.output is not None:
             output.wrote(f"the {fmt} comparison", args.output)
