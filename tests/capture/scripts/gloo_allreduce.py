@@ -26,7 +26,14 @@ def work(rank: int, world: int, out: str) -> None:
                 y = y @ w
             dist.all_reduce(grad)
             prof.step()
+    dist.barrier()  # both ranks are done before either tears the group down
     dist.destroy_process_group()
+    # Leave without running C++ static destructors: a gloo/Kineto thread still joinable at interpreter
+    # exit aborts the process ('terminate called without an active exception', SIGABRT) now and then,
+    # after the trace is written. The trace file is complete here (export_chrome_trace is synchronous).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
