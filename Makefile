@@ -7,7 +7,7 @@ TORCH := torch==2.13.0
 # The optional C extensions (setup.py): a change to one rebuilds them.
 NATIVE_SOURCES := src/aiprof/trace/kineto/_columnar.c src/aiprof/memory/_snapscan.c src/aiprof/trace/readers/_sqlcols.c
 
-.PHONY: install dev demo test test-fast typecheck unit clean bench browser sanitize
+.PHONY: install dev demo test test-fast typecheck unit clean bench browser sanitize golden
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,11 @@ test: dev browser
 # end-to-end tests, no browser (tests/conftest.py assigns the `slow` and `torch` markers by layer).
 test-fast: dev
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow and not torch"
+
+# Rewrite the golden JSON-report digests of the shared traces (tests/golden/): after a change meant to alter
+# reports; the commit says which traces and sections changed and why.
+golden: dev
+	$(BIN)/python -m tests.golden.regen
 
 bench: dev
 	$(BIN)/python bench/run_all.py

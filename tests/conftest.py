@@ -31,7 +31,7 @@ def traces_dir() -> Path:
 #   torch  - the module imports torch or uses the `torch_available` fixture (real PyTorch runs);
 #   slow   - end-to-end and integration tests (subprocesses, a browser, every shared trace).
 # `make test-fast` runs `-m "not slow and not torch"`: unit tests on synthetic traces, in seconds.
-_SLOW_DIRS = ("integration", "capture")
+_SLOW_DIRS = ("integration", "capture", "golden")  # golden: every shared trace's JSON report
 _SLOW_FILES = {
     "test_html_browser.py",
     "test_rules_real_traces.py",
