@@ -95,7 +95,7 @@ def decode(path: Path, data: bytes) -> RawTrace:
 def _reject_non_container(path: Path, data: bytes, start: int) -> None:
     """Text that does not open an object or a list. The message says what the file is not, never what
     it holds (its first bytes could be anything: binary, a secret, terminal escapes)."""
-    raise not_a_trace(path, data[start:start + 3])
+    raise not_a_trace(path, data[start:start + 4])
 
 
 def _split(path: Path, data: bytes, start: int) -> RawTrace:

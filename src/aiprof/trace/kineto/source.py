@@ -7,6 +7,11 @@ known to look like a trace or past the limits:
 * **Sniff.** The first non-whitespace byte must open a JSON object or list (``{`` or ``[``); otherwise
   the file is rejected at once with "not a Kineto trace: does not start with a JSON object or list".
   The message says what the file is not, never what it holds (its first bytes could be anything).
+* **Encoding.** The text is UTF-8. A UTF-8 byte-order mark at its very start (what Windows editors and
+  some exporters write; JSON has none) is dropped, in a plain file and inside gzip alike, so every reader
+  (streaming, helpers, whole-file) sees the same text at the same offsets. UTF-16 or UTF-32 text, with
+  its byte-order mark or without (a NUL beside the opening ``{``), and a mark anywhere else get one line
+  saying so and to save the file as UTF-8.
 * **Size.** The decompressed text may grow to :meth:`LoadLimits.allowed_bytes`: at most ``max_bytes``,
   and at most ``max_ratio`` times the file's own size once past ``ratio_floor_bytes`` (a gzip bomb
   inflates 200x or more; Kineto JSON compresses 10-40x). Past it, a one-line :class:`TraceError` names
@@ -62,19 +67,34 @@ def inflate_errors() -> tuple[type[BaseException], ...]:
     return (zlib.error, isal_error)
 
 
-# Byte-order marks by their first two bytes (the sniff may see only two): text some editors and Windows tools write.
-_MARKS = {b"\xef\xbb": "a UTF-8 byte-order mark (JSON has none: save the file as UTF-8 without BOM)",
-          b"\xff\xfe": "a UTF-16 byte-order mark (save the file as UTF-8)",
-          b"\xfe\xff": "a UTF-16 byte-order mark (save the file as UTF-8)"}
+UTF8_BOM = b"\xef\xbb\xbf"  # dropped where the text starts with it
+# Byte-order marks by their first two bytes (the sniff may see only two), UTF-32's before UTF-16's.
+_MARKS = {b"\xef\xbb": "a UTF-8 byte-order mark after its first bytes (save the file as UTF-8 without BOM)",
+          b"\xff\xfe\x00\x00": "UTF-32 text (its byte-order mark); save the file as UTF-8",
+          b"\x00\x00\xfe\xff": "UTF-32 text (its byte-order mark); save the file as UTF-8",
+          b"\xff\xfe": "UTF-16 text (its byte-order mark); save the file as UTF-8",
+          b"\xfe\xff": "UTF-16 text (its byte-order mark); save the file as UTF-8"}
+_WIDE = "UTF-16 or UTF-32 text (NUL bytes beside the first characters); save the file as UTF-8"
+_OPENERS = b"{[ \t\r\n"
 
 
 def not_a_trace(path: Path, head: bytes = b"") -> TraceError:
-    """The one-line error for a file whose text does not open a JSON object or list; text that starts with
-    a byte-order mark (``head``: its first non-blank bytes) is named so."""
+    """The one-line error for a file whose text does not open a JSON object or list; text in another
+    encoding than UTF-8 (``head``: its first non-blank bytes, up to 4) is named so."""
     for mark, why in _MARKS.items():
         if head.startswith(mark):
-            return TraceError(f"{path}: the file starts with {why}")
+            return TraceError(f"{path}: the file holds {why}")
+    if wide(head):
+        return TraceError(f"{path}: the file holds {_WIDE}")
     return TraceError(f"{path}: not a Kineto trace: does not start with a JSON object or list")
+
+
+def wide(head: bytes) -> bool:
+    """Whether the first non-blank bytes look like UTF-16/32 JSON without a mark (``{\\x00"\\x00``,
+    ``\\x00{``): a NUL, which JSON text never holds, beside an opening character. Zeros alone (a
+    preallocated file never written) are not text of any encoding."""
+    core = head.replace(b"\x00", b"")
+    return len(core) < len(head) and core[:1] != b"" and core[0] in _OPENERS
 
 
 def pieces(
@@ -91,7 +111,7 @@ def pieces(
         sniff = _Sniff(path, limits, size)
         head = fh.read(2)
         if head != b"\x1f\x8b":
-            yield sniff(head)
+            yield sniff(head + fh.read(max(piece_bytes - len(head), 2)))  # 4 bytes or more to sniff
             while block := fh.read(piece_bytes):
                 yield sniff(block)
             sniff.finish()
@@ -143,20 +163,31 @@ class _Sniff:
         self.file_bytes = file_bytes
         self.total = 0
         self.started = False
+        self.head: bytes | None = b""  # the first bytes while a byte-order mark could still be there
 
     def __call__(self, piece: bytes) -> bytes:
+        if self.head is not None:  # the text's first bytes: a UTF-8 byte-order mark there is dropped
+            piece, self.head = self.head + piece, None
+            if len(piece) < len(UTF8_BOM) and UTF8_BOM.startswith(piece):
+                self.head = piece  # a piece of 1-2 bytes (gzip output can be so small): wait for more
+                return b""
+            if piece.startswith(UTF8_BOM):
+                piece = piece[len(UTF8_BOM):]
         self.total += len(piece)
         if self.total > self.allowed:
             raise too_large(self.path, self.limits, self.file_bytes)
         if not self.started:
             match = _NON_SPACE.search(piece)
             if match is not None:
-                if piece[match.start()] not in b"{[":
-                    raise not_a_trace(self.path, piece[match.start():match.start() + 3])
+                head = piece[match.start():match.start() + 4]
+                if head[0] not in b"{[" or wide(head):
+                    raise not_a_trace(self.path, head)
                 self.started = True
         return piece
 
     def finish(self) -> None:
+        if self.head:  # the whole text is one or two bytes of a byte-order mark: not text
+            raise not_a_trace(self.path)
         if not self.started:
             raise TraceError(f"{self.path}: the file is empty; re-record the trace")
 
