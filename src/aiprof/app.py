@@ -552,11 +552,12 @@ def check_output(output: Path, inputs: Sequence[PathArg] = (), *, force: bool = 
 
 def write_file(output: Path, data: bytes | str, *, what: str = "report") -> None:
     """Write atomically (a fresh temporary file beside ``output``, renamed over it): a crash never leaves
-    half a file, and no fixed temporary name can be redirected by a planted symlink."""
-    from aiprof.fsutil import atomic_write
+    half a file, and no fixed temporary name can be redirected by a planted symlink. A character device or
+    a named pipe (``-o /dev/null``) is written in place (:func:`aiprof.fsutil.write_output`)."""
+    from aiprof.fsutil import write_output
 
     try:
-        atomic_write(output, data)
+        write_output(output, data)
     except OSError as err:
         raise AiprofError(f"{output}: cannot write the {what} ({err.strerror or err})") from None
 

@@ -12,6 +12,7 @@ if anything fails on the way. A bottom module: the standard library only.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -27,9 +28,7 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, fsync: bool
     fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.", suffix=".tmp")
     try:
         try:
-            view = memoryview(payload)
-            while view:  # os.write until all is written (a short write is not an error)
-                view = view[os.write(fd, view):]
+            _write_all(fd, payload)
             if fsync:
                 os.fsync(fd)
         finally:
@@ -120,7 +119,8 @@ def output_problem(target: str | os.PathLike[str], inputs: Sequence[str | os.Pat
                    force: bool = False) -> str | None:
     """Why a command that reads ``inputs`` must not write ``target`` (its ``-o``), or None. The rule, for
     every verb: the folder must exist and be writable; ``target`` must not be a symbolic link (a link is
-    never written through nor replaced) nor anything but a regular file; an existing ``target`` must not be
+    never written through nor replaced) nor anything but a regular file, except a character device or a
+    named pipe (``/dev/null``, ``/dev/stdout``: written in place); an existing ``target`` must not be
     an input (the same file as one, links resolved, or any file inside an input folder: a run directory's
     ``meta.json``, a trace of the folder), even with ``force``; and an existing file that is not an aiprof
     output (:func:`is_aiprof_output`) is replaced only with ``force``."""
@@ -131,19 +131,75 @@ def output_problem(target: str | os.PathLike[str], inputs: Sequence[str | os.Pat
         info = None
     except OSError as err:
         return f"{path}: {err.strerror or err}"
-    if info is not None and stat.S_ISLNK(info.st_mode):
-        return f"{path}: a symbolic link; aiprof never writes through one (give the path of a file or a new name)"
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        return _not_a_file_problem(path, info, inputs)
     problem = writable_folder_problem(path)
     if problem is not None or info is None:
         return problem
-    if not stat.S_ISREG(info.st_mode):
-        return f"{path}: not a regular file"
-    for source in inputs:
-        if _reads(source, path, info):
-            return f"{path}: an input of this command; aiprof never writes over what it reads"
+    if _an_input(path, info, inputs):
+        return f"{path}: an input of this command; aiprof never writes over what it reads"
     if not force and not is_aiprof_output(path):
         return f"{path}: exists and is not an aiprof output; give --force to replace it"
     return None
+
+
+def _not_a_file_problem(path: Path, info: os.stat_result, inputs: Sequence[str | os.PathLike[str]]) -> str | None:
+    """An existing ``-o`` that is not a regular file (``info``: its own, not followed). A character device
+    or a named pipe, links followed (``/dev/null``, ``/dev/stdout`` on a terminal or a pipe), is written in
+    place (:func:`write_output`: it holds no file to lose, so no ``--force``); any other link is never
+    written through, and anything else is refused, saying what it is."""
+    link = stat.S_ISLNK(info.st_mode)
+    try:
+        seen = os.stat(path) if link else info
+    except OSError:
+        seen = None  # a dangling link, or a loop of links
+    if seen is not None and is_stream(seen):
+        return f"{path}: an input of this command; aiprof never writes over what it reads" if _an_input(
+            path, seen, inputs) else None
+    if link:
+        return f"{path}: a symbolic link; aiprof never writes through one (give the path of a file or a new name)"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{path}: is a folder"
+    kind = "a block device" if stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file"
+    return f"{path}: {kind}; aiprof writes a regular file, a character device (/dev/null) or a named pipe"
+
+
+def is_stream(info: os.stat_result) -> bool:
+    """A character device or a named pipe: written in place, never replaced (:func:`write_output`)."""
+    return stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode)
+
+
+def write_output(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Write an output the user named: atomically (:func:`atomic_write`) for a file; in place for an
+    existing character device or named pipe, links followed (``-o /dev/null``; a device cannot be renamed
+    over, and replacing ``/dev/null`` by a file would be wrong). The device is opened without ``O_CREAT``
+    and checked to be one once open, so a path swapped for a file meanwhile is never written. A pipe's open
+    waits for its reader, as any writer's does. Raises :class:`OSError`."""
+    try:
+        special = is_stream(os.stat(path))
+    except OSError:
+        special = False
+    if not special:
+        atomic_write(path, data)
+        return
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not is_stream(os.fstat(fd)):  # swapped for a file since: never write it
+            raise OSError(errno.EEXIST, "no longer a device or a pipe")
+        _write_all(fd, payload)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:  # os.write until all is written (a short write is not an error)
+        view = view[os.write(fd, view):]
+
+
+def _an_input(path: Path, info: os.stat_result, inputs: Sequence[str | os.PathLike[str]]) -> bool:
+    return any(_reads(source, path, info) for source in inputs)
 
 
 def _reads(source: str | os.PathLike[str], target: Path, info: os.stat_result) -> bool:

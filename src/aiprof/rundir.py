@@ -377,6 +377,8 @@ def create_new(path: Path, *, explicit: bool) -> Path:
             return candidate
         if explicit:
             raise RunDirError(f"{candidate}: another aiprof run claimed this folder first; choose another --out")
+    if explicit and path.exists() and not path.is_dir():
+        raise RunDirError(f"{path}: not a folder; --out names the run directory aiprof creates, choose another --out")
     if explicit:
         raise RunDirError(f"{path}: already exists and is not empty; aiprof never overwrites a run, choose another --out")
     raise RunDirError(f"{path}: too many runs with this name; pass --out")

@@ -1,12 +1,19 @@
 """``-o`` never overwrites what the command reads: one rule (aiprof.fsutil.output_problem) for every verb.
 An input (the same file, links resolved; any file inside an input folder) is never written, a symbolic
 link is never written through, an existing file that is not an aiprof output needs ``--force``, and every
-output aiprof writes is recognised as its own (re-running a command needs no ``--force``)."""
+output aiprof writes is recognised as its own (re-running a command needs no ``--force``). A character
+device or a named pipe (``-o /dev/null``, ``/dev/stdout``) is written in place; a block device, a socket
+or a folder is one line."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -47,7 +54,7 @@ def test_the_rule(tmp_path: Path) -> None:
     assert "not an aiprof output" in str(output_problem(other, [source]))
     assert output_problem(other, [source], force=True) is None
     os.mkfifo(tmp_path / "fifo")
-    assert "not a regular file" in str(output_problem(tmp_path / "fifo", [], force=True))
+    assert output_problem(tmp_path / "fifo", []) is None  # written in place (test_devices_and_pipes below)
     assert "no such folder" in str(output_problem(tmp_path / "absent" / "r.json", []))
 
 
@@ -120,3 +127,83 @@ def test_every_output_is_recognised_as_aiprofs_own(command: tuple[str, ...], tmp
     assert sum("wrote" in line for line in err.splitlines()) == len(written), err
     code, err = cli(capsys, *argv)  # over its own output: no --force needed
     assert code == 0, err
+
+
+# --- outputs that are not regular files -----------------------------------------------------------
+def test_dev_null_and_a_link_to_it_are_written_in_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No --force, no rename over the device, no file created (the folder /dev is not writable to a user)."""
+    source = trace(tmp_path / "in.json")
+    link = tmp_path / "discard.json"
+    link.symlink_to(os.devnull)
+    for target in (Path(os.devnull), link):
+        for argv in (("analyze", source), ("compare", source, source), ("memory", source), ("roofline", source)):
+            code, err = cli(capsys, *argv, "-o", target, "--format", "json")
+            assert code == 0 and f"to {target}" in err and "Traceback" not in err, (argv, err)
+        code, err = cli(capsys, "roofline", source, "--json", target, "--chart", target)  # the same device twice
+        assert code == 0, err
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and link.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["discard.json", "in.json"]
+
+
+def test_a_named_pipe_gets_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = trace(tmp_path / "in.json")
+    fifo = tmp_path / "report.pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    code, err = cli(capsys, "analyze", source, "-o", fifo, "--format", "json")
+    reader.join(60)
+    assert code == 0 and f"wrote the json report to {fifo}" in err, err
+    assert got and b'"generator": "aiprof' in got[0] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_full_device_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    code, err = cli(capsys, "analyze", trace(tmp_path / "in.json"), "-o", "/dev/full", "--format", "json")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "/dev/full: cannot write the report (No space left on device)" in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/stdout"), reason="no /dev/stdout here")
+def test_dev_stdout_is_a_pipe_or_a_terminal_never_an_input(tmp_path: Path) -> None:
+    """``-o /dev/stdout`` writes to a pipe; when the shell sends stdout to the input itself (``>>``), the
+    link leads to a regular file and is refused: the input is unchanged."""
+    source = trace(tmp_path / "in.json")
+    before = digest(source)
+    aiprof = [sys.executable, "-m", "aiprof", "analyze", str(source), "-o", "/dev/stdout", "--format", "json"]
+    piped = subprocess.run(aiprof, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and '"generator": "aiprof' in piped.stdout, piped.stderr
+    with open(source, "ab") as same:
+        appended = subprocess.run(aiprof, stdout=same, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert appended.returncode == 2 and "a symbolic link" in appended.stderr and "Traceback" not in appended.stderr
+    assert digest(source) == before
+
+
+def test_a_socket_a_block_device_and_a_dangling_link_say_what_they_are(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    source = trace(tmp_path / "in.json")
+    sock_path = tmp_path / "s.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(sock_path))
+    try:
+        code, err = cli(capsys, "analyze", source, "-o", sock_path, "--format", "json", "--force")
+    finally:
+        server.close()
+    assert code == 2 and "s.sock: a socket; aiprof writes a regular file" in err and len(err.strip().splitlines()) == 1
+    dangling = tmp_path / "gone.json"
+    dangling.symlink_to(tmp_path / "nowhere.json")
+    code, err = cli(capsys, "analyze", source, "-o", dangling, "--force")
+    assert code == 2 and "a symbolic link" in err and not (tmp_path / "nowhere.json").exists(), err
+    devices = sorted(Path("/dev").iterdir()) if os.path.isdir("/dev") else []
+    block = next((d for d in devices if stat.S_ISBLK(os.lstat(d).st_mode)), None)
+    if block is not None:  # refused before anything opens it
+        assert "a block device" in str(output_problem(block, [], force=True))
+
+
+def test_run_out_onto_a_device_says_it_is_not_a_folder(tmp_path: Path) -> None:
+    from aiprof import rundir
+
+    with pytest.raises(rundir.RunDirError, match="not a folder; --out names the run directory"):
+        rundir.create_new(Path(os.devnull), explicit=True)

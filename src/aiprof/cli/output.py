@@ -3,7 +3,8 @@
 The check is :func:`aiprof.app.check_output` (the rule: :func:`aiprof.fsutil.output_problem`): a command
 never writes over a file it reads, never through a symbolic link, and replaces an existing file that is not
 an aiprof output only with ``--force``. The file is then written atomically, and the verb says what it
-wrote where (:func:`wrote`).
+wrote where (:func:`wrote`). A character device or a named pipe (``-o /dev/null``, ``-o /dev/stdout`` on a
+terminal or a pipe) is written in place; a block device, a socket or a folder is refused, saying so.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ def check(outputs: Iterable[Path | None], inputs: Sequence[str | os.PathLike[str
     chosen = [p for p in outputs if p is not None]
     for output in chosen:
         app.check_output(output, sources, force=force)
-    same = {str(Path(os.path.realpath(p))) for p in chosen}
-    if len(same) < len(chosen):
+    files = [p for p in chosen if not _is_stream(p)]  # /dev/null twice is fine
+    if len({str(Path(os.path.realpath(p))) for p in files}) < len(files):
         from aiprof.errors import AiprofError
 
         raise AiprofError("two outputs of this command are the same file; give each its own path")
@@ -41,3 +42,12 @@ def wrote(what: str, path: Path) -> None:
     from aiprof.errors import printable
 
     print(f"aiprof: wrote {what} to {printable(str(path))}", file=sys.stderr)
+
+
+def _is_stream(path: Path) -> bool:
+    from aiprof.fsutil import is_stream
+
+    try:
+        return is_stream(os.stat(path))
+    except OSError:
+        return False
