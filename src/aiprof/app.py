@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from aiprof.errors import AiprofError
 
@@ -304,15 +304,38 @@ def slower_than(comparison: Comparison, limit_pct: float) -> str | None:
     return f"{head}: 95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%, significant ({steps}){one_pair}"
 
 
+GateOutcome = Literal["pass", "fail", "inconclusive"]
+
+
+def gate(comparison: Comparison, limit_pct: float) -> tuple[GateOutcome, str | None]:
+    """The CI gate's outcome and its message (None when it passes in silence). "inconclusive" (exit 4 in
+    ``aiprof compare``) when either run shared the machine with other processes (their load, not the
+    change, may have moved the step: checked first, so it neither fails nor passes on it), or when the
+    change is beyond ``limit_pct`` but not significant (within the steps' noise); "fail" as
+    :func:`slower_than`; else "pass"."""
+    shared = list(getattr(comparison, "shared_machine", None) or [])
+    if shared:
+        sides = " and ".join(s.upper() for s in shared)
+        return "inconclusive", (
+            f"inconclusive: the machine was shared while {sides} ran (other processes' load is in the step "
+            "times, so the gate can neither pass nor fail on them); compare runs made on a quiet machine"
+        )
+    failed = slower_than(comparison, limit_pct)
+    if failed is not None:
+        return "fail", failed
+    note = gate_note(comparison, limit_pct)
+    return ("inconclusive", note) if note is not None else ("pass", None)
+
+
 def gate_note(comparison: Comparison, limit_pct: float) -> str | None:
-    """Why a change beyond ``limit_pct`` did not fail the gate (not significant), or None."""
+    """Why a change beyond ``limit_pct`` did not fail the gate (not significant: inconclusive), or None."""
     pct = _gate_pct(comparison)
     ci = getattr(comparison, "step_time_ci_pct", None)
     if not math.isfinite(pct) or pct <= limit_pct or ci is None or comparison.significant:
         return None
     return (
         f"AFTER's median step is {pct:.1f}% slower, beyond the limit of {limit_pct:g}%, but within noise "
-        f"(95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%): the gate passes"
+        f"(95% CI {ci[0]:+.1f} … {ci[1]:+.1f}%): inconclusive; record more steps, or pairs of runs (--pair)"
     )
 
 

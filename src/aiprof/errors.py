@@ -34,6 +34,7 @@ def printable(text: object) -> str:
 EXIT_OK = 0
 EXIT_FAILED_CHECK = 1  # e.g. ``compare --fail-if-slower`` tripped
 EXIT_USAGE = 2  # bad input: the user must change something
+EXIT_INCONCLUSIVE = 4  # ``compare --fail-if-slower`` cannot decide: a shared machine, or a change within noise
 
 
 class AiprofError(Exception):

@@ -101,6 +101,10 @@ def test_beyond_the_threshold_but_not_significant_passes_with_a_note() -> None:
     assert app.slower_than(cmp, 5.0) is None
     note = app.gate_note(cmp, 5.0)
     assert note is not None and "within noise" in note
+    # neither pass nor fail: the steps cannot tell +6 % from noise
+    assert cmp.verdict.result == "inconclusive" and cmp.verdict.text.startswith("Inconclusive, within the steps' noise")
+    assert app.gate(cmp, 5.0) == ("inconclusive", note)
+    assert app.gate(cmp, 30.0) == ("pass", None)  # the estimate is within a limit that large
 
 
 def test_a_clear_ten_percent_regression_fails_the_gate() -> None:
@@ -159,7 +163,49 @@ def test_a_shared_machine_note_is_never_resolved_or_new_and_its_warning_is_said_
     said = [w for w in cmp.warnings if "machine was shared" in w]
     assert len(said) == 1 and said[0].startswith("before:")
     text = render_comparison(cmp, "terminal")
-    assert text.count("machine was shared") == 1 and "resolved" not in text
+    assert text.count("cores on average") == 1 and "resolved" not in text  # the warning, once
+    assert cmp.shared_machine == ["before"]
+
+
+def _shared(doc: Report, cores: float) -> Report:
+    note = finding("noisy_neighbour", 0)
+    note.evidence["others_cores"] = cores
+    doc.findings = [note]
+    return doc
+
+
+def test_a_shared_machine_makes_the_verdict_and_the_gate_inconclusive() -> None:
+    """+10 %, significant, but AFTER ran beside another process: its load may be the change, so the
+    comparison says what it measured and decides nothing; the same change on a quiet machine fails."""
+    before = run_report(noisy(50, 100, seed=9))
+    after = [int(d * 1.10) for d in noisy(50, 100, seed=10)]
+    quiet = compare_reports(before, run_report(after))
+    assert quiet.verdict.result == "slower" and app.gate(quiet, 5.0)[0] == "fail"
+    cmp = compare_reports(before, _shared(run_report(after), 1.2))
+    assert cmp.significant and cmp.shared_machine == ["after"]
+    assert cmp.verdict.result == "inconclusive"
+    assert cmp.verdict.text.startswith("Inconclusive: the machine was shared while AFTER ran")
+    assert "measured: AFTER is slower" in cmp.verdict.text
+    outcome, message = app.gate(cmp, 5.0)
+    assert outcome == "inconclusive" and message is not None and "quiet machine" in message
+    faster = compare_reports(_shared(run_report(after), 1.0), run_report(noisy(50, 100, seed=9)))
+    assert faster.verdict.result == "inconclusive" and app.gate(faster, 5.0)[0] == "inconclusive"  # never a pass either
+    for fmt in ("md", "html"):
+        assert "aiprof compare: inconclusive" in render_comparison(cmp, fmt)
+    assert json.loads(render_comparison(cmp, "json"))["shared_machine"] == ["after"]
+
+
+def test_the_compare_cli_exits_4_when_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from aiprof.cli import main
+
+    before, after = tmp_path / "b.json", tmp_path / "a.json"
+    before.write_bytes(msgspec.json.encode(run_report(noisy(50, 100, seed=9))))
+    after.write_bytes(msgspec.json.encode(_shared(run_report([int(d * 1.10) for d in noisy(50, 100, seed=10)]), 1.2)))
+    assert main(["compare", str(before), str(after), "--format", "json", "--fail-if-slower", "5"]) == 4
+    err = capsys.readouterr().err
+    assert "inconclusive: the machine was shared while AFTER ran" in err
+    assert main(["compare", str(before), str(after), "--format", "json"]) == 0  # no gate asked: no verdict exit
+    assert main(["compare", str(before), str(before), "--format", "json", "--fail-if-slower", "5"]) == 0
 
 
 # --- different programs ------------------------------------------------------------------------------
@@ -235,7 +281,7 @@ def test_renderers_show_the_interval_and_the_verdict_wording(fmt: str) -> None:
         assert doc["significant"] is False and len(doc["step_time_ci_pct"]) == 2
         assert doc["steps_used"]["before"] == 30 and doc["findings"]["grew"][0]["after_saving_ns_per_step"] == 64 * MS
         return
-    assert "95 % CI" in out and "not significant" in out and "No change beyond noise" in out
+    assert "95 % CI" in out and "not significant" in out and "Inconclusive, within the steps' noise" in out
     assert "grew" in out and "8.0 ms → 64.0 ms" in out
     assert "different programs" in out and "a.py" in out
 
@@ -265,13 +311,13 @@ def test_a_very_long_run_is_resampled_from_evenly_spaced_steps() -> None:
 
 
 def test_a_large_move_the_steps_cannot_confirm_is_not_called_no_change() -> None:
-    """−25 % on a few spread-out steps: not significant, so the verdict stays unchanged (the gate does not
-    act), but the words never say "no change"."""
+    """−25 % on a few spread-out steps: not significant, so the verdict is inconclusive, and the words
+    never say "no change"."""
     before = run_report([100 * MS, 160 * MS, 100 * MS, 170 * MS, 100 * MS, 165 * MS])
     after = run_report([70 * MS, 160 * MS, 70 * MS, 165 * MS, 72 * MS, 75 * MS])
     cmp = compare_reports(before, after)
-    assert not cmp.significant and cmp.verdict.result == "unchanged"
-    assert cmp.verdict.text.startswith("Possibly faster, not confirmed") and "No change" not in cmp.verdict.text
+    assert not cmp.significant and cmp.verdict.result == "inconclusive"
+    assert cmp.verdict.text.startswith("Inconclusive, possibly faster, not confirmed") and "No change" not in cmp.verdict.text
 
 
 # --- several pairs of runs ----------------------------------------------------------------------------

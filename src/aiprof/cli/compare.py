@@ -4,7 +4,9 @@ BEFORE and AFTER are run directories, traces or JSON reports; ``--pair B A`` add
 the same two programs. Exit 1 when ``--fail-if-slower`` is given and AFTER's median step (over every step
 of both runs; over the pairs with ``--pair``) is slower by more than PCT percent and the change is
 significant (its 95 % confidence interval excludes 0): a CI regression gate that noise between the steps
-of a run does not trip, nor, with several pairs, noise between runs (``app.slower_than``).
+of a run does not trip, nor, with several pairs, noise between runs (``app.slower_than``). Exit 4
+(inconclusive) when either run shared the machine with other processes, or the change is beyond PCT but
+not significant (``app.gate``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 from aiprof.cli import args as numbers
 from aiprof.cli import output
-from aiprof.errors import EXIT_FAILED_CHECK
+from aiprof.errors import EXIT_FAILED_CHECK, EXIT_INCONCLUSIVE
 
 
 class CompareCommand:
@@ -40,7 +42,8 @@ class CompareCommand:
             metavar="PCT",
             help="exit 1 when AFTER's median step is slower than BEFORE's by more than PCT percent (finite, >= 0) "
             "and the change is significant (its 95%% confidence interval excludes 0; with fewer than 5 steps "
-            "a side: the point estimate, with a warning)",
+            "a side: the point estimate, with a warning); exit 4 (inconclusive) when either run shared the machine "
+            "with other processes or the change is beyond PCT but within noise",
         )
         parser.add_argument("--width", type=numbers.width, default=None,
                             help="terminal width, 60..1000 (default: the terminal's, max 100)")
@@ -60,11 +63,8 @@ class CompareCommand:
         if args.output is not None:
             output.wrote(f"the {fmt} comparison", args.output)
         if args.fail_if_slower is not None:
-            failed = app.slower_than(comparison, args.fail_if_slower)
-            if failed is not None:
-                print(f"aiprof: {failed}", file=sys.stderr)
-                return EXIT_FAILED_CHECK
-            note = app.gate_note(comparison, args.fail_if_slower)
-            if note is not None:
-                warn(note)
+            outcome, message = app.gate(comparison, args.fail_if_slower)
+            if message is not None:
+                print(f"aiprof: {message}", file=sys.stderr)
+            return {"fail": EXIT_FAILED_CHECK, "inconclusive": EXIT_INCONCLUSIVE}.get(outcome, 0)
         return 0

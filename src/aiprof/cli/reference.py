@@ -22,7 +22,8 @@ _HEADER = f"""# CLI reference
 Every verb of `aiprof`, its arguments, their defaults and what they do, as `aiprof VERB --help` says
 them. `aiprof --version` prints the version. Exit status: 0 done; 1 a check failed (`compare
 --fail-if-slower`); 2 bad input or usage, said in one line (`aiprof: error: …`); 3 an internal error
-(`AIPROF_DEBUG=1` shows the traceback); 130 interrupted (Ctrl-C). What the reports hold:
+(`AIPROF_DEBUG=1` shows the traceback); 4 a check could not decide (`compare --fail-if-slower`: either run
+shared the machine, or the change is beyond the limit but within noise); 130 interrupted (Ctrl-C). What the reports hold:
 [reports.md](reports.md); how the parts fit: [architecture.md](architecture.md).
 """
 

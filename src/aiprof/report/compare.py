@@ -147,8 +147,16 @@ class StepsUsed(msgspec.Struct, kw_only=True):
     after_median_ns: int
 
 
+VerdictResult = Literal["faster", "slower", "unchanged", "inconclusive"]
+
+
 class Verdict(msgspec.Struct, kw_only=True):
-    result: Literal["faster", "slower", "unchanged"]
+    """``result``: "faster" / "slower" when the change is significant and beyond ±``noise_pct`` %;
+    "unchanged" when the change is within ±``noise_pct`` %; "inconclusive" when the steps cannot tell it
+    from noise (beyond ±``noise_pct`` % but not significant) or either run shared the machine with other
+    processes (their load is in its step times: no verdict may rest on it)."""
+
+    result: VerdictResult
     caveat: str | None
     step_time_delta_pct: float
     speedup: float | None
@@ -194,6 +202,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     # Model FLOPs utilisation of each side's slowest rank (both sides must have one), and the peak it used.
     mfu: Utilization | None = None
     mfu_peak: str = ""
+    # The sides ("before", "after") that shared the machine with other processes (``shared_sides``): the
+    # verdict is then "inconclusive", and so is the CI gate.
+    shared_machine: list[str] = msgspec.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,6 +270,7 @@ def compare_reports(
     sample_b, sample_a = steps if steps is not None else (recorded_steps(before), recorded_steps(after))
     stats = _median_change(sample_b, sample_a, step, more_pairs)
     differences = program_differences(before, after, sample_b, sample_a)
+    shared = shared_sides(before, after)
     return Comparison(
         comparison_schema_version=COMPARISON_SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -273,10 +285,10 @@ def compare_reports(
         ops=_op_deltas(before, after),
         kernels=_kernel_deltas(before, after),
         findings=_finding_changes(before, after),
-        verdict=_verdict(step, util, noise_pct, partial, stats, sample_b, sample_a),
+        verdict=_verdict(step, util, noise_pct, partial, stats, sample_b, sample_a, [name for name, _ in shared]),
         partial=bool(partial),
         warnings=[f"different programs: {d}" for d in differences] + _too_few_warning(stats, sample_b, sample_a)
-        + shared_machine(before, after) + _warnings(before, after),
+        + shared_machine(shared) + _warnings(before, after),
         step_time_change_pct=round(stats.change_pct, 4),
         step_time_ci_pct=None if stats.ci_pct is None else [round(stats.ci_pct[0], 4), round(stats.ci_pct[1], 4)],
         significant=stats.significant,
@@ -288,6 +300,7 @@ def compare_reports(
         memory=compare_memory(before, after),
         pairs=stats.pairs,
         pair_changes_pct=list(stats.pair_changes_pct),
+        shared_machine=[name for name, _ in shared],
         **_mfu_change(before, after),
     )
 
@@ -330,22 +343,28 @@ def _too_few_warning(stats: MedianChange, b: StepSample, a: StepSample) -> list[
     ]
 
 
-def shared_machine(before: Report, after: Report) -> list[str]:
-    """A warning per side whose run shared the machine with other processes: its whole-run telemetry
-    (other processes' mean CPU at least ``SHARED_PCT`` % of the machine) or, without it, the
-    ``noisy_neighbour`` finding. Their load is in its step times, and no statistic over one run can
-    tell it from the change being measured."""
+def shared_sides(before: Report, after: Report) -> list[tuple[str, float]]:
+    """Each side ("before", "after") whose run shared the machine with other processes, with the cores
+    they used on average: its whole-run telemetry (other processes' mean CPU at least ``SHARED_PCT`` % of
+    the machine) or, without it, the ``noisy_neighbour`` finding. Their load is in its step times, and no
+    statistic over one run can tell it from the change being measured."""
     out = []
     for name, doc in (("before", before), ("after", after)):
         cores = others_cores(doc)
         if cores is None:
             cores = next((f.evidence.get("others_cores") for f in doc.findings if f.id == "noisy_neighbour"), None)
         if isinstance(cores, (int, float)):
-            out.append(
-                f"{name}: the machine was shared (other processes used {cores:.1f} cores on average while it ran): "
-                "their load is in the step times and can look like a change; compare runs made on a quiet machine"
-            )
+            out.append((name, float(cores)))
     return out
+
+
+def shared_machine(shared: Sequence[tuple[str, float]]) -> list[str]:
+    """A warning per side of :func:`shared_sides`."""
+    return [
+        f"{name}: the machine was shared (other processes used {cores:.1f} cores on average while it ran): "
+        "their load is in the step times and can look like a change; compare runs made on a quiet machine"
+        for name, cores in shared
+    ]
 
 
 def others_cores(doc: Report) -> float | None:
@@ -603,17 +622,20 @@ def saving_change(before_ns: int, after_ns: int, factor: float = FINDING_FACTOR)
 
 def _verdict(
     step: Delta, util: Utilization, noise_pct: float, partial: Sequence[str], stats: MedianChange,
-    b: StepSample, a: StepSample,
+    b: StepSample, a: StepSample, shared: Sequence[str] = (),
 ) -> Verdict:
     """Faster / slower when the change is beyond ±``noise_pct`` % and significant (with too few steps:
-    beyond ±``noise_pct`` % on the point estimate alone); else unchanged."""
+    beyond ±``noise_pct`` % on the point estimate alone); unchanged within ±``noise_pct`` %; inconclusive
+    when it is beyond that but not significant, or when a side shared the machine (``shared``)."""
     pct = stats.change_pct
-    result: Literal["faster", "slower", "unchanged"] = "unchanged"
+    result: VerdictResult = "unchanged"
     if stats.significant or not stats.enough:
         if pct < -noise_pct:
             result = "faster"
         elif pct > noise_pct:
             result = "slower"
+    elif abs(pct) > noise_pct:
+        result = "inconclusive"
     speedup = stats.before_median_ns / stats.after_median_ns if stats.after_median_ns else None
     change = f"median step {fmt_ms(stats.before_median_ns)} → {fmt_ms(stats.after_median_ns)}, {change_text(pct, stats)}"
     steps = f"{len(b.durations_ns)} + {len(a.durations_ns)} {b.source} steps"
@@ -623,15 +645,20 @@ def _verdict(
         text = f"AFTER is faster: {change}" + (f", {speedup:.2f}× speed-up" if speedup else "")
     elif result == "slower":
         text = f"AFTER is slower: {change}"
-    elif stats.enough and not stats.significant and abs(pct) >= LARGE_PCT:
-        # A large move the steps cannot confirm (few or spread-out steps): say so, never "no change".
+    elif result == "inconclusive":
+        # A move the steps cannot confirm (few or spread-out steps): say so, never "no change".
         direction = "faster" if pct < 0 else "slower"
-        text = (f"Possibly {direction}, not confirmed: {change}; "
-                "record more steps to tell it from noise")
+        hedge = f"possibly {direction}, not confirmed" if abs(pct) >= LARGE_PCT else "within the steps' noise"
+        text = f"Inconclusive, {hedge}: {change}; record more steps or pairs of runs (--pair) to tell it from noise"
     elif stats.enough and not stats.significant:
         text = f"No change beyond noise: {change}"
     else:
         text = f"No change beyond ±{noise_pct:g} %: {change}"
+    if shared:
+        # The neighbour's load is in the step times: what was measured is said, but it decides nothing.
+        result = "inconclusive"
+        text = (f"Inconclusive: the machine was shared while {' and '.join(s.upper() for s in shared)} ran "
+                f"(other processes' load is in the step times); measured: {text}; compare runs made on a quiet machine")
     caveats = []
     if partial:
         caveats.append(

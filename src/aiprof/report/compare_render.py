@@ -24,7 +24,7 @@ from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown, terminal_text
 from aiprof.report.json_report import JsonRenderer, encode
 
-_RESULT_STYLE = {"faster": "bold green", "slower": "bold red", "unchanged": "bold"}
+_RESULT_STYLE = {"faster": "bold green", "slower": "bold red", "unchanged": "bold", "inconclusive": "bold yellow"}
 
 
 def _signed_ms(ns: float) -> str:
