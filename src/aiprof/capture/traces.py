@@ -17,11 +17,12 @@ from typing import Any
 
 from aiprof.capture.rundir import atomic_write
 
+_GIB = 2.0**-30  # memory in binary units (docs/numbers.md "Units"); rates in decimal MB/s, as disks and links are rated
 # (counter track name, [(series label, column, scale)]); rates are computed from consecutive rows.
 _COUNTERS: list[tuple[str, list[tuple[str, str, float]]]] = [
     ("CPU utilisation (%)", [("system", "cpu_pct", 1.0), ("profiled processes", "proc_cpu_pct", 1.0)]),
-    ("Memory (GB)", [("system used", "mem_used_bytes", 1e-9), ("process RSS", "proc_rss_bytes", 1e-9),
-                     ("process tree RSS", "tree_rss_bytes", 1e-9)]),
+    ("Memory (GiB)", [("system used", "mem_used_bytes", _GIB), ("process RSS", "proc_rss_bytes", _GIB),
+                      ("process tree RSS", "tree_rss_bytes", _GIB)]),
 ]
 _RATES: list[tuple[str, list[tuple[str, str]]]] = [
     ("Disk I/O (MB/s)", [("read", "disk_read_bytes"), ("write", "disk_write_bytes")]),
@@ -29,7 +30,7 @@ _RATES: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 _GPU_FIELDS: list[tuple[str, str, float]] = [
     ("utilisation (%)", "util_pct", 1.0),
-    ("memory used (GB)", "mem_used_bytes", 1e-9),
+    ("memory used (GiB)", "mem_used_bytes", _GIB),
     ("SM clock (MHz)", "sm_clock_mhz", 1.0),
     ("power (W)", "power_w", 1.0),
     ("throttle reasons (bitmask)", "throttle_reasons", 1.0),

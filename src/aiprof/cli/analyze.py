@@ -90,7 +90,7 @@ class AnalyzeCommand:
                             help="keep each file's result in a rank cache (DIR, default $AIPROF_CACHE_DIR or "
                                  "~/.cache/aiprof/ranks): a rerun skips the files already analysed and unchanged")
         parser.add_argument("--max-trace-mb", type=float,
-                            help="largest trace text to read, in MB (docs/performance.md)")
+                            help="largest trace text to read, in MiB (2^20 bytes; docs/performance.md)")
         parser.add_argument("--max-events", type=int, default=0, help="most events in one trace file (default: no limit)")
         parser.add_argument(
             "--rule-option",

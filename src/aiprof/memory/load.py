@@ -65,7 +65,7 @@ def _read_pickle(path: Path) -> bytes | None:
             total += len(out)
             if total > allowed:
                 raise MemoryInputError(
-                    f"{path}: the snapshot inflates past {allowed // (1 << 20):,} MB; raise the limit with --max-trace-mb"
+                    f"{path}: the snapshot inflates past {allowed // (1 << 20):,} MiB; raise the limit with --max-trace-mb"
                 )
             parts.append(out)
         return b"".join(parts)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from aiprof.analysis.timeline import BUCKETS
+from aiprof.memory.units import binary
 from aiprof.report.model import RankReport, Report, Step, Totals
 from aiprof.rules.finding import FindingRecord
 
@@ -36,10 +37,17 @@ def fmt_pct(fraction: float, digits: int = 1) -> str:
 
 
 def fmt_bytes(n: float) -> str:
+    """An amount of bytes (memory, a message, a file) in binary units: ``1536`` → ``1.50 KiB`` (docs/numbers.md
+    "Units"); rates are :func:`fmt_rate`'s."""
+    return binary(n)
+
+
+def fmt_rate(bytes_per_s: float) -> str:
+    """A rate in decimal units, as spec sheets and NCCL-tests give bandwidth: ``2.5e9`` → ``2.5 GB/s``."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
+        if abs(bytes_per_s) >= scale:
+            return f"{bytes_per_s / scale:.1f} {unit}/s"
+    return f"{bytes_per_s:.0f} B/s"
 
 
 def util_label(doc_or_rank: Report | RankReport) -> str:

@@ -190,13 +190,20 @@ def line_chart(
 
 def _nice_top(peak: float, fmt: str) -> float:
     """The top of a y scale: the peak rounded up to 1, 2 or 5 × a power of ten (100 % steps for shares
-    of a core: 168 % reads as 200 %)."""
+    of a core: 168 % reads as 200 %); bytes, shown in binary units, to 1, 2 or 5 × a power of 1024
+    times 1, 10 or 100 (3.2 GiB reads as 5.00 GiB, not 4.66 GiB)."""
     if peak <= 0:
         return 1.0
     if fmt == "pct" and peak > 100:
         return 100.0 * -(-peak // 100)
     if fmt == "pct":
         return 100.0
+    unit = 1024.0 ** min(4, int(math.log(peak, 1024))) if fmt == "bytes" and peak >= 1024 else 1.0
+    peak /= unit
+    return unit * _nice_decimal(peak)
+
+
+def _nice_decimal(peak: float) -> float:
     scale = 10 ** math.floor(math.log10(peak))
     for step in (1, 2, 5, 10):
         if peak <= step * scale:
@@ -212,7 +219,7 @@ def _fmt_value(v: float, fmt: str) -> str:
 
         return fmt_bytes(v)
     if fmt == "bytes_per_s":
-        from aiprof.report.common import fmt_bytes
+        from aiprof.report.common import fmt_rate
 
-        return fmt_bytes(v) + "/s"
+        return fmt_rate(v)
     return f"{v:.1f}"

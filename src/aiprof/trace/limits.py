@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aiprof.errors import AiprofError, TraceError
 
-_MB = 1 << 20
+_MB = 1 << 20  # --max-trace-mb counts MiB (2^20 bytes), like every size aiprof shows
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
     by_ratio = allowed < limits.max_bytes  # else the size limit itself (or --max-trace-mb) stopped it
     why = f", over {limits.max_ratio:g}x the {file_bytes:,}-byte file" if by_ratio else ""
     return TraceError(
-        f"{path}: the trace text is larger than {allowed / _MB:,.0f} MB{why} (a gzip bomb, or an unusually "
+        f"{path}: the trace text is larger than {allowed / _MB:,.0f} MiB{why} (a gzip bomb, or an unusually "
         "large trace); if the file is a real trace, raise the limit with --max-trace-mb"
     )
 

@@ -190,8 +190,8 @@ def read_csv(path: Path) -> list[NcuResult]:
             head = raw.read(4)
             size = os.fstat(raw.fileno()).st_size
         if size > limits.max_bytes:
-            raise TraceError(f"{path}: {size / 1e6:,.0f} MB is past the --max-trace-mb limit "
-                             f"({limits.max_bytes / 1e6:,.0f} MB)")
+            raise TraceError(f"{path}: {size / (1 << 20):,.0f} MiB is past the --max-trace-mb limit "
+                             f"({limits.max_bytes / (1 << 20):,.0f} MiB)")
         fh = open(path, encoding=_encoding(head), errors="replace", newline="")
     except OSError as err:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
