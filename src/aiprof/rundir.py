@@ -155,6 +155,73 @@ ENV_ALLOW_LIST: tuple[str, ...] = (
 
 
 # ---------------------------------------------------------------------------------------------------
+# A run that wrote no trace: why (``aiprof run`` at its end, ``analyze`` and the others on the folder)
+# ---------------------------------------------------------------------------------------------------
+def why_no_trace(meta: RawMeta, schedule: str | None = None) -> str:
+    """Why a run whose ``meta.json`` is ``meta`` (the writer's dict) left no trace, and what to do, in one
+    clause: the script ended before torch or before the schedule recorded a step, no step was detected,
+    the schedule never reached its active steps (``schedule``: its description, else ``meta.json``'s), or
+    the run never finished (status still "running": aiprof itself was killed, or it is still going)."""
+    steps_seen = max((int(r.get("steps_seen") or 0) for r in _dicts(meta.get("ranks"))), default=0)
+    ended = _how_it_ended(meta)
+    if meta.get("status") == "running" and not meta.get("finished_unix_ns") and not ended:
+        return ("the run never finished (meta.json still says \"running\"): it is still going, or aiprof run was "
+                "killed before the profiler exported a cycle; wait for it to end, or record again")
+    if not meta.get("ranks") and not meta.get("idle_processes"):
+        if ended:
+            return f"{ended} before any process imported torch; nothing was recorded"
+        return "no profiled process imported torch (is it a PyTorch script?)"
+    unflushed = [r for r in _dicts(meta.get("ranks"))
+                 if r.get("status") == "incomplete" and "without its flush" in str(r.get("reason"))]
+    if unflushed or ended:
+        what = "while profiling, before any recorded cycle was exported" if unflushed else _progress(meta, steps_seen)
+        return f"{ended or 'a profiled process ended without its flush'} {what}; no trace was written"
+    if steps_seen == 0:
+        return ("no steps detected: no optimizer.step() ran, no generate() call and no module run repeatedly "
+                "without gradients; call aiprof.step() each iteration or pass --step-marker")
+    described = schedule or str(meta.get("schedule_text") or "records steps after its wait and warm-up")
+    return (f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {described}; "
+            "lower --wait/--warmup or run more steps")
+
+
+def _dicts(value: Any) -> list[RawMeta]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _how_it_ended(meta: RawMeta) -> str:
+    """"the script was killed by SIGKILL" / "... exited with status 3", or "" for a clean exit."""
+    try:
+        code = int(meta.get("exit_code") or 0)
+    except (TypeError, ValueError):
+        code = 0
+    if meta.get("escalation"):
+        return f"the script {meta['escalation']}"
+    if meta.get("exit_signal"):
+        return f"the script was killed by {meta['exit_signal']}"
+    return f"the script exited with status {code}" if code else ""
+
+
+def _progress(meta: RawMeta, steps_seen: int) -> str:
+    if any(p.get("flushed") is False for p in _dicts(meta.get("idle_processes"))) and not meta.get("ranks"):
+        return "after importing torch, before its first step"
+    if steps_seen == 0:
+        return "after importing torch, before any step was detected"
+    return f"after {steps_seen} step(s), before the schedule recorded any"
+
+
+def no_trace_message(folder: Path) -> str | None:
+    """For a folder holding aiprof's own ``meta.json`` but no trace: one line naming the run, what is
+    missing and what to do (:func:`why_no_trace`); None for any other folder."""
+    meta, _ = read_run_meta(folder / META)
+    if meta is None:
+        return None
+    raw = read_meta(folder)
+    command = " ".join(meta.command)
+    what = f"the aiprof run directory of `{command[:80]}`" if command else "an aiprof run directory"
+    return f"{folder}: {what} has meta.json but no trace: {why_no_trace(raw)}"
+
+
+# ---------------------------------------------------------------------------------------------------
 # Which run directory holds a trace
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)

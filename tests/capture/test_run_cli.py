@@ -146,6 +146,11 @@ def test_too_few_steps_says_so_and_writes_what_exists(tmp_path: Path) -> None:
     assert meta["status"] == "incomplete" and meta["trace_files"] == []
     assert (out / "telemetry.csv").exists() and (out / "dataloader.rank0.csv").exists()
     assert not list(out.glob("*.json.gz"))
+    # analysing the folder later says the same: what is missing, why, and what to do (one line, exit 2)
+    later = run_aiprof("analyze", str(out))
+    assert later.returncode == 2 and later.stderr.count("\n") == 1, later.stderr
+    assert "has meta.json but no trace: no steps recorded: the script ran 3 step(s)" in later.stderr
+    assert "at least 11 steps" in later.stderr and "run more steps" in later.stderr
 
 
 @pytest.mark.parametrize(
@@ -247,6 +252,8 @@ def test_no_step_detected_is_exit_2(tmp_path: Path) -> None:
     err = [line for line in res.stderr.splitlines() if line.startswith("aiprof: error:")]
     assert len(err) == 1 and "no steps detected" in err[0]
     assert meta_of(out)["status"] == "incomplete"
+    later = run_aiprof("analyze", str(out))
+    assert later.returncode == 2 and "has meta.json but no trace: no steps detected" in later.stderr
 
 
 def test_environment_sitecustomize_still_runs(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from aiprof import rundir
 from aiprof.errors import EXIT_USAGE, AiprofError, printable
 
 
@@ -75,9 +76,8 @@ class RunCommand:
 def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summary: bool) -> int:
     """Say where the run is and what it holds; the exit status is the script's, or 2 if nothing was recorded."""
     traces = meta.get("trace_files", [])
-    steps_seen = max((r.get("steps_seen", 0) for r in meta.get("ranks", [])), default=0)
     if not traces:
-        why = _why_nothing(meta, steps_seen, options)
+        why = rundir.why_no_trace(meta, options.schedule.describe())
         print(f"aiprof: error: {printable(why)}; wrote what exists to {run_dir} (marked incomplete)", file=sys.stderr)
         return code if code != 0 else EXIT_USAGE
     status = meta.get("status", "?")
@@ -91,43 +91,6 @@ def report(run_dir: Path, code: int, meta: dict[str, Any], options: Any, *, summ
         _print_summary(run_dir)
     print(f"aiprof: next: aiprof analyze {run_dir}")
     return code
-
-
-def _why_nothing(meta: dict[str, Any], steps_seen: int, options: Any) -> str:
-    ended = _how_it_ended(meta)
-    if not meta.get("ranks") and not meta.get("idle_processes"):
-        if ended:
-            return f"{ended} before any process imported torch; nothing was recorded"
-        return "no profiled process imported torch (is it a PyTorch script?)"
-    unflushed = [r for r in meta.get("ranks", []) if r.get("status") == "incomplete" and "without its flush" in str(r.get("reason"))]
-    if unflushed or ended:
-        what = "while profiling, before any recorded cycle was exported" if unflushed else _progress(meta, steps_seen)
-        return f"{ended or 'a profiled process ended without its flush'} {what}; no trace was written"
-    if steps_seen == 0:
-        return ("no steps detected: no optimizer.step() ran, no generate() call and no module run repeatedly "
-                "without gradients; call aiprof.step() each iteration or pass --step-marker")
-    return (
-        f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {options.schedule.describe()}; "
-        "lower --wait/--warmup or run more steps"
-    )
-
-
-def _how_it_ended(meta: dict[str, Any]) -> str:
-    """"the script was killed by SIGKILL" / "... exited with status 3", or "" for a clean exit."""
-    code = int(meta.get("exit_code") or 0)
-    if meta.get("escalation"):
-        return f"the script {meta['escalation']}"
-    if meta.get("exit_signal"):
-        return f"the script was killed by {meta['exit_signal']}"
-    return f"the script exited with status {code}" if code else ""
-
-
-def _progress(meta: dict[str, Any], steps_seen: int) -> str:
-    if any(p.get("flushed") is False for p in meta.get("idle_processes", [])) and not meta.get("ranks"):
-        return "after importing torch, before its first step"
-    if steps_seen == 0:
-        return "after importing torch, before any step was detected"
-    return f"after {steps_seen} step(s), before the schedule recorded any"
 
 
 def _recorded(meta: dict[str, Any]) -> str:

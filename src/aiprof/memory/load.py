@@ -112,7 +112,11 @@ def _load_dir(folder: Path) -> MemoryData:
         traces = sorted(p for p in folder.rglob("*.json*") if "trace" in p.name and p.is_file())
         candidates = traces
     if not candidates:
+        from aiprof.rundir import no_trace_message
+
+        run = no_trace_message(folder)  # an aiprof run that wrote nothing: say why, not only what is absent
         raise MemoryInputError(
+            run if run else
             f"{folder}: no memory snapshot (*.pickle) or trace (*trace*.json[.gz]) in this folder; record with "
             "aiprof run --memory"
         )

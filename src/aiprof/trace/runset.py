@@ -49,8 +49,11 @@ def find_trace_files(path: Path) -> list[Path]:
         if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES
     ]
     if not found:
+        from aiprof.rundir import no_trace_message
+
         raise NoTracesError(
-            f"{path}: no trace files (*.json, *.json.gz, *.sqlite) in this folder; pass a trace file or a run directory"
+            no_trace_message(path)
+            or f"{path}: no trace files (*.json, *.json.gz, *.sqlite) in this folder; pass a trace file or a run directory"
         )
     return sorted(found)
 
