@@ -20,6 +20,8 @@ such limit is a :class:`HealthItem` of the report's ``health`` section (docs/num
 ``shapes``                 CPU ops without recorded input shapes (``record_shapes``)
 ``stacks``                 no Python stacks (``with_stack``)
 ``shared_machine``         other processes used the machine's CPUs while the run was recorded
+``profiler_cycles``        the trace holds several profiler cycles: the time between them was not recorded
+                           (``analysis.recording``), so it is in no number, and the cycles are named
 ========================  ==============================================================================
 
 The per-rank facts (:class:`RankHealth`) are measured in :func:`rank_health` while the trace is loaded;
@@ -37,16 +39,17 @@ import numpy as np
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.arrival import CrossRank
+from aiprof.analysis.recording import ProfilerCycle, gaps_ns, profiler_cycles, recorded_set
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
 ItemId = Literal["graph_replays", "sync_events", "cut_steps", "profiler_overhead", "clock_skew", "shapes", "stacks",
-                 "shared_machine"]
+                 "shared_machine", "profiler_cycles"]
 Status = Literal["ok", "limited", "missing"]
 Action = Literal["dropped", "downgraded", "not_run"]
 
 ITEM_IDS: tuple[ItemId, ...] = ("graph_replays", "sync_events", "cut_steps", "profiler_overhead", "clock_skew",
-                                "shapes", "stacks", "shared_machine")
+                                "shapes", "stacks", "shared_machine", "profiler_cycles")
 
 # Frames of torch.profiler itself (``torch/profiler/profiler.py(747): __exit__``, the autograd profiler's
 # export): their time is the profiler's overhead, never the user's Python.
@@ -81,7 +84,7 @@ class RankHealth(msgspec.Struct, kw_only=True):
     recorded_steps: int = 0
     cut_steps: int = 0  # steps left out: no device record (analysis.coverage)
     cut_off: bool = False  # the file was cut off mid-write
-    host_span_ns: int = 0  # first to last host event
+    host_span_ns: int = 0  # first to last host event, within the profiler cycles' recorded time
     profiler_measured_ns: int = 0  # the profiler's overhead events and its own Python frames (union)
     host_events: int = 0  # recorded host events (each costs the profiler ~PROFILER_NS_PER_EVENT)
     linked_activities: int = 0  # device activities linked to their launch call
@@ -91,6 +94,7 @@ class RankHealth(msgspec.Struct, kw_only=True):
     aten_ops_with_shapes: int = 0
     python_events: int = 0
     op_stacks: int = 0  # ops with a recorded "Call stack"
+    cycles: list[ProfilerCycle] = msgspec.field(default_factory=list)  # two or more profiler cycles, else empty
 
     @property
     def profiler_ns(self) -> int:
@@ -157,7 +161,8 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
     replayed, replayed_ns, launches = _replays(trace, gpu)
     linked, early, max_early = _early_activities(trace, gpu)
     aten, shaped = _shapes(trace)
-    span_ns, measured, events = _profiler_time(trace)
+    cycles = profiler_cycles(trace)
+    span_ns, measured, events = _profiler_time(trace, cycles)
     return RankHealth(
         rank=trace.rank,
         gpu=bool(gpu.size),
@@ -179,6 +184,7 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
         aten_ops_with_shapes=shaped,
         python_events=int(trace.rows_of(Kind.PYTHON).size),
         op_stacks=len(trace.stacks),
+        cycles=cycles,
     )
 
 
@@ -218,8 +224,9 @@ def _shapes(trace: Trace) -> tuple[int, int]:
     return int(aten.size), int(np.isin(aten, trace.op_args.rows).sum())
 
 
-def _profiler_time(trace: Trace) -> tuple[int, int, int]:
-    """The host span, the union of the profiler's overhead events and own frames in it, and host events."""
+def _profiler_time(trace: Trace, cycles: list[ProfilerCycle] | None = None) -> tuple[int, int, int]:
+    """The host span (within the ``cycles``' recorded time: never the unrecorded time between cycles), the
+    union of the profiler's overhead events and own frames in it, and host events."""
     c = trace.columns
     host = trace.rows_of(*_HOST_EVENT_KINDS)
     if host.size == 0:
@@ -230,9 +237,12 @@ def _profiler_time(trace: Trace) -> tuple[int, int, int]:
     py = trace.rows_of(Kind.PYTHON)
     own = py[trace.name_matches(py, PROFILER_FRAME)] if py.size else py
     rows = np.concatenate((overhead, own))
-    covered = iv.intersect(iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows]), iv.as_set([span_start], [span_end]))
+    span = iv.as_set([span_start], [span_end])
+    if cycles:
+        span = iv.intersect(span, recorded_set(cycles))
+    covered = iv.intersect(iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows]), span)
     events = int(host.size) - int(own.size)
-    return span_end - span_start, iv.total(covered), events
+    return iv.total(span), iv.total(covered), events
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -256,6 +266,7 @@ def run_health(
         _shapes_item(ranks),
         _stacks_item(ranks),
         shared_item(shared_cores, shared_source),
+        _cycles_item(ranks),
     ]
     return Health(items=items, ranks=list(ranks))
 
@@ -389,6 +400,31 @@ def _stacks_item(ranks: list[RankHealth]) -> HealthItem:
     where, numbers = _who(ranks, hit)
     return HealthItem(id="stacks", status="missing", ranks=numbers,
                       text=f"no Python stacks{where} (with_stack=False): findings name ops, not your source lines")
+
+
+def _cycles_item(ranks: list[RankHealth]) -> HealthItem:
+    hit = [r for r in ranks if len(r.cycles) > 1]
+    if not hit:
+        return HealthItem(id="profiler_cycles", status="ok", text="one profiler cycle: the recording is continuous")
+    where, numbers = _who(ranks, hit)
+    first = hit[0]
+    unrecorded = sum(gaps_ns(first.cycles))
+    named = "; ".join(_cycle_text(c) for c in first.cycles[:6]) + (" …" if len(first.cycles) > 6 else "")
+    return HealthItem(
+        id="profiler_cycles", status="limited", ranks=numbers, value=float(unrecorded), unit="ns",
+        text=f"{len(first.cycles)} profiler cycles{where} ({named}): the {_duration(unrecorded)} between them was "
+        "not recorded and is in no number (not idle, not step time)",
+    )
+
+
+def _cycle_text(cycle: ProfilerCycle) -> str:
+    steps = (f"steps {cycle.first_step}–{cycle.last_step}" if cycle.last_step > cycle.first_step
+             else f"step {cycle.first_step}" if cycle.first_step >= 0 else "no steps")
+    return f"cycle {cycle.index}: {steps}, {_duration(cycle.duration_ns)}"
+
+
+def _duration(ns: int) -> str:
+    return f"{ns / 1e9:,.1f} s" if ns >= 10**9 else f"{ns / 1e6:,.1f} ms"
 
 
 def shared_item(cores: float | None, source: str = "") -> HealthItem:

@@ -5,6 +5,10 @@ end), with telemetry counters under it. Bins use the same priority as the timeli
 (``analysis.timeline``): a nanosecond covered by several kinds of work goes to the first of compute,
 communication, memcpy, memset, compile; what nothing covers is idle. So per bin the six numbers add up to the
 bin's length, and summed over the steps' span they agree with the accounting (outside-step gaps aside).
+
+A trace of several profiler cycles (``analysis.recording``) is binned over its cycles only, joined end to end:
+``segments`` lists the pieces of the span the bins cover (trace clock), and the unrecorded time between
+cycles is in no bin (not idle). ``end_ns - start_ns`` is then the recorded length, not the wall span.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
+from aiprof.analysis.recording import profiler_cycles
 from aiprof.analysis.steps import step_windows
 from aiprof.analysis.compile import compile_set
 from aiprof.analysis.timeline import BUCKETS, cpu_work
@@ -28,18 +33,51 @@ def timeline_overview(trace: Trace, bins: int = DEFAULT_BINS) -> dict[str, Any]:
     span = _span(trace)
     if span is None:
         return {"start_ns": 0, "end_ns": 0, "bin_ns": 0, "bins": 0, "base_time_ns": trace.base_time_ns, "devices": []}
-    start, end = span
-    count = int(max(1, min(bins, end - start)))
-    edges = start + (np.arange(count + 1, dtype=np.int64) * (end - start)) // count
-    devices = [_device_bins(trace, d, edges) for d in trace.device_ids] or [_cpu_bins(trace, edges)]
-    return {
-        "start_ns": start,
-        "end_ns": end,
-        "bin_ns": int((end - start) // count),
+    segments = _segments(trace, span)
+    length = sum(hi - lo for lo, hi in segments)
+    count = int(max(1, min(bins, length)))
+    pieces = _pieces(segments, count)
+    devices = [_device_bins(trace, d, pieces) for d in trace.device_ids] or [_cpu_bins(trace, pieces)]
+    out: dict[str, Any] = {
+        "start_ns": segments[0][0],
+        "end_ns": segments[0][0] + length,
+        "bin_ns": int(length // count),
         "bins": count,
         "base_time_ns": trace.base_time_ns,
         "devices": devices,
     }
+    if len(segments) > 1:
+        out["segments"] = [[lo, hi] for lo, hi in segments]
+    return out
+
+
+def _segments(trace: Trace, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """The span, or its parts inside the profiler cycles when the trace holds several."""
+    cycles = profiler_cycles(trace)
+    lo, hi = span
+    parts = [(max(lo, c.start_ns), min(hi, c.end_ns)) for c in cycles]
+    parts = [(a, b) for a, b in parts if b > a]
+    return parts if len(parts) > 1 else [span]
+
+
+Pieces = tuple[I64, I64, I64]  # (bin index, start, end) of each piece of a bin inside a segment
+
+
+def _pieces(segments: list[tuple[int, int]], count: int) -> Pieces:
+    """``count`` bins of equal recorded length over the segments joined end to end; a bin that spans a
+    boundary between segments is two pieces (the unrecorded time between them is in neither)."""
+    offsets = np.cumsum([0] + [hi - lo for lo, hi in segments]).astype(np.int64)
+    length = int(offsets[-1])
+    edges = (np.arange(count + 1, dtype=np.int64) * length) // count  # in recorded time
+    index, starts, ends = [], [], []
+    for k, (lo, _) in enumerate(segments):
+        a, b = np.maximum(edges[:-1], offsets[k]), np.minimum(edges[1:], offsets[k + 1])
+        keep = np.flatnonzero(b > a)
+        index.append(keep)
+        starts.append(a[keep] - offsets[k] + lo)
+        ends.append(b[keep] - offsets[k] + lo)
+    return (np.concatenate(index).astype(np.int64), np.concatenate(starts).astype(np.int64),
+            np.concatenate(ends).astype(np.int64))
 
 
 def _span(trace: Trace) -> tuple[int, int] | None:
@@ -59,22 +97,27 @@ def _rows_set(trace: Trace, rows: I64) -> iv.IntervalSet:
     return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
 
 
-def _binned(layers: list[iv.IntervalSet], edges: I64, name: str, device: str, index: int) -> dict[str, Any]:
-    """Bucket k per bin = cover(U_k) - cover(U_{k-1}); idle is what is left of the bin."""
-    lo, hi = edges[:-1], edges[1:]
+def _binned(layers: list[iv.IntervalSet], pieces: Pieces, name: str, device: str, index: int) -> dict[str, Any]:
+    """Bucket k per bin = cover(U_k) - cover(U_{k-1}); idle is what is left of the bin (summed over its pieces)."""
+    which, lo, hi = pieces
+    bins = int(which.max()) + 1 if which.size else 0
+
+    def per_bin(values: I64) -> I64:
+        return np.bincount(which, weights=values, minlength=bins).astype(np.int64)
+
     acc = iv.EMPTY
-    prev = np.zeros(lo.size, dtype=np.int64)
+    prev = np.zeros(bins, dtype=np.int64)
     out: dict[str, Any] = {"device": device, "index": index, "name": name}
     for bucket, layer in zip(BUCKETS[:-1], layers):
         acc = iv.union(acc, layer)
-        covered = iv.overlap_per_window(acc, lo, hi)
+        covered = per_bin(iv.overlap_per_window(acc, lo, hi))
         out[f"{bucket}_ns"] = (covered - prev).tolist()
         prev = covered
-    out["idle_ns"] = ((hi - lo) - prev).tolist()
+    out["idle_ns"] = (per_bin(hi - lo) - prev).tolist()
     return out
 
 
-def _device_bins(trace: Trace, device: int, edges: I64) -> dict[str, Any]:
+def _device_bins(trace: Trace, device: int, edges: Pieces) -> dict[str, Any]:
     c = trace.columns
     on = c.device == device
     kernels = np.flatnonzero(on & (c.kind == int(Kind.KERNEL)))
@@ -89,7 +132,7 @@ def _device_bins(trace: Trace, device: int, edges: I64) -> dict[str, Any]:
     return _binned(layers, edges, trace.device_info(device).name, f"gpu:{device}", device)
 
 
-def _cpu_bins(trace: Trace, edges: I64) -> dict[str, Any]:
+def _cpu_bins(trace: Trace, edges: Pieces) -> dict[str, Any]:
     """CPU-only traces: the timeline accounting's CPU view (``timeline.cpu_work``): CPU ops are compute,
     host-side collectives (``gloo:all_reduce``, ``c10d::*``) communication, data-loading waits idle."""
     compute, communication, _ = cpu_work(trace)

@@ -337,7 +337,9 @@ class HtmlRenderer:
             f"Each rank's primary {where} over its own analysed span"
             if multi
             else ("The CPU over the analysed steps" if c.is_cpu(doc) else "Each device over the analysed steps")
-        ) + "; bars show the share of each time bin; thin lines are step boundaries."
+        ) + "; bars show the share of each time bin; thin lines are step boundaries." + (
+            f" The {len(span['segments'])} profiler cycles are joined end to end (the first lines): the time between "
+            "them was not recorded and is not shown." if span.get("segments") else "")
         return (
             f'<p class="mute">{esc(note)}</p>'
             + _legend(doc, c.buckets(doc))
@@ -354,9 +356,9 @@ class HtmlRenderer:
         ov = focus.timeline_overview
         if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
             return ""
-        start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
+        base = int(ov.get("base_time_ns") or 0)
         total = max(int(ov["end_ns"]) - int(ov["start_ns"]), 1)
-        xs = [(int(t) - start) / total for t in tel.get("t_unix_ns") or []]
+        xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.get("t_unix_ns") or []]
         inside = sum(1 for x in xs if 0 <= x <= 1)
         series: dict[str, list[float | None]] = tel.get("series") or {}
         source = f"from <code>{esc(tel.get('path', ''))}</code>"
@@ -749,14 +751,31 @@ def _incomplete(rank: RankReport) -> str:
 
 
 def _step_marks(rank: RankReport, ov: dict[str, Any]) -> list[float]:
-    start, end = int(ov["start_ns"]), int(ov["end_ns"])
-    span = max(end - start, 1)
+    """Step starts (and, for several profiler cycles, the joins between them) as fractions of the strip."""
     marks = []
     for s in rank.steps:
-        x = (s.start_ns - start) / span
-        if 0 < x < 1:
+        x = _overview_x(ov, s.start_ns)
+        if x is not None and 0 < x < 1:
             marks.append(x)
-    return marks[:200]
+    joins = [x for lo, _ in (ov.get("segments") or [])[1:] if (x := _overview_x(ov, int(lo))) is not None]
+    return joins + marks[: 200 - len(joins)]
+
+
+def _overview_x(ov: dict[str, Any], t_ns: int) -> float | None:
+    """Where ``t_ns`` (trace clock) falls on the overview strip, 0..1; with several profiler cycles the strip
+    joins them end to end, and a time between two cycles (not recorded) falls nowhere (None)."""
+    start, end = int(ov["start_ns"]), int(ov["end_ns"])
+    length = max(end - start, 1)
+    segments = ov.get("segments") or [[start, end]]
+    done = 0
+    for lo, hi in segments:
+        lo, hi = int(lo), int(hi)
+        if t_ns < lo:
+            return None if done else (t_ns - lo) / length
+        if t_ns <= hi:
+            return (done + t_ns - lo) / length
+        done += hi - lo
+    return (done + t_ns - int(segments[-1][1])) / length
 
 
 def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, str, float | None]]:

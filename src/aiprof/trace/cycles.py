@@ -149,7 +149,12 @@ def merge_cycles(traces: Sequence[Trace]) -> Trace:
         event_count=sum(t.event_count for t in traces),
         cache={},
     )
-    merged.metadata = {**first.metadata, "profiler_cycles": [t.path.name for t in traces]}
+    spans = []
+    for trace in traces:  # each cycle's span on the merged clock: the time between them was not recorded
+        lo, hi = trace.time_range_ns
+        shift = trace.base_time_ns - first.base_time_ns
+        spans.append([lo + shift, hi + shift])
+    merged.metadata = {**first.metadata, "profiler_cycles": [t.path.name for t in traces], "profiler_cycle_spans": spans}
     return merged
 
 
