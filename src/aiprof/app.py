@@ -28,7 +28,7 @@ from aiprof.errors import AiprofError
 if TYPE_CHECKING:
     from aiprof.analysis.run import RunAnalysis
     from aiprof.analysis.whatif.run import EditSpec as WhatIfEdit
-    from aiprof.analysis.whatif.run import WhatIf as WhatIfResult
+    from aiprof.analysis.whatif.results import WhatIf as WhatIfResult
     from aiprof.memory.report import MemoryReport
     from aiprof.pipeline import MemoryMode
     from aiprof.report.compare import Comparison

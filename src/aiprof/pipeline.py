@@ -51,8 +51,11 @@ def diagnose_hook(
     from aiprof.rules.telemetry import load_run_inputs
 
     findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
+    replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
+    notes.extend(replayed.notes)
+    findings = [dataclasses.replace(f, evidence={**f.evidence, **replayed.evidence(f.id)}) if f.id in replayed.fixes
+                else f for f in findings]
     out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
-    notes.extend(predict_findings(trace, analysis.windows, out["findings"]))  # replayed savings (docs/whatif.md)
     out.update(host_extras(trace, analysis.windows, out["findings"]))  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory)
     if report is not None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 import pytest
 
 import aiprof
@@ -16,25 +14,21 @@ from test_whatif_edits import loader_builder, loader_trace
 from test_whatif_graph import sync_trace
 
 
-def _finding(rule: str) -> dict[str, Any]:
-    return {"id": rule, "est_saving_ns_per_step": 1, "evidence": {}}
-
-
 def test_a_mapped_finding_gets_its_fix_replayed(tmp_path: Path) -> None:
     trace = loader_trace(tmp_path)
-    findings = [_finding("data_loading"), _finding("precision")]
-    assert predict_findings(trace, step_windows(trace), findings) == []  # one mapped finding: no note
-    assert findings[0]["evidence"] == {"predicted_step_ns": 60_000, "predicted_saving_ns_per_step": 40_000,
-                                       "predicted_by": "remove data_loading"}
-    assert findings[1]["evidence"] == {}  # no edit for this fix: the formula only
+    replayed = predict_findings(trace, step_windows(trace), ["data_loading", "precision"])
+    assert replayed.notes == []  # one mapped finding: no note
+    assert replayed.evidence("data_loading") == {"predicted_step_ns": 60_000, "predicted_saving_ns_per_step": 40_000,
+                                                 "predicted_by": "remove data_loading"}
+    assert replayed.evidence("precision") == {}  # no edit for this fix: the formula only
 
 
 def test_overlapping_fixes_are_replayed_together_not_summed(tmp_path: Path) -> None:
     """The sync trace has no DataLoader: data_loading's fix saves 0, the sync's 13 µs; together 13 µs."""
     trace = sync_trace(tmp_path)
-    findings = [_finding("data_loading"), _finding("sync")]
-    notes = predict_findings(trace, step_windows(trace), findings)
-    assert [f["evidence"]["predicted_saving_ns_per_step"] for f in findings] == [0, 13_000]
+    replayed = predict_findings(trace, step_windows(trace), ["data_loading", "sync"])
+    assert [replayed.fixes[i].predicted_saving_ns_per_step for i in ("data_loading", "sync")] == [0, 13_000]
+    notes = replayed.notes
     assert len(notes) == 1 and "0.10 -> 0.09 ms" in notes[0] and "overlap" in notes[0]
 
 
@@ -43,9 +37,7 @@ def test_a_rank_of_a_distributed_run_gets_no_prediction(tmp_path: Path) -> None:
     b.distributed(rank=0, world_size=2)
     trace = aiprof.load(b.write(tmp_path / "r0.json"))
     assert isinstance(trace, Trace)
-    findings = [_finding("data_loading")]
-    predict_findings(trace, step_windows(trace), findings)
-    assert findings[0]["evidence"] == {}
+    assert predict_findings(trace, step_windows(trace), ["data_loading"]).fixes == {}
 
 
 def test_the_diagnosis_carries_the_prediction(tmp_path: Path) -> None:
@@ -63,6 +55,5 @@ def test_a_failing_replay_is_a_note_and_leaves_the_formula(tmp_path: Path, monke
 
     monkeypatch.setattr(module, "build_graph", broken)
     trace = loader_trace(tmp_path)
-    found = [_finding("data_loading")]
-    notes = predict_findings(trace, step_windows(trace), found)
-    assert found[0]["evidence"] == {} and len(notes) == 1 and "ValueError: boom" in notes[0]
+    replayed = predict_findings(trace, step_windows(trace), ["data_loading"])
+    assert replayed.fixes == {} and len(replayed.notes) == 1 and "ValueError: boom" in replayed.notes[0]

@@ -9,11 +9,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiprof.cli import args as numbers
 from aiprof.cli import output
 from aiprof.errors import AiprofError, printable
+
+if TYPE_CHECKING:
+    from aiprof.analysis.whatif.results import WhatIf
+
 
 class WhatIfCommand:
     name = "whatif"
@@ -59,12 +63,12 @@ class WhatIfCommand:
         if args.overlap_comm:
             specs.append(edit("overlap_comm", factor=args.interference))
         output.check([args.output], [args.path], args.force)
-        result = app.whatif(args.path, specs, rank=args.rank).to_dict()
+        result = app.whatif(args.path, specs, rank=args.rank)
         sys.stdout.write(text(result))
         if args.output is not None:
             from aiprof.fsutil import JSON_GENERATOR
 
-            app.write_file(args.output, json.dumps({"generator": JSON_GENERATOR, **result}, indent=1) + "\n",
+            app.write_file(args.output, json.dumps({"generator": JSON_GENERATOR, **result.to_builtins()}, indent=1) + "\n",
                            what="prediction")
             output.wrote("the prediction", args.output)
         return 0
@@ -74,21 +78,19 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.2f} ms"
 
 
-def text(result: dict[str, Any]) -> str:
+def text(result: WhatIf) -> str:
     """The prediction as a few lines: measured median step, then each edit's predicted median step."""
-    base = result["baseline_median_step_ns"]
-    lines = [f"{printable(Path(result['trace']).name)} rank {result['rank']}: {result['steps']} steps "
-             f"({printable(result['step_source'])}), measured median step {_ms(base)}"]
-    rows = list(result["edits"]) + ([result["combined"]] if result["combined"] else [])
+    lines = [f"{printable(Path(result.trace).name)} rank {result.rank}: {result.steps} steps "
+             f"({printable(result.step_source)}), measured median step {_ms(result.baseline_median_step_ns)}"]
+    rows = list(result.edits) + ([result.combined] if result.combined else [])
     if rows:
         lines.append(f"{'edit':<34} {'predicted step':>15} {'saving':>22}")
     for row in rows:
-        saving = row["predicted_saving_ns"]
-        lines.append(f"{row['edit'][:34]:<34} {_ms(row['predicted_median_step_ns']):>15} "
-                     f"{_ms(saving):>12} ({row['predicted_saving_share']:+.1%})")
-    path = result["critical_path"]
-    if path:
-        parts = ", ".join(f"{kind} {ns / path['length_ns']:.0%}" for kind, ns in list(path["breakdown_ns"].items())[:5]
-                          if path["length_ns"])
-        lines.append(f"critical path of the median step ({path['nodes']} nodes): {parts}")
+        lines.append(f"{row.edit[:34]:<34} {_ms(row.predicted_median_step_ns):>15} "
+                     f"{_ms(row.predicted_saving_ns):>12} ({row.predicted_saving_share:+.1%})")
+    path = result.critical_path
+    if path is not None:
+        parts = ", ".join(f"{kind} {ns / path.length_ns:.0%}" for kind, ns in list(path.breakdown_ns.items())[:5]
+                          if path.length_ns)
+        lines.append(f"critical path of the median step ({path.nodes} nodes): {parts}")
     return "\n".join(lines) + "\n"

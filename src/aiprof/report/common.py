@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from aiprof.analysis.timeline import BUCKETS
+from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.memory.units import binary
 from aiprof.report.model import RankReport, Report, Step, Totals
 from aiprof.rules.finding import FindingRecord
@@ -251,10 +252,10 @@ def saving_text(f: FindingRecord) -> str:
 def replayed_text(f: FindingRecord) -> str:
     """"; replayed fix: 59.1 ms/step (step → 118.6 ms)" when the finding carries its fix replayed on the
     dependency graph (docs/whatif.md), else ""."""
-    step, saved = f.evidence.get("predicted_step_ns"), f.evidence.get("predicted_saving_ns_per_step")
-    if not isinstance(step, (int, float)) or not isinstance(saved, (int, float)) or isinstance(step, bool):
+    fix = FixPrediction.of(f.evidence)
+    if fix is None:
         return ""
-    return f"; replayed fix: {fmt_ms(float(saved))}/step (step → {fmt_ms(float(step))})"
+    return f"; replayed fix: {fmt_ms(fix.predicted_saving_ns_per_step)}/step (step → {fmt_ms(fix.predicted_step_ns)})"
 
 
 RowT = TypeVar("RowT")

@@ -1,8 +1,8 @@
 """Each rule's fix as a what-if edit, so a finding's saving is a replayed prediction beside its formula.
 
 :data:`FIX_EDITS` maps a finding id to the edits that carry out its fix on this trace (none: the finding
-keeps only its formula). :func:`predict_findings` replays each mapped finding's fix alone and writes into
-its evidence:
+keeps only its formula). :func:`predict_findings` replays each mapped finding's fix alone
+(:class:`~aiprof.analysis.whatif.results.FixPrediction`), which the diagnosis writes into its evidence:
 
 - ``predicted_step_ns``: the median step after the fix;
 - ``predicted_saving_ns_per_step``: the median over the steps of (measured − predicted) step;
@@ -20,14 +20,16 @@ held back by the other ranks at its next collective, which a one-rank replay can
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+
+import msgspec
 
 from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
     Edit, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, predict,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
+from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.trace.model import Trace
 
 EditsOf = Callable[[Graph, Trace], list[Edit]]
@@ -52,43 +54,53 @@ _EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
                "host_gaps": "remove host_gaps"}
 
 
-def predict_findings(trace: Trace, windows: list[StepWindow], findings: list[dict[str, Any]]) -> list[str]:
-    """Add the replayed prediction to the evidence of every finding whose fix maps to an edit (module
-    doc), in place; return the note on all of them together (none when fewer than two are mapped)."""
-    mapped = [f for f in findings if f.get("id") in FIX_EDITS]
+class ReplayedFixes(msgspec.Struct, kw_only=True):
+    """The replayed fix of each mapped finding id of one rank, and the note on all of them together."""
+
+    fixes: dict[str, FixPrediction] = msgspec.field(default_factory=dict)
+    notes: list[str] = msgspec.field(default_factory=list)
+
+    def evidence(self, finding_id: str) -> dict[str, int | str]:
+        """The evidence keys a finding of ``finding_id`` gains (none when its fix was not replayed)."""
+        fix = self.fixes.get(finding_id)
+        return fix.evidence() if fix is not None else {}
+
+
+def predict_findings(trace: Trace, windows: list[StepWindow], finding_ids: Sequence[str]) -> ReplayedFixes:
+    """Replay the fix of every finding id that maps to an edit (module doc); a note on all of them
+    together when there are several."""
+    mapped = sorted({i for i in finding_ids if i in FIX_EDITS}, key=list(finding_ids).index)
     if not mapped or not windows or _world_size(trace) > 1:
-        return []
+        return ReplayedFixes()
     try:
         return _predict(trace, windows, mapped)
     except Exception as err:  # noqa: BLE001 - like a failing rule: the diagnosis goes on, a note says why
-        for finding in mapped:
-            for key in ("predicted_step_ns", "predicted_saving_ns_per_step", "predicted_by"):
-                finding["evidence"].pop(key, None)
-        return [f"what-if replay failed on rank {trace.rank}: {type(err).__name__}: {err} (findings keep their "
-                "formula; please report this trace)"]
+        return ReplayedFixes(notes=[f"what-if replay failed on rank {trace.rank}: {type(err).__name__}: {err} "
+                                    "(findings keep their formula; please report this trace)"])
 
 
-def _predict(trace: Trace, windows: list[StepWindow], mapped: list[dict[str, Any]]) -> list[str]:
+def _predict(trace: Trace, windows: list[StepWindow], mapped: list[str]) -> ReplayedFixes:
     graph = build_graph(trace, windows)
     everything: list[Edit] = []
-    for finding in mapped:
-        edits = FIX_EDITS[finding["id"]](graph, trace)
+    out = ReplayedFixes()
+    for finding_id in mapped:
+        edits = FIX_EDITS[finding_id](graph, trace)
         if not edits:
             continue
         everything += edits
         prediction = predict(graph, edits)
-        finding["evidence"]["predicted_step_ns"] = prediction.predicted_median_ns
-        finding["evidence"]["predicted_saving_ns_per_step"] = prediction.saving_ns
-        finding["evidence"]["predicted_by"] = _EDIT_LABEL[finding["id"]]
-    counted = [f for f in mapped if "predicted_step_ns" in f["evidence"]]
-    if len(counted) < 2:
-        return []
+        out.fixes[finding_id] = FixPrediction(predicted_step_ns=prediction.predicted_median_ns,
+                                              predicted_saving_ns_per_step=prediction.saving_ns,
+                                              predicted_by=_EDIT_LABEL[finding_id])
+    if len(out.fixes) < 2:
+        return out
     together = predict(graph, everything)
-    claimed = sum(max(0, int(f["evidence"]["predicted_saving_ns_per_step"])) for f in counted)
-    return [f"what-if: the fixes of {', '.join(sorted({f['id'] for f in counted}))} together: median step "
-            f"{together.baseline_median_ns / 1e6:.2f} -> {together.predicted_median_ns / 1e6:.2f} ms (saving "
-            f"{together.saving_ns / 1e6:.2f} ms; their savings one by one add up to {claimed / 1e6:.2f} ms, "
-            "but they overlap)"]
+    claimed = sum(max(0, fix.predicted_saving_ns_per_step) for fix in out.fixes.values())
+    out.notes.append(f"what-if: the fixes of {', '.join(sorted(out.fixes))} together: median step "
+                     f"{together.baseline_median_ns / 1e6:.2f} -> {together.predicted_median_ns / 1e6:.2f} ms (saving "
+                     f"{together.saving_ns / 1e6:.2f} ms; their savings one by one add up to {claimed / 1e6:.2f} ms, "
+                     "but they overlap)")
+    return out
 
 
 def _world_size(trace: Trace) -> int:

@@ -1,11 +1,10 @@
 """What-if for one trace: edits named on the command line (or by a finding) → predicted steps, each edit
-alone and all together, and the critical path of the median step. JSON-shaped results (``to_dict``)."""
+alone and all together, and the critical path of the median step. Results: the Structs of :mod:`aiprof.analysis.whatif.results`."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -14,6 +13,7 @@ from aiprof.analysis.whatif.edits import (
     kernels_matching, predict,
 )
 from aiprof.analysis.whatif.graph import EdgeKind, Graph, NodeKind, build_graph
+from aiprof.analysis.whatif.results import CriticalPath, EditOutcome, WhatIf
 from aiprof.analysis.whatif.replay import Replay, StepTimes, critical_path, replay, step_times
 from aiprof.errors import AiprofError
 from aiprof.trace.model import I64, Trace
@@ -90,66 +90,37 @@ def elementwise_chains(graph: Graph, trace: Trace) -> list[tuple[int, ...]]:
     return chains
 
 
-@dataclass
-class WhatIf:
-    """Baseline and predicted steps of one trace, per edit and combined, and the critical path."""
-
-    trace: str
-    rank: int
-    step_source: str
-    baseline_ns: list[int]
-    edits: list[dict[str, Any]] = field(default_factory=list)
-    combined: dict[str, Any] | None = None
-    critical_path: dict[str, Any] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def baseline_median_ns(self) -> int:
-        return int(np.median(self.baseline_ns)) if self.baseline_ns else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"trace": self.trace, "rank": self.rank, "step_source": self.step_source,
-                "steps": len(self.baseline_ns), "baseline_step_ns": self.baseline_ns,
-                "baseline_median_step_ns": self.baseline_median_ns, "edits": self.edits,
-                "combined": self.combined, "critical_path": self.critical_path, "notes": self.notes}
-
-
-def _outcome(label: str, prediction: Prediction) -> dict[str, Any]:
-    base = prediction.baseline_median_ns
-    return {"edit": label, "predicted_step_ns": prediction.predicted_ns.tolist(),
-            "predicted_median_step_ns": prediction.predicted_median_ns,
-            "predicted_saving_ns": prediction.saving_ns,
-            "predicted_saving_share": round(prediction.saving_ns / base, 4) if base else 0.0}
-
-
 def whatif(trace: Trace, specs: list[EditSpec]) -> WhatIf:
     """Replay ``trace`` with each edit of ``specs`` alone and, when there are several, all together."""
     graph = build_graph(trace)
     base = replay(graph)
     times = step_times(graph, base)
-    result = WhatIf(str(trace.path), trace.rank, graph.windows[0].source if graph.windows else "none",
-                    times.duration_ns.tolist(), notes=list(graph.notes))
+    steps = times.duration_ns.tolist()
+    result = WhatIf(trace=str(trace.path), rank=trace.rank,
+                    step_source=graph.windows[0].source if graph.windows else "none", steps=len(steps),
+                    baseline_step_ns=steps, baseline_median_step_ns=int(np.median(steps)) if steps else 0,
+                    notes=list(graph.notes))
     everything: list[Edit] = []
     for spec in specs:
         edits = make_edits(graph, trace, spec)
         everything += edits
-        result.edits.append(_outcome(spec.label, predict(graph, edits)))
+        result.edits.append(EditOutcome.of(spec.label, predict(graph, edits)))
     if len(specs) > 1:
-        result.combined = _outcome("all together", predict(graph, everything))
+        result.combined = EditOutcome.of("all together", predict(graph, everything))
     result.critical_path = median_step_path(graph, base, times)
     return result
 
 
-def median_step_path(graph: Graph, result: Replay, times: StepTimes) -> dict[str, Any]:
+def median_step_path(graph: Graph, result: Replay, times: StepTimes) -> CriticalPath | None:
     """The critical path of the median step: its length and where the time on it goes (ns by kind)."""
     if times.duration_ns.size == 0:
-        return {}
+        return None
     step = int(np.argsort(times.duration_ns, kind="stable")[times.duration_ns.size // 2])
     if times.end_node[step] < 0:
-        return {}
+        return None
     path = critical_path(graph, result, int(times.end_node[step]), int(times.start_ns[step]))
-    return {"step_index": step, "length_ns": int(times.duration_ns[step]), "nodes": int(path.size),
-            "breakdown_ns": path_breakdown(graph, result, path, int(times.start_ns[step]))}
+    return CriticalPath(step_index=step, length_ns=int(times.duration_ns[step]), nodes=int(path.size),
+                        breakdown_ns=path_breakdown(graph, result, path, int(times.start_ns[step])))
 
 
 def path_breakdown(graph: Graph, result: Replay, path: I64, start_ns: int) -> dict[str, int]:
