@@ -6,8 +6,8 @@ from pathlib import Path
 
 import aiprof
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs, ScaleHost, ScaleKernels,
-    kernels_matching, predict,
+    CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs,
+    ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.trace.model import Trace
@@ -86,6 +86,44 @@ def test_cuda_graphs_remove_host_overhead_inside_steps(tmp_path: Path) -> None:
     """Only the loader's 40 µs remain on the host; the kernel is launched at 40 and runs 49-79."""
     graph = build_graph(loader_trace(tmp_path))
     assert _step_us(graph, [CudaGraphs()]) == 79
+
+
+def test_remove_host_overhead_with_a_device(tmp_path: Path) -> None:
+    """The host time while the kernel (55-85) was not running goes: 40-46 and 48-55 of aten::mm, 85-95 of
+    aten::add, the untraced 95-100; the launch call (2 µs) and the 30 µs the kernel hid stay. The launch runs
+    at 40-42, the kernel 49-79 (9 µs launch latency), the host ends at 72: 79 µs. Without the loader too:
+    the launch at 0-2, the kernel 9-39."""
+    trace = loader_trace(tmp_path)
+    graph = build_graph(trace)
+    edit = host_overhead(graph, trace)
+    assert _step_us(graph, [edit]) == 79
+    assert _step_us(graph, [edit, RemoveDataLoading()]) == 39
+    assert not (graph.kind[list(edit.nodes)] == NodeKind.LAUNCH).any()
+    assert sum(graph.dur[list(edit.nodes)]) - sum(edit.dur_ns) == 28_000  # 5 + 1 + 7 + 10 + 5 µs
+
+
+def cpu_overhead_trace(tmp_path: Path) -> Trace:
+    """CPU only. Step 0-100 µs: ten 2 µs aten::add at 0, 3, ..., 27 (1 µs untraced gaps, then 29-30), one
+    60 µs aten::mm at 30-90 (with a 5 µs aten::t inside it), 10 µs untraced to the step's end."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    for i in range(10):
+        b.cpu_op("aten::add", ts=3 * i, dur=2)
+    b.cpu_op("aten::mm", ts=30, dur=60)
+    b.cpu_op("aten::t", ts=40, dur=5)  # nested by time
+    return _load(b, tmp_path)
+
+
+def test_remove_host_overhead_on_cpu(tmp_path: Path) -> None:
+    """The tiny top-level ops (20 µs) and every short untraced gap (10 x 1 µs, then 10 µs) go; the 60 µs
+    aten::mm does the work and stays, short child segments included: 60 µs. With a tiny-op threshold above
+    60 µs the mm is overhead too: 0."""
+    trace = cpu_overhead_trace(tmp_path)
+    graph = build_graph(trace)
+    assert _step_us(graph, []) == 100
+    assert _step_us(graph, [host_overhead(graph, trace)]) == 60
+    assert _step_us(graph, [host_overhead(graph, trace, tiny_op_ns=70_000)]) == 0
+    assert _step_us(graph, [host_overhead(graph, trace, long_gap_ns=5_000)]) == 70
 
 
 def test_remove_syncs(tmp_path: Path) -> None:

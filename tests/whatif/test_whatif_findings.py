@@ -10,7 +10,7 @@ from aiprof.analysis.steps import step_windows
 from aiprof.analysis.whatif.findings import predict_findings
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.trace.model import Trace
-from test_whatif_edits import loader_builder, loader_trace
+from test_whatif_edits import cpu_overhead_trace, loader_builder, loader_trace
 from test_whatif_graph import sync_trace
 
 
@@ -21,6 +21,23 @@ def test_a_mapped_finding_gets_its_fix_replayed(tmp_path: Path) -> None:
     assert replayed.evidence("data_loading") == {"predicted_step_ns": 60_000, "predicted_saving_ns_per_step": 40_000,
                                                  "predicted_by": "remove data_loading"}
     assert replayed.evidence("precision") == {}  # no edit for this fix: the formula only
+
+
+def test_host_and_launch_overhead_fixes_are_replayed(tmp_path: Path) -> None:
+    """host_bound: the per-op overhead goes (the kernel then ends the step at 79 µs, as in
+    test_remove_host_overhead_with_a_device); launch_bound: CUDA graphs, the same 79 µs on this trace;
+    together not 2 x 21 µs but 21 µs. CPU only: the tiny ops and short gaps go, the mm stays (60 µs)."""
+    trace = loader_trace(tmp_path)
+    replayed = predict_findings(trace, step_windows(trace), ["host_bound", "launch_bound"])
+    assert replayed.evidence("host_bound") == {"predicted_step_ns": 79_000, "predicted_saving_ns_per_step": 21_000,
+                                               "predicted_by": "remove host overhead"}
+    assert replayed.fixes["launch_bound"].predicted_by == "cuda graphs"
+    assert replayed.fixes["launch_bound"].predicted_step_ns == 79_000
+    assert len(replayed.notes) == 1 and "saving 0.02 ms" in replayed.notes[0] and "add up to 0.04 ms" in replayed.notes[0]
+    cpu = cpu_overhead_trace(tmp_path)
+    on_cpu = predict_findings(cpu, step_windows(cpu), ["host_bound", "launch_bound"])
+    assert on_cpu.fixes["host_bound"].predicted_step_ns == 60_000
+    assert "launch_bound" not in on_cpu.fixes  # no kernel: nothing to capture in a graph
 
 
 def test_overlapping_fixes_are_replayed_together_not_summed(tmp_path: Path) -> None:

@@ -12,6 +12,9 @@ What each edit means (``name`` is how the CLI spells it):
   goes (a sleep, logging, bookkeeping moved off the step).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
+- ``host_overhead`` (:class:`RemoveHostOverhead`, made by :func:`host_overhead`): the per-op host
+  overhead ``host_bound`` counts goes (vectorised code, ``torch.compile``): with a device, the short host
+  segments' time during which the device idled; CPU only, the tiny top-level ops and short untraced gaps.
 - ``scale_host`` (:class:`ScaleHost`): host overhead x ``factor`` (CPU ops, Python, runtime and launch
   calls, untraced host gaps; never data loading or waits).
 - ``cuda_graphs`` (:class:`CudaGraphs`): the steps are replayed as captured graphs: the host work inside
@@ -33,7 +36,8 @@ from typing import Protocol
 import numpy as np
 
 from aiprof import arrays
-from aiprof.analysis.whatif.graph import EdgeKind, Graph, NodeKind
+from aiprof.analysis import intervals as iv
+from aiprof.analysis.whatif.graph import DEVICE_NODE_KINDS, EdgeKind, Graph, NodeKind
 from aiprof.analysis.whatif.replay import Replay, StepTimes, replay, step_times
 from aiprof.trace.model import I64, Trace
 
@@ -113,6 +117,55 @@ class RemoveSyncs:
         scenario.dur[calls] = 0
         sync = (graph.edge_kind == int(EdgeKind.SYNC)) & waits[graph.edge_dst]
         scenario.weight[sync] = DISABLED
+
+
+@dataclass(frozen=True)
+class RemoveHostOverhead:
+    """The host nodes ``nodes`` last ``dur_ns`` (:func:`host_overhead` chooses both from the trace)."""
+
+    nodes: tuple[int, ...]
+    dur_ns: tuple[int, ...]
+    name: str = "host_overhead"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        scenario.dur[np.array(self.nodes, dtype=np.int64)] = np.array(self.dur_ns, dtype=np.int64)
+
+
+def host_overhead(graph: Graph, trace: Trace, *, tiny_op_ns: int = 20_000,
+                  long_gap_ns: int = 1_000_000) -> RemoveHostOverhead:
+    """``host_bound``'s fix: the host time its formula counts goes (``tiny_op_ns``: the rule's
+    ``tiny_cpu_op_ns``; ``long_gap_ns``: its ``stall_min_ns``; longer gaps are ``host_gaps``, longer calls
+    ``host_stall``), inside the steps. With a device: the part of each CPU-op, Python or untraced segment
+    shorter than ``long_gap_ns`` during which no device activity ran (the device idled for the host; the
+    host time the device hid stays, as do runtime and launch calls). CPU only: the segments inside
+    top-level ops shorter than ``tiny_op_ns`` (the longer ops do the work) and untraced gaps shorter than
+    ``long_gap_ns``."""
+    short = (graph.dur < long_gap_ns) & _in_steps(graph)
+    gaps = (graph.kind == int(NodeKind.UNTRACED)) & short
+    host = graph.kind == int(NodeKind.HOST)
+    device = graph.nodes_of(*DEVICE_NODE_KINDS)
+    if device.size:
+        chosen = np.flatnonzero(gaps | (host & short))
+        busy = iv.merge(graph.start[device], graph.end[device])
+        kept = iv.overlap_per_window(busy, graph.start[chosen], graph.end[chosen])
+        changed = kept < graph.dur[chosen]
+        return RemoveHostOverhead(tuple(chosen[changed].tolist()), tuple(kept[changed].tolist()))
+    from aiprof.analysis.ops import top_level_ops
+
+    c = trace.columns
+    tiny = np.flatnonzero(top_level_ops(trace))
+    tiny = tiny[c.dur[tiny] < tiny_op_ns]
+    inside = np.zeros(len(graph), dtype=bool)
+    for r, res in enumerate(graph.resources):
+        mine = tiny[(c.pid[tiny] == res.pid) & (c.tid[tiny] == res.tid)] if res.device < 0 else tiny[:0]
+        if not mine.size:
+            continue
+        starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
+        nodes = np.flatnonzero(host & (graph.resource == r))
+        at = np.searchsorted(starts, graph.start[nodes], side="right") - 1
+        inside[nodes[(at >= 0) & (graph.start[nodes] < ends[np.maximum(at, 0)])]] = True
+    chosen = np.flatnonzero((gaps | (inside & _in_steps(graph))) & (graph.dur > 0))
+    return RemoveHostOverhead(tuple(chosen.tolist()), (0,) * int(chosen.size))
 
 
 @dataclass(frozen=True)

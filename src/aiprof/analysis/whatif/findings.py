@@ -26,7 +26,8 @@ import msgspec
 
 from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
-    Edit, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, predict,
+    CudaGraphs, Edit, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, host_overhead,
+    predict,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.analysis.whatif.results import FixPrediction
@@ -39,19 +40,33 @@ def _syncs(graph: Graph, trace: Trace) -> list[Edit]:
     return [RemoveSyncs()] if graph.nodes_of(NodeKind.WAIT).size else []
 
 
-# Only fixes whose size the trace itself fixes. host_bound / launch_bound (torch.compile, CUDA graphs: how
-# much of the dispatch cost goes is not in the trace; `aiprof whatif --cuda-graphs` gives the bound) and
-# fusion_opportunity (the fused kernel's bytes need the roofline per kernel; `--fuse-elementwise` keeps the
-# chain's own time) keep their formula, and so does exposed_communication: a rank's collective waits for the
-# other ranks, which a one-rank replay does not see (Megatron TP=8: most of its exposed all-reduce is the
-# fast ranks waiting for a straggler, and a tensor-parallel all-reduce feeds the next GEMM).
+def _host_overhead(graph: Graph, trace: Trace) -> list[Edit]:
+    edit = host_overhead(graph, trace)
+    return [edit] if edit.nodes else []
+
+
+def _cuda_graphs(graph: Graph, trace: Trace) -> list[Edit]:
+    return [CudaGraphs()] if graph.nodes_of(NodeKind.KERNEL).size else []
+
+
+# The fix of each rule as the edit that carries it out. host_bound: the per-op overhead the formula counts
+# goes (what torch.compile or vectorised code leaves is not in the trace: the replay is the bound, with the
+# device's own work, the host time it hid and the ops that do the work still in the way); launch_bound: CUDA graphs (the host work inside the
+# steps costs nothing, the device runs its queue back to back). fusion_opportunity keeps its formula (the
+# fused kernel's bytes need the roofline per chain, which the rule has and the replay does not), and so do
+# exposed_communication and straggler: a rank's collective waits for the other ranks, which a one-rank
+# replay does not see (Megatron TP=8: most of its exposed all-reduce is the fast ranks waiting for a
+# straggler, and a tensor-parallel all-reduce feeds the next GEMM).
 FIX_EDITS: dict[str, EditsOf] = {
     "data_loading": lambda graph, trace: [RemoveDataLoading()],
     "sync": _syncs,
     "host_gaps": lambda graph, trace: [RemoveHostGaps()],
+    "host_bound": _host_overhead,
+    "launch_bound": _cuda_graphs,
 }
 _EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
-               "host_gaps": "remove host_gaps"}
+               "host_gaps": "remove host_gaps", "host_bound": "remove host overhead",
+               "launch_bound": "cuda graphs"}
 
 
 class ReplayedFixes(msgspec.Struct, kw_only=True):
