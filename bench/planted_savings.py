@@ -82,6 +82,7 @@ def _diagnose(name: str, fixed: bool, out: Path) -> list[dict[str, Any]]:
 
     trace, cost = isolated.profile_with_cost(name, fixed, str(out), steps=6, warmup=3)
     _, findings = analyze_and_diagnose([trace], workers=1, options=replace(RuleOptions(), profiler_ns_per_op=cost))
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     return findings
 
 
@@ -138,11 +139,13 @@ def run_script_class(name: str, tmp: Path) -> Repeat:
         before = _script("leak_train.py", tmp / "before") / "trace.json"
         after = _script("leak_train.py", tmp / "after", "fixed") / "trace.json"
         _, findings = analyze_and_diagnose([before], workers=1)
+        findings = [f.to_dict() for f in findings]  # as the JSON report holds them
         found = next((f for f in findings if f["id"] == expected), None)
         estimate = (found["evidence"]["est_saving_bytes"] / 2**20) if found else 0.0
         measured = _peak_mib(before) - _peak_mib(after)
     else:
         run, findings = analyze_and_diagnose([_script("ddp_straggler.py", tmp / "before")], workers=1)
+        findings = [f.to_dict() for f in findings]  # as the JSON report holds them
         fixed, _ = analyze_and_diagnose([_script("ddp_straggler.py", tmp / "after", "balanced")], workers=1)
         found = next((f for f in findings if f["id"] == expected and f["ranks"] == [1]), None)
         estimate = found["est_saving_ns_per_step"] / 1e6 if found else 0.0

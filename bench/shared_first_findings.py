@@ -32,6 +32,7 @@ def first_findings(traces: Path) -> list[dict[str, Any]]:
         if not path.exists():
             continue
         _, findings = analyze_and_diagnose([path], workers=1)
+        findings = [f.to_dict() for f in findings]  # as the JSON report holds them
         top = findings[0] if findings else None
         rows.append({"trace": rel, "first": top["id"] if top else None,
                      "title": top["title"] if top else None,

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aiprof.report.model import Report
     from aiprof.report.timeline import TimelineInput
     from aiprof.roofline.analysis import RooflineResult
+    from aiprof.rules.finding import Finding
     from aiprof.rules.options import RuleOptions
     from aiprof.trace.model import Trace
     from aiprof.trace.readers.ncu import MeasuredPoint, NcuResult
@@ -176,7 +177,7 @@ def _rank_trace(path: PathArg, rank: int | None) -> Trace:
         raise AiprofError(f"no rank {rank} in {path}: ranks are {loaded.ranks}") from None
 
 
-def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[dict[str, Any]]]:
+def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[RunAnalysis, list[Finding]]:
     from aiprof.pipeline import analyze_and_diagnose
 
     from aiprof.trace.executors import executor_for
@@ -187,7 +188,7 @@ def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tup
                                 cache_dir=opts.cache_dir)
 
 
-def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[int, ...]) -> list[dict[str, Any]]:
+def _only_ranks(run: RunAnalysis, findings: list[Finding], ranks: tuple[int, ...]) -> list[Finding]:
     """Keep the wanted ranks in ``run`` (in place) and the findings about them."""
     wanted = set(ranks)
     present = [r.rank for r in run.ranks]
@@ -195,7 +196,7 @@ def _only_ranks(run: RunAnalysis, findings: list[dict[str, Any]], ranks: tuple[i
     if not run.ranks:
         shown = ", ".join(str(r) for r in present[:16]) + (f" … ({len(present)} ranks)" if len(present) > 16 else "")
         raise AiprofError(f"no rank {sorted(wanted)} in these traces; ranks present: {shown}")
-    return [f for f in findings if not f.get("ranks") or set(f["ranks"]) & wanted]
+    return [f for f in findings if not f.ranks or set(f.ranks) & wanted]
 
 
 def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
@@ -633,7 +634,7 @@ def _format_for(output: Path | None, explicit: str | None) -> str:
     return format_for(output, explicit)
 
 
-def _build_report(run: RunAnalysis, findings: list[dict[str, Any]]) -> Report:
+def _build_report(run: RunAnalysis, findings: list[Finding]) -> Report:
     from aiprof.report.document import build_document
 
     return build_document(run, findings)
@@ -649,7 +650,8 @@ def _timeline_budget(paths: Sequence[PathArg]) -> int:
 def _timeline_input(run: RunAnalysis) -> TimelineInput | None:
     from aiprof.report.timeline import timeline_input
 
-    return timeline_input([r.extras.get("timeline") for r in run.ranks], list(run.sources))
+    return timeline_input([r.diagnosis.timeline if r.diagnosis is not None else None for r in run.ranks],
+                          list(run.sources))
 
 
 def _as_report(doc: object) -> Report | None:

@@ -1,14 +1,17 @@
 """Paths → analysis → diagnosis: the diagnosis step of :func:`aiprof.app.analyze` (which every verb
 calls; it builds the report from what this returns).
 
-Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``);
-their findings come back as JSON dicts in ``RankAnalysis.extras["findings"]``. When the rank has memory data
-(``[memory]`` events in its trace, or an allocator snapshot of its rank in the run directory's ``memory/``),
-the worker also computes its :class:`~aiprof.memory.report.MemoryReport` (``extras["memory"]``, the report's
-memory section) and the memory findings join the rank's findings. Cross-rank rules then run here on the
-small results, per-rank findings of the same id are merged across ranks, and everything is ranked by
-estimated saving; the memory findings save bytes, not time, and come after all the others (largest
-saving in bytes first).
+Per-rank rules run in the worker process that loaded the trace (``analyze_paths``'s ``rank_hook``); the
+worker returns a :class:`~aiprof.rules.diagnosis.RankDiagnosis` (``RankAnalysis.diagnosis``): the rank's
+findings as :class:`Finding` objects, the rules' notes, and what only the loaded trace gives (host time by
+source line and module, the interactive timeline). The worker is also where findings get what the trace says
+about them besides the rules: the what-if replay of their fix and the source lines of the ops they name (the
+analysis layer computes both; only this module edits findings). When the rank has memory data (``[memory]``
+events in its trace, or an allocator snapshot of its rank in the run directory's ``memory/``), the worker also
+computes its :class:`~aiprof.memory.report.MemoryReport` (the report's memory section) and the memory findings
+join the rank's findings. Cross-rank rules then run here on the small results, per-rank findings of the same id
+are merged across ranks, and everything is ranked by estimated saving; the memory findings save bytes, not
+time, and come after all the others (largest saving in bytes first).
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis, analyze_paths
+from aiprof.rules.diagnosis import RankDiagnosis
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
@@ -40,38 +43,61 @@ def diagnose_hook(
     rules: list[RankRule] | None = None,
     memory: MemoryMode = "auto",
     timeline: int = 0,
-) -> dict[str, Any]:
+) -> RankDiagnosis:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
-    interactive timeline (``extras["timeline"]``, :func:`aiprof.analysis.explore.rank_timeline`)."""
-    from aiprof.analysis.stacks import host_extras
+    interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`)."""
     from aiprof.analysis.whatif.findings import predict_findings
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
-    findings, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
+    found, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
+    findings = [f.plain() for f in found]  # the evidence as the report holds it (what later rules read)
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)
-    findings = [dataclasses.replace(f, evidence={**f.evidence, **replayed.evidence(f.id)}) if f.id in replayed.fixes
-                else f for f in findings]
-    out: dict[str, Any] = {"findings": [f.to_dict() for f in findings], "rule_notes": notes}
-    out.update(host_extras(trace, analysis.windows, out["findings"]))  # Python stacks, modules, source lines
+    findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
+    out = RankDiagnosis(notes=notes)
+    findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory)
     if report is not None:
         from aiprof.rules.memory_findings import memory_findings
 
-        out["memory"] = report
+        out.memory = report
         # A graph-capture phase (vLLM / SGLang start-up) is set-up: its memory (the KV cache reserved up front,
         # graph pools) is sized on purpose; the section shows it, no memory finding judges it
-        capture = any(f["id"] == "graph_capture" and not f["evidence"].get("steady_state", True) for f in out["findings"])
+        capture = any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings)
         if not capture:
-            out["findings"] += [f.to_dict() for f in memory_findings(report)]
+            findings += [f.plain() for f in memory_findings(report)]
+    out.findings = findings
     if timeline > 0:
         from aiprof.analysis.explore import rank_timeline
 
-        out["timeline"] = rank_timeline(trace, analysis.windows, max_events=timeline)
+        out.timeline = rank_timeline(trace, analysis.windows, max_events=timeline)
     return out
+
+
+def _host_time(trace: Trace, analysis: RankAnalysis, findings: list[Finding], out: RankDiagnosis) -> list[Finding]:
+    """The rank's host-time sections (:class:`~aiprof.analysis.stacks.StackProfile`, ``ModuleProfile``) into
+    ``out``, and ``findings`` with the user source lines of the ops their evidence names (when the trace has
+    Python stacks). Nothing for an Nsight Systems report without Python events (``--with-stack`` is no advice
+    for it)."""
+    from aiprof.analysis.modules import module_profile
+    from aiprof.analysis.stacks import source_lines_of, stack_profile
+
+    if trace.metadata.get("source") == "nsys" and not len(trace.rows_of(Kind.PYTHON)):
+        return findings
+    out.stacks = stack_profile(trace, analysis.windows)
+    out.modules = module_profile(trace, analysis.windows)
+    if not out.stacks.recorded or not findings:
+        return findings
+    lines = source_lines_of(trace, analysis.windows, [f.evidence for f in findings])
+    return [_with_evidence(f, {"source_lines": found}) if found else f for f, found in zip(findings, lines)]
+
+
+def _with_evidence(f: Finding, more: Mapping[str, object]) -> Finding:
+    """``f`` with ``more`` added to (the end of) its evidence; the finding itself is not changed."""
+    return dataclasses.replace(f, evidence={**f.evidence, **more})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -141,11 +167,11 @@ def analyze_and_diagnose(
     timeline: int = 0,
     executor: Executor | None = None,
     cache_dir: Path | None = None,
-) -> tuple[RunAnalysis, list[dict[str, Any]]]:
-    """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving, as dicts.
+) -> tuple[RunAnalysis, list[Finding]]:
+    """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
     which memory inputs make the memory section and findings (:data:`MemoryMode`); ``timeline`` > 0 adds
-    up to that many of each rank's events to its extras, for an HTML report's interactive timeline;
+    up to that many of each rank's events to its diagnosis, for an HTML report's interactive timeline;
     ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine);
     ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache)."""
     opts = options or DEFAULT_OPTIONS
@@ -160,19 +186,21 @@ def analyze_and_diagnose(
 
 def diagnose_run(
     run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS, run_rules: list[RunRule] | None = None
-) -> list[dict[str, Any]]:
-    """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes."""
+) -> list[Finding]:
+    """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes. The
+    findings' evidence is in plain JSON types (:meth:`Finding.plain`), as the report holds it."""
     from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
 
     # The worker numbered its rank before the run's ranks were assigned: the final number is on ``r``.
-    per_rank = [_of_rank(Finding.from_dict(d), r) for r in run.ranks for d in r.extras.get("findings", [])]
+    per_rank = [_of_rank(f, r) for r in run.ranks if r.diagnosis is not None for f in r.diagnosis.findings]
     for r in run.ranks:
-        r.notes.extend(r.extras.get("rule_notes", []))
+        if r.diagnosis is not None:
+            r.notes.extend(r.diagnosis.notes)
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
     merged = _with_health(run, merged)
-    return [f.to_dict() for f in memory_last(rank_findings(merged))]
+    return [f.plain() for f in memory_last(rank_findings(merged))]
 
 
 def _with_health(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:

@@ -23,6 +23,7 @@ HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"
 
 def _data_loading(trace: Path) -> dict[str, object]:
     _, findings = analyze_and_diagnose([trace], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     return next(f for f in findings if f["id"] == "data_loading")
 
 

@@ -136,7 +136,7 @@ def no_measured_peaks() -> Iterator[None]:
 
 
 @functools.cache
-def analysed(rel: str) -> tuple[Any, list[dict[str, Any]]]:
+def analysed(rel: str) -> tuple[Any, list[Any]]:
     """``(run, findings)`` of a shared input, as ``aiprof analyze`` computes them (once per session)."""
     from aiprof.pipeline import analyze_and_diagnose
 

@@ -22,6 +22,8 @@ from aiprof import app  # noqa: E402
 from aiprof.errors import AiprofError  # noqa: E402
 from aiprof.analysis.run import analyze_paths  # noqa: E402
 from aiprof.pipeline import diagnose_hook  # noqa: E402
+from aiprof.rules.diagnosis import RankDiagnosis  # noqa: E402
+from aiprof.rules.finding import Finding  # noqa: E402
 from aiprof.trace.executors import DaskExecutor, executor_for  # noqa: E402
 
 
@@ -70,7 +72,8 @@ def test_a_worker_killed_mid_run_loses_no_rank(cluster, traces_dir: Path, tmp_pa
     run = analyze_paths([folder], rank_hook=kill_worker_once, executor=DaskExecutor(cluster.scheduler_address))
     assert marker.exists(), "the hook never killed a worker: the test did not test anything"
     assert [r.rank for r in run.ranks] == list(range(8))
-    assert all(r.extras.get("findings") is not None for r in run.ranks)
+    assert all(isinstance(r.diagnosis, RankDiagnosis) for r in run.ranks)  # carried back typed, by Dask too
+    assert all(isinstance(f, Finding) for r in run.ranks if r.diagnosis for f in r.diagnosis.findings)
 
 
 def test_cut_and_replaced_files_are_named_and_the_run_completes(cluster, traces_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

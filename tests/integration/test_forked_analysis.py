@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import msgspec
 import pytest
 from test_load_all_traces import FILES, NOT_TRACES, ROOT
 
@@ -21,7 +22,8 @@ pytestmark = [
 
 
 def _plain(analysis: run.RankAnalysis) -> str:
-    return json.dumps({"sections": analysis.sections, "extras": analysis.extras}, sort_keys=False, default=str)
+    diagnosis = msgspec.structs.asdict(analysis.diagnosis) if analysis.diagnosis is not None else None
+    return json.dumps({"sections": analysis.sections, "diagnosis": diagnosis}, sort_keys=False, default=repr)
 
 
 @pytest.mark.parametrize("rel", [f for f in FILES if f not in NOT_TRACES])

@@ -15,6 +15,7 @@ from aiprof.analysis import rankcache
 from aiprof.analysis.run import analyze_paths
 from aiprof.errors import AiprofError
 from aiprof.pipeline import diagnose_hook
+from aiprof.rules.diagnosis import RankDiagnosis
 
 
 @pytest.fixture()
@@ -44,12 +45,20 @@ def _misses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_a_rerun_is_served_from_the_cache_with_the_same_report(ranks: Path, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
+    fresh = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook)  # no cache
     calls = _misses(monkeypatch)
     first = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
     second = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
     assert second == first
     assert calls == [3], calls  # the second run analysed nothing
     assert len(list(cache.glob("*.pickle"))) == 3
+    # The worker's typed diagnosis is what the cache stores and serves: the same Finding objects.
+    served = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    assert calls == [3], calls
+    assert all(isinstance(r.diagnosis, RankDiagnosis) for r in served.ranks)
+    assert any(r.diagnosis.findings for r in served.ranks if r.diagnosis)
+    assert [r.diagnosis.findings for r in served.ranks if r.diagnosis] == \
+        [r.diagnosis.findings for r in fresh.ranks if r.diagnosis]
     # A rewritten file is a miss; the two others still hit.
     victim = sorted(ranks.iterdir())[1]
     data = victim.read_bytes()

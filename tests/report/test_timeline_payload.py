@@ -259,9 +259,9 @@ def test_other_outputs_do_not_pay(tmp_path: Path) -> None:
     from aiprof.pipeline import analyze_and_diagnose
 
     run, _ = analyze_and_diagnose([str(path)], workers=1)
-    assert all("timeline" not in r.extras for r in run.ranks)
+    assert all(r.diagnosis is not None and r.diagnosis.timeline is None for r in run.ranks)
     run2, _ = analyze_and_diagnose([str(path)], workers=1, timeline=1000)
-    assert all("timeline" in r.extras for r in run2.ranks)
+    assert all(r.diagnosis is not None and r.diagnosis.timeline is not None for r in run2.ranks)
     plain = app.analyze([str(path)], app.AnalyzeOptions(workers=1))
     with_tl, data = app.analyze_with_timeline([str(path)], app.AnalyzeOptions(workers=1))
     assert data is not None

@@ -24,6 +24,7 @@ US = 1000
 
 def _ids(path: Path) -> tuple[Any, list[dict[str, Any]], list[str]]:
     run, findings = analyze_and_diagnose([path], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     return run, findings, [f["id"] for f in findings]
 
 
@@ -169,6 +170,7 @@ def test_graph_capture_is_taken_out_of_host_bound(tmp_path: Path) -> None:
     # ... whether or not the graph_capture note is in the list (the capture is the trace's, not the note's)
     rules = [r for r in DEFAULT_RANK_RULES if r.__name__ != "graph_capture"]
     _, without = analyze_and_diagnose([cc._capture_then_replays(tmp_path / "c")], workers=1, rank_rules=rules)
+    without = [f.to_dict() for f in without]  # as the JSON report holds them
     assert "host_bound" not in [f["id"] for f in without]
 
 

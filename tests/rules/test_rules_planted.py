@@ -108,6 +108,7 @@ def _diagnose(name: str, fixed: bool, out: Path, options: RuleOptions) -> list[d
     # host-overhead estimates, is measured there too, in the profiled process.
     trace, cost = _profile(name, fixed, out, steps=6, warmup=3)
     _, findings = analyze_and_diagnose([trace], workers=1, options=replace(options, profiler_ns_per_op=cost))
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     return findings
 
 
@@ -183,6 +184,7 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
 
     run_dir = _capture("cpu_loading", tmp_path / "cpu")
     _, findings = analyze_and_diagnose([run_dir], workers=1, options=options)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     ids = [f["id"] for f in findings]
     assert "data_loading" in [f["id"] for f in _actionable(findings)], _summary(findings)  # its rank is timing
     if "noisy_neighbour" in ids:
@@ -200,6 +202,7 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
 
     quiet_dir = _capture("data_loading", tmp_path / "sleep")
     _, findings = analyze_and_diagnose([quiet_dir], workers=1, options=options)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     telemetry = load_run_inputs(next(quiet_dir.glob("*.pt.trace.json*")))["telemetry"]
     busy = sum(1 for v in telemetry["cpu_pct"] if v >= 90) / len(telemetry["cpu_pct"])
     if busy < 0.5:  # the machine itself was not saturated: nothing can blame the CPUs
@@ -213,6 +216,7 @@ def test_evidence_points_at_the_source_line_when_stacks_are_recorded(tmp_path: P
 
     trace = profile_workload("sync", False, tmp_path, steps=3, warmup=1, with_stack=True)
     _, findings = analyze_and_diagnose([trace], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     top = next((f for f in findings if f["id"] == "sync"), None)  # found; its rank is timing (bench/)
     assert top is not None, _summary(findings)
     # Kineto's python_function events carry the function's first line: the innermost user function

@@ -203,8 +203,10 @@ def _diagnose(traces_dir: Path, rel: str) -> tuple[Any, list[dict[str, Any]]]:
     if not path.exists():
         pytest.skip(f"{rel} not in this copy of the shared traces")
     if path.resolve() == (SHARED / rel).resolve():
-        return analysed(rel)
-    return analyze_and_diagnose([path], workers=2)
+        run, findings = analysed(rel)
+    else:
+        run, findings = analyze_and_diagnose([path], workers=2)
+    return run, [f.to_dict() for f in findings]  # as the JSON report holds them
 
 
 @pytest.mark.parametrize("rel", sorted(EXPECTED))

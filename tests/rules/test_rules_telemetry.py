@@ -11,13 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import aiprof
 from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.context import RankContext, RunInputs
-from aiprof.rules.finding import capped_severity
+from aiprof.rules.finding import FindingRecord, capped_severity
 from aiprof.rules.machine import MachineFacts, machine_facts
 from aiprof.rules.registry import rank_findings
 from aiprof.rules.telemetry import load_run_inputs
@@ -42,7 +43,7 @@ def test_a_note_with_no_saving_is_never_high(asked: str, saving: int, kept: str)
     assert capped_severity(asked, saving) == kept
     f = _finding(asked, saving)
     assert f.severity == kept
-    assert Finding.from_dict({**f.to_dict(), "severity": asked}).severity == kept  # read back from JSON too
+    assert msgspec.convert({**f.to_dict(), "severity": asked}, FindingRecord).severity == kept  # read back from JSON too
 
 
 def test_zero_saving_notes_rank_after_every_saving() -> None:

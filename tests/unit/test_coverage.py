@@ -72,6 +72,7 @@ def test_a_trace_cut_off_mid_write_is_salvaged_and_its_late_steps_left_out(tmp_p
         ("ProfilerStep#5", AFTER_RECORD, 0, 4),
     ]
     run, findings = analyze_and_diagnose([path], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     assert [f["id"] for f in findings if f["severity"] == "high"] == []
     assert any("partial trace (the file is cut off mid-write)" in w for w in run.warnings)
 
@@ -163,6 +164,7 @@ def test_report_json_of_a_partial_run(tmp_path: Path) -> None:
     b = busy_steps()
     drop_device_side(b, from_step=4)
     run, findings = analyze_and_diagnose([b.write(tmp_path / "t.json")], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     doc = json.loads(JsonRenderer().render(build_document(run, findings)))
     s = doc["summary"]
     assert s["partial"] is True and s["incomplete_step_count"] == 2 and s["step_count"] == 4

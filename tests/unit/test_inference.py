@@ -129,6 +129,7 @@ def test_decode_host_bound(tmp_path: Path, kernel_us: float, expected: bool) -> 
     from aiprof.pipeline import analyze_and_diagnose
 
     _, findings = analyze_and_diagnose([_gpu_decode_trace(tmp_path, kernel_us)], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     found = [f for f in findings if f["id"] == "decode_host_bound"]
     assert bool(found) is expected, [f["id"] for f in findings]
     if found:
@@ -179,6 +180,7 @@ def test_prefill_starves_decode(tmp_path: Path, mixed_us: float, expected: bool)
         b.launch(op, kernel_ts=t + 20, kernel_dur=dur - 40)
         t += dur + 50
     _, findings = analyze_and_diagnose([b.write(tmp_path / "vllm.json")], workers=1)
+    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
     found = [f for f in findings if f["id"] == "prefill_starves_decode"]
     assert bool(found) is expected, [f["id"] for f in findings]
     if found:

@@ -15,7 +15,7 @@ from aiprof.analysis.stacks import (
     NOT_RECORDED,
     WITH_STACK_OVERHEAD_PCT,
     StackProfile,
-    add_source_lines,
+    source_lines_of,
     is_user_frame,
     stack_profile,
 )
@@ -170,16 +170,20 @@ def test_findings_naming_ops_get_their_source_lines(tmp_path: Path) -> None:
     b.cpu_op("aten::mm", ts=70, dur=25)  # under main only
     del lib
     trace = _load(b, tmp_path)
-    findings: list[dict[str, Any]] = [
-        {"id": "a", "evidence": {"top_ops": [{"name": "aten::relu", "ns_per_step": 1}]}},
-        {"id": "b", "evidence": {"ops": [{"op": "aten::mm"}, {"op": "aten::relu"}]}},
-        {"id": "c", "evidence": {"source_line": "kept.py(1): f", "top_ops": [{"name": "aten::mm"}]}},
-        {"id": "d", "evidence": {"note": "aten::mm"}},  # not under an op key: not an op reference
+    evidences: list[dict[str, Any]] = [
+        {"top_ops": [{"name": "aten::relu", "ns_per_step": 1}]},
+        {"ops": [{"op": "aten::mm"}, {"op": "aten::relu"}]},
+        {"source_line": "kept.py(1): f", "top_ops": [{"name": "aten::mm"}]},
+        {"note": "aten::mm"},  # not under an op key: not an op reference
     ]
-    assert add_source_lines(trace, step_windows(trace), findings) == 2
-    assert findings[0]["evidence"]["source_lines"] == ["model.py(33): forward"]
-    assert findings[1]["evidence"]["source_lines"] == ["train.py(10): main", "model.py(33): forward"]  # by op time
-    assert "source_lines" not in findings[2]["evidence"] and "source_lines" not in findings[3]["evidence"]
+    before = [dict(e) for e in evidences]
+    assert source_lines_of(trace, step_windows(trace), evidences) == [
+        ["model.py(33): forward"],
+        ["train.py(10): main", "model.py(33): forward"],  # by op time
+        [],  # already has a source line
+        [],
+    ]
+    assert evidences == before  # the evidence is not touched: the diagnosis adds the lines
 
 
 def test_source_lines_need_stacks(tmp_path: Path) -> None:
@@ -187,24 +191,24 @@ def test_source_lines_need_stacks(tmp_path: Path) -> None:
     b.step(0, ts=0, dur=100)
     b.cpu_op("aten::relu", ts=12, dur=20)
     trace = _load(b, tmp_path)
-    findings: list[dict[str, Any]] = [{"id": "a", "evidence": {"top_ops": [{"name": "aten::relu"}]}}]
-    assert add_source_lines(trace, step_windows(trace), findings) == 0
-    assert findings[0]["evidence"] == {"top_ops": [{"name": "aten::relu"}]}
+    assert source_lines_of(trace, step_windows(trace), [{"top_ops": [{"name": "aten::relu"}]}]) == [[]]
 
 
-def test_host_extras(tmp_path: Path) -> None:
+def test_the_diagnosis_adds_host_time(tmp_path: Path) -> None:
     from aiprof.analysis.modules import ModuleProfile
-    from aiprof.analysis.stacks import host_extras
+    from aiprof.analysis.run import analyze_trace
+    from aiprof.pipeline import diagnose_hook
 
     b = TraceBuilder()
     _one_step(b)
     trace = _load(b, tmp_path)
-    out = host_extras(trace, step_windows(trace), [])
-    assert isinstance(out["stacks"], StackProfile) and out["stacks"].recorded
-    assert isinstance(out["modules"], ModuleProfile) and not out["modules"].recorded
+    out = diagnose_hook(trace, analyze_trace(trace))
+    assert isinstance(out.stacks, StackProfile) and out.stacks.recorded
+    assert isinstance(out.modules, ModuleProfile) and not out.modules.recorded
     bare = TraceBuilder()
     bare.step(0, ts=0, dur=10)
     (tmp_path / "x").mkdir()
     nsys = _load(bare, tmp_path / "x")
     nsys.metadata["source"] = "nsys"  # an Nsight Systems report: no advice to use --with-stack
-    assert host_extras(nsys, step_windows(nsys), []) == {}
+    out = diagnose_hook(nsys, analyze_trace(nsys))
+    assert out.stacks is None and out.modules is None

@@ -59,9 +59,10 @@ def test_a_rank_of_a_distributed_run_gets_no_prediction(tmp_path: Path) -> None:
 
 def test_the_diagnosis_carries_the_prediction(tmp_path: Path) -> None:
     _, findings = analyze_and_diagnose([loader_builder().write(tmp_path / "t.json")], workers=1)
-    loading = next(f for f in findings if f["id"] == "data_loading")
-    assert loading["evidence"]["predicted_step_ns"] == 60_000
-    assert loading["evidence"]["predicted_saving_ns_per_step"] == 40_000
+    loading = next(f for f in findings if f.id == "data_loading")
+    assert loading.evidence["predicted_step_ns"] == 60_000
+    assert loading.evidence["predicted_saving_ns_per_step"] == 40_000
+    assert list(loading.evidence)[-3:] == ["predicted_step_ns", "predicted_saving_ns_per_step", "predicted_by"]
 
 
 def test_a_failing_replay_is_a_note_and_leaves_the_formula(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,7 @@ from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
 
 Section = Callable[[Trace], Any]
@@ -141,8 +142,8 @@ class RankAnalysis:
     devices: list[DeviceAccount]
     sections: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    # What a downstream layer (the diagnosis rules) computed from the trace while it was in memory.
-    extras: dict[str, Any] = field(default_factory=dict)
+    # What the diagnosis (the rank hook: the per-rank rules) computed from the trace while it was in memory.
+    diagnosis: RankDiagnosis | None = None
     coverage: Coverage | None = None
     # One small row per collective, for the cross-rank arrival analysis (aiprof.analysis.arrival).
     arrivals: ArrivalTable | None = None
@@ -196,7 +197,8 @@ class RunAnalysis:
             self.cross_rank = cross_rank([(r.rank, r.arrivals) for r in self.ranks if r.arrivals is not None])
 
 
-RankHook = Callable[[Trace, RankAnalysis], dict[str, Any]]
+# The diagnosis' rank hook (``aiprof.pipeline.diagnose_hook``): the analysis layer runs it, never looks inside.
+RankHook = Callable[[Trace, RankAnalysis], "RankDiagnosis"]
 
 # Computed in a forked child when there is a spare core, while this process computes the roofline
 # and runs the hook (the diagnosis rules, which use the roofline too): numpy work over columns, which
@@ -211,7 +213,7 @@ def analyze_trace(
     fork: bool = False,
 ) -> RankAnalysis:
     """All analyses of one loaded trace; then ``hook(trace, analysis)``, whose result goes into
-    ``extras`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
+    ``diagnosis`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
     are computed in a forked copy of this process meanwhile (same results; done here if the child
     fails)."""
     coverage = device_coverage(trace, step_windows(trace))
@@ -243,7 +245,7 @@ def analyze_trace(
             with interrupts_held():  # Ctrl-C comes after `pending` is set: the child is always closed
                 pending = forked.start(lambda: {key: chosen[key](trace) for key in in_child})
         done = {key: section(trace) for key, section in chosen.items() if pending is None or key not in in_child}
-        extras = hook(trace, result) if hook is not None else {}
+        diagnosis = hook(trace, result) if hook is not None else None
         from_child = pending.result() if pending is not None else None
     finally:
         if pending is not None:
@@ -251,7 +253,7 @@ def analyze_trace(
     if pending is not None:
         done.update(from_child if from_child is not None else {key: chosen[key](trace) for key in in_child})
     result.sections = {key: done[key] for key in chosen}
-    result.extras.update(extras)
+    result.diagnosis = diagnosis
     return result
 
 
@@ -354,7 +356,7 @@ def analyze_paths(
     """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
 
     ``rank_hook(trace, analysis)`` runs in the worker while the trace is in memory (the diagnosis layer
-    uses it for rules that need events); what it returns lands in ``RankAnalysis.extras``. It must be a
+    uses it for rules that need events); what it returns lands in ``RankAnalysis.diagnosis``. It must be a
     module-level function (it may cross a process boundary). ``executor`` says where the per-file work runs
     (:mod:`aiprof.trace.executors`; None: this machine's process pool). With ``cache_dir``, each file's
     result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`)."""

@@ -25,7 +25,7 @@ Everything is computed over numpy columns: a few passes per nesting level, no Py
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -570,22 +570,22 @@ def named_strings(evidence: Any, keys: Iterable[str] = OP_KEYS) -> set[str]:
     return found
 
 
-def add_source_lines(trace: Trace, windows: Sequence[Any] | None, findings: list[dict[str, Any]]) -> int:
-    """Give each finding whose evidence names ops (or kernels: through the op that launched them) the user
-    source lines they run under, as ``evidence["source_lines"]`` (most time first); findings that already
-    carry ``source_line(s)`` are left alone. Returns how many findings got lines. Needs Python stacks."""
-    if not len(trace.rows_of(Kind.PYTHON)) or not findings:
-        return 0
+def source_lines_of(trace: Trace, windows: Sequence[Any] | None, evidences: Sequence[Mapping[str, object]]) -> list[list[str]]:
+    """For each finding's evidence, the user source lines the ops it names (or kernels: through the op that
+    launched them) run under, most time first; ``[]`` for evidence that names no op or already carries
+    ``source_line(s)``. Needs Python stacks (all ``[]`` without). The findings are not touched: the diagnosis
+    adds the lines to their evidence as ``source_lines``."""
+    out: list[list[str]] = [[] for _ in evidences]
+    if not len(trace.rows_of(Kind.PYTHON)) or not evidences:
+        return out
     from aiprof.trace import links
 
     win = Windows.of(windows, trace)
     c = trace.columns
     ops = trace.rows_of(Kind.CPU_OP, Kind.USER_ANNOTATION)
     kernels = trace.rows_of(Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)
-    done = 0
-    for finding in findings:
-        evidence = finding.get("evidence")
-        if not isinstance(evidence, dict) or "source_line" in evidence or "source_lines" in evidence:
+    for k, evidence in enumerate(evidences):
+        if "source_line" in evidence or "source_lines" in evidence:
             continue
         ids = np.array([i for s in named_strings(evidence) if (i := trace.string_id(s)) >= 0], dtype=np.int32)
         if ids.size == 0:
@@ -596,22 +596,5 @@ def add_source_lines(trace: Trace, windows: Sequence[Any] | None, findings: list
             by = links.gpu_op(trace)[launched]
             rows = unique(np.concatenate((rows, by[by >= 0])))
         rows = rows[win.clip(c.ts[rows], c.ts[rows] + c.dur[rows] + 1) > 0]
-        lines = op_source_lines(trace, win, rows)
-        if lines:
-            evidence["source_lines"] = lines
-            done += 1
-    return done
-
-
-def host_extras(trace: Trace, windows: Sequence[Any] | None, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the diagnosis hook adds for host time: the rank's :class:`StackProfile` (``"stacks"``) and
-    :class:`~aiprof.analysis.modules.ModuleProfile` (``"modules"``), and source lines on ``findings``
-    (in place). Cheap when the trace has no Python events; nothing for an Nsight Systems report without them."""
-    from aiprof.analysis.modules import module_profile
-
-    if trace.metadata.get("source") == "nsys" and not len(trace.rows_of(Kind.PYTHON)):
-        return {}  # an Nsight Systems report: `--with-stack` is no advice for it
-    stacks = stack_profile(trace, windows)
-    if stacks.recorded:
-        add_source_lines(trace, windows, findings)
-    return {"stacks": stacks, "modules": module_profile(trace, windows)}
+        out[k] = op_source_lines(trace, win, rows)
+    return out

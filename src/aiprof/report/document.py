@@ -14,12 +14,9 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.health import Health
-from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.analysis.stacks import StackProfile
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
-from aiprof.memory.report import MemoryReport
 from aiprof.report.model import (
     SCHEMA_VERSION,
     SECTIONS,
@@ -44,8 +41,9 @@ T = TypeVar("T")
 def build_document(
     run: RunAnalysis, findings: Iterable[FindingRecord | Finding | Mapping[str, Any]] | None = None
 ) -> Report:
-    """The typed report for a run (one or more ranks). ``findings`` may be the rules' :class:`Finding`
-    objects, their ``to_dict()`` forms or records; a section the analysis did not compute is left out."""
+    """The typed report for a run (one or more ranks). ``findings`` are the diagnosis' :class:`Finding`
+    objects (each becomes a :class:`FindingRecord` here, once); records or their JSON dicts (a report read
+    back) are taken too. A section the analysis did not compute is left out."""
     from aiprof import __version__
 
     from aiprof.report.runcontext import run_context
@@ -171,23 +169,16 @@ def _rank(r: RankAnalysis) -> RankReport:
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
         incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
         coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
-        memory=_memory(r),
-        stacks=_typed(r, "stacks", StackProfile),
-        modules=_typed(r, "modules", ModuleProfile),
+        memory=_unset_if_none(r.diagnosis.memory if r.diagnosis is not None else None),
+        stacks=_unset_if_none(r.diagnosis.stacks if r.diagnosis is not None else None),
+        modules=_unset_if_none(r.diagnosis.modules if r.diagnosis is not None else None),
         **r.sections,
     )
 
 
-def _memory(r: RankAnalysis) -> MemoryReport | UnsetType:
-    """The rank's memory report, computed by the diagnosis hook while its trace was loaded (or UNSET)."""
-    memory = r.extras.get("memory")
-    return memory if isinstance(memory, MemoryReport) else UNSET
-
-
-def _typed(r: RankAnalysis, key: str, kind: type[T]) -> T | UnsetType:
-    """A typed section the diagnosis hook computed (``extras[key]``), or UNSET."""
-    value = r.extras.get(key)
-    return value if isinstance(value, kind) else UNSET
+def _unset_if_none(value: T | None) -> T | UnsetType:
+    """A section the diagnosis computed while the rank's trace was loaded (``RankDiagnosis``), or UNSET."""
+    return UNSET if value is None else value
 
 
 def _summary(ranks: list[RankReport]) -> Summary:

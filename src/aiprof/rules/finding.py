@@ -14,6 +14,7 @@ can put a zero-saving note at the top of a report that orders by severity.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -83,44 +84,15 @@ class Finding:
             notes=list(self.notes),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: plain types only, units in the key names."""
-        return {
-            "id": self.id,
-            "title": self.title,
-            "severity": self.severity,
-            "ranks": list(self.ranks),
-            "device": self.device,
-            "est_saving_ns_per_step": int(self.est_saving_ns_per_step),
-            "share_of_step": round(float(self.share_of_step), 6),
-            "saving_kind": self.saving_kind,
-            "saving_formula": self.saving_formula,
-            "confidence": self.confidence,
-            "evidence": _plain(self.evidence),
-            "fix": self.fix,
-            "docs": self.docs or f"{DOCS_BASE}#{self.id}",
-            "notes": list(self.notes),
-        }
+    def plain(self) -> Finding:
+        """The finding with its evidence in plain JSON types (numpy scalars → numbers, tuples → lists, floats
+        to 6 decimals), as the report holds it: what the diagnosis hands on."""
+        return dataclasses.replace(self, evidence=_plain(self.evidence))
 
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> Finding:
-        """The inverse of :meth:`to_dict` (findings cross a process boundary as dicts)."""
-        return Finding(
-            id=data["id"],
-            title=data["title"],
-            severity=data["severity"],
-            est_saving_ns_per_step=int(data["est_saving_ns_per_step"]),
-            share_of_step=float(data["share_of_step"]),
-            saving_kind=data["saving_kind"],
-            saving_formula=data["saving_formula"],
-            confidence=data["confidence"],
-            evidence=dict(data["evidence"]),
-            fix=data["fix"],
-            ranks=tuple(data.get("ranks", ())),
-            device=data.get("device", ""),
-            docs=data.get("docs", ""),
-            notes=tuple(data.get("notes", ())),
-        )
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: the :class:`FindingRecord`'s fields, plain types only, units in the key names."""
+        out: dict[str, Any] = msgspec.to_builtins(self.to_record())
+        return out
 
 
 def _plain(value: Any) -> Any:
