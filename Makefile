@@ -7,7 +7,7 @@ TORCH := torch==2.13.0
 # The optional C extensions (setup.py): a change to one rebuilds them.
 NATIVE_SOURCES := src/aiprof/trace/kineto/_columnar.c src/aiprof/memory/_snapscan.c src/aiprof/trace/readers/_sqlcols.c
 
-.PHONY: install dev demo test test-fast typecheck unit clean bench browser sanitize golden
+.PHONY: install dev demo test test-fast typecheck lint unit clean bench browser sanitize golden
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,7 +37,11 @@ browser:
 	  (command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null) || \
 	  echo "make browser: could not install chromium; the browser tests will be skipped"
 
+lint: dev
+	$(BIN)/ruff check src tests bench
+
 test: dev browser
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 

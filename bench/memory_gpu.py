@@ -70,7 +70,7 @@ def record_peak(out: Path) -> dict[str, int]:
                "memory_allocated": torch.cuda.memory_allocated(), "memory_reserved": torch.cuda.memory_reserved()}
     _dump(out / "peak.pickle")
     torch.cuda.memory._record_memory_history(enabled=None)
-    del model, opt, x
+    model = opt = x = None  # drop the references (the closure's cells too) before emptying the cache
     torch.cuda.empty_cache()
     return figures
 

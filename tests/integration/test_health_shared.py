@@ -40,5 +40,5 @@ def test_health_items_of_a_shared_trace(traces_dir: Path, rel: str) -> None:
     assert changes <= {(c.id, c.action, c.item) for c in health.findings}
     changed = {c.id for c in health.findings if c.action == "downgraded"}
     for f in findings:  # a downgraded finding says why
-        if f["id"] in changed:
-            assert any("confidence" in n for n in f["notes"]), f
+        if f.id in changed:
+            assert any("confidence" in n for n in f.notes), f

@@ -19,7 +19,6 @@ import aiprof
 from aiprof.analysis.steps import step_windows
 from aiprof.errors import TraceError
 from aiprof.trace import RunSet, Trace, readers
-from aiprof.trace.model import Kind
 from aiprof.trace.readers import ReaderOptions, load_ranks
 from aiprof.trace.readers.nsys import _nvtx_op
 
@@ -154,7 +153,7 @@ def test_two_mpi_processes_in_one_report_are_two_ranks(tmp_path: Path) -> None:
     shift = f"((({other}) << 24) | (globalTid & 16777215 & 0) | {other})"
     edit(
         path,
-        f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL",
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL",
         f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = ({other} << 24) WHERE rowid > 5",
         f"INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start, end, eventClass, {shift}, correlationId, nameId, "
         "returnValue, callchainId, name FROM CUPTI_ACTIVITY_KIND_RUNTIME",

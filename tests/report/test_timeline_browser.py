@@ -15,7 +15,6 @@ from typing import Any
 import msgspec
 import pytest
 from browser import Browser, install_sentinel, why_no_browser
-from kineto_builder import TraceBuilder
 from report_docs import SHARED
 from test_timeline_payload import HOSTILE, build_trace, decode, track_of
 

@@ -9,7 +9,7 @@ import pytest
 import aiprof
 from aiprof.analysis.run import analyze_paths
 from aiprof.trace.cycles import Identity, cycle_groups
-from aiprof.trace.model import RunSet, Trace
+from aiprof.trace.model import Trace
 from tests.kineto_builder import TraceBuilder
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"

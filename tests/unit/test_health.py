@@ -12,7 +12,7 @@ import pytest
 from corpus.cases_numbers import busy_steps, drop_device_side
 from kineto_builder import TraceBuilder
 
-from aiprof.analysis.health import Health, HealthItem, RankHealth, rank_health, run_health, shared_item, with_item
+from aiprof.analysis.health import Health, HealthItem, RankHealth, run_health, shared_item, with_item
 from aiprof.analysis.run import analyze_trace
 from aiprof.errors import AiprofWarning
 from aiprof.pipeline import analyze_and_diagnose

@@ -41,7 +41,7 @@ def test_tensorboard_module_view_fixture(traces_dir: Path) -> None:
 def _training_step(b: TraceBuilder, t0: float, seq0: int) -> None:
     """Net_0 > Linear_0 (addmm, seq), ReLU_0 (relu, seq); then the backward ops on another thread."""
     net = b.python("nn.Module: Net_0", t0 + 1, 40)
-    lin = b.python("nn.Module: Linear_0", t0 + 2, 20, parent=net)
+    b.python("nn.Module: Linear_0", t0 + 2, 20, parent=net)
     mm = b.cpu_op("aten::addmm", ts=t0 + 5, dur=10, seq=seq0)
     b.launch(mm, kernel="sgemm", kernel_ts=t0 + 8, kernel_dur=4)
     b.python("nn.Module: ReLU_0", t0 + 25, 10, parent=net)

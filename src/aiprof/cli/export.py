@@ -4,7 +4,6 @@ rank's events, telemetry counters and aiprof's steps and findings as annotation 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from aiprof.cli import output

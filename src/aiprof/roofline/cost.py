@@ -668,8 +668,6 @@ def _layer_norm_backward(a: Args) -> OpCost | None:
     x = a.shape(1)
     if x is None:
         return None
-    normalized = a.ints(2)
-    c = _numel(normalized) if normalized else (x[-1] if x else 1)
     n, d = _numel(x), a.dtype(0) or "fp32"
     stats = sum(_numel(s) * 4 for s in (a.shape(3), a.shape(4)) if s is not None)
     weight = a.shape(5)

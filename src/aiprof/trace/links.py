@@ -148,7 +148,6 @@ def _parents_by_depth(thread: I64, start: I64, end: I64) -> I64:
     """Parent positions for properly nested spans, vectorised. Zero-length spans contain nothing, so
     they are never parents. A span's depth is how many non-zero spans of its thread are open at its
     start; its parent is the latest earlier non-zero span one level up."""
-    n = start.shape[0]
     nonzero = end > start
     # Keys that keep threads apart in one sorted array.
     span = int(max(end.max() - start.min(), 0)) + 2

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, Fuse, OverlapComm, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, ScaleHost, ScaleKernels,
+    CudaGraphs, Edit, Fuse, OverlapComm, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, ScaleHost, ScaleKernels,
     kernels_matching, predict,
 )
 from aiprof.analysis.whatif.graph import EdgeKind, Graph, NodeKind, build_graph

@@ -21,12 +21,10 @@ import functools
 import itertools
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from aiprof.errors import TraceError
 from aiprof.trace.model import Kind, Trace
