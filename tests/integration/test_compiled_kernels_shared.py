@@ -84,10 +84,10 @@ def test_inductor_kernels_are_attributed_to_their_fused_ops(traces_dir: Path, re
         else:
             assert not k.ops, name
     section = compiled_kernels_section(trace)
-    assert section["gpu_ns"] == sum(k.gpu_ns for k in ours.values())
+    assert section.gpu_ns == sum(k.gpu_ns for k in ours.values())
     named_ns = sum(r["ns"] for r in raw.values() if r["named"])
     assert named_ns >= 0.95 * total
-    assert section["attributed_share"] >= 0.95
+    assert section.attributed_share >= 0.95
 
 
 @pytest.mark.parametrize("rel", GRAPH_ONLY)
@@ -98,6 +98,6 @@ def test_numbered_kernels_without_op_names_are_attributed_to_their_compiled_grap
     trace = aiprof.load(path)
     assert isinstance(trace, aiprof.Trace)
     section = compiled_kernels_section(trace)
-    assert section["attributed_share"] == 0.0
-    assert section["in_graph_gpu_ns"] == section["gpu_ns"] == sum(k.gpu_ns for k in compiled_kernels(trace))
+    assert section.attributed_share == 0.0
+    assert section.in_graph_gpu_ns == section.gpu_ns == sum(k.gpu_ns for k in compiled_kernels(trace))
     assert all(set(k.graphs) <= {"CompiledFunction", "CompiledFunctionBackward"} for k in compiled_kernels(trace))

@@ -56,13 +56,14 @@ def test_mfu_matches_a_hand_computation(traces_dir: Path, rel: str, peak: float)
     trace = aiprof.load(path)
     assert isinstance(trace, aiprof.Trace)
     sec = mfu_section(trace)
-    assert sec["available"] and sec["dtype"] == "bf16" and sec["peak_key"] == "matrix_bf16"
-    assert sec["peak_flops_per_s"] == int(peak)
-    flops = sum(s["flops"] for s in sec["steps"])
+    assert sec.available and sec.dtype == "bf16" and sec.peak_key == "matrix_bf16"
+    assert sec.peak_flops_per_s == int(peak)
+    assert sec.steps and sec.by_class_mfu and sec.mfu
+    flops = sum(s.flops for s in sec.steps)
     assert flops == _hand_flops(path)
-    duration = sum(s["duration_ns"] for s in sec["steps"])
-    assert sec["mfu"] == pytest.approx(flops / (duration / 1e9 * peak), rel=1e-9)
-    assert math.isclose(sum(sec["by_class_mfu"].values()), sec["mfu"], rel_tol=1e-9)
+    duration = sum(s.duration_ns for s in sec.steps)
+    assert sec.mfu == pytest.approx(flops / (duration / 1e9 * peak), rel=1e-9)
+    assert math.isclose(sum(sec.by_class_mfu.values()), sec.mfu, rel_tol=1e-9)
 
 
 def test_the_mi300x_compiled_trace_by_hand(traces_dir: Path) -> None:
@@ -74,11 +75,12 @@ def test_the_mi300x_compiled_trace_by_hand(traces_dir: Path) -> None:
     sec = mfu_section(trace)
     gemm = 4 * 2 * 32768 * 2048 * 2048 + 3 * 2 * 32768 * 2048 * 8192
     attention = 4 * 8 * 16 * 4096 * 4096 * 128
-    assert sec["by_class"] == {"gemm": gemm, "attention": attention}
-    (step,) = sec["steps"]
-    assert step["duration_ns"] == 12_939_993
-    assert sec["mfu"] == pytest.approx((gemm + attention) / (12.939993e-3 * 1307.4e12), rel=1e-9)
-    assert round(100 * sec["mfu"], 1) == 32.5
+    assert sec.by_class == {"gemm": gemm, "attention": attention}
+    assert sec.steps and sec.mfu
+    (step,) = sec.steps
+    assert step.duration_ns == 12_939_993
+    assert sec.mfu == pytest.approx((gemm + attention) / (12.939993e-3 * 1307.4e12), rel=1e-9)
+    assert round(100 * sec.mfu, 1) == 32.5
 
 
 def test_compare_shows_both_sides_mfu_with_their_peaks(traces_dir: Path) -> None:
@@ -89,8 +91,8 @@ def test_compare_shows_both_sides_mfu_with_their_peaks(traces_dir: Path) -> None
     after = app.analyze([traces_dir / "tracelens/mi300/gaunernst_bert-small-uncased__1016001.json.gz"])
     cmp = compare_reports(before, after)
     assert cmp.mfu is not None
-    assert isinstance(before.ranks[0].mfu, dict) and isinstance(after.ranks[0].mfu, dict)
-    assert cmp.mfu.before == before.ranks[0].mfu["mfu"] and cmp.mfu.after == after.ranks[0].mfu["mfu"]
+    assert before.ranks[0].mfu and after.ranks[0].mfu
+    assert cmp.mfu.before == before.ranks[0].mfu.mfu and cmp.mfu.after == after.ranks[0].mfu.mfu
     assert "NVIDIA H100 SXM" in cmp.mfu_peak and "AMD Instinct MI300X" in cmp.mfu_peak
     for fmt in ("terminal", "md", "html"):
         assert "MFU (matrix_bf16" in app.render(cmp, fmt), fmt

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import aiprof
-from aiprof.analysis.compile import compile_events, compile_section
+import msgspec
+
+from aiprof.analysis.compile import CompileReport, compile_events, compile_section
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, account
 from aiprof.trace import Trace
 from kineto_builder import TraceBuilder
@@ -72,10 +74,10 @@ def test_each_compile_gets_its_id_and_a_recompile_its_cause(tmp_path: Path) -> N
     assert events[3].detail == "input 2: float -> c10::BFloat16"
     assert all(e.dur_ns == 900 * US for e in events)
     section = compile_section(_recompiling_cpu_trace(tmp_path))
-    assert section["compiles"] == 5 and section["recompiles"] == 4 and section["frames"] == 1
-    assert section["compile_ns"] == 5 * 900 * US
-    assert section["cache_lookups"]["calls"] == 5
-    assert [g["compile_id"] for g in section["regions"]["graphs"]] == [f"0/{i}" for i in range(5)]
+    assert section.compiles == 5 and section.recompiles == 4 and section.frames == 1
+    assert section.compile_ns == 5 * 900 * US
+    assert section.cache_lookups and section.cache_lookups.calls == 5
+    assert section.regions and [g.compile_id for g in section.regions.graphs] == [f"0/{i}" for i in range(5)]
 
 
 def test_on_a_gpu_compile_is_host_compile_time_with_the_device_idle(tmp_path: Path) -> None:
@@ -110,14 +112,16 @@ def test_names_only_look_like_compile_work_when_they_are_dynamos(tmp_path: Path)
     assert device.steps[0].breakdown_ns["compile"] == 0
     assert compile_events(trace) == []
     section = compile_section(trace)
-    assert section["compiled"] and section["compiles"] == 0 and section["regions"]["calls"] == 1
+    assert section.compiled and section.compiles == 0 and section.regions and section.regions.calls == 1
 
 
 def test_a_trace_without_torch_compile_has_no_compile_section(tmp_path: Path) -> None:
     b = TraceBuilder()
     b.step(0, ts=0, dur=100)
     b.cpu_op("aten::mm", ts=10, dur=10)
-    assert compile_section(_load(b, tmp_path)) == {"compiled": False}
+    section = compile_section(_load(b, tmp_path))
+    assert section == CompileReport(compiled=False)
+    assert msgspec.json.encode(section) == b'{"compiled":false}'
 
 
 def test_every_report_format_shows_compile_time_and_the_recompiles(tmp_path: Path) -> None:
@@ -199,5 +203,5 @@ def test_graph_replays_against_eager_launches_per_step(tmp_path: Path) -> None:
         b.launch(op, kernel="add_kernel", kernel_ts=base + 620, kernel_dur=10)
     g = graph_launches(_load(b, tmp_path))
     assert g is not None
-    assert [(s["graph_replays"], s["eager_launches"], s["captures"]) for s in g["steps"]] == [(1, 1, 1), (1, 1, 0), (1, 1, 1)]
-    assert g["replay_share"] == 0.5 and g["recaptured_steps"] == 1
+    assert [(s.graph_replays, s.eager_launches, s.captures) for s in g.steps] == [(1, 1, 1), (1, 1, 0), (1, 1, 1)]
+    assert g.replay_share == 0.5 and g.recaptured_steps == 1

@@ -28,10 +28,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.inductor import compiled_kernels, compiled_kernels_section
+from aiprof.analysis.inductor import CompiledKernels, compiled_kernels, compiled_kernels_section
 from aiprof.trace.model import I64, Kind, Trace
 
 # Spans of compilation work. Anchored names, so a user's "compile_data" range or a library's Python
@@ -74,15 +76,26 @@ class CompileEvent:
     def recompile(self) -> bool:
         return self.attempt is not None and self.attempt >= 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "start_ns": self.start_ns,
-            "dur_ns": self.dur_ns,
-            "compile_id": None if self.frame is None else f"{self.frame}/{self.attempt}",
-            "recompile": self.recompile,
-            "cause": self.cause,
-            "detail": self.detail,
-        }
+    @property
+    def compile_id(self) -> str | None:
+        return None if self.frame is None else f"{self.frame}/{self.attempt}"
+
+    def record(self) -> CompileRecord:
+        """The report's row for this compilation."""
+        return CompileRecord(start_ns=self.start_ns, dur_ns=self.dur_ns, compile_id=self.compile_id,
+                             recompile=self.recompile, cause=self.cause, detail=self.detail)
+
+
+class CompileRecord(msgspec.Struct, kw_only=True):
+    """One compilation in the report (``compile.events``): when, how long, its compile id F/C and, for a
+    recompile, why (``cause``: first compile, shape, dtype, guard, unknown) and what changed."""
+
+    start_ns: int
+    dur_ns: int
+    compile_id: str | None
+    recompile: bool
+    cause: str
+    detail: str
 
 
 def compile_rows(trace: Trace) -> I64:
@@ -228,35 +241,98 @@ def _inputs_of_graph(trace: Trace, regions: list[Region], frame: int, attempt: i
     return None
 
 
-def compile_section(trace: Trace) -> dict[str, Any]:
-    """The report's ``compile`` section: compilations, compiled regions and guard checks (empty when the
-    trace shows no torch.compile)."""
+class GraphCalls(msgspec.Struct, kw_only=True):
+    """The calls of one compiled graph (``Torch-Compiled Region: F/C``) and their host time."""
+
+    compile_id: str | None
+    calls: int
+    total_ns: int
+
+
+class CompiledRegions(msgspec.Struct, kw_only=True):
+    """Every ``Torch-Compiled Region`` call, their host time, and the same per compiled graph."""
+
+    calls: int
+    total_ns: int
+    graphs: list[GraphCalls]
+
+
+class CacheLookups(msgspec.Struct, kw_only=True):
+    """Dynamo's guard checks (``TorchDynamo Cache Lookup``) before each call of a compiled frame."""
+
+    calls: int
+    total_ns: int
+
+
+class GraphLaunchStep(msgspec.Struct, kw_only=True):
+    """One step's CUDA/HIP graph replays, eager kernel launches (outside capture) and graph captures."""
+
+    name: str
+    graph_replays: int
+    eager_launches: int
+    captures: int
+
+
+class CudaGraphLaunches(msgspec.Struct, kw_only=True):
+    """Graph replays against eager kernel launches (``compile.cuda_graphs``): what ``mode="reduce-overhead"``
+    (CUDA graph trees) turns eager launches into. ``steps`` holds the first 200 steps; ``recaptured_steps``
+    counts the steps after the first that capture a graph again (re-recording)."""
+
+    graph_replays: int
+    eager_launches: int
+    captures: int
+    replay_share: float
+    steps: list[GraphLaunchStep]
+    recaptured_steps: int
+
+
+class CompileReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The report's ``compile`` section (``RankReport.compile``). Only ``compiled: false`` for a trace
+    without torch.compile work, compiled regions, guard checks or Inductor kernels; else every field but
+    ``cuda_graphs`` (absent without any kernel launch) is set. ``events`` keeps the
+    :data:`MAX_EVENTS` longest compilations, by start."""
+
+    compiled: bool
+    compile_ns: int | UnsetType = UNSET
+    compiles: int | UnsetType = UNSET
+    recompiles: int | UnsetType = UNSET
+    frames: int | UnsetType = UNSET
+    events: list[CompileRecord] | UnsetType = UNSET
+    regions: CompiledRegions | UnsetType = UNSET
+    cache_lookups: CacheLookups | UnsetType = UNSET
+    kernels: CompiledKernels | UnsetType = UNSET
+    cuda_graphs: CudaGraphLaunches | UnsetType = UNSET
+
+
+def compile_section(trace: Trace) -> CompileReport:
+    """The report's ``compile`` section: compilations, compiled regions and guard checks (only
+    ``compiled: false`` when the trace shows no torch.compile)."""
     c = trace.columns
     rows = trace.rows_of(*_HOST_KINDS)
     regions = rows[trace.name_matches(rows, COMPILED_REGION)]
     lookups = rows[trace.name_matches(rows, CACHE_LOOKUP)]
     events = compile_events(trace)
     if not events and not regions.size and not lookups.size and not compiled_kernels(trace):
-        return {"compiled": False}
+        return CompileReport(compiled=False)
     launches = graph_launches(trace)
-    graphs: dict[str, dict[str, Any]] = {}
+    graphs: dict[str, GraphCalls] = {}
     for r in compiled_regions(trace):
-        g = graphs.setdefault(r.compile_id or "?", {"compile_id": r.compile_id, "calls": 0, "total_ns": 0})
-        g["calls"] += 1
-        g["total_ns"] += r.end_ns - r.start_ns
+        g = graphs.setdefault(r.compile_id or "?", GraphCalls(compile_id=r.compile_id, calls=0, total_ns=0))
+        g.calls += 1
+        g.total_ns += r.end_ns - r.start_ns
     kept = sorted(events, key=lambda e: -e.dur_ns)[:MAX_EVENTS]
-    return {
-        "compiled": True,
-        "compile_ns": iv.total(compile_set(trace)),
-        "compiles": len(events),
-        "recompiles": sum(e.recompile for e in events),
-        "frames": len({e.frame for e in events if e.frame is not None} | {r.frame for r in compiled_regions(trace) if r.frame is not None}),
-        "events": [e.to_dict() for e in sorted(kept, key=lambda e: e.start_ns)],
-        "regions": {"calls": int(regions.size), "total_ns": int(c.dur[regions].sum()), "graphs": list(graphs.values())},
-        "cache_lookups": {"calls": int(lookups.size), "total_ns": int(c.dur[lookups].sum())},
-        "kernels": compiled_kernels_section(trace),
-        **({"cuda_graphs": launches} if launches is not None else {}),
-    }
+    return CompileReport(
+        compiled=True,
+        compile_ns=iv.total(compile_set(trace)),
+        compiles=len(events),
+        recompiles=sum(e.recompile for e in events),
+        frames=len({e.frame for e in events if e.frame is not None} | {r.frame for r in compiled_regions(trace) if r.frame is not None}),
+        events=[e.record() for e in sorted(kept, key=lambda e: e.start_ns)],
+        regions=CompiledRegions(calls=int(regions.size), total_ns=int(c.dur[regions].sum()), graphs=list(graphs.values())),
+        cache_lookups=CacheLookups(calls=int(lookups.size), total_ns=int(c.dur[lookups].sum())),
+        kernels=compiled_kernels_section(trace),
+        cuda_graphs=launches if launches is not None else UNSET,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -378,7 +454,7 @@ GRAPH_REPLAY = r"^(cudaGraphLaunch|hipGraphLaunch|cuGraphLaunch)"
 KERNEL_LAUNCH = r"(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|ExtModuleLaunchKernel)"
 
 
-def graph_launches(trace: Trace) -> dict[str, Any] | None:
+def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
     """Per step: graph replays (``cudaGraphLaunch``…) and eager kernel launches executed outside capture
     ranges (a launch recorded into a graph under capture is not executed), and graph captures: what
     ``mode="reduce-overhead"`` (CUDA graph trees) turns eager launches into. None without any launch."""
@@ -402,14 +478,14 @@ def graph_launches(trace: Trace) -> dict[str, Any] | None:
         ts = c.ts[found]
         return [int(((ts >= a) & (ts < b)).sum()) for a, b in zip(starts.tolist(), ends.tolist())]
 
-    steps = [{"name": w.name, "graph_replays": r, "eager_launches": e, "captures": k}
+    steps = [GraphLaunchStep(name=w.name, graph_replays=r, eager_launches=e, captures=k)
              for w, r, e, k in zip(windows, per_step(replays), per_step(eager), per_step(captures))]
     total = int(replays.size + eager.size)
-    return {
-        "graph_replays": int(replays.size),
-        "eager_launches": int(eager.size),
-        "captures": int(captures.size),
-        "replay_share": replays.size / total if total else 0.0,
-        "steps": steps[:200],
-        "recaptured_steps": sum(1 for s in steps[1:] if s["captures"]),
-    }
+    return CudaGraphLaunches(
+        graph_replays=int(replays.size),
+        eager_launches=int(eager.size),
+        captures=int(captures.size),
+        replay_share=replays.size / total if total else 0.0,
+        steps=steps[:200],
+        recaptured_steps=sum(1 for s in steps[1:] if s.captures),
+    )

@@ -18,9 +18,8 @@ Op names are split on ``_`` with the ATen names that themselves hold underscores
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
 
+import msgspec
 import numpy as np
 
 from aiprof.trace import links
@@ -102,8 +101,7 @@ def fused_ops_of_name(name: str) -> tuple[str, tuple[str, ...]] | None:
     return kind, split_ops(m.group("ops"))
 
 
-@dataclass(frozen=True)
-class KernelAttribution:
+class KernelAttribution(msgspec.Struct, frozen=True):
     """One Inductor kernel name: its calls and device time, the ops it fused and where that came from."""
 
     name: str
@@ -113,10 +111,6 @@ class KernelAttribution:
     ops: tuple[str, ...]  # the ATen ops it fused ('' when unknown)
     source: str  # "kernel name" | "launching op" | "" (not attributed)
     graphs: tuple[str, ...]  # the compiled graph spans the launches ran in (names, most device time first)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "calls": self.calls, "gpu_ns": self.gpu_ns, "kind": self.kind,
-                "ops": list(self.ops), "source": self.source, "graphs": list(self.graphs)}
 
 
 def compiled_kernels(trace: Trace) -> list[KernelAttribution]:
@@ -191,18 +185,25 @@ def _enclosing_graph(trace: Trace, launch: I64) -> I64:
     return out
 
 
-def compiled_kernels_section(trace: Trace, top: int = 50) -> dict[str, Any]:
-    """The report's view (``compile.kernels``): Inductor kernels, their device time, the share of it whose
-    fused ops are known and the share launched inside a known compiled graph."""
+class CompiledKernels(msgspec.Struct, kw_only=True):
+    """The report's view of the Inductor kernels (``compile.kernels``): their names and device time, the
+    part of it whose fused ops are known and the part launched inside a known compiled graph; ``kernels``
+    the ``top`` with the most device time."""
+
+    kernel_names: int
+    gpu_ns: int
+    attributed_gpu_ns: int
+    attributed_share: float
+    in_graph_gpu_ns: int
+    kernels: list[KernelAttribution]
+
+
+def compiled_kernels_section(trace: Trace, top: int = 50) -> CompiledKernels:
+    """The Inductor kernels of the trace as the report shows them (:class:`CompiledKernels`)."""
     rows = compiled_kernels(trace)
     total = sum(k.gpu_ns for k in rows)
     attributed = sum(k.gpu_ns for k in rows if k.ops)
     in_graph = sum(k.gpu_ns for k in rows if k.graphs)
-    return {
-        "kernel_names": len(rows),
-        "gpu_ns": total,
-        "attributed_gpu_ns": attributed,
-        "attributed_share": attributed / total if total else 0.0,
-        "in_graph_gpu_ns": in_graph,
-        "kernels": [k.to_dict() for k in rows[:top]],
-    }
+    return CompiledKernels(kernel_names=len(rows), gpu_ns=total, attributed_gpu_ns=attributed,
+                           attributed_share=attributed / total if total else 0.0, in_graph_gpu_ns=in_graph,
+                           kernels=rows[:top])

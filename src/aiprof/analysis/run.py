@@ -30,6 +30,8 @@ from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.analysis.compile import CompileReport
+    from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
 
@@ -81,13 +83,13 @@ def _compat_section(trace: Trace) -> dict[str, Any]:
     return compat_for_trace(trace)
 
 
-def _mfu_section(trace: Trace) -> dict[str, Any]:
+def _mfu_section(trace: Trace) -> MfuReport:
     from aiprof.roofline.mfu import mfu_section
 
     return mfu_section(trace)
 
 
-def _compile_section(trace: Trace) -> dict[str, Any]:
+def _compile_section(trace: Trace) -> CompileReport:
     from aiprof.analysis.compile import compile_section
 
     return compile_section(trace)

@@ -36,6 +36,7 @@ from aiprof.report.compare_steps import StepSample, recorded_steps
 from aiprof.report.common import fmt_ms
 from aiprof.report.model import Report, Summary
 from aiprof.report.runcontext import shared_cores
+from aiprof.roofline.mfu import MfuReport
 from aiprof.rules.finding import FindingRecord
 
 COMPARISON_SCHEMA_VERSION = "1.0"
@@ -307,15 +308,15 @@ def compare_reports(
 
 def _mfu_change(before: Report, after: Report) -> dict[str, Any]:
     """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section)."""
-    found = []
+    found: list[MfuReport] = []
     for doc in (before, after):
         rank = next((r for r in doc.ranks if r.rank == doc.summary.slowest_rank), doc.ranks[0] if doc.ranks else None)
-        sec = rank.mfu if rank is not None else None
-        if not isinstance(sec, dict) or not sec.get("available"):
+        sec = rank.mfu if rank is not None else UNSET
+        if not sec or not sec.available:
             return {}
         found.append(sec)
-    b, a = float(found[0]["mfu"]), float(found[1]["mfu"])
-    peaks = {f"{s['peak_key']} {s.get('device') or ''}".strip() for s in found}
+    b, a = float(found[0].mfu or 0.0), float(found[1].mfu or 0.0)
+    peaks = {f"{s.peak_key or ''} {s.device or ''}".strip() for s in found}
     return {"mfu": Utilization(before=b, after=a, delta=a - b), "mfu_peak": " / ".join(sorted(peaks))}
 
 

@@ -9,8 +9,8 @@ for their sink.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
+from aiprof.analysis.compile import CompileReport
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
 from aiprof.report.escape import html as _html
@@ -24,68 +24,63 @@ def html(text: object) -> str:
     return _html(terminal(text))
 
 
-def _section(doc: Report) -> tuple[RankReport, dict[str, Any]] | None:
+def _section(doc: Report) -> tuple[RankReport, CompileReport] | None:
     """The focus rank's compile section when it compiled or ran compiled code, else the first rank's that did."""
     focus = common.focus_rank(doc)
     for rank in [focus, *doc.ranks]:
         sec = rank.compile
-        if isinstance(sec, dict) and sec.get("compiled"):
+        if sec and sec.compiled:
             return rank, sec
     return None
 
 
-def summary(sec: dict[str, Any]) -> str:
+def summary(sec: CompileReport) -> str:
     """One sentence: compile time, compilations and recompilations by cause, compiled-graph calls."""
     return "; ".join(summary_parts(sec))
 
 
-def summary_parts(sec: dict[str, Any]) -> list[str]:
+def summary_parts(sec: CompileReport) -> list[str]:
     """The summary's clauses (the terminal prints one per line)."""
-    compiles, recompiles = int(sec.get("compiles") or 0), int(sec.get("recompiles") or 0)
-    causes = Counter(str(e.get("cause")) for e in sec.get("events") or [] if e.get("recompile"))
+    compiles, recompiles = sec.compiles or 0, sec.recompiles or 0
+    causes = Counter(e.cause for e in sec.events or [] if e.recompile)
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
-    regions = sec.get("regions") or {}
-    lookups = sec.get("cache_lookups") or {}
-    parts = [f"{fmt_ms(int(sec.get('compile_ns') or 0))} compiling in {compiles} compilation{'s' * (compiles != 1)}"
+    parts = [f"{fmt_ms(sec.compile_ns or 0)} compiling in {compiles} compilation{'s' * (compiles != 1)}"
              if compiles else "no compilation in the trace"]
     if recompiles:
         parts.append(f"{recompiles} recompilation{'s' * (recompiles != 1)}" + (f" ({why})" if why else ""))
-    if regions.get("calls"):
-        parts.append(f"{int(regions['calls']):,} compiled-graph calls ({fmt_ms(int(regions.get('total_ns') or 0))})")
-    if lookups.get("calls"):
-        parts.append(f"{int(lookups['calls']):,} guard checks ({fmt_ms(int(lookups.get('total_ns') or 0))})")
-    graphs = sec.get("cuda_graphs") or {}
-    steps = max(len(graphs.get("steps") or []), 1)
-    if graphs.get("graph_replays") or graphs.get("captures"):
-        text = (f"CUDA graphs: {graphs.get('graph_replays', 0) / steps:,.1f} replays and "
-                f"{graphs.get('eager_launches', 0) / steps:,.1f} eager kernel launches per step "
-                f"({100 * float(graphs.get('replay_share') or 0.0):.0f}% of launches replayed)")
-        if graphs.get("recaptured_steps"):
-            text += (f", graphs captured again in {graphs['recaptured_steps']} later step(s): CUDA graphs "
+    if sec.regions and sec.regions.calls:
+        parts.append(f"{sec.regions.calls:,} compiled-graph calls ({fmt_ms(sec.regions.total_ns)})")
+    if sec.cache_lookups and sec.cache_lookups.calls:
+        parts.append(f"{sec.cache_lookups.calls:,} guard checks ({fmt_ms(sec.cache_lookups.total_ns)})")
+    graphs = sec.cuda_graphs
+    if graphs and (graphs.graph_replays or graphs.captures):
+        steps = max(len(graphs.steps), 1)
+        text = (f"CUDA graphs: {graphs.graph_replays / steps:,.1f} replays and "
+                f"{graphs.eager_launches / steps:,.1f} eager kernel launches per step "
+                f"({100 * graphs.replay_share:.0f}% of launches replayed)")
+        if graphs.recaptured_steps:
+            text += (f", graphs captured again in {graphs.recaptured_steps} later step(s): CUDA graphs "
                      "re-recorded (reduce-overhead with new shapes or inputs)")
         parts.append(text)
-    kernels = sec.get("kernels") or {}
-    if kernels.get("kernel_names"):
-        share = float(kernels.get("attributed_share") or 0.0)
-        parts.append(f"{int(kernels['kernel_names']):,} Inductor kernels ({fmt_ms(int(kernels.get('gpu_ns') or 0))} "
-                     f"on the device, {100 * share:.0f}% with fused ops known)")
+    kernels = sec.kernels
+    if kernels and kernels.kernel_names:
+        parts.append(f"{kernels.kernel_names:,} Inductor kernels ({fmt_ms(kernels.gpu_ns)} "
+                     f"on the device, {100 * kernels.attributed_share:.0f}% with fused ops known)")
     return parts
 
 
-def kernel_rows(sec: dict[str, Any]) -> list[list[str]]:
+def kernel_rows(sec: CompileReport) -> list[list[str]]:
     """The compiled kernels with the most device time: name, kind, the ATen ops fused, time."""
-    kernels = (sec.get("kernels") or {}).get("kernels") or []
-    return [[str(k.get("name") or ""), str(k.get("kind") or "?"), ", ".join(k.get("ops") or []) or "unknown",
-             fmt_ms(int(k.get("gpu_ns") or 0))] for k in kernels[:TOP_EVENTS]]
+    kernels = sec.kernels.kernels if sec.kernels else []
+    return [[k.name, k.kind or "?", ", ".join(k.ops) or "unknown", fmt_ms(k.gpu_ns)] for k in kernels[:TOP_EVENTS]]
 
 
 _KERNEL_HEAD = ["compiled kernel", "kind", "fused ATen ops", "device time"]
 
 
-def _rows(sec: dict[str, Any]) -> list[list[str]]:
-    events = sorted(sec.get("events") or [], key=lambda e: -int(e.get("dur_ns") or 0))[:TOP_EVENTS]
-    return [[str(e.get("compile_id") or "?"), fmt_ms(int(e.get("dur_ns") or 0)), str(e.get("cause") or ""),
-             str(e.get("detail") or "")] for e in events]
+def _rows(sec: CompileReport) -> list[list[str]]:
+    events = sorted(sec.events or [], key=lambda e: -e.dur_ns)[:TOP_EVENTS]
+    return [[e.compile_id or "?", fmt_ms(e.dur_ns), e.cause, e.detail] for e in events]
 
 
 _HEAD = ["compile id", "time", "cause", "what changed"]
@@ -96,7 +91,7 @@ def mfu_line(doc: Report) -> str:
     from aiprof.roofline.mfu import mfu_text
 
     sec = common.focus_rank(doc).mfu
-    return mfu_text(sec) if isinstance(sec, dict) else ""
+    return mfu_text(sec) if sec else ""
 
 
 def terminal_lines(doc: Report) -> list[str]:

@@ -22,11 +22,13 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
+from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.health import Health
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
 from aiprof.memory.report import MemoryReport
+from aiprof.roofline.mfu import MfuReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
 
@@ -123,12 +125,12 @@ class RankReport(msgspec.Struct, kw_only=True):
     timeline_overview: dict[str, Any] | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
     graph_capture: dict[str, Any] | UnsetType = UNSET
-    # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks
-    # (analysis/compile.py); ``{"compiled": false}`` without torch.compile. Additive, schema 1.1.
-    compile: dict[str, Any] | UnsetType = UNSET
+    # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks, Inductor
+    # kernels, CUDA graph replays (analysis/compile.py); only ``compiled: false`` without torch.compile. Schema 1.1.
+    compile: CompileReport | UnsetType = UNSET
     # Model FLOPs utilisation: matrix FLOPs from shapes per step over the dense matrix peak of the dtype in
     # use (roofline/mfu.py); ``available: false`` with a ``reason`` when it cannot be computed. Schema 1.1.
-    mfu: dict[str, Any] | UnsetType = UNSET
+    mfu: MfuReport | UnsetType = UNSET
     # Inference steps by phase (prefill / decode / mixed) and requests' TTFT / ITL (analysis/inference.py).
     inference: dict[str, Any] | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
