@@ -1,5 +1,6 @@
 """Text generation with a tiny GPT-2 built from its config (no download): a warm-up request, then
-``--requests`` requests of ``--new-tokens`` tokens each through ``model.generate()``, greedy, on the CPU.
+``--requests`` requests of ``--new-tokens`` tokens each through ``model.generate()``, greedy, on the CPU
+(``--device cuda``: on the GPU).
 Profile it with:
 
     aiprof run -- python examples/generate_tiny.py
@@ -46,13 +47,14 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32, help="prompt length in tokens")
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--stamps", default=None, help="write the streamer's timestamps here (JSON lines)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default) or cuda")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = GPT2Config(n_layer=args.layers, n_embd=128, n_head=4, n_positions=256, vocab_size=1000,
                         bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(config).eval()
-    prompt = torch.randint(0, config.vocab_size, (1, args.prompt))
+    model = GPT2LMHeadModel(config).eval().to(args.device)
+    prompt = torch.randint(0, config.vocab_size, (1, args.prompt)).to(args.device)
     mask = torch.ones_like(prompt)
     lines = []
     for i in range(args.requests + 1):  # request 0 warms up
