@@ -1,0 +1,143 @@
+"""The diagnosis on real H200 traces recorded by ``bench/gpu_record.py`` (tests/gpu/fixtures/h200/README.md).
+
+Each trace was recorded once on a lent H200 (torch 2.11, CUDA 13.0) and is analysed here as any user's trace
+would be: no GPU, no torch. The verdicts are properties of the recorded traces, so they cannot flip with this
+machine's load. For each planted pair ``expected.json`` holds the step medians measured without the profiler
+on the H200 (alternating blocks of both variants): the saving aiprof estimates from the planted trace is checked
+against the saving the fix measured there.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aiprof.pipeline import analyze_and_diagnose
+from aiprof.report.document import build_document
+from golden.shared_reports import no_measured_peaks
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h200"
+EXPECTED_JSON: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text())
+NONE: set[str] = set()
+
+# input: (top finding id, ids that must be present, ids that must be absent, what the trace shows)
+EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
+    "planted-data_loading": ("data_loading", NONE, NONE,
+                             "single-process loading of a slow Dataset: the GPU waits ~55 ms of a 57 ms step"),
+    "planted-sync": ("sync", NONE, NONE, "an .item() per element in a Python loop: 8,192 device syncs per step"),
+    "planted-elementwise": ("fusion_opportunity", NONE, NONE, "a chain of eager elementwise ops on one tensor"),
+    "planted-elementwise-fixed": ("host_bound", NONE, {"fusion_opportunity"}, "the chain compiled into one kernel"),
+    "planted-host_overhead": ("host_bound", {"launch_bound"}, NONE,
+                              "a per-column Python loop of tiny ops: the GPU waits on dispatch"),
+    "planted-attention": ("host_bound", {"unfused_attention"}, NONE,
+                          "softmax(QK^T)V by hand on tiny shapes: on an H200 the step is dispatch-bound (0.35 ms), "
+                          "the unfused attention is there and small (SDPA saved 23 µs)"),
+    "planted-attention-fixed": ("host_bound", NONE, {"unfused_attention"}, "the same through SDPA"),
+    "planted-float64": ("host_bound", NONE, {"precision"},
+                        "a float64 MLP: on an H200 FP64 runs at the FP32 non-tensor rate and this step is "
+                        "dispatch-bound, so float32 measured no faster (fixed 1.57 ms vs 1.47 ms): no precision "
+                        "finding is right"),
+    "compile_recompile": ("recompilation", {"cold_start"}, NONE,
+                          "torch.compile(dynamic=False) fed a new batch size every step: a recompile per step"),
+    "compile_recompile-fixed": ("host_bound", {"cold_start"}, {"recompilation"},
+                                "dynamic=True: one compile in the first step, then compiled steps"),
+    "compile_clean": ("host_bound", {"cold_start"}, {"recompilation", "graph_break"},
+                      "one shape: the first step compiles, the rest run compiled"),
+    "compile_graph_break": ("host_bound", {"graph_break", "sync"}, {"recompilation"},
+                            "an .item() branch in the compiled forward: one graph break and its sync per step"),
+    "reduce_overhead-rerecord": ("recompilation", NONE, NONE,
+                                 "mode='reduce-overhead' fed a new shape every step: recompiled and re-recorded"),
+    "cuda_graph_manual": ("graph_capture", {"graph_trace_incomplete"}, NONE,
+                          "a torch.cuda.CUDAGraph captured in the first profiled step, then replayed"),
+    "run-generate": ("decode_host_bound", NONE, NONE,
+                     "aiprof run of examples/generate_tiny.py --device cuda: a tiny GPT-2 decoding on an H200"),
+    "run-train": ("host_bound", NONE, {"data_loading"},
+                  "aiprof run of examples/train_tiny.py with 2 loader workers: a tiny LM, dispatch-bound"),
+}
+
+
+def _path(name: str) -> Path:
+    run_dir = FIXTURES / name
+    return run_dir if run_dir.is_dir() else FIXTURES / f"{name}.pt.trace.json.gz"
+
+
+@cache
+def _diagnosed(name: str) -> tuple[Any, list[Any]]:
+    with no_measured_peaks():
+        return analyze_and_diagnose([_path(name)], workers=1)
+
+
+def _ids(name: str) -> list[str]:
+    return [f.id for f in _diagnosed(name)[1]]
+
+
+def test_every_fixture_is_listed() -> None:
+    """A fixture added without a verdict fails here: each recorded trace says what it shows."""
+    on_disk = {p.name.removesuffix(".pt.trace.json.gz") for p in FIXTURES.iterdir()
+               if p.name.endswith(".pt.trace.json.gz") or p.is_dir()}
+    assert on_disk - set(EXPECTED) <= {"planted-clean", "planted-clean-fixed", "planted-cpu_loading",
+                                       "planted-cpu_loading-fixed", "planted-data_loading-fixed",
+                                       "planted-float64-fixed", "planted-host_overhead-fixed",
+                                       "planted-sync-fixed", "reduce_overhead"}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_diagnosis_on_h200_trace(name: str) -> None:
+    top, present, absent, what = EXPECTED[name]
+    run, findings = _diagnosed(name)
+    ids = [f.id for f in findings]
+    assert (ids[0] if ids else None) == top, f"{name} ({what}): {ids}"
+    every = {f.id for f in findings}
+    assert present <= every, f"{name}: missing {present - every} in {sorted(every)}"
+    assert not absent & every, f"{name}: unexpected {absent & every}"
+    assert all(r.primary.kind == "gpu" and r.primary.name == "NVIDIA H200" for r in run.ranks)
+    build_document(run, findings)
+
+
+PAIRS = {  # planted workload: the finding whose saving the fix measured
+    "data_loading": "data_loading",
+    "sync": "sync",
+    "elementwise": "fusion_opportunity",
+    "host_overhead": "host_bound",
+    "attention": "unfused_attention",
+}
+
+
+SPLIT = pytest.mark.xfail(strict=True, reason="the idle of one Python loop of tiny ops is split between host_bound "
+                          "(26.9 ms) and launch_bound (21.5 ms); the fix removes both (53.8 ms measured)")
+
+
+@pytest.mark.parametrize("workload", [pytest.param(w, marks=SPLIT) if w == "host_overhead" else w for w in sorted(PAIRS)])
+def test_saving_is_within_2x_of_the_measured_fix(workload: str) -> None:
+    """The estimate from the planted trace against before - after measured without the profiler on the H200."""
+    case = EXPECTED_JSON["cases"][f"planted-{workload}"]
+    measured = case["measured_saving_ns"]
+    finding = next(f for f in _diagnosed(f"planted-{workload}")[1] if f.id == PAIRS[workload])
+    ratio = finding.est_saving_ns_per_step / measured
+    assert 0.5 <= ratio <= 2.0, f"{workload}: estimate {finding.est_saving_ns_per_step} ns vs measured {measured} ns"
+
+
+@pytest.mark.xfail(strict=True, reason="each compile id is counted once per nested compile event (8 for 2)")
+def test_recompilation_counts_each_recompile_once() -> None:
+    finding = next(f for f in _diagnosed("compile_recompile")[1] if f.id == "recompilation")
+    # three profiled steps: the cold compile (cold_start, step 0, left out) and one recompile in each of the
+    # two others for its new batch size (compile ids 0/1 and 0/2)
+    assert finding.evidence["recompiles"] == 2, finding.evidence
+
+
+def test_graph_break_names_the_line_of_the_item_call() -> None:
+    finding = next(f for f in _diagnosed("compile_graph_break")[1] if f.id == "graph_break")
+    assert "gpu_record.py:127" in finding.title  # `if h.sum().item() > 0:` in _Branchy.forward
+    assert "aten::item" in finding.evidence["ops"]
+
+
+def test_generate_run_has_requests_matching_the_streamer() -> None:
+    """TTFT per request against the stamps the script's own streamer wrote (unix ns)."""
+    run, _ = _diagnosed("run-generate")
+    stamps = [json.loads(line) for line in (FIXTURES / "generate-stamps.jsonl").read_text().splitlines()]
+    assert len(stamps) == 5  # a warm-up request and four measured ones
+    assert run.ranks  # the run directory analyses as one rank
