@@ -121,7 +121,6 @@ def test_saving_is_within_2x_of_the_measured_fix(workload: str) -> None:
     assert 0.5 <= ratio <= 2.0, f"{workload}: estimate {finding.est_saving_ns_per_step} ns vs measured {measured} ns"
 
 
-@pytest.mark.xfail(strict=True, reason="each compile id is counted once per nested compile event (8 for 2)")
 def test_recompilation_counts_each_recompile_once() -> None:
     finding = next(f for f in _diagnosed("compile_recompile")[1] if f.id == "recompilation")
     # three profiled steps: the cold compile (cold_start, step 0, left out) and one recompile in each of the

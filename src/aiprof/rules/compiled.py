@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.compile import CompileEvent, GraphBreak, compile_events, graph_breaks
+from aiprof.analysis.compile import Compilation, GraphBreak, compilations, graph_breaks
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
@@ -32,38 +32,44 @@ _FIXES = {
              "argument, a global, a module attribute or grad mode that changes between calls. Pass changing "
              "numbers as tensors (torch.tensor(step)), move the Python value out of the compiled function, or "
              "set torch._dynamo.config.automatic_dynamic_shapes / mark the integer dynamic",
-    "unknown": "run once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the "
-               "guard that failed",
+    "unknown": "the trace does not say what changed (no input shapes recorded: record_shapes=True shows it): "
+               "run once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the "
+               "guard that failed. Most recompiles are a new input shape: then compile for dynamic shapes "
+               "(torch.compile(model, dynamic=True), or torch._dynamo.mark_dynamic(x, 0) on the varying dimension "
+               "before the call) or pad / bucket the inputs to a few fixed sizes (pad the last batch or use "
+               "drop_last=True; bucket sequence lengths to multiples of 64); a Python number that changes: pass "
+               "it as a tensor",
 }
 _FIX_TAIL = ("TORCH_LOGS=recompiles prints each failed guard. After torch._dynamo.config.recompile_limit (8) "
              "recompiles of a frame Dynamo stops compiling it and runs it eagerly.")
 
 
-def _steady_compiles(ctx: RankContext) -> list[tuple[CompileEvent, int]]:
-    """Compilations in the steady steps other than a frame's first compile, with their steady ns."""
-    events = [e for e in compile_events(ctx.trace) if e.attempt != 0]
-    if not events or not ctx.steps:
-        return []
-    starts, ends = ctx.steady_set
-    lo = np.array([e.start_ns for e in events], dtype=np.int64)
-    hi = np.array([e.end_ns for e in events], dtype=np.int64)
-    inside = iv.overlap_per_window((starts, ends), lo, hi)
-    return [(e, int(ns)) for e, ns in zip(events, inside.tolist()) if ns > 0]
+def _steady_compiles(ctx: RankContext) -> tuple[list[tuple[Compilation, int]], int]:
+    """Compilations in the steady steps other than a frame's first compile, each with its compile time
+    inside the steady steps, and the union of that time (compilations on several threads at once count
+    once). A compilation seen as several spans (forward, backward, first-call autotuning) is one."""
+    found = [k for k in compilations(ctx.trace) if k.attempt != 0]
+    if not found or not ctx.steps:
+        return [], 0
+    steady = ctx.steady_set
+    out = [(k, iv.total(iv.intersect(k.intervals(), steady))) for k in found]
+    out = [(k, ns) for k, ns in out if ns > 0]
+    together = iv.union(*(k.intervals() for k, _ in out)) if out else iv.as_set([], [])
+    return out, iv.total(iv.intersect(together, steady))
 
 
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
 def recompilation(ctx: RankContext) -> list[Finding]:
     """Dynamo compiles again in the steady steps: the compile time, how often, why, and the fix per cause."""
-    found = _steady_compiles(ctx)
+    found, total = _steady_compiles(ctx)
     if not found:
         return []
-    total = sum(ns for _, ns in found)
     saving = total / ctx.step_count
-    causes = Counter(e.cause for e, _ in found)
-    frames = Counter(str(e.frame) for e, _ in found if e.frame is not None)
+    causes = Counter(k.cause for k, _ in found)
+    frames = Counter(str(k.frame) for k, _ in found if k.frame is not None)
     main = causes.most_common(1)[0][0]
-    examples = [{"compile_id": None if e.frame is None else f"{e.frame}/{e.attempt}", "dur_ns": ns, "cause": e.cause,
-                 **({"detail": e.detail} if e.detail else {})} for e, ns in sorted(found, key=lambda f: -f[1])[:8]]
+    examples = [{"compile_id": k.compile_id, "dur_ns": ns, "cause": k.cause, "spans": len(k.spans),
+                 **({"detail": k.detail} if k.detail else {})} for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
     evidence: dict[str, Any] = {
         "recompiles": len(found),
         "compile_ns_per_step": int(saving),
@@ -77,8 +83,9 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
     fix = text[:1].upper() + text[1:] + ". " + _FIX_TAIL
     return [ctx.finding("recompilation", title, saving, evidence=evidence, fix=fix,
-                        formula="compile time (Dynamo/AOTAutograd/Inductor spans) of recompiles inside the steady "
-                        "steps / steps: none of it is paid once the shapes and guards are stable",
+                        formula="compile time (Dynamo/AOTAutograd/Inductor spans, every span of a compile id "
+                        "counted once) of recompiles inside the steady steps / steps: none of it is paid once "
+                        "the shapes and guards are stable",
                         kind="estimate", confidence="high" if main in ("shape", "dtype") else "medium")]
 
 
