@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from aiprof.analysis.compile import graph_launches
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.report.document import build_document
+from aiprof.trace import Trace, load
 from golden.shared_reports import no_measured_peaks
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "h200"
@@ -49,9 +51,11 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
                       "one shape: the first step compiles, the rest run compiled"),
     "compile_graph_break": ("host_bound", {"graph_break", "sync"}, {"recompilation"},
                             "an .item() branch in the compiled forward: one graph break and its sync per step"),
-    "reduce_overhead-rerecord": ("recompilation", NONE, NONE,
+    "reduce_overhead-rerecord": ("recompilation", {"cudagraphs_not_replayed"}, NONE,
                                  "mode='reduce-overhead' fed a new shape every step: recompiled and re-recorded"),
-    "cuda_graph_manual": ("graph_capture", {"graph_trace_incomplete"}, NONE,
+    "reduce_overhead": ("step_variance", {"graph_trace_incomplete"}, {"cudagraphs_not_replayed", "recompilation"},
+                        "mode='reduce-overhead' on one shape: recorded once, replayed every step"),
+    "cuda_graph_manual": ("graph_capture", {"graph_trace_incomplete"}, {"cudagraphs_not_replayed"},
                           "a torch.cuda.CUDAGraph captured in the first profiled step, then replayed"),
     "run-generate": ("decode_host_bound", NONE, NONE,
                      "aiprof run of examples/generate_tiny.py --device cuda: a tiny GPT-2 decoding on an H200"),
@@ -82,7 +86,7 @@ def test_every_fixture_is_listed() -> None:
     assert on_disk - set(EXPECTED) <= {"planted-clean", "planted-clean-fixed", "planted-cpu_loading",
                                        "planted-cpu_loading-fixed", "planted-data_loading-fixed",
                                        "planted-float64-fixed", "planted-host_overhead-fixed",
-                                       "planted-sync-fixed", "reduce_overhead"}
+                                       "planted-sync-fixed"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -126,6 +130,49 @@ def test_recompilation_counts_each_recompile_once() -> None:
     # three profiled steps: the cold compile (cold_start, step 0, left out) and one recompile in each of the
     # two others for its new batch size (compile ids 0/1 and 0/2)
     assert finding.evidence["recompiles"] == 2, finding.evidence
+
+
+def test_recompile_without_recorded_shapes_still_gets_the_shape_fixes() -> None:
+    """compile_recompile was recorded without record_shapes: what changed is not in the trace, so the cause is
+    unknown, and the fix still names the shape fixes beside TORCH_LOGS=recompiles."""
+    finding = next(f for f in _diagnosed("compile_recompile")[1] if f.id == "recompilation")
+    assert finding.evidence["causes"] == {"unknown": 2}
+    assert all(r["spans"] == 4 for r in finding.evidence["recompilations"])  # forward, autotune, backward (2)
+    for fix in ("TORCH_LOGS=recompiles", "dynamic=True", "mark_dynamic", "pad / bucket"):
+        assert fix in finding.fix, fix
+
+
+def test_recompile_cause_is_the_shape_the_ops_recorded() -> None:
+    """reduce_overhead-rerecord has shapes (no CompiledFunction in an inference graph): the ops of each new
+    graph's first call against the previous graph's show the batch size growing by 4 each step."""
+    finding = next(f for f in _diagnosed("reduce_overhead-rerecord")[1] if f.id == "recompilation")
+    assert finding.evidence["recompiles"] == 9 and finding.evidence["causes"] == {"shape": 9}
+    sizes = EXPECTED_JSON["cases"]["reduce_overhead-rerecord"]["sizes"]
+    details = {r["compile_id"]: r["detail"] for r in finding.evidence["recompilations"]}
+    assert details["0/1"] == f"aten::addmm input 1: [{sizes[0]}, 64] -> [{sizes[1]}, 64]"
+
+
+def test_reduce_overhead_with_a_new_shape_every_step_is_named() -> None:
+    finding = next(f for f in _diagnosed("reduce_overhead-rerecord")[1] if f.id == "cudagraphs_not_replayed")
+    ev = finding.evidence
+    assert "never replayed" in finding.title and "reduce-overhead did not take" in finding.title
+    assert ev["cause"] == "dynamic shapes" and ev["graph_trees"]
+    assert ev["graph_replays_per_step"] == 0 and ev["steps_with_new_graph"] == ev["steps_used"] == 9
+    assert ev["eager_launches_in_compiled_graphs_per_step"] > 0
+    assert "pad or bucket" in finding.fix
+    # the launch calls' host time, less one replay per compiled-graph call
+    assert 0 < finding.est_saving_ns_per_step <= ev["launch_host_ns_per_step"]
+
+
+def test_working_reduce_overhead_replays_once_per_step() -> None:
+    trace = load(_path("reduce_overhead"))
+    assert isinstance(trace, Trace)
+    launches = graph_launches(trace)
+    assert launches is not None
+    # step 0 warms the graph up (eager), step 1 records and replays it, every later step replays it once
+    assert [s.graph_replays for s in launches.steps] == [0] + [1] * 9
+    assert all(s.eager_launches <= 5 for s in launches.steps[1:])
+    assert "cudagraphs_not_replayed" not in _ids("reduce_overhead")
 
 
 def test_graph_break_names_the_line_of_the_item_call() -> None:

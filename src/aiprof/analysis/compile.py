@@ -640,3 +640,100 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
         steps=steps[:200],
         recaptured_steps=sum(1 for s in steps[1:] if s.captures),
     )
+
+
+# CUDA graph trees (``mode="reduce-overhead"``): a graph's container is set up at its first call
+# (``cudagraphify.get_container``), the graph is recorded at its second (``CUDAGraphNode.record``) and replayed
+# from the third on.
+GRAPH_TREES = r"^(cudagraphify|CUDAGraphNode\.|CUDAGraphTreeManager)"
+GRAPH_SETUP = r"^(cudagraphify\.get_container|CUDAGraphNode\.record)"
+_CAPTURE_BEGIN = r"^(cuda|hip|cu)StreamBeginCapture"
+_COMPILED_GRAPH = r"^(Torch-Compiled Region|CompiledFunctionBackward$)"
+
+
+@dataclass(frozen=True)
+class GraphUse:
+    """How one window (a step) ran the CUDA/HIP graphs: ``replays`` (graph launches executed), ``eager``
+    kernel launches executed outside capture, of them ``eager_in_compiled`` inside a compiled graph's call
+    (a ``Torch-Compiled Region`` or its ``CompiledFunctionBackward``, compile work left out: the launches a
+    replay of that graph would replace) and their host time ``eager_in_compiled_ns``,
+    ``region_calls`` (outermost compiled-region calls) and ``setups``: new graphs set up or recorded (CUDA
+    graph trees' ``cudagraphify.get_container`` / ``CUDAGraphNode.record`` spans, stream captures)."""
+
+    replays: int
+    eager: int
+    eager_in_compiled: int
+    eager_in_compiled_ns: int
+    region_calls: int
+    setups: int
+
+
+def uses_graph_trees(trace: Trace) -> bool:
+    """Whether the trace shows CUDA graph trees at work (``mode="reduce-overhead"`` took the graph)."""
+    rows = trace.rows_of(*_HOST_KINDS)
+    return bool(trace.name_matches(rows, GRAPH_TREES).any())
+
+
+def graph_use(trace: Trace, windows: list[tuple[int, int]]) -> list[GraphUse]:
+    """Per window [start, end): graph replays against eager launches, and new graphs set up (see
+    :class:`GraphUse`). Launch calls recorded into a graph under capture are not executed: left out."""
+    from aiprof.analysis.graphs import captured_mask, launch_rows
+
+    c = trace.columns
+    rows = launch_rows(trace)
+    rows = rows[~captured_mask(trace, rows)]
+    replays = rows[trace.name_matches(rows, GRAPH_REPLAY)]
+    eager = rows[trace.name_matches(rows, KERNEL_LAUNCH) & ~trace.name_matches(rows, GRAPH_REPLAY)]
+    outer = _outermost(compiled_regions(trace))
+    host = trace.rows_of(*_HOST_KINDS)
+    graphs = host[trace.name_matches(host, _COMPILED_GRAPH)]  # a backward graph runs on the autograd thread
+    inside = np.zeros(eager.size, dtype=bool)
+    for pid, tid in {(int(p), int(t)) for p, t in zip(c.pid[graphs].tolist(), c.tid[graphs].tolist())}:
+        sel = np.flatnonzero((c.pid[eager] == pid) & (c.tid[eager] == tid))
+        mine = graphs[(c.pid[graphs] == pid) & (c.tid[graphs] == tid)]
+        starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
+        k = np.searchsorted(starts, c.ts[eager[sel]], side="right") - 1
+        inside[sel] = (k >= 0) & (c.ts[eager[sel]] < ends[np.maximum(k, 0)])
+    compiled_launches = outside_compile(trace, eager[inside])  # not autotuning's benchmark launches
+    runtime = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    setups = np.sort(np.concatenate([host[trace.name_matches(host, GRAPH_SETUP) & ~trace.name_matches(host, r"_data: ")],
+                                     runtime[trace.name_matches(runtime, _CAPTURE_BEGIN)]]))
+    region_starts = np.array([r.start_ns for r in outer], dtype=np.int64)
+
+    def count(found: I64, lo: int, hi: int) -> I64:
+        a, b = np.searchsorted(c.ts[found], [lo, hi], side="left")
+        picked: I64 = found[a:b]
+        return picked
+
+    out: list[GraphUse] = []
+    for lo, hi in windows:
+        mine = count(compiled_launches, lo, hi)
+        a, b = np.searchsorted(region_starts, [lo, hi], side="left")
+        setup_rows = setups[(c.ts[setups] >= lo) & (c.ts[setups] < hi)]
+        out.append(GraphUse(replays=int(count(replays, lo, hi).size), eager=int(count(eager, lo, hi).size),
+                            eager_in_compiled=int(mine.size), eager_in_compiled_ns=int(c.dur[mine].sum()),
+                            region_calls=int(b - a), setups=_distinct_setups(trace, setup_rows)))
+    return out
+
+
+def _distinct_setups(trace: Trace, rows: I64) -> int:
+    """New graphs among set-up rows: nested spans of one set-up (``cudagraphify.get_container`` around its
+    ``(dynamo_timed)`` span) count once."""
+    c = trace.columns
+    end = -1
+    n = 0
+    for ts, dur in zip(c.ts[rows].tolist(), c.dur[rows].tolist()):
+        if ts >= end:
+            n += 1
+        end = max(end, ts + dur)
+    return n
+
+
+def graph_launch_ns(trace: Trace) -> int | None:
+    """The median host time of one executed graph launch (``cudaGraphLaunch``…), None without any."""
+    from aiprof.analysis.graphs import captured_mask, launch_rows
+
+    rows = launch_rows(trace)
+    rows = rows[trace.name_matches(rows, GRAPH_REPLAY)]
+    rows = rows[~captured_mask(trace, rows)]
+    return int(np.median(trace.columns.dur[rows])) if rows.size else None

@@ -1,5 +1,7 @@
-"""Rules on torch.compile'd code: ``recompilation`` (compile time that comes back in the steady steps) and
-``graph_break`` (eager code between compiled graphs inside one call of a compiled frame).
+"""Rules on torch.compile'd code: ``recompilation`` (compile time that comes back in the steady steps),
+``graph_break`` (eager code between compiled graphs inside one call of a compiled frame) and
+``cudagraphs_not_replayed`` (CUDA graphs set up again and again but not replayed: reduce-overhead that did
+not take).
 
 A frame's first compile (compile id F/0) is paid once per process: :mod:`aiprof.rules.coldstart` reports
 it as a one-time cost (``cold_start``) and leaves its step out of the steady state. Everything else Dynamo
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.compile import Compilation, GraphBreak, compilations, graph_breaks
+from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilations, graph_breaks, graph_launch_ns,
+                                     graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
@@ -168,3 +171,97 @@ def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], b
     if line:
         out["source_line"] = line
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA graphs that do not replay
+# ---------------------------------------------------------------------------------------------------
+_GRAPH_FIXES = {
+    "dynamic shapes": (
+        "A CUDA graph replays only the shapes it recorded: CUDA graph trees keep one graph per distinct input "
+        "shape, run it eagerly on its first call, record it on the second and replay it from the third, so a "
+        "shape seen once is never replayed (and each new shape recompiles). Keep the shapes static: pad or "
+        "bucket the inputs to a few fixed sizes (pad the batch, drop_last=True, bucket sequence lengths to "
+        "multiples of 64), so each size records once and replays after; torch.compile(dynamic=True) / "
+        "torch._dynamo.mark_dynamic stops the recompiles but graph trees still record one graph per distinct "
+        "size (torch._inductor.config.triton.cudagraph_skip_dynamic_graphs=True runs such graphs without CUDA "
+        "graphs instead)"),
+    "re-recording": (
+        "The graphs are recorded again instead of replayed: a manual torch.cuda.graph capture inside the loop "
+        "(capture once, then copy new data into the static inputs: static_x.copy_(x); graph.replay()), or CUDA "
+        "graph trees re-recording because a recorded graph's static inputs changed (parameters replaced, "
+        "inputs mutated in place) or outputs of the previous iteration are still alive (call "
+        "torch.compiler.cudagraph_mark_step_begin() before each iteration)"),
+    "not replayed": (
+        "CUDA graph trees set the graphs up but do not replay them: a graph replays from its third call with "
+        "the same shapes, and Inductor falls back to running it without CUDA graphs for CPU tensors in the "
+        "graph, inputs mutated in place, or dynamic shapes it skips"),
+}
+_GRAPH_FIX_TAIL = ("TORCH_LOGS=perf_hints prints why Inductor skipped CUDA graphs ('skipping cudagraphs due to …'), "
+                   "TORCH_LOGS=recompiles why Dynamo compiled a new graph.")
+
+
+@rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
+def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
+    """CUDA graphs are set up (CUDA graph trees, stream captures) but the steady steps do not replay them:
+    ``mode="reduce-overhead"`` that did not take. The saving is the launch overhead the replays would
+    remove: the host time of the eager kernel launches inside compiled graphs, less one graph launch per
+    compiled-graph call."""
+    if not ctx.is_gpu or len(ctx.steps) < 2:
+        return []
+    trace = ctx.trace
+    use = graph_use(trace, [(s.start_ns, s.start_ns + s.duration_ns) for s in ctx.steps])
+    trees = uses_graph_trees(trace)
+    n = len(use)
+    no_replay = sum(1 for u in use if u.replays == 0 and u.eager > 0)
+    new_graphs = sum(1 for u in use if u.setups)
+    if not (trees or new_graphs) or 2 * max(no_replay, new_graphs) <= n or not any(u.eager_in_compiled for u in use):
+        return []
+    recompiles, _ = _steady_compiles(ctx)
+    causes = Counter(k.cause for k, _ in recompiles)
+    if 2 * len(recompiles) >= n and causes.most_common(1)[0][0] in ("shape", "unknown"):
+        cause = "dynamic shapes"
+    elif 2 * new_graphs > n:
+        cause = "re-recording"
+    else:
+        cause = "not replayed"
+    replay_ns = graph_launch_ns(trace) or _median_launch_ns(use)
+    saving = sum(max(u.eager_in_compiled_ns - u.region_calls * replay_ns, 0) for u in use) / n
+    replays = sum(u.replays for u in use)
+    eager = sum(u.eager for u in use)
+    what = (f"a new CUDA graph set up (re-recorded) in {new_graphs} of {n} steps" if new_graphs
+            else f"CUDA graphs set up but not replayed in {no_replay} of {n} steps")
+    replayed = "never replayed" if not replays else f"replayed {replays / n:.1f} times per step"
+    because = {"dynamic shapes": f": dynamic shapes, {len(recompiles)} recompile{'s' * (len(recompiles) != 1)} "
+                                 "for new input shapes, one graph per shape",
+               "re-recording": ": graphs recorded again instead of replayed", "not replayed": ""}[cause]
+    title = (f"CUDA graphs do not replay (reduce-overhead did not take): {what}, {replayed}; "
+             f"{eager / n:,.0f} eager kernel launches per step{because}")
+    evidence: dict[str, Any] = {
+        "cause": cause,
+        "graph_trees": trees,
+        "steps_without_replay": no_replay,
+        "steps_with_new_graph": new_graphs,
+        "graph_replays_per_step": round(replays / n, 2),
+        "eager_launches_per_step": round(eager / n, 2),
+        "eager_launches_in_compiled_graphs_per_step": round(sum(u.eager_in_compiled for u in use) / n, 2),
+        "launch_host_ns_per_step": int(sum(u.eager_in_compiled_ns for u in use) / n),
+        "replay_cost_ns": int(replay_ns),
+        "recompiles": len(recompiles),
+        "recompile_causes": dict(causes.most_common()),
+        "steps": [{"step": s.name, "graph_replays": u.replays, "eager_launches": u.eager, "new_graphs": u.setups}
+                  for s, u in list(zip(ctx.steps, use))[:20]],
+    }
+    fix = _GRAPH_FIXES[cause] + ". " + _GRAPH_FIX_TAIL
+    return [ctx.finding("cudagraphs_not_replayed", title, saving, evidence=evidence, fix=fix,
+                        formula="per step: host time of the eager kernel launch calls inside compiled graphs, less "
+                        "one graph launch (median cudaGraphLaunch, else median launch call) per compiled-graph "
+                        "call: a replay submits the graph's kernels in one call (compile time is recompilation's)",
+                        kind="estimate", confidence="high" if trees else "medium")]
+
+
+def _median_launch_ns(use: list[GraphUse]) -> float:
+    """A launch call's mean host time over the steps' eager launches in compiled graphs (the replay cost
+    when the trace holds no graph launch: one call, like a kernel launch)."""
+    calls = sum(u.eager_in_compiled for u in use)
+    return sum(u.eager_in_compiled_ns for u in use) / calls if calls else 0.0
