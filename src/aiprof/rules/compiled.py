@@ -43,8 +43,9 @@ _FIXES = {
                "drop_last=True; bucket sequence lengths to multiples of 64); a Python number that changes: pass "
                "it as a tensor",
 }
-_FIX_TAIL = ("TORCH_LOGS=recompiles prints each failed guard. After torch._dynamo.config.recompile_limit (8) "
-             "recompiles of a frame Dynamo stops compiling it and runs it eagerly.")
+_LOGS_TAIL = "TORCH_LOGS=recompiles prints each failed guard. "
+_FIX_TAIL = ("After torch._dynamo.config.recompile_limit (8) recompiles of a frame Dynamo stops compiling it and "
+             "runs it eagerly.")
 
 
 def _steady_compiles(ctx: RankContext) -> tuple[list[tuple[Compilation, int]], int]:
@@ -84,7 +85,7 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
              f"({why}), {ms_text(saving)} of compile time per step")
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
-    fix = text[:1].upper() + text[1:] + ". " + _FIX_TAIL
+    fix = text[:1].upper() + text[1:] + ". " + ("" if "unknown" in causes else _LOGS_TAIL) + _FIX_TAIL
     return [ctx.finding("recompilation", title, saving, evidence=evidence, fix=fix,
                         formula="compile time (Dynamo/AOTAutograd/Inductor spans, every span of a compile id "
                         "counted once) of recompiles inside the steady steps / steps: none of it is paid once "
