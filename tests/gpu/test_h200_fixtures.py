@@ -187,3 +187,27 @@ def test_generate_run_has_requests_matching_the_streamer() -> None:
     stamps = [json.loads(line) for line in (FIXTURES / "generate-stamps.jsonl").read_text().splitlines()]
     assert len(stamps) == 5  # a warm-up request and four measured ones
     assert run.ranks  # the run directory analyses as one rank
+
+
+def test_every_compiled_kernel_of_the_graph_break_trace_has_its_source_line() -> None:
+    """Inductor's kernels, forward and backward (the backward ones run on the autograd thread, under no user
+    frame), are placed on the line of the model code their graph was compiled from."""
+    import numpy as np
+
+    from aiprof.analysis.stacks import Windows, op_source_lines
+    from aiprof.analysis.steps import step_windows
+    from aiprof.trace import links
+    from aiprof.trace.model import Kind
+
+    trace = load(_path("compile_graph_break"))
+    assert isinstance(trace, Trace)
+    kernels = trace.rows_of(Kind.KERNEL)
+    triton = kernels[trace.name_matches(kernels, r"^triton_")]
+    ops = links.gpu_op(trace)[triton]
+    assert triton.size and (ops >= 0).all()
+    windows = Windows.of(step_windows(trace), trace)
+    threads = {int(trace.columns.tid[o]) for o in ops.tolist()}
+    assert len(threads) == 2  # the forward's thread and the autograd engine's
+    for op in sorted(set(ops.tolist())):
+        lines = op_source_lines(trace, windows, np.array([op]))
+        assert lines and lines[0].startswith("gpu_record.py(12"), (trace.name_of(op), lines)  # forward, lines 12x
