@@ -643,8 +643,8 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
 
 
 # CUDA graph trees (``mode="reduce-overhead"``): a graph's container is set up at its first call
-# (``cudagraphify.get_container``), the graph is recorded at its second (``CUDAGraphNode.record``) and replayed
-# from the third on.
+# (``cudagraphify.get_container``), which runs eagerly (warm-up); the second call records the graph
+# (``CUDAGraphNode.record``, a stream capture) and replays it, later calls replay it.
 GRAPH_TREES = r"^(cudagraphify|CUDAGraphNode\.|CUDAGraphTreeManager)"
 GRAPH_SETUP = r"^(cudagraphify\.get_container|CUDAGraphNode\.record)"
 _CAPTURE_BEGIN = r"^(cuda|hip|cu)StreamBeginCapture"

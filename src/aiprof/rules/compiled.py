@@ -180,7 +180,7 @@ def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], b
 _GRAPH_FIXES = {
     "dynamic shapes": (
         "A CUDA graph replays only the shapes it recorded: CUDA graph trees keep one graph per distinct input "
-        "shape, run it eagerly on its first call, record it on the second and replay it from the third, so a "
+        "shape, run it eagerly on its first call (warm-up) and record and replay it from the second, so a "
         "shape seen once is never replayed (and each new shape recompiles). Keep the shapes static: pad or "
         "bucket the inputs to a few fixed sizes (pad the batch, drop_last=True, bucket sequence lengths to "
         "multiples of 64), so each size records once and replays after; torch.compile(dynamic=True) / "
@@ -194,7 +194,7 @@ _GRAPH_FIXES = {
         "inputs mutated in place) or outputs of the previous iteration are still alive (call "
         "torch.compiler.cudagraph_mark_step_begin() before each iteration)"),
     "not replayed": (
-        "CUDA graph trees set the graphs up but do not replay them: a graph replays from its third call with "
+        "CUDA graph trees set the graphs up but do not replay them: a graph replays from its second call with "
         "the same shapes, and Inductor falls back to running it without CUDA graphs for CPU tensors in the "
         "graph, inputs mutated in place, or dynamic shapes it skips"),
 }
