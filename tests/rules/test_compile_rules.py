@@ -123,8 +123,10 @@ def test_reduce_overhead_fed_a_new_shape_every_step_never_replays(tmp_path: Path
     assert ev["steps_with_new_graph"] == ev["steps_used"] == 5  # steps 1-5: step 0 is the cold start
     assert ev["eager_launches_in_compiled_graphs_per_step"] == 20
     assert "never replayed" in graphs["title"] and "reduce-overhead did not take" in graphs["title"]
-    # 20 launch calls of 5 µs in the graph, less one replay costing a launch call (no cudaGraphLaunch in it)
-    assert graphs["saving"] == (20 - 1) * 5 * US
+    # the 600 µs graph call less its 20 kernels of 4 µs (device busy), less one replay costing a launch call
+    # (5 µs: the trace holds no cudaGraphLaunch)
+    assert graphs["saving"] == (600 - 20 * 4 - 5) * US
+    assert ev["launch_host_ns_per_step"] == 20 * 5 * US
     assert found["recompilation"]["evidence"]["recompiles"] == 5
 
 

@@ -729,6 +729,15 @@ def _distinct_setups(trace: Trace, rows: I64) -> int:
     return n
 
 
+def compiled_call_set(trace: Trace) -> iv.IntervalSet:
+    """The time inside calls of compiled graphs (``Torch-Compiled Region``, ``CompiledFunctionBackward``),
+    on any thread, compile work left out: what a CUDA graph replay of those graphs would stand in for."""
+    c = trace.columns
+    host = trace.rows_of(*_HOST_KINDS)
+    rows = host[trace.name_matches(host, _COMPILED_GRAPH)]
+    return iv.subtract(iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows]), compile_set(trace))
+
+
 def graph_launch_ns(trace: Trace) -> int | None:
     """The median host time of one executed graph launch (``cudaGraphLaunch``…), None without any."""
     from aiprof.analysis.graphs import captured_mask, launch_rows

@@ -18,7 +18,7 @@ import numpy as np
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilations, graph_breaks, graph_launch_ns,
-                                     graph_use, uses_graph_trees)
+                                     compiled_call_set, graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
@@ -206,8 +206,8 @@ _GRAPH_FIX_TAIL = ("TORCH_LOGS=perf_hints prints why Inductor skipped CUDA graph
 def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
     """CUDA graphs are set up (CUDA graph trees, stream captures) but the steady steps do not replay them:
     ``mode="reduce-overhead"`` that did not take. The saving is the launch overhead the replays would
-    remove: the host time of the eager kernel launches inside compiled graphs, less one graph launch per
-    compiled-graph call."""
+    remove: the time inside compiled-graph calls with the device idle (Inductor's wrapper, the kernel
+    launchers and launch calls running while nothing runs on the device), less one graph launch per call."""
     if not ctx.is_gpu or len(ctx.steps) < 2:
         return []
     trace = ctx.trace
@@ -227,7 +227,15 @@ def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
     else:
         cause = "not replayed"
     replay_ns = graph_launch_ns(trace) or _median_launch_ns(use)
-    saving = sum(max(u.eager_in_compiled_ns - u.region_calls * replay_ns, 0) for u in use) / n
+    # What the graph calls cost the step: their time with the device idle (the host running Inductor's
+    # wrapper, the launchers and the launch calls while nothing runs). A replay stands in for all of it.
+    busy = _device_busy(ctx)
+    calls = compiled_call_set(trace)
+    exposed = iv.subtract(calls, busy) if busy is not None else calls
+    starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    exposed_ns = iv.overlap_per_window(exposed, starts, starts + np.array([s.duration_ns for s in ctx.steps],
+                                                                          dtype=np.int64)).tolist()
+    saving = sum(max(int(x) - u.region_calls * replay_ns, 0) for x, u in zip(exposed_ns, use)) / n
     replays = sum(u.replays for u in use)
     eager = sum(u.eager for u in use)
     what = (f"a new CUDA graph set up (re-recorded) in {new_graphs} of {n} steps" if new_graphs
@@ -247,6 +255,8 @@ def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
         "eager_launches_per_step": round(eager / n, 2),
         "eager_launches_in_compiled_graphs_per_step": round(sum(u.eager_in_compiled for u in use) / n, 2),
         "launch_host_ns_per_step": int(sum(u.eager_in_compiled_ns for u in use) / n),
+        "exposed_graph_call_ns_per_step": int(sum(exposed_ns) / n),
+        "graph_calls_per_step": round(sum(u.region_calls for u in use) / n, 2),
         "replay_cost_ns": int(replay_ns),
         "recompiles": len(recompiles),
         "recompile_causes": dict(causes.most_common()),
@@ -255,9 +265,10 @@ def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
     }
     fix = _GRAPH_FIXES[cause] + ". " + _GRAPH_FIX_TAIL
     return [ctx.finding("cudagraphs_not_replayed", title, saving, evidence=evidence, fix=fix,
-                        formula="per step: host time of the eager kernel launch calls inside compiled graphs, less "
-                        "one graph launch (median cudaGraphLaunch, else median launch call) per compiled-graph "
-                        "call: a replay submits the graph's kernels in one call (compile time is recompilation's)",
+                        formula="per step: the time inside compiled-graph calls (Torch-Compiled Region, "
+                        "CompiledFunctionBackward; compile work excluded) with the device idle, less one graph "
+                        "launch (median cudaGraphLaunch, else mean launch call) per call: a replay stands in for "
+                        "the wrapper, launchers and launch calls (compile time is recompilation's)",
                         kind="estimate", confidence="high" if trees else "medium")]
 
 
