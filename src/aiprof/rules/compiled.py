@@ -35,9 +35,9 @@ _FIXES = {
              "argument, a global, a module attribute or grad mode that changes between calls. Pass changing "
              "numbers as tensors (torch.tensor(step)), move the Python value out of the compiled function, or "
              "set torch._dynamo.config.automatic_dynamic_shapes / mark the integer dynamic",
-    "unknown": "the trace does not say what changed (no input shapes recorded: record_shapes=True shows it): "
-               "run once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the "
-               "guard that failed. Most recompiles are a new input shape: then compile for dynamic shapes "
+    "unknown": "the trace does not show what changed (record_shapes=True records the graphs' inputs): run "
+               "once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the guard "
+               "that failed. A new input shape is the most common cause: then compile for dynamic shapes "
                "(torch.compile(model, dynamic=True), or torch._dynamo.mark_dynamic(x, 0) on the varying dimension "
                "before the call) or pad / bucket the inputs to a few fixed sizes (pad the last batch or use "
                "drop_last=True; bucket sequence lengths to multiples of 64); a Python number that changes: pass "
