@@ -82,3 +82,59 @@ def test_eager_ops_between_two_graphs_are_a_graph_break_at_the_resume_line(tmp_p
     assert boundary["ops"][0] == "aten::item" and boundary["calls"] == 4
     assert brk["saving"] == (420 - 19) * US  # from the first graph's end (19) to the second's start (420)
     assert "model.py:42" in brk["title"]
+
+
+def _reduce_overhead_steps(b: TraceBuilder, *, new_shape_every_step: bool) -> None:
+    """mode="reduce-overhead" on a GPU as CUDA graph trees record it: each compiled-graph call sets up its
+    graph's container on the first call, records it on the second and replays it from the third. With a new
+    shape every step each step compiles (and sets up) a new graph that runs eagerly and never replays."""
+    for i in range(6):
+        base = i * 2000
+        b.step(i, ts=base, dur=2000)
+        graph = i if new_shape_every_step else 0
+        if new_shape_every_step or i == 0:
+            _compile(b, base + 20, 900, f"0/{graph}")
+        calls = i + 1 if not new_shape_every_step else 1  # the call of graph 0/0 in this step
+        region = b.cpu_op(f"Torch-Compiled Region: 0/{graph}", ts=base + 1000, dur=600)
+        if new_shape_every_step or i == 0:
+            b.cpu_op("cudagraphify.get_container", ts=base + 1010, dur=20)
+        if not new_shape_every_step and i == 1:
+            b.cpu_op("CUDAGraphNode.record", ts=base + 1040, dur=100)
+            b.runtime("cudaStreamBeginCapture", ts=base + 1041, dur=1)
+            b.runtime("cudaStreamEndCapture", ts=base + 1130, dur=1)
+        if new_shape_every_step or calls < 2:  # warm-up: the graph's kernels launched one by one
+            for k in range(20):
+                b.launch(region, kernel=f"triton_poi_fused_add_{k}", ts=base + 1200 + 10 * k, dur=5,
+                         kernel_ts=base + 1205 + 10 * k, kernel_dur=4)
+        else:
+            b.launch(region, kernel="triton_poi_fused_add_0", api="cudaGraphLaunch", ts=base + 1200, dur=8,
+                     kernel_ts=base + 1210, kernel_dur=80)
+        b.launch(None, kernel="vectorized_elementwise_kernel", ts=base + 1700, dur=5, kernel_ts=base + 1710,
+                 kernel_dur=5)  # the loss, eager, outside the compiled graph
+
+
+def test_reduce_overhead_fed_a_new_shape_every_step_never_replays(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    _reduce_overhead_steps(b, new_shape_every_step=True)
+    found = _findings(b, tmp_path)
+    graphs = found["cudagraphs_not_replayed"]
+    ev = graphs["evidence"]
+    assert ev["cause"] == "dynamic shapes" and ev["graph_replays_per_step"] == 0
+    assert ev["steps_with_new_graph"] == ev["steps_used"] == 5  # steps 1-5: step 0 is the cold start
+    assert ev["eager_launches_in_compiled_graphs_per_step"] == 20
+    assert "never replayed" in graphs["title"] and "reduce-overhead did not take" in graphs["title"]
+    # the 600 µs graph call less its 20 kernels of 4 µs (device busy), less one replay costing a launch call
+    # (5 µs: the trace holds no cudaGraphLaunch)
+    assert graphs["saving"] == (600 - 20 * 4 - 5) * US
+    assert ev["launch_host_ns_per_step"] == 20 * 5 * US
+    assert found["recompilation"]["evidence"]["recompiles"] == 5
+
+
+def test_working_reduce_overhead_has_no_cuda_graph_finding(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    _reduce_overhead_steps(b, new_shape_every_step=False)
+    doc = app.analyze([b.write(tmp_path / "t.json")])
+    assert "cudagraphs_not_replayed" not in {f.id for f in doc.findings}
+    steps = doc.ranks[0].compile.cuda_graphs.steps
+    # warm-up (eager), then recorded and replayed at once in step 1 (as the H200 trace shows), then replayed
+    assert [s.graph_replays for s in steps] == [0, 1, 1, 1, 1, 1]

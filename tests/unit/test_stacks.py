@@ -212,3 +212,24 @@ def test_the_diagnosis_adds_host_time(tmp_path: Path) -> None:
     nsys.metadata["source"] = "nsys"  # an Nsight Systems report: no advice to use --with-stack
     out = diagnose_hook(nsys, analyze_trace(nsys))
     assert out.stacks is None and out.modules is None
+
+
+def test_a_compiled_backward_kernel_takes_the_line_of_its_forward_graph(tmp_path: Path) -> None:
+    """Inductor's backward kernels run on the autograd thread under CompiledFunctionBackward, with no user
+    frame above them: they take the line of the forward graph (CompiledFunction) that made the node."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=200)
+    main = b.python("train.py(10): main", 0, 200)
+    fwd_line = b.python("model.py(42): forward", 5, 60, parent=main)
+    b.cpu_op("Torch-Compiled Region: 0/0", ts=6, dur=50)
+    graph = b.cpu_op("CompiledFunction", ts=8, dur=40, seq=7)
+    b.launch(graph, kernel="triton_poi_fused_gelu_0", kernel_ts=12, kernel_dur=5)
+    b.python("train.py(12): main", 100, 90, parent=main)  # loss.backward(): the main thread waits
+    bwd = b.cpu_op("CompiledFunctionBackward", ts=110, dur=60, seq=7, fwd_tid=1, tid=2)
+    kernel_op = b.cpu_op("triton_red_fused_sum_0", ts=115, dur=20, tid=2)
+    b.launch(kernel_op, kernel="triton_red_fused_sum_0", kernel_ts=118, kernel_dur=9)
+    del fwd_line, bwd
+    trace = _load(b, tmp_path)
+    assert source_lines_of(trace, step_windows(trace), [{"kernel": "triton_red_fused_sum_0"},
+                                                        {"kernel": "triton_poi_fused_gelu_0"}]) == [
+        ["model.py(42): forward"], ["model.py(42): forward"]]

@@ -24,6 +24,7 @@ failed — a Python number, a global, a module attribute, grad mode (``guard``).
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,8 @@ MAX_EVENTS = 200  # compile events kept in the report (the longest)
 
 @dataclass(frozen=True)
 class CompileEvent:
-    """One compilation: a maximal span of compile work on one thread, with the compile it produced."""
+    """One span of compile work: a maximal stretch of it on one thread, with the compile it belongs to (a
+    compile is one or more spans: :class:`Compilation`)."""
 
     row: int  # the outermost span it starts with
     start_ns: int
@@ -80,15 +82,12 @@ class CompileEvent:
     def compile_id(self) -> str | None:
         return None if self.frame is None else f"{self.frame}/{self.attempt}"
 
-    def record(self) -> CompileRecord:
-        """The report's row for this compilation."""
-        return CompileRecord(start_ns=self.start_ns, dur_ns=self.dur_ns, compile_id=self.compile_id,
-                             recompile=self.recompile, cause=self.cause, detail=self.detail)
 
 
 class CompileRecord(msgspec.Struct, kw_only=True):
-    """One compilation in the report (``compile.events``): when, how long, its compile id F/C and, for a
-    recompile, why (``cause``: first compile, shape, dtype, guard, unknown) and what changed."""
+    """One compilation in the report (``compile.events``): when it started, its compile time (``dur_ns``:
+    the union of its ``spans``), its compile id F/C and, for a recompile, why (``cause``: first compile,
+    shape, dtype, guard, unknown) and what changed."""
 
     start_ns: int
     dur_ns: int
@@ -96,6 +95,7 @@ class CompileRecord(msgspec.Struct, kw_only=True):
     recompile: bool
     cause: str
     detail: str
+    spans: int = 1  # spans of compile work it is made of (forward, backward, first-call autotuning…)
 
 
 def compile_rows(trace: Trace) -> I64:
@@ -118,8 +118,10 @@ def compile_set(trace: Trace, pids: I64 | None = None) -> iv.IntervalSet:
 
 
 def compile_events(trace: Trace) -> list[CompileEvent]:
-    """Every compilation in the trace, by start time (cached): the compile spans merged per thread, each
-    with its compile id and, for a recompile, what changed in the graph's inputs."""
+    """Every span of compile work in the trace, by start time (cached): the compile spans merged per
+    thread, each with its compile id and, for a recompile, what changed in the graph's inputs. One compile
+    is several spans (Dynamo's trace, the backward graph's compile on the autograd thread, autotuning and
+    CUDA-graph set-up at the graph's first call): :func:`compilations` groups them by compile id."""
     cached: list[CompileEvent] | None = trace.cache.get("compile.events")
     if cached is not None:
         return cached
@@ -127,20 +129,106 @@ def compile_events(trace: Trace) -> list[CompileEvent]:
     rows = compile_rows(trace)
     regions = compiled_regions(trace)
     region_starts = np.array([r.start_ns for r in regions], dtype=np.int64)
+    by_thread: dict[tuple[int, int], list[Region]] = {}
+    for r in regions:
+        by_thread.setdefault((r.pid, r.tid), []).append(r)
     events: list[CompileEvent] = []
+    causes: dict[tuple[int, int], tuple[str, str]] = {}
     for pid, tid in sorted({(int(p), int(t)) for p, t in zip(c.pid[rows].tolist(), c.tid[rows].tolist())}):
         mine = rows[(c.pid[rows] == pid) & (c.tid[rows] == tid)]
         starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
         first = np.searchsorted(c.ts[mine], starts, side="left")
         last = np.searchsorted(c.ts[mine], ends, side="left")
         for lo, hi, i, j in zip(starts.tolist(), ends.tolist(), first.tolist(), last.tolist()):
-            ident = _first_id(trace, mine[i:j]) or _next_region_id(regions, region_starts, pid, tid, hi)
+            ident = (_first_id(trace, mine[i:j])
+                     or _enclosing_region_id(trace, by_thread.get((pid, tid), []), mine[i:j], lo, hi)
+                     or _next_region_id(regions, region_starts, pid, tid, hi))
             frame, attempt = ident if ident else (None, None)
-            cause, detail = _cause(trace, regions, frame, attempt)
+            key = (frame, attempt) if frame is not None and attempt is not None else None
+            if key is not None and key not in causes:
+                causes[key] = _cause(trace, regions, frame, attempt)
+            cause, detail = causes[key] if key is not None else ("unknown", "")
             events.append(CompileEvent(int(mine[i]), lo, hi, pid, tid, frame, attempt, cause, detail))
     events.sort(key=lambda e: e.start_ns)
     trace.cache["compile.events"] = events
     return events
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """One compile of a frame (compile id F/C in one process): every span of compile work that names it or
+    runs for it, on any thread. A compiled training graph is compiled in several spans (the forward in
+    Dynamo's trace, the backward on the autograd thread when the backward first runs, lazy autotuning and
+    CUDA-graph set-up inside the graph's first call); they are one compilation, and their union its time.
+    Spans the trace names no compile id for are each a compilation of their own."""
+
+    spans: tuple[CompileEvent, ...]  # by start time
+
+    @property
+    def first(self) -> CompileEvent:
+        return self.spans[0]
+
+    @property
+    def pid(self) -> int:
+        return self.first.pid
+
+    @property
+    def frame(self) -> int | None:
+        return self.first.frame
+
+    @property
+    def attempt(self) -> int | None:
+        return self.first.attempt
+
+    @property
+    def cause(self) -> str:
+        return self.first.cause
+
+    @property
+    def detail(self) -> str:
+        return self.first.detail
+
+    @property
+    def recompile(self) -> bool:
+        return self.first.recompile
+
+    @property
+    def compile_id(self) -> str | None:
+        return self.first.compile_id
+
+    @property
+    def start_ns(self) -> int:
+        return self.first.start_ns
+
+    def intervals(self) -> iv.IntervalSet:
+        """Its compile time as a merged interval set (spans on several threads may overlap: counted once)."""
+        return iv.merge(np.array([e.start_ns for e in self.spans], dtype=np.int64),
+                        np.array([e.end_ns for e in self.spans], dtype=np.int64))
+
+    @property
+    def dur_ns(self) -> int:
+        """Its compile time: the union of its spans (not first start to last end: the step runs between)."""
+        return iv.total(self.intervals())
+
+    def record(self) -> CompileRecord:
+        """The report's row for this compilation."""
+        return CompileRecord(start_ns=self.start_ns, dur_ns=self.dur_ns, compile_id=self.compile_id,
+                             recompile=self.recompile, cause=self.cause, detail=self.detail, spans=len(self.spans))
+
+
+def compilations(trace: Trace) -> list[Compilation]:
+    """The compilations of the trace by first start (cached): :func:`compile_events` grouped by process and
+    compile id, so a compile seen as several spans counts once."""
+    cached: list[Compilation] | None = trace.cache.get("compile.compilations")
+    if cached is not None:
+        return cached
+    groups: dict[tuple[int, int, int] | int, list[CompileEvent]] = {}
+    for e in compile_events(trace):  # by start
+        key = (e.pid, e.frame, e.attempt) if e.frame is not None and e.attempt is not None else e.row
+        groups.setdefault(key, []).append(e)
+    cached = sorted((Compilation(tuple(spans)) for spans in groups.values()), key=lambda k: k.start_ns)
+    trace.cache["compile.compilations"] = cached
+    return cached
 
 
 @dataclass(frozen=True)
@@ -175,22 +263,6 @@ def compiled_regions(trace: Trace) -> list[Region]:
     return cached
 
 
-def _graph_inputs(trace: Trace, region: Region) -> tuple[list[Any], list[Any]] | None:
-    """(shapes, dtypes) of the graph's inputs: what ``record_shapes`` recorded for the region's
-    ``CompiledFunction`` (AOTAutograd's forward). None when not recorded (inference graphs have none)."""
-    c = trace.columns
-    rows = trace.rows_of(*_HOST_KINDS)
-    funcs = rows[trace.name_matches(rows, COMPILED_FUNCTION)]
-    at = int(np.searchsorted(c.ts[funcs], region.start_ns, side="left"))
-    for row in funcs[at : at + 8].tolist():  # the first on the region's thread, inside it
-        if int(c.ts[row]) >= region.end_ns:
-            break
-        if int(c.pid[row]) == region.pid and int(c.tid[row]) == region.tid:
-            recorded = trace.op_inputs(row)
-            return (list(recorded.dims), list(recorded.types)) if recorded.dims or recorded.types else None
-    return None
-
-
 def _parse_id(name: str) -> tuple[int, int] | None:
     m = _ID.search(name)
     if not m:
@@ -215,30 +287,107 @@ def _next_region_id(regions: list[Region], starts: I64, pid: int, tid: int, afte
     return None
 
 
+# Spans that compile a whole frame: run inside a compiled region they compile another frame (the resume
+# function after a graph break), not the region's graph.
+_FRAME_COMPILE = r"^(dynamo$|entire_frame_compile|_compile\.)"
+_ENCLOSING_SCAN = 256  # earlier regions of the thread looked at for one that encloses a span
+
+
+def _enclosing_region_id(trace: Trace, regions: list[Region], rows: I64, lo: int, hi: int) -> tuple[int, int] | None:
+    """The id of the innermost compiled region of the thread (``regions``, by start) that encloses the span
+    [lo, hi): work done lazily at a graph's first call (autotuning, ``cudagraphify`` and CUDA-graph
+    recording) is that graph's compile. None for a span that compiles a frame (its own graph)."""
+    if not regions or trace.name_matches(rows, _FRAME_COMPILE).any():
+        return None
+    at = bisect.bisect_right([r.start_ns for r in regions], lo)
+    for r in reversed(regions[max(at - _ENCLOSING_SCAN, 0) : at]):
+        if r.end_ns >= hi and r.frame is not None and r.attempt is not None:
+            return r.frame, r.attempt
+    return None
+
+
 def _cause(trace: Trace, regions: list[Region], frame: int | None, attempt: int | None) -> tuple[str, str]:
     """Why frame F compiled for the C-th time: compare the inputs of graph F/C with those of F/C−1."""
     if frame is None or attempt is None:
         return "unknown", ""
     if attempt == 0:
         return "first compile", ""
-    new = _inputs_of_graph(trace, regions, frame, attempt)
-    old = next((x for a in range(attempt - 1, -1, -1) if (x := _inputs_of_graph(trace, regions, frame, a))), None)
+    new = _signature_of_graph(trace, regions, frame, attempt)
+    old = next((x for a in range(attempt - 1, -1, -1) if (x := _signature_of_graph(trace, regions, frame, a))), None)
     if new is None or old is None:
         return "unknown", ""
-    for kind, a, b in (("shape", old[0], new[0]), ("dtype", old[1], new[1])):
-        changed = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y]
-        if changed or len(a) != len(b):
-            return kind, "; ".join(f"input {i}: {x} -> {y}" for i, x, y in changed[:3]) or f"{len(a)} -> {len(b)} inputs"
+    return _compare(old, new)
+
+
+# A graph's inputs as recorded: (label, shapes, dtypes) per recorded call, in order. The label is '' for
+# the graph's own inputs (``CompiledFunction``), else the name of the op whose inputs they are.
+Signature = list[tuple[str, list[Any], list[Any]]]
+MAX_SIGNATURE_OPS = 256  # ops of a graph's first call compared when the graph's own inputs are not recorded
+
+
+def _compare(old: Signature, new: Signature) -> tuple[str, str]:
+    """``shape`` / ``dtype`` with what changed, or ``guard`` (the same tensors: another guard failed), from
+    the calls the two signatures share in order (up to the first that differs in name)."""
+    shapes: dict[str, str] = {}  # what changed -> where it is first seen (one line per distinct change)
+    dtypes: dict[str, str] = {}
+    compared = 0
+    for (name, dims_a, types_a), (other, dims_b, types_b) in zip(old, new):
+        if name != other:
+            break
+        compared += 1
+        where = f"{name} input" if name else "input"
+        if len(dims_a) != len(dims_b):
+            shapes.setdefault(f"{len(dims_a)} -> {len(dims_b)} inputs", name or "graph")
+        for found, a, b in ((shapes, dims_a, dims_b), (dtypes, types_a, types_b)):
+            for i, (x, y) in enumerate(zip(a, b)):
+                if x != y:
+                    found.setdefault(f"{x} -> {y}", f"{where} {i}")
+    for kind, found in (("shape", shapes), ("dtype", dtypes)):
+        if found:
+            return kind, "; ".join(f"{at}: {change}" for change, at in list(found.items())[:3])
+    if not compared:
+        return "unknown", ""
     return "guard", "same input shapes and dtypes"
 
 
-def _inputs_of_graph(trace: Trace, regions: list[Region], frame: int, attempt: int) -> tuple[list[Any], list[Any]] | None:
+def _signature_of_graph(trace: Trace, regions: list[Region], frame: int, attempt: int) -> Signature | None:
     for r in regions:
         if (r.frame, r.attempt) == (frame, attempt):
-            found = _graph_inputs(trace, r)
+            found = _signature(trace, r)
             if found:
                 return found
     return None
+
+
+def _signature(trace: Trace, region: Region) -> Signature | None:
+    """What ``record_shapes`` recorded for one call of a graph: the graph's inputs (its region's own args,
+    else its ``CompiledFunction``, AOTAutograd's forward), else the inputs of the ops run in the call
+    (inference graphs have no ``CompiledFunction``; with CUDA graph trees the first call runs the ops),
+    compile work inside the call left out. None when nothing was recorded."""
+    own = trace.op_inputs(region.row)
+    if own.dims or own.types:
+        return [("", list(own.dims), list(own.types))]
+    c = trace.columns
+    rows = trace.rows_of(*_HOST_KINDS)
+    funcs = rows[trace.name_matches(rows, COMPILED_FUNCTION)]
+    at = int(np.searchsorted(c.ts[funcs], region.start_ns, side="left"))
+    for row in funcs[at : at + 8].tolist():  # the first on the region's thread, inside it
+        if int(c.ts[row]) >= region.end_ns:
+            break
+        if int(c.pid[row]) == region.pid and int(c.tid[row]) == region.tid:
+            recorded = trace.op_inputs(row)
+            if recorded.dims or recorded.types:
+                return [("", list(recorded.dims), list(recorded.types))]
+            break
+    ops = outside_compile(trace, _on_thread(trace, trace.rows_of(Kind.CPU_OP), region))
+    out: Signature = []
+    for row in ops.tolist():
+        recorded = trace.op_inputs(row)
+        if any(d for d in recorded.dims):  # an op with a tensor input (factories have only scalars)
+            out.append((trace.name_of(row), list(recorded.dims), list(recorded.types)))
+            if len(out) >= MAX_SIGNATURE_OPS:
+                break
+    return out or None
 
 
 class GraphCalls(msgspec.Struct, kw_only=True):
@@ -289,8 +438,9 @@ class CudaGraphLaunches(msgspec.Struct, kw_only=True):
 class CompileReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The report's ``compile`` section (``RankReport.compile``). Only ``compiled: false`` for a trace
     without torch.compile work, compiled regions, guard checks or Inductor kernels; else every field but
-    ``cuda_graphs`` (absent without any kernel launch) is set. ``events`` keeps the
-    :data:`MAX_EVENTS` longest compilations, by start."""
+    ``cuda_graphs`` (absent without any kernel launch) is set. ``compiles``/``recompiles`` count
+    compilations (:class:`Compilation`: one per compile id, however many spans it is seen as); ``events``
+    keeps the :data:`MAX_EVENTS` longest, by start."""
 
     compiled: bool
     compile_ns: int | UnsetType = UNSET
@@ -320,14 +470,15 @@ def compile_section(trace: Trace) -> CompileReport:
         g = graphs.setdefault(r.compile_id or "?", GraphCalls(compile_id=r.compile_id, calls=0, total_ns=0))
         g.calls += 1
         g.total_ns += r.end_ns - r.start_ns
-    kept = sorted(events, key=lambda e: -e.dur_ns)[:MAX_EVENTS]
+    compiles = compilations(trace)
+    kept = sorted(compiles, key=lambda k: -k.dur_ns)[:MAX_EVENTS]
     return CompileReport(
         compiled=True,
         compile_ns=iv.total(compile_set(trace)),
-        compiles=len(events),
-        recompiles=sum(e.recompile for e in events),
+        compiles=len(compiles),
+        recompiles=sum(k.recompile for k in compiles),
         frames=len({e.frame for e in events if e.frame is not None} | {r.frame for r in compiled_regions(trace) if r.frame is not None}),
-        events=[e.record() for e in sorted(kept, key=lambda e: e.start_ns)],
+        events=[k.record() for k in sorted(kept, key=lambda k: k.start_ns)],
         regions=CompiledRegions(calls=int(regions.size), total_ns=int(c.dur[regions].sum()), graphs=list(graphs.values())),
         cache_lookups=CacheLookups(calls=int(lookups.size), total_ns=int(c.dur[lookups].sum())),
         kernels=compiled_kernels_section(trace),
@@ -489,3 +640,109 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
         steps=steps[:200],
         recaptured_steps=sum(1 for s in steps[1:] if s.captures),
     )
+
+
+# CUDA graph trees (``mode="reduce-overhead"``): a graph's container is set up at its first call
+# (``cudagraphify.get_container``), which runs eagerly (warm-up); the second call records the graph
+# (``CUDAGraphNode.record``, a stream capture) and replays it, later calls replay it.
+GRAPH_TREES = r"^(cudagraphify|CUDAGraphNode\.|CUDAGraphTreeManager)"
+GRAPH_SETUP = r"^(cudagraphify\.get_container|CUDAGraphNode\.record)"
+_CAPTURE_BEGIN = r"^(cuda|hip|cu)StreamBeginCapture"
+_COMPILED_GRAPH = r"^(Torch-Compiled Region|CompiledFunctionBackward$)"
+
+
+@dataclass(frozen=True)
+class GraphUse:
+    """How one window (a step) ran the CUDA/HIP graphs: ``replays`` (graph launches executed), ``eager``
+    kernel launches executed outside capture, of them ``eager_in_compiled`` inside a compiled graph's call
+    (a ``Torch-Compiled Region`` or its ``CompiledFunctionBackward``, compile work left out: the launches a
+    replay of that graph would replace) and their host time ``eager_in_compiled_ns``,
+    ``region_calls`` (outermost compiled-region calls) and ``setups``: new graphs set up or recorded (CUDA
+    graph trees' ``cudagraphify.get_container`` / ``CUDAGraphNode.record`` spans, stream captures)."""
+
+    replays: int
+    eager: int
+    eager_in_compiled: int
+    eager_in_compiled_ns: int
+    region_calls: int
+    setups: int
+
+
+def uses_graph_trees(trace: Trace) -> bool:
+    """Whether the trace shows CUDA graph trees at work (``mode="reduce-overhead"`` took the graph)."""
+    rows = trace.rows_of(*_HOST_KINDS)
+    return bool(trace.name_matches(rows, GRAPH_TREES).any())
+
+
+def graph_use(trace: Trace, windows: list[tuple[int, int]]) -> list[GraphUse]:
+    """Per window [start, end): graph replays against eager launches, and new graphs set up (see
+    :class:`GraphUse`). Launch calls recorded into a graph under capture are not executed: left out."""
+    from aiprof.analysis.graphs import captured_mask, launch_rows
+
+    c = trace.columns
+    rows = launch_rows(trace)
+    rows = rows[~captured_mask(trace, rows)]
+    replays = rows[trace.name_matches(rows, GRAPH_REPLAY)]
+    eager = rows[trace.name_matches(rows, KERNEL_LAUNCH) & ~trace.name_matches(rows, GRAPH_REPLAY)]
+    outer = _outermost(compiled_regions(trace))
+    host = trace.rows_of(*_HOST_KINDS)
+    graphs = host[trace.name_matches(host, _COMPILED_GRAPH)]  # a backward graph runs on the autograd thread
+    inside = np.zeros(eager.size, dtype=bool)
+    for pid, tid in {(int(p), int(t)) for p, t in zip(c.pid[graphs].tolist(), c.tid[graphs].tolist())}:
+        sel = np.flatnonzero((c.pid[eager] == pid) & (c.tid[eager] == tid))
+        mine = graphs[(c.pid[graphs] == pid) & (c.tid[graphs] == tid)]
+        starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
+        k = np.searchsorted(starts, c.ts[eager[sel]], side="right") - 1
+        inside[sel] = (k >= 0) & (c.ts[eager[sel]] < ends[np.maximum(k, 0)])
+    compiled_launches = outside_compile(trace, eager[inside])  # not autotuning's benchmark launches
+    runtime = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    setups = np.sort(np.concatenate([host[trace.name_matches(host, GRAPH_SETUP) & ~trace.name_matches(host, r"_data: ")],
+                                     runtime[trace.name_matches(runtime, _CAPTURE_BEGIN)]]))
+    region_starts = np.array([r.start_ns for r in outer], dtype=np.int64)
+
+    def count(found: I64, lo: int, hi: int) -> I64:
+        a, b = np.searchsorted(c.ts[found], [lo, hi], side="left")
+        picked: I64 = found[a:b]
+        return picked
+
+    out: list[GraphUse] = []
+    for lo, hi in windows:
+        mine = count(compiled_launches, lo, hi)
+        a, b = np.searchsorted(region_starts, [lo, hi], side="left")
+        setup_rows = setups[(c.ts[setups] >= lo) & (c.ts[setups] < hi)]
+        out.append(GraphUse(replays=int(count(replays, lo, hi).size), eager=int(count(eager, lo, hi).size),
+                            eager_in_compiled=int(mine.size), eager_in_compiled_ns=int(c.dur[mine].sum()),
+                            region_calls=int(b - a), setups=_distinct_setups(trace, setup_rows)))
+    return out
+
+
+def _distinct_setups(trace: Trace, rows: I64) -> int:
+    """New graphs among set-up rows: nested spans of one set-up (``cudagraphify.get_container`` around its
+    ``(dynamo_timed)`` span) count once."""
+    c = trace.columns
+    end = -1
+    n = 0
+    for ts, dur in zip(c.ts[rows].tolist(), c.dur[rows].tolist()):
+        if ts >= end:
+            n += 1
+        end = max(end, ts + dur)
+    return n
+
+
+def compiled_call_set(trace: Trace) -> iv.IntervalSet:
+    """The time inside calls of compiled graphs (``Torch-Compiled Region``, ``CompiledFunctionBackward``),
+    on any thread, compile work left out: what a CUDA graph replay of those graphs would stand in for."""
+    c = trace.columns
+    host = trace.rows_of(*_HOST_KINDS)
+    rows = host[trace.name_matches(host, _COMPILED_GRAPH)]
+    return iv.subtract(iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows]), compile_set(trace))
+
+
+def graph_launch_ns(trace: Trace) -> int | None:
+    """The median host time of one executed graph launch (``cudaGraphLaunch``…), None without any."""
+    from aiprof.analysis.graphs import captured_mask, launch_rows
+
+    rows = launch_rows(trace)
+    rows = rows[trace.name_matches(rows, GRAPH_REPLAY)]
+    rows = rows[~captured_mask(trace, rows)]
+    return int(np.median(trace.columns.dur[rows])) if rows.size else None

@@ -39,6 +39,7 @@ from aiprof.analysis.stacks import (
     Windows,
     codes_like,
     depth_of,
+    forward_op,
     innermost,
     levels_of,
     parents_by_time,
@@ -220,17 +221,12 @@ def _device(trace: Trace, spans: _Spans, node: I64, win: Windows, count: int) ->
     mod = _module_of(trace, spans, op)
     has = mod >= 0
     fwd += np.bincount(node[mod[has]], weights=ns[has], minlength=count).astype(np.int64)
-    # The rest: launched under a backward op; its forward op's module.
-    fwd_of, par = links.forward_of(trace), links.parent(trace)
-    b = op[~has].copy()
-    for _ in range(64):
-        climb = (b >= 0) & (fwd_of[np.maximum(b, 0)] < 0)
-        if not climb.any():
-            break
-        b[climb] = par[b[climb]]
+    # The rest: launched under a backward op (eager, or a compiled graph's CompiledFunctionBackward running
+    # Inductor's kernels); its forward op's module.
+    b = forward_op(trace, op[~has])
     ok = b >= 0
     bmod = np.full(b.size, -1, dtype=np.int64)
-    bmod[ok] = _module_of(trace, spans, fwd_of[b[ok]])
+    bmod[ok] = _module_of(trace, spans, b[ok])
     got = bmod >= 0
     bwd += np.bincount(node[bmod[got]], weights=ns[~has][got], minlength=count).astype(np.int64)
     return fwd, bwd

@@ -511,7 +511,10 @@ TOP_LINES = 3
 
 
 def op_source_lines(trace: Trace, windows: Windows, op_rows: I64, limit: int = TOP_LINES) -> list[str]:
-    """The innermost user frames (``file(line): fn``) the given CPU ops run under, most time first."""
+    """The innermost user frames (``file(line): fn``) the given CPU ops run under, most time first. An op
+    under no user frame that runs inside a backward op (the autograd engine's thread: an eager
+    ``MulBackward0``, a compiled graph's ``CompiledFunctionBackward`` launching Inductor's kernels) takes
+    the line of the forward op that created that backward node."""
     forest = python_forest(trace, windows)
     c = trace.columns
     names = c.name[forest.rows].astype(np.int64)
@@ -519,8 +522,18 @@ def op_source_lines(trace: Trace, windows: Windows, op_rows: I64, limit: int = T
     if not user.any() or op_rows.size == 0:
         return []
     spans, span_parent = forest.restrict(user)
-    q_code = _codes_like(trace, forest, op_rows)
-    found = innermost(forest.thread[spans], forest.start[spans], forest.end[spans], span_parent, q_code, c.ts[op_rows])
+
+    def lines_of(rows: I64) -> I64:
+        return innermost(forest.thread[spans], forest.start[spans], forest.end[spans], span_parent,
+                         _codes_like(trace, forest, rows), c.ts[rows])
+
+    found = lines_of(op_rows)
+    miss = np.flatnonzero(found < 0)
+    if miss.size:  # a backward op on the autograd thread (eager, or a compiled CompiledFunctionBackward)
+        fwd = forward_op(trace, op_rows[miss])  # has no user frame: its forward op's line
+        ok = fwd >= 0
+        if ok.any():
+            found[miss[ok]] = lines_of(fwd[ok])
     hit = found >= 0
     if not hit.any():
         return []
@@ -529,6 +542,22 @@ def op_source_lines(trace: Trace, windows: Windows, op_rows: I64, limit: int = T
     tally = np.bincount(line_ids, weights=weight)
     best = np.argsort(-tally, kind="stable")[:limit]
     return [trace.strings[int(i)] for i in best.tolist() if tally[i] > 0]
+
+
+def forward_op(trace: Trace, rows: I64, max_depth: int = 64) -> I64:
+    """For each row, the forward op of the innermost backward op it runs in (itself included; climbing the
+    CPU span tree: :func:`aiprof.trace.links.forward_of`), -1 outside any backward op."""
+    from aiprof.trace import links
+
+    fwd_of, par = links.forward_of(trace), links.parent(trace)
+    b = rows.astype(np.int64).copy()
+    for _ in range(max_depth):
+        climb = (b >= 0) & (fwd_of[np.maximum(b, 0)] < 0)
+        if not climb.any():
+            break
+        b[climb] = par[b[climb]]
+    out: I64 = np.where(b >= 0, fwd_of[np.maximum(b, 0)], -1)
+    return out
 
 
 def _codes_like(trace: Trace, forest: PyForest, rows: I64) -> I64:

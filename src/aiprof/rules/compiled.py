@@ -1,5 +1,7 @@
-"""Rules on torch.compile'd code: ``recompilation`` (compile time that comes back in the steady steps) and
-``graph_break`` (eager code between compiled graphs inside one call of a compiled frame).
+"""Rules on torch.compile'd code: ``recompilation`` (compile time that comes back in the steady steps),
+``graph_break`` (eager code between compiled graphs inside one call of a compiled frame) and
+``cudagraphs_not_replayed`` (CUDA graphs set up again and again but not replayed: reduce-overhead that did
+not take).
 
 A frame's first compile (compile id F/0) is paid once per process: :mod:`aiprof.rules.coldstart` reports
 it as a one-time cost (``cold_start``) and leaves its step out of the steady state. Everything else Dynamo
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.compile import CompileEvent, GraphBreak, compile_events, graph_breaks
+from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilations, graph_breaks, graph_launch_ns,
+                                     compiled_call_set, graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
@@ -32,38 +35,45 @@ _FIXES = {
              "argument, a global, a module attribute or grad mode that changes between calls. Pass changing "
              "numbers as tensors (torch.tensor(step)), move the Python value out of the compiled function, or "
              "set torch._dynamo.config.automatic_dynamic_shapes / mark the integer dynamic",
-    "unknown": "run once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the "
-               "guard that failed",
+    "unknown": "the trace does not show what changed (record_shapes=True records the graphs' inputs): run "
+               "once with TORCH_LOGS=recompiles (or torch._logging.set_logs(recompiles=True)) to print the guard "
+               "that failed. A new input shape is the most common cause: then compile for dynamic shapes "
+               "(torch.compile(model, dynamic=True), or torch._dynamo.mark_dynamic(x, 0) on the varying dimension "
+               "before the call) or pad / bucket the inputs to a few fixed sizes (pad the last batch or use "
+               "drop_last=True; bucket sequence lengths to multiples of 64); a Python number that changes: pass "
+               "it as a tensor",
 }
-_FIX_TAIL = ("TORCH_LOGS=recompiles prints each failed guard. After torch._dynamo.config.recompile_limit (8) "
-             "recompiles of a frame Dynamo stops compiling it and runs it eagerly.")
+_LOGS_TAIL = "TORCH_LOGS=recompiles prints each failed guard. "
+_FIX_TAIL = ("After torch._dynamo.config.recompile_limit (8) recompiles of a frame Dynamo stops compiling it and "
+             "runs it eagerly.")
 
 
-def _steady_compiles(ctx: RankContext) -> list[tuple[CompileEvent, int]]:
-    """Compilations in the steady steps other than a frame's first compile, with their steady ns."""
-    events = [e for e in compile_events(ctx.trace) if e.attempt != 0]
-    if not events or not ctx.steps:
-        return []
-    starts, ends = ctx.steady_set
-    lo = np.array([e.start_ns for e in events], dtype=np.int64)
-    hi = np.array([e.end_ns for e in events], dtype=np.int64)
-    inside = iv.overlap_per_window((starts, ends), lo, hi)
-    return [(e, int(ns)) for e, ns in zip(events, inside.tolist()) if ns > 0]
+def _steady_compiles(ctx: RankContext) -> tuple[list[tuple[Compilation, int]], int]:
+    """Compilations in the steady steps other than a frame's first compile, each with its compile time
+    inside the steady steps, and the union of that time (compilations on several threads at once count
+    once). A compilation seen as several spans (forward, backward, first-call autotuning) is one."""
+    found = [k for k in compilations(ctx.trace) if k.attempt != 0]
+    if not found or not ctx.steps:
+        return [], 0
+    steady = ctx.steady_set
+    out = [(k, iv.total(iv.intersect(k.intervals(), steady))) for k in found]
+    out = [(k, ns) for k, ns in out if ns > 0]
+    together = iv.union(*(k.intervals() for k, _ in out)) if out else iv.as_set([], [])
+    return out, iv.total(iv.intersect(together, steady))
 
 
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
 def recompilation(ctx: RankContext) -> list[Finding]:
     """Dynamo compiles again in the steady steps: the compile time, how often, why, and the fix per cause."""
-    found = _steady_compiles(ctx)
+    found, total = _steady_compiles(ctx)
     if not found:
         return []
-    total = sum(ns for _, ns in found)
     saving = total / ctx.step_count
-    causes = Counter(e.cause for e, _ in found)
-    frames = Counter(str(e.frame) for e, _ in found if e.frame is not None)
+    causes = Counter(k.cause for k, _ in found)
+    frames = Counter(str(k.frame) for k, _ in found if k.frame is not None)
     main = causes.most_common(1)[0][0]
-    examples = [{"compile_id": None if e.frame is None else f"{e.frame}/{e.attempt}", "dur_ns": ns, "cause": e.cause,
-                 **({"detail": e.detail} if e.detail else {})} for e, ns in sorted(found, key=lambda f: -f[1])[:8]]
+    examples = [{"compile_id": k.compile_id, "dur_ns": ns, "cause": k.cause, "spans": len(k.spans),
+                 **({"detail": k.detail} if k.detail else {})} for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
     evidence: dict[str, Any] = {
         "recompiles": len(found),
         "compile_ns_per_step": int(saving),
@@ -75,10 +85,11 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
              f"({why}), {ms_text(saving)} of compile time per step")
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
-    fix = text[:1].upper() + text[1:] + ". " + _FIX_TAIL
+    fix = text[:1].upper() + text[1:] + ". " + ("" if "unknown" in causes else _LOGS_TAIL) + _FIX_TAIL
     return [ctx.finding("recompilation", title, saving, evidence=evidence, fix=fix,
-                        formula="compile time (Dynamo/AOTAutograd/Inductor spans) of recompiles inside the steady "
-                        "steps / steps: none of it is paid once the shapes and guards are stable",
+                        formula="compile time (Dynamo/AOTAutograd/Inductor spans, every span of a compile id "
+                        "counted once) of recompiles inside the steady steps / steps: none of it is paid once "
+                        "the shapes and guards are stable",
                         kind="estimate", confidence="high" if main in ("shape", "dtype") else "medium")]
 
 
@@ -161,3 +172,108 @@ def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], b
     if line:
         out["source_line"] = line
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# CUDA graphs that do not replay
+# ---------------------------------------------------------------------------------------------------
+_GRAPH_FIXES = {
+    "dynamic shapes": (
+        "A CUDA graph replays only the shapes it recorded: CUDA graph trees keep one graph per distinct input "
+        "shape, run it eagerly on its first call (warm-up) and record and replay it from the second, so a "
+        "shape seen once is never replayed (and each new shape recompiles). Keep the shapes static: pad or "
+        "bucket the inputs to a few fixed sizes (pad the batch, drop_last=True, bucket sequence lengths to "
+        "multiples of 64), so each size records once and replays after; torch.compile(dynamic=True) / "
+        "torch._dynamo.mark_dynamic stops the recompiles but graph trees still record one graph per distinct "
+        "size (torch._inductor.config.triton.cudagraph_skip_dynamic_graphs=True runs such graphs without CUDA "
+        "graphs instead)"),
+    "re-recording": (
+        "The graphs are recorded again instead of replayed: a manual torch.cuda.graph capture inside the loop "
+        "(capture once, then copy new data into the static inputs: static_x.copy_(x); graph.replay()), or CUDA "
+        "graph trees re-recording because a recorded graph's static inputs changed (parameters replaced, "
+        "inputs mutated in place) or outputs of the previous iteration are still alive (call "
+        "torch.compiler.cudagraph_mark_step_begin() before each iteration)"),
+    "not replayed": (
+        "CUDA graph trees set the graphs up but do not replay them: a graph replays from its second call with "
+        "the same shapes, and Inductor falls back to running it without CUDA graphs for CPU tensors in the "
+        "graph, inputs mutated in place, or dynamic shapes it skips"),
+}
+_GRAPH_FIX_TAIL = ("TORCH_LOGS=perf_hints prints why Inductor skipped CUDA graphs ('skipping cudagraphs due to …'), "
+                   "TORCH_LOGS=recompiles why Dynamo compiled a new graph.")
+
+
+@rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
+def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
+    """CUDA graphs are set up (CUDA graph trees, stream captures) but the steady steps do not replay them:
+    ``mode="reduce-overhead"`` that did not take. The saving is the launch overhead the replays would
+    remove: the time inside compiled-graph calls with the device idle (Inductor's wrapper, the kernel
+    launchers and launch calls running while nothing runs on the device), less one graph launch per call."""
+    if not ctx.is_gpu or len(ctx.steps) < 2:
+        return []
+    trace = ctx.trace
+    use = graph_use(trace, [(s.start_ns, s.start_ns + s.duration_ns) for s in ctx.steps])
+    trees = uses_graph_trees(trace)
+    n = len(use)
+    no_replay = sum(1 for u in use if u.replays == 0 and u.eager > 0)
+    new_graphs = sum(1 for u in use if u.setups)
+    if not (trees or new_graphs) or 2 * max(no_replay, new_graphs) <= n or not any(u.eager_in_compiled for u in use):
+        return []
+    recompiles, _ = _steady_compiles(ctx)
+    causes = Counter(k.cause for k, _ in recompiles)
+    if 2 * len(recompiles) >= n and causes.most_common(1)[0][0] in ("shape", "unknown"):
+        cause = "dynamic shapes"
+    elif 2 * new_graphs > n:
+        cause = "re-recording"
+    else:
+        cause = "not replayed"
+    replay_ns = graph_launch_ns(trace) or _median_launch_ns(use)
+    # What the graph calls cost the step: their time with the device idle (the host running Inductor's
+    # wrapper, the launchers and the launch calls while nothing runs). A replay stands in for all of it.
+    busy = _device_busy(ctx)
+    calls = compiled_call_set(trace)
+    exposed = iv.subtract(calls, busy) if busy is not None else calls
+    starts = np.array([s.start_ns for s in ctx.steps], dtype=np.int64)
+    exposed_ns = iv.overlap_per_window(exposed, starts, starts + np.array([s.duration_ns for s in ctx.steps],
+                                                                          dtype=np.int64)).tolist()
+    saving = sum(max(int(x) - u.region_calls * replay_ns, 0) for x, u in zip(exposed_ns, use)) / n
+    replays = sum(u.replays for u in use)
+    eager = sum(u.eager for u in use)
+    what = (f"a new CUDA graph set up (re-recorded) in {new_graphs} of {n} steps" if new_graphs
+            else f"CUDA graphs set up but not replayed in {no_replay} of {n} steps")
+    replayed = "never replayed" if not replays else f"replayed {replays / n:.1f} times per step"
+    because = {"dynamic shapes": f": dynamic shapes, {len(recompiles)} recompile{'s' * (len(recompiles) != 1)} "
+                                 "for new input shapes, one graph per shape",
+               "re-recording": ": graphs recorded again instead of replayed", "not replayed": ""}[cause]
+    title = (f"CUDA graphs do not replay (reduce-overhead did not take): {what}, {replayed}; "
+             f"{eager / n:,.0f} eager kernel launches per step{because}")
+    evidence: dict[str, Any] = {
+        "cause": cause,
+        "graph_trees": trees,
+        "steps_without_replay": no_replay,
+        "steps_with_new_graph": new_graphs,
+        "graph_replays_per_step": round(replays / n, 2),
+        "eager_launches_per_step": round(eager / n, 2),
+        "eager_launches_in_compiled_graphs_per_step": round(sum(u.eager_in_compiled for u in use) / n, 2),
+        "launch_host_ns_per_step": int(sum(u.eager_in_compiled_ns for u in use) / n),
+        "exposed_graph_call_ns_per_step": int(sum(exposed_ns) / n),
+        "graph_calls_per_step": round(sum(u.region_calls for u in use) / n, 2),
+        "replay_cost_ns": int(replay_ns),
+        "recompiles": len(recompiles),
+        "recompile_causes": dict(causes.most_common()),
+        "steps": [{"step": s.name, "graph_replays": u.replays, "eager_launches": u.eager, "new_graphs": u.setups}
+                  for s, u in list(zip(ctx.steps, use))[:20]],
+    }
+    fix = _GRAPH_FIXES[cause] + ". " + _GRAPH_FIX_TAIL
+    return [ctx.finding("cudagraphs_not_replayed", title, saving, evidence=evidence, fix=fix,
+                        formula="per step: the time inside compiled-graph calls (Torch-Compiled Region, "
+                        "CompiledFunctionBackward; compile work excluded) with the device idle, less one graph "
+                        "launch (median cudaGraphLaunch, else mean launch call) per call: a replay stands in for "
+                        "the wrapper, launchers and launch calls (compile time is recompilation's)",
+                        kind="estimate", confidence="high" if trees else "medium")]
+
+
+def _median_launch_ns(use: list[GraphUse]) -> float:
+    """A launch call's mean host time over the steps' eager launches in compiled graphs (the replay cost
+    when the trace holds no graph launch: one call, like a kernel launch)."""
+    calls = sum(u.eager_in_compiled for u in use)
+    return sum(u.eager_in_compiled_ns for u in use) / calls if calls else 0.0
