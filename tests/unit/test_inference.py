@@ -94,6 +94,44 @@ def test_request_statistics(tmp_path: Path) -> None:
     assert stats["tokens_per_s"] == pytest.approx(10 / 200e-9)
 
 
+def _request(n: int, start: int, ttft: int, itl: int, tokens: int = 4) -> Request:
+    times = tuple(start + ttft + i * itl for i in range(tokens))
+    return Request(n, start, times[-1] + 1, 1, 8, times)
+
+
+@pytest.mark.parametrize("first_ttft, others, warm", [
+    (400, 3, True),  # 4x the others' median: the warm-up
+    (300, 3, False),  # 3x: not over the ratio, it counts
+    (400, 1, False),  # one other request: no median to judge by
+])
+def test_warmup_request(tmp_path: Path, first_ttft: int, others: int, warm: bool) -> None:
+    rows = [_request(0, 0, first_ttft, 50)] + [_request(i, 1000 * i, 100, 10) for i in range(1, others + 1)]
+    path = tmp_path / "requests.rank0.csv"
+    path.write_bytes(format_requests(rows))
+    stats = request_stats(path)
+    assert stats is not None and stats["count"] == others + 1 and stats["new_tokens"] == 4 * (others + 1)
+    if not warm:
+        assert stats["warmup"] is None and stats["note"] is None and stats["ttft"]["count"] == others + 1
+        return
+    assert stats["warmup"] == {"request": 0, "ttft_ns": 400, "duration_ns": 551, "new_tokens": 4,
+                               "itl_median_ns": 50, "ttft_over_others_median": 4.0}
+    assert "request 0 is the warm-up" in stats["note"]
+    assert stats["ttft"] == {"median_ns": 100, "p90_ns": 100, "p99_ns": 100, "max_ns": 100, "count": 3}
+    assert stats["itl"]["count"] == 9 and stats["itl"]["max_ns"] == 10  # its 50 ns gaps are left out too
+    assert stats["tokens_per_s"] == pytest.approx(12 / (3 * 131e-9))
+
+
+def test_warmup_line_in_every_format(tmp_path: Path) -> None:
+    from aiprof.report.inference_section import request_lines
+
+    path = tmp_path / "requests.rank0.csv"
+    path.write_bytes(format_requests([_request(0, 0, 5_000_000, 10)] + [_request(i, 10**9 * i, 1_000_000, 10)
+                                                                            for i in (1, 2)]))
+    lines = request_lines({"requests": request_stats(path)})
+    assert lines[1].startswith("warm-up: request 0, time to first token 5.0 ms (5x the others' median")
+    assert "time to first token: median 1.0 ms" in lines[2]
+
+
 @pytest.mark.parametrize("fmt", ["terminal", "md", "html", "json"])
 def test_every_format_shows_the_phases(tmp_path: Path, fmt: str) -> None:
     from aiprof.pipeline import analyze_and_diagnose

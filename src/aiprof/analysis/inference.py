@@ -22,7 +22,11 @@ engine annotations only).
 **Requests** (``requests.rank<N>.csv`` of an ``aiprof run`` directory, capture/requests.py): time to first
 token (first token's arrival − the ``generate()`` call), inter-token latency (between consecutive tokens of a
 request, pooled over requests), median / p90 / p99 of each, and tokens per second (new tokens × batch over the
-requests' summed time).
+requests' summed time). A first request that paid one-time costs (CUDA context, library handles, allocator
+growth, first kernels) is the **warm-up**: the first request is one when at least ``WARMUP_MIN_OTHERS`` other
+requests have tokens and its time to first token exceeds ``WARMUP_RATIO`` × their median. It is reported
+apart (``warmup``) and left out of every statistic (TTFT, ITL, tokens per second); ``count`` and
+``new_tokens`` still count it.
 """
 
 from __future__ import annotations
@@ -180,34 +184,73 @@ def _phases(trace: Trace, steps: list[InferenceStep], engine: bool) -> dict[str,
     return out
 
 
+# The warm-up rule (module doc): a steady generate() loop's TTFT varies by tens of percent from request to
+# request; a first request paying one-time costs takes several times as long (an H200's first request: 65x).
+WARMUP_RATIO = 3.0
+WARMUP_MIN_OTHERS = 2
+
+
+def _dist(values: list[int]) -> dict[str, int] | None:
+    if not values:
+        return None
+    return {"median_ns": _pct(values, 50), "p90_ns": _pct(values, 90), "p99_ns": _pct(values, 99),
+            "max_ns": max(values), "count": len(values)}
+
+
+def _ttft(r: rundir.Request) -> int | None:
+    return r.token_unix_ns[0] - r.start_unix_ns if r.token_unix_ns else None
+
+
+def warmup_of(requests: list[rundir.Request]) -> dict[str, Any] | None:
+    """The first request when it is a warm-up outlier (module doc: its TTFT over ``WARMUP_RATIO`` × the
+    median of at least ``WARMUP_MIN_OTHERS`` others), else None."""
+    if not requests:
+        return None
+    first = min(requests, key=lambda r: (r.start_unix_ns, r.request))
+    first_ttft = _ttft(first)
+    others = [t for r in requests if r is not first and (t := _ttft(r)) is not None]
+    if first_ttft is None or len(others) < WARMUP_MIN_OTHERS:
+        return None
+    median = float(np.median(np.array(others, dtype=np.float64)))
+    if first_ttft <= WARMUP_RATIO * median:
+        return None
+    gaps = [b - a for a, b in zip(first.token_unix_ns, first.token_unix_ns[1:])]
+    return {"request": first.request, "ttft_ns": first_ttft, "duration_ns": first.end_unix_ns - first.start_unix_ns,
+            "new_tokens": len(first.token_unix_ns), "itl_median_ns": _pct(gaps, 50) if gaps else None,
+            "ttft_over_others_median": round(first_ttft / max(median, 1.0), 1)}
+
+
 def request_stats(path: Path) -> dict[str, Any] | None:
-    """TTFT, ITL and tokens per second of a requests file (None when there is none or it holds no request)."""
+    """TTFT, ITL and tokens per second of a requests file (None when there is none or it holds no request);
+    a warm-up first request (:func:`warmup_of`) is reported apart and left out of the statistics."""
     requests = rundir.read_requests(path)
     if not requests:
         return None
-    ttft = [r.token_unix_ns[0] - r.start_unix_ns for r in requests if r.token_unix_ns]
-    itl = [b - a for r in requests for a, b in zip(r.token_unix_ns, r.token_unix_ns[1:])]
-    tokens = sum(len(r.token_unix_ns) * max(r.batch, 1) for r in requests)
-    busy = sum(r.end_unix_ns - r.start_unix_ns for r in requests)
-
-    def dist(values: list[int]) -> dict[str, int] | None:
-        if not values:
-            return None
-        return {"median_ns": _pct(values, 50), "p90_ns": _pct(values, 90), "p99_ns": _pct(values, 99),
-                "max_ns": max(values), "count": len(values)}
-
+    warmup = warmup_of(requests)
+    measured = [r for r in requests if warmup is None or r.request != warmup["request"]]
+    ttft = [t for r in measured if (t := _ttft(r)) is not None]
+    itl = [b - a for r in measured for a, b in zip(r.token_unix_ns, r.token_unix_ns[1:])]
+    tokens = sum(len(r.token_unix_ns) * max(r.batch, 1) for r in measured)
+    busy = sum(r.end_unix_ns - r.start_unix_ns for r in measured)
+    note = None
+    if warmup is not None:
+        note = (f"request {warmup['request']} is the warm-up (time to first token "
+                f"{warmup['ttft_over_others_median']:g}x the others' median: one-time costs), left out of the "
+                "TTFT, inter-token and tokens/s statistics")
     return {
         "source": path.name,
         "count": len(requests),
-        "with_tokens": len(ttft),
-        "new_tokens": tokens,
-        "ttft": dist(ttft),
-        "itl": dist(itl),
+        "with_tokens": sum(1 for r in requests if r.token_unix_ns),
+        "new_tokens": sum(len(r.token_unix_ns) * max(r.batch, 1) for r in requests),
+        "warmup": warmup,
+        "ttft": _dist(ttft),
+        "itl": _dist(itl),
         "tokens_per_s": round(tokens / (busy / 1e9), 2) if busy and tokens else None,
+        "note": note,
         "requests": [
             {"request": r.request, "start_unix_ns": r.start_unix_ns, "duration_ns": r.end_unix_ns - r.start_unix_ns,
              "batch": r.batch, "prompt_tokens": r.prompt_tokens, "new_tokens": len(r.token_unix_ns),
-             "ttft_ns": (r.token_unix_ns[0] - r.start_unix_ns) if r.token_unix_ns else None}
+             "ttft_ns": _ttft(r)}
             for r in requests[:200]
         ],
     }

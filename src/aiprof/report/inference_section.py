@@ -48,6 +48,11 @@ def request_lines(section: dict[str, Any]) -> list[str]:
         return []
     lines = [f"{req['count']} request(s), {req['new_tokens']:,} new tokens"
              + (f", {req['tokens_per_s']:,.1f} tokens/s while serving" if req.get("tokens_per_s") else "")]
+    warm = req.get("warmup")
+    if isinstance(warm, dict):
+        lines.append(f"warm-up: request {warm['request']}, time to first token {fmt_ms(warm['ttft_ns'])} "
+                     f"({warm['ttft_over_others_median']:g}x the others' median: one-time costs), left out of "
+                     "the TTFT, inter-token and tokens/s figures")
     for key, label in (("ttft", "time to first token"), ("itl", "inter-token latency")):
         d = req.get(key)
         if isinstance(d, dict):
