@@ -18,6 +18,8 @@ def test_proof_ttft_itl_and_phases_of_a_gpt2_generate_loop(tmp_path: Path, torch
     pytest.importorskip("transformers")
     import statistics
 
+    import msgspec
+
     from aiprof.analysis.inference import WARMUP_RATIO
     from aiprof.pipeline import analyze_and_diagnose
 
@@ -28,7 +30,7 @@ def test_proof_ttft_itl_and_phases_of_a_gpt2_generate_loop(tmp_path: Path, torch
                      "--layers", "4", "--stamps", str(stamps), timeout=400)
     assert run.returncode == 0, run.stderr[-2000:]
     analysis, _ = analyze_and_diagnose([out], workers=1)
-    section = analysis.ranks[0].sections["inference"]
+    section = msgspec.to_builtins(analysis.ranks[0].sections["inference"])  # as the JSON report holds it
     phases = section["phases"]
     assert (phases["prefill"]["count"], phases["decode"]["count"], phases["between"]["count"]) == (6, 90, 5)
     assert phases["prefill"]["tokens_per_step"] == 32 and phases["decode"]["tokens_per_step"] == 1

@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from aiprof.pipeline import analyze_and_diagnose
@@ -165,7 +166,7 @@ def test_generate_run_leaves_the_warmup_out_of_ttft_and_itl() -> None:
     """Request 0 on the H200 (CUDA init, first kernels: 335 ms to its first token) is the warm-up: reported
     apart, and the TTFT / ITL statistics are those of requests 1-4 as the script's own streamer timed them."""
     run, _ = _diagnosed("run-generate")
-    req = run.ranks[0].sections["inference"]["requests"]
+    req = msgspec.to_builtins(run.ranks[0].sections["inference"].requests)  # as the JSON report holds it
     stamps = [json.loads(line) for line in (FIXTURES / "generate-stamps.jsonl").read_text().splitlines()]
     ttft = [s["token_unix_ns"][0] - s["start_unix_ns"] for s in stamps]
     steady = ttft[1:]

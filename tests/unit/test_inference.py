@@ -6,15 +6,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from kineto_builder import TraceBuilder
 
 import aiprof
-from aiprof.analysis.inference import inference_section, request_stats
+
+from aiprof.analysis.inference import InferenceReport, request_stats
+from aiprof.analysis.inference import inference_section as typed_section
 from aiprof.rundir import Request, format_requests
 
 SDPA = "aten::scaled_dot_product_attention"
+
+
+def inference_section(trace: aiprof.Trace) -> dict[str, Any]:
+    """The section as the JSON report holds it."""
+    section: dict[str, Any] = msgspec.to_builtins(typed_section(trace))
+    return section
+
+
+def stats_of(path: Path) -> dict[str, Any] | None:
+    stats: dict[str, Any] | None = msgspec.to_builtins(request_stats(path))
+    return stats
 
 
 def _generate_trace(requests: int = 2, new: int = 4, prompt: int = 9) -> TraceBuilder:
@@ -87,7 +102,7 @@ def test_request_statistics(tmp_path: Path) -> None:
     rows = [Request(0, 0, 100, 1, 8, (30, 40, 50, 60)), Request(1, 200, 300, 2, 8, (220, 230, 260))]
     path = tmp_path / "requests.rank0.csv"
     path.write_bytes(format_requests(rows))
-    stats = request_stats(path)
+    stats = stats_of(path)
     assert stats is not None and stats["count"] == 2 and stats["new_tokens"] == 4 + 2 * 3
     assert stats["ttft"]["median_ns"] == 25 and stats["ttft"]["max_ns"] == 30
     assert stats["itl"]["count"] == 5 and stats["itl"]["median_ns"] == 10 and stats["itl"]["max_ns"] == 30
@@ -108,7 +123,7 @@ def test_warmup_request(tmp_path: Path, first_ttft: int, others: int, warm: bool
     rows = [_request(0, 0, first_ttft, 50)] + [_request(i, 1000 * i, 100, 10) for i in range(1, others + 1)]
     path = tmp_path / "requests.rank0.csv"
     path.write_bytes(format_requests(rows))
-    stats = request_stats(path)
+    stats = stats_of(path)
     assert stats is not None and stats["count"] == others + 1 and stats["new_tokens"] == 4 * (others + 1)
     if not warm:
         assert stats["warmup"] is None and stats["note"] is None and stats["ttft"]["count"] == others + 1
@@ -127,7 +142,7 @@ def test_warmup_line_in_every_format(tmp_path: Path) -> None:
     path = tmp_path / "requests.rank0.csv"
     path.write_bytes(format_requests([_request(0, 0, 5_000_000, 10)] + [_request(i, 10**9 * i, 1_000_000, 10)
                                                                             for i in (1, 2)]))
-    lines = request_lines({"requests": request_stats(path)})
+    lines = request_lines(InferenceReport(detected=True, requests=request_stats(path)))
     assert lines[1].startswith("warm-up: request 0, time to first token 5.0 ms (5x the others' median")
     assert "time to first token: median 1.0 ms" in lines[2]
 

@@ -5,8 +5,9 @@ the only strings from a trace are file names and the engine's name, escaped per 
 
 from __future__ import annotations
 
-from typing import Any
+from msgspec import UNSET
 
+from aiprof.analysis.inference import InferenceReport
 from aiprof.report.common import fmt_ms, fmt_pct, focus_rank
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown as md
@@ -16,12 +17,12 @@ _HEAD = ("phase", "steps", "median", "p90", "tokens/step", "GPU busy", "host gap
 _NAMES = {"between": "between requests"}
 
 
-def _section(doc: Report) -> dict[str, Any] | None:
+def _section(doc: Report) -> InferenceReport | None:
     section = focus_rank(doc).inference
-    return section if isinstance(section, dict) and section.get("detected") else None
+    return section if isinstance(section, InferenceReport) and section.detected else None
 
 
-def _cell(value: Any, kind: str) -> str:
+def _cell(value: int | float | None, kind: str) -> str:
     if value is None:
         return "–"
     if kind == "ns":
@@ -31,38 +32,37 @@ def _cell(value: Any, kind: str) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def phase_rows(section: dict[str, Any]) -> list[list[str]]:
+def phase_rows(section: InferenceReport) -> list[list[str]]:
     """The phase table's cells, one row per kind present."""
     rows = []
-    for kind, p in section.get("phases", {}).items():
-        rows.append([_NAMES.get(kind, kind), _cell(p.get("count"), ""), _cell(p.get("median_ns"), "ns"),
-                     _cell(p.get("p90_ns"), "ns"), _cell(p.get("tokens_per_step"), ""),
-                     _cell(p.get("gpu_busy_share"), "pct"), _cell(p.get("host_gap_median_ns"), "ns")])
+    for kind, p in (section.phases or {}).items():
+        gap = p.host_gap_median_ns if p.host_gap_median_ns is not UNSET else None
+        rows.append([_NAMES.get(kind, kind), _cell(p.count, ""), _cell(p.median_ns, "ns"), _cell(p.p90_ns, "ns"),
+                     _cell(p.tokens_per_step, ""), _cell(p.gpu_busy_share, "pct"), _cell(gap, "ns")])
     return rows
 
 
-def request_lines(section: dict[str, Any]) -> list[str]:
+def request_lines(section: InferenceReport) -> list[str]:
     """The requests' TTFT / ITL / throughput as sentences (none without a requests file)."""
-    req = section.get("requests")
-    if not isinstance(req, dict):
+    req = section.requests
+    if not req:
         return []
-    lines = [f"{req['count']} request(s), {req['new_tokens']:,} new tokens"
-             + (f", {req['tokens_per_s']:,.1f} tokens/s while serving" if req.get("tokens_per_s") else "")]
-    warm = req.get("warmup")
-    if isinstance(warm, dict):
-        lines.append(f"warm-up: request {warm['request']}, time to first token {fmt_ms(warm['ttft_ns'])} "
-                     f"({warm['ttft_over_others_median']:g}x the others' median: one-time costs), left out of "
+    lines = [f"{req.count} request(s), {req.new_tokens:,} new tokens"
+             + (f", {req.tokens_per_s:,.1f} tokens/s while serving" if req.tokens_per_s else "")]
+    warm = req.warmup
+    if warm is not None:
+        lines.append(f"warm-up: request {warm.request}, time to first token {fmt_ms(warm.ttft_ns)} "
+                     f"({warm.ttft_over_others_median:g}x the others' median: one-time costs), left out of "
                      "the TTFT, inter-token and tokens/s figures")
-    for key, label in (("ttft", "time to first token"), ("itl", "inter-token latency")):
-        d = req.get(key)
-        if isinstance(d, dict):
-            lines.append(f"{label}: median {fmt_ms(d['median_ns'])}, p90 {fmt_ms(d['p90_ns'])}, "
-                         f"p99 {fmt_ms(d['p99_ns'])}, max {fmt_ms(d['max_ns'])}")
+    for d, label in ((req.ttft, "time to first token"), (req.itl, "inter-token latency")):
+        if d is not None:
+            lines.append(f"{label}: median {fmt_ms(d.median_ns)}, p90 {fmt_ms(d.p90_ns)}, "
+                         f"p99 {fmt_ms(d.p99_ns)}, max {fmt_ms(d.max_ns)}")
     return lines
 
 
-def _title(section: dict[str, Any]) -> str:
-    return f"Inference (steps by {section.get('source', 'shape')})"
+def _title(section: InferenceReport) -> str:
+    return f"Inference (steps by {section.source or 'shape'})"
 
 
 def terminal_lines(doc: Report) -> list[str]:
