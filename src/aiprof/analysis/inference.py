@@ -113,6 +113,7 @@ class RequestRow(msgspec.Struct, kw_only=True):
     prompt_tokens: int
     new_tokens: int
     ttft_ns: int | None
+    itl_median_ns: int | None = None  # the median gap between its tokens (None under 2 tokens; older reports)
 
 
 class RequestStats(msgspec.Struct, kw_only=True):
@@ -330,7 +331,8 @@ def request_stats(path: Path) -> RequestStats | None:
         note=note,
         requests=[
             RequestRow(request=r.request, start_unix_ns=r.start_unix_ns, duration_ns=r.end_unix_ns - r.start_unix_ns,
-                       batch=r.batch, prompt_tokens=r.prompt_tokens, new_tokens=len(r.token_unix_ns), ttft_ns=_ttft(r))
+                       batch=r.batch, prompt_tokens=r.prompt_tokens, new_tokens=len(r.token_unix_ns), ttft_ns=_ttft(r),
+                       itl_median_ns=_itl_median(r))
             for r in requests[:200]
         ],
     )
