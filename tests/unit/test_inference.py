@@ -240,3 +240,31 @@ def test_prefill_starves_decode(tmp_path: Path, mixed_us: float, expected: bool)
         ev = found[0]["evidence"]
         assert (ev["slow_steps"], ev["decode_median_ns"], ev["worst_step_ns"]) == (1, 1_000_000, 5_000_000)
         assert found[0]["est_saving_ns_per_step"] * ev["steps_used"] == pytest.approx(4_000_000, rel=0.01)
+
+
+def test_html_request_waterfall_of_the_h200_run() -> None:
+    """The HTML report draws each request of the H200 generate run on one time axis: to its first token, then
+    decoding; the warm-up is tagged; the bars' lengths are the requests' own times."""
+    import re
+
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
+    from aiprof.report.inference_section import waterfall_rows
+    from aiprof.report.render import render
+
+    run = Path(__file__).resolve().parents[1] / "gpu" / "fixtures" / "h200" / "run-generate"
+    doc = build_document(*analyze_and_diagnose([run], workers=1))
+    section = doc.ranks[0].inference
+    assert isinstance(section, InferenceReport) and section.requests is not None
+    rows, span = waterfall_rows(section)
+    reqs = section.requests.requests
+    assert len(rows) == len(reqs) == 5 and span == reqs[-1].start_unix_ns + reqs[-1].duration_ns - reqs[0].start_unix_ns
+    for (label, segments, right), r in zip(rows, reqs):
+        (_, s0, e0, _), (_, s1, e1, _) = segments
+        assert (e0 - s0, e1 - s0) == (r.ttft_ns, r.duration_ns) and s1 == e0  # to the first token, then decoding
+        assert right.startswith("warm-up · ") is (r.request == 0)
+    html = render(doc, "html")
+    svg = re.search(r'<svg class="chart waterfall".*?</svg>', html)
+    assert svg is not None and svg.group(0).count("<rect ") == 10
+    assert "warm-up · TTFT 335 ms · 16 tok" in svg.group(0)
+    assert "waterfall" not in render(doc, "md")

@@ -87,6 +87,54 @@ def markdown_lines(doc: Report) -> list[str]:
     return lines
 
 
+WATERFALL_ROWS = 50  # requests drawn in the HTML waterfall (the JSON lists 200)
+
+
+def waterfall_rows(section: InferenceReport) -> tuple[list[tuple[str, list[tuple[str, int, int, str]], str]], int]:
+    """The HTML request waterfall: per request (the first ``WATERFALL_ROWS``) its time to first token
+    (prefill and the first token's selection) then its decode (first token to return), on one axis from the
+    first request's start; returns the rows and the span (ns). Requests without tokens are one bar."""
+    req = section.requests
+    if not req or not req.requests:
+        return [], 0
+    shown = req.requests[:WATERFALL_ROWS]
+    origin = min(r.start_unix_ns for r in shown)
+    span = max(r.start_unix_ns + r.duration_ns for r in shown) - origin
+    warm = req.warmup.request if req.warmup is not None else None
+    rows = []
+    for r in shown:
+        start, end = r.start_unix_ns - origin, r.start_unix_ns - origin + r.duration_ns
+        label = f"request {r.request}"
+        tag = "warm-up · " if r.request == warm else ""
+        if r.ttft_ns is None:
+            rows.append((label, [("b-idle", start, end, f"{label}: {fmt_ms(r.duration_ns)}, tokens not observed")],
+                         fmt_ms(r.duration_ns)))
+            continue
+        first = start + r.ttft_ns
+        decode = (f"{label}: decode {fmt_ms(end - first)}, {r.new_tokens:,} token(s)"
+                  + (f", median inter-token {fmt_ms(r.itl_median_ns)}" if r.itl_median_ns is not None else ""))
+        rows.append((label, [("b-memcpy", start, first, f"{tag}{label}: to first token {fmt_ms(r.ttft_ns)} "
+                                                         f"(prompt {r.prompt_tokens:,} tokens × {r.batch})"),
+                             ("b-compute", first, end, decode)],
+                     f"{tag}TTFT {fmt_ms(r.ttft_ns)} · {r.new_tokens:,} tok"))
+    return rows, span
+
+
+def _waterfall_html(section: InferenceReport) -> str:
+    from aiprof.report import svg
+
+    rows, span = waterfall_rows(section)
+    if not rows:
+        return ""
+    req = section.requests
+    more = f" (the first {WATERFALL_ROWS} of {req.count})" if req and req.count > WATERFALL_ROWS else ""
+    return (f"<p class=mute>Requests over time{esc(more)}</p>" + svg.waterfall(rows, span)
+            + svg.time_axis(span, label_w=110, right_w=230)
+            + '<div class="legend"><span><i class="sw memcpy"></i>to the first token (prefill)</span>'
+            '<span><i class="sw compute"></i>decoding (first token to return)</span>'
+            '<span><i class="sw idle"></i>tokens not observed</span></div>')
+
+
 def html_section(doc: Report) -> str:
     section = _section(doc)
     if section is None:
@@ -95,4 +143,4 @@ def html_section(doc: Report) -> str:
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in phase_rows(section))
     reqs = "".join(f"<li>{esc(line)}</li>" for line in request_lines(section))
     return (f"<p class=mute>{esc(_title(section))}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
-            f"</table>" + (f"<ul>{reqs}</ul>" if reqs else ""))
+            f"</table>" + (f"<ul>{reqs}</ul>" if reqs else "") + _waterfall_html(section))
