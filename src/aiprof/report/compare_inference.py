@@ -1,15 +1,16 @@
 """Inference in ``aiprof compare``: time to first token, inter-token latency and tokens per second, before → after.
 
-Present in a :class:`~aiprof.report.compare.Comparison` (its ``inference`` field) only when both reports' focus
+Present in a :class:`~aiprof.report.compare.Comparison` (its ``inference`` field) only when both reports' slowest
 ranks have requests (``ranks[].inference.requests``, an ``aiprof run`` of a ``generate()`` loop). The unit of
 each statistic is the request, each side's warm-up left out (``analysis/inference.py``): its time to first
 token, its median inter-token gap and its tokens per second (new tokens × batch over its duration); tokens of
-one request are not independent samples of anything, requests are. Each metric's change is that of the
-median request with the step time's statistics (``compare_stats.median_change``: a 95 % bootstrap interval,
-point estimate only under ``MIN_STEPS`` requests a side) and the step time's verdict rule
-(``compare_stats.verdict_result``); for tokens per second higher is better, so a drop is "slower". The
-section's own result: "slower" / "faster" when some metric is and none says the opposite, "unchanged" when
-every metric is, else "inconclusive" (also whenever a side shared the machine).
+one request are not independent samples of anything, requests are (the first 200 of each side: those the
+report lists). Each metric's change is that of the median request with the step time's statistics
+(``compare_stats.median_change``: a 95 % bootstrap interval, point estimate only under ``MIN_STEPS`` requests a
+side) and the step time's verdict rule (``compare_stats.verdict_result``); for tokens per second higher is
+better, so a drop is "slower". The section's own result: "slower" / "faster" when some metric is and none says
+the opposite or is inconclusive, "unchanged" when every metric is, else "inconclusive" (also whenever a side
+shared the machine).
 """
 
 from __future__ import annotations
