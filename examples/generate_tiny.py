@@ -46,12 +46,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--prompt", type=int, default=32, help="prompt length in tokens")
     parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--width", type=int, default=128, help="hidden size (a multiple of the 4 heads)")
     parser.add_argument("--stamps", default=None, help="write the streamer's timestamps here (JSON lines)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default) or cuda")
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = GPT2Config(n_layer=args.layers, n_embd=128, n_head=4, n_positions=256, vocab_size=1000,
+    config = GPT2Config(n_layer=args.layers, n_embd=args.width, n_head=4, n_positions=256, vocab_size=1000,
                         bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config).eval().to(args.device)
     prompt = torch.randint(0, config.vocab_size, (1, args.prompt)).to(args.device)

@@ -6,15 +6,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 from kineto_builder import TraceBuilder
 
 import aiprof
-from aiprof.analysis.inference import inference_section, request_stats
+
+from aiprof.analysis.inference import InferenceReport, request_stats
+from aiprof.analysis.inference import inference_section as typed_section
 from aiprof.rundir import Request, format_requests
 
 SDPA = "aten::scaled_dot_product_attention"
+
+
+def inference_section(trace: aiprof.Trace) -> dict[str, Any]:
+    """The section as the JSON report holds it."""
+    section: dict[str, Any] = msgspec.to_builtins(typed_section(trace))
+    return section
+
+
+def stats_of(path: Path) -> dict[str, Any] | None:
+    stats: dict[str, Any] | None = msgspec.to_builtins(request_stats(path))
+    return stats
 
 
 def _generate_trace(requests: int = 2, new: int = 4, prompt: int = 9) -> TraceBuilder:
@@ -87,11 +102,49 @@ def test_request_statistics(tmp_path: Path) -> None:
     rows = [Request(0, 0, 100, 1, 8, (30, 40, 50, 60)), Request(1, 200, 300, 2, 8, (220, 230, 260))]
     path = tmp_path / "requests.rank0.csv"
     path.write_bytes(format_requests(rows))
-    stats = request_stats(path)
+    stats = stats_of(path)
     assert stats is not None and stats["count"] == 2 and stats["new_tokens"] == 4 + 2 * 3
     assert stats["ttft"]["median_ns"] == 25 and stats["ttft"]["max_ns"] == 30
     assert stats["itl"]["count"] == 5 and stats["itl"]["median_ns"] == 10 and stats["itl"]["max_ns"] == 30
     assert stats["tokens_per_s"] == pytest.approx(10 / 200e-9)
+
+
+def _request(n: int, start: int, ttft: int, itl: int, tokens: int = 4) -> Request:
+    times = tuple(start + ttft + i * itl for i in range(tokens))
+    return Request(n, start, times[-1] + 1, 1, 8, times)
+
+
+@pytest.mark.parametrize("first_ttft, others, warm", [
+    (400, 3, True),  # 4x the others' median: the warm-up
+    (300, 3, False),  # 3x: not over the ratio, it counts
+    (400, 1, False),  # one other request: no median to judge by
+])
+def test_warmup_request(tmp_path: Path, first_ttft: int, others: int, warm: bool) -> None:
+    rows = [_request(0, 0, first_ttft, 50)] + [_request(i, 1000 * i, 100, 10) for i in range(1, others + 1)]
+    path = tmp_path / "requests.rank0.csv"
+    path.write_bytes(format_requests(rows))
+    stats = stats_of(path)
+    assert stats is not None and stats["count"] == others + 1 and stats["new_tokens"] == 4 * (others + 1)
+    if not warm:
+        assert stats["warmup"] is None and stats["note"] is None and stats["ttft"]["count"] == others + 1
+        return
+    assert stats["warmup"] == {"request": 0, "ttft_ns": 400, "duration_ns": 551, "new_tokens": 4,
+                               "itl_median_ns": 50, "ttft_over_others_median": 4.0}
+    assert "request 0 is the warm-up" in stats["note"]
+    assert stats["ttft"] == {"median_ns": 100, "p90_ns": 100, "p99_ns": 100, "max_ns": 100, "count": 3}
+    assert stats["itl"]["count"] == 9 and stats["itl"]["max_ns"] == 10  # its 50 ns gaps are left out too
+    assert stats["tokens_per_s"] == pytest.approx(12 / (3 * 131e-9))
+
+
+def test_warmup_line_in_every_format(tmp_path: Path) -> None:
+    from aiprof.report.inference_section import request_lines
+
+    path = tmp_path / "requests.rank0.csv"
+    path.write_bytes(format_requests([_request(0, 0, 5_000_000, 10)] + [_request(i, 10**9 * i, 1_000_000, 10)
+                                                                            for i in (1, 2)]))
+    lines = request_lines(InferenceReport(detected=True, requests=request_stats(path)))
+    assert lines[1].startswith("warm-up: request 0, time to first token 5.0 ms (5x the others' median")
+    assert "time to first token: median 1.0 ms" in lines[2]
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "md", "html", "json"])
@@ -187,3 +240,31 @@ def test_prefill_starves_decode(tmp_path: Path, mixed_us: float, expected: bool)
         ev = found[0]["evidence"]
         assert (ev["slow_steps"], ev["decode_median_ns"], ev["worst_step_ns"]) == (1, 1_000_000, 5_000_000)
         assert found[0]["est_saving_ns_per_step"] * ev["steps_used"] == pytest.approx(4_000_000, rel=0.01)
+
+
+def test_html_request_waterfall_of_the_h200_run() -> None:
+    """The HTML report draws each request of the H200 generate run on one time axis: to its first token, then
+    decoding; the warm-up is tagged; the bars' lengths are the requests' own times."""
+    import re
+
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
+    from aiprof.report.inference_section import waterfall_rows
+    from aiprof.report.render import render
+
+    run = Path(__file__).resolve().parents[1] / "gpu" / "fixtures" / "h200" / "run-generate"
+    doc = build_document(*analyze_and_diagnose([run], workers=1))
+    section = doc.ranks[0].inference
+    assert isinstance(section, InferenceReport) and section.requests is not None
+    rows, span = waterfall_rows(section)
+    reqs = section.requests.requests
+    assert len(rows) == len(reqs) == 5 and span == reqs[-1].start_unix_ns + reqs[-1].duration_ns - reqs[0].start_unix_ns
+    for (label, segments, right), r in zip(rows, reqs):
+        (_, s0, e0, _), (_, s1, e1, _) = segments
+        assert (e0 - s0, e1 - s0) == (r.ttft_ns, r.duration_ns) and s1 == e0  # to the first token, then decoding
+        assert right.startswith("warm-up · ") is (r.request == 0)
+    html = render(doc, "html")
+    svg = re.search(r'<svg class="chart waterfall".*?</svg>', html)
+    assert svg is not None and svg.group(0).count("<rect ") == 10
+    assert "warm-up · TTFT 335 ms · 16 tok" in svg.group(0)
+    assert "waterfall" not in render(doc, "md")

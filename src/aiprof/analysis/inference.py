@@ -22,17 +22,21 @@ engine annotations only).
 **Requests** (``requests.rank<N>.csv`` of an ``aiprof run`` directory, capture/requests.py): time to first
 token (first token's arrival − the ``generate()`` call), inter-token latency (between consecutive tokens of a
 request, pooled over requests), median / p90 / p99 of each, and tokens per second (new tokens × batch over the
-requests' summed time).
+requests' summed time). A first request that paid one-time costs (CUDA context, library handles, allocator
+growth, first kernels) is the **warm-up**: the first request is one when at least ``WARMUP_MIN_OTHERS`` other
+requests have tokens and its time to first token exceeds ``WARMUP_RATIO`` × their median. It is reported
+apart (``warmup``) and left out of every statistic (TTFT, ITL, tokens per second); ``count`` and
+``new_tokens`` still count it.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof import rundir
 from aiprof.analysis import intervals as iv
@@ -51,8 +55,9 @@ _CACHE_KEY = "analysis.inference"
 MAX_STEPS = 2000  # steps listed in the section (the phase statistics use all)
 
 
-@dataclass(frozen=True)
-class InferenceStep:
+class InferenceStep(msgspec.Struct, frozen=True):
+    """One step, classified (``steps[]``)."""
+
     number: int
     kind: str
     start_ns: int
@@ -60,6 +65,83 @@ class InferenceStep:
     tokens: int  # -1: unknown
     query_len: int  # largest attention query (tokens per sequence this step); -1: unknown
     kv_len: int  # largest key length (cached + new); -1: unknown
+
+
+class PhaseStats(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The steps of one kind (``phases[kind]``): module doc. ``gpu_busy_ns`` / ``span_ns`` on a GPU only,
+    ``host_gap_median_ns`` for engine steps only."""
+
+    count: int
+    median_ns: int
+    p90_ns: int
+    total_ns: int
+    tokens_per_step: int | None
+    gpu_busy_share: float | None
+    gpu_busy_ns: int | UnsetType = UNSET
+    span_ns: int | UnsetType = UNSET
+    host_gap_median_ns: int | None | UnsetType = UNSET
+
+
+class Distribution(msgspec.Struct, kw_only=True):
+    """Median / p90 / p99 (linear interpolation) and max of a latency, over ``count`` values."""
+
+    median_ns: int
+    p90_ns: int
+    p99_ns: int
+    max_ns: int
+    count: int
+
+
+class Warmup(msgspec.Struct, kw_only=True):
+    """The first request when it paid one-time costs (module doc), left out of every statistic."""
+
+    request: int
+    ttft_ns: int
+    duration_ns: int
+    new_tokens: int
+    itl_median_ns: int | None
+    ttft_over_others_median: float
+
+
+class RequestRow(msgspec.Struct, kw_only=True):
+    """One request as the requests file records it (``requests.requests[]``)."""
+
+    request: int
+    start_unix_ns: int
+    duration_ns: int
+    batch: int
+    prompt_tokens: int
+    new_tokens: int
+    ttft_ns: int | None
+    itl_median_ns: int | None = None  # the median gap between its tokens (None under 2 tokens; older reports)
+
+
+class RequestStats(msgspec.Struct, kw_only=True):
+    """The requests of a run directory's requests file (``requests``): counts over every request, latency and
+    throughput over those after the warm-up."""
+
+    source: str
+    count: int
+    with_tokens: int
+    new_tokens: int
+    warmup: Warmup | None = None  # (defaults: a report of an older aiprof has neither)
+    ttft: Distribution | None
+    itl: Distribution | None
+    tokens_per_s: float | None
+    note: str | None = None
+    requests: list[RequestRow]
+
+
+class InferenceReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The rank's ``inference`` section: only ``detected: false`` when the trace shows no inference."""
+
+    detected: bool
+    source: str | UnsetType = UNSET
+    engine: str | None | UnsetType = UNSET
+    phases: dict[str, PhaseStats] | UnsetType = UNSET
+    steps: list[InferenceStep] | UnsetType = UNSET
+    step_count: int | UnsetType = UNSET
+    requests: RequestStats | None | UnsetType = UNSET
 
 
 def _pct(values: list[int], q: float) -> int:
@@ -151,11 +233,11 @@ def _gpu_busy(trace: Trace, steps: list[InferenceStep], engine: bool) -> tuple[I
     return iv.overlap_per_window(busy, ws, we), we - ws
 
 
-def _phases(trace: Trace, steps: list[InferenceStep], engine: bool) -> dict[str, dict[str, Any]]:
+def _phases(trace: Trace, steps: list[InferenceStep], engine: bool) -> dict[str, PhaseStats]:
     busy, spans = _gpu_busy(trace, steps, engine)
     has_gpu = bool(trace.device_ids)
     gaps = [steps[i + 1].start_ns - (steps[i].start_ns + steps[i].duration_ns) for i in range(len(steps) - 1)]
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PhaseStats] = {}
     for kind in KINDS:
         idx = [i for i, s in enumerate(steps) if s.kind == kind]
         if not idx:
@@ -163,72 +245,115 @@ def _phases(trace: Trace, steps: list[InferenceStep], engine: bool) -> dict[str,
         durations = [steps[i].duration_ns for i in idx]
         tokens = [steps[i].tokens for i in idx if steps[i].tokens >= 0]
         total = sum(durations)
-        entry: dict[str, Any] = {
-            "count": len(idx),
-            "median_ns": _pct(durations, 50),
-            "p90_ns": _pct(durations, 90),
-            "total_ns": total,
-            "tokens_per_step": int(np.median(tokens)) if tokens else None,
-            "gpu_busy_share": round(float(busy[idx].sum()) / max(int(spans[idx].sum()), 1), 4) if has_gpu else None,
-        }
+        entry = PhaseStats(
+            count=len(idx),
+            median_ns=_pct(durations, 50),
+            p90_ns=_pct(durations, 90),
+            total_ns=total,
+            tokens_per_step=int(np.median(tokens)) if tokens else None,
+            gpu_busy_share=round(float(busy[idx].sum()) / max(int(spans[idx].sum()), 1), 4) if has_gpu else None,
+        )
         if has_gpu:  # the device time the share is of (an engine step's span runs to the next step)
-            entry["gpu_busy_ns"], entry["span_ns"] = int(busy[idx].sum()), int(spans[idx].sum())
+            entry.gpu_busy_ns, entry.span_ns = int(busy[idx].sum()), int(spans[idx].sum())
         if engine:
             after = [max(gaps[i], 0) for i in idx if i < len(gaps)]
-            entry["host_gap_median_ns"] = _pct(after, 50) if after else None
+            entry.host_gap_median_ns = _pct(after, 50) if after else None
         out[kind] = entry
     return out
 
 
-def request_stats(path: Path) -> dict[str, Any] | None:
-    """TTFT, ITL and tokens per second of a requests file (None when there is none or it holds no request)."""
+# The warm-up rule (module doc): a steady generate() loop's TTFT varies by tens of percent from request to
+# request; a first request paying one-time costs takes several times as long (an H200's first request: 65x).
+WARMUP_RATIO = 3.0
+WARMUP_MIN_OTHERS = 2
+
+
+def _dist(values: list[int]) -> Distribution | None:
+    if not values:
+        return None
+    return Distribution(median_ns=_pct(values, 50), p90_ns=_pct(values, 90), p99_ns=_pct(values, 99),
+                        max_ns=max(values), count=len(values))
+
+
+def _ttft(r: rundir.Request) -> int | None:
+    return r.token_unix_ns[0] - r.start_unix_ns if r.token_unix_ns else None
+
+
+def _itl_median(r: rundir.Request) -> int | None:
+    gaps = [b - a for a, b in zip(r.token_unix_ns, r.token_unix_ns[1:])]
+    return _pct(gaps, 50) if gaps else None
+
+
+def warmup_of(requests: list[rundir.Request]) -> Warmup | None:
+    """The first request when it is a warm-up outlier (module doc: its TTFT over ``WARMUP_RATIO`` × the
+    median of at least ``WARMUP_MIN_OTHERS`` others), else None."""
+    if not requests:
+        return None
+    first = min(requests, key=lambda r: (r.start_unix_ns, r.request))
+    first_ttft = _ttft(first)
+    others = [t for r in requests if r is not first and (t := _ttft(r)) is not None]
+    if first_ttft is None or len(others) < WARMUP_MIN_OTHERS:
+        return None
+    median = float(np.median(np.array(others, dtype=np.float64)))
+    if first_ttft <= WARMUP_RATIO * median:
+        return None
+    return Warmup(request=first.request, ttft_ns=first_ttft, duration_ns=first.end_unix_ns - first.start_unix_ns,
+                  new_tokens=len(first.token_unix_ns), itl_median_ns=_itl_median(first),
+                  ttft_over_others_median=round(first_ttft / max(median, 1.0), 1))
+
+
+def request_stats(path: Path) -> RequestStats | None:
+    """TTFT, ITL and tokens per second of a requests file (None when there is none or it holds no request);
+    a warm-up first request (:func:`warmup_of`) is reported apart and left out of the statistics."""
     requests = rundir.read_requests(path)
     if not requests:
         return None
-    ttft = [r.token_unix_ns[0] - r.start_unix_ns for r in requests if r.token_unix_ns]
-    itl = [b - a for r in requests for a, b in zip(r.token_unix_ns, r.token_unix_ns[1:])]
-    tokens = sum(len(r.token_unix_ns) * max(r.batch, 1) for r in requests)
-    busy = sum(r.end_unix_ns - r.start_unix_ns for r in requests)
-
-    def dist(values: list[int]) -> dict[str, int] | None:
-        if not values:
-            return None
-        return {"median_ns": _pct(values, 50), "p90_ns": _pct(values, 90), "p99_ns": _pct(values, 99),
-                "max_ns": max(values), "count": len(values)}
-
-    return {
-        "source": path.name,
-        "count": len(requests),
-        "with_tokens": len(ttft),
-        "new_tokens": tokens,
-        "ttft": dist(ttft),
-        "itl": dist(itl),
-        "tokens_per_s": round(tokens / (busy / 1e9), 2) if busy and tokens else None,
-        "requests": [
-            {"request": r.request, "start_unix_ns": r.start_unix_ns, "duration_ns": r.end_unix_ns - r.start_unix_ns,
-             "batch": r.batch, "prompt_tokens": r.prompt_tokens, "new_tokens": len(r.token_unix_ns),
-             "ttft_ns": (r.token_unix_ns[0] - r.start_unix_ns) if r.token_unix_ns else None}
+    warmup = warmup_of(requests)
+    measured = [r for r in requests if warmup is None or r.request != warmup.request]
+    ttft = [t for r in measured if (t := _ttft(r)) is not None]
+    itl = [b - a for r in measured for a, b in zip(r.token_unix_ns, r.token_unix_ns[1:])]
+    tokens = sum(len(r.token_unix_ns) * max(r.batch, 1) for r in measured)
+    busy = sum(r.end_unix_ns - r.start_unix_ns for r in measured)
+    note = None
+    if warmup is not None:
+        note = (f"request {warmup.request} is the warm-up (time to first token "
+                f"{warmup.ttft_over_others_median:g}x the others' median: one-time costs), left out of the "
+                "TTFT, inter-token and tokens/s statistics")
+    return RequestStats(
+        source=path.name,
+        count=len(requests),
+        with_tokens=sum(1 for r in requests if r.token_unix_ns),
+        new_tokens=sum(len(r.token_unix_ns) * max(r.batch, 1) for r in requests),
+        warmup=warmup,
+        ttft=_dist(ttft),
+        itl=_dist(itl),
+        tokens_per_s=round(tokens / (busy / 1e9), 2) if busy and tokens else None,
+        note=note,
+        requests=[
+            RequestRow(request=r.request, start_unix_ns=r.start_unix_ns, duration_ns=r.end_unix_ns - r.start_unix_ns,
+                       batch=r.batch, prompt_tokens=r.prompt_tokens, new_tokens=len(r.token_unix_ns), ttft_ns=_ttft(r),
+                       itl_median_ns=_itl_median(r))
             for r in requests[:200]
         ],
-    }
+    )
 
 
-def _requests_of(trace: Trace) -> dict[str, Any] | None:
+def _requests_of(trace: Trace) -> RequestStats | None:
     found = rundir.owner_of(Path(trace.path))
     path = found.requests_path(Path(trace.path)) if found is not None else None
     return request_stats(path) if path is not None else None
 
 
-def inference_section(trace: Trace) -> dict[str, Any]:
+def inference_section(trace: Trace) -> InferenceReport:
     """The report section (``ranks[].inference``): ``detected`` false when the trace shows no inference.
     Computed once per trace (cached: the rules read it too)."""
-    cached: dict[str, Any] | None = trace.cache.get(_CACHE_KEY)
-    if cached is None:
+    cached = trace.cache.get(_CACHE_KEY)
+    if not isinstance(cached, InferenceReport):
         cached = trace.cache[_CACHE_KEY] = _inference(trace)
     return cached
 
 
-def _inference(trace: Trace) -> dict[str, Any]:
+def _inference(trace: Trace) -> InferenceReport:
     engine, steps = _engine_steps(trace)
     source = f"{engine} step annotations" if engine else "attention shapes per step"
     if not steps:
@@ -237,13 +362,6 @@ def _inference(trace: Trace) -> dict[str, Any]:
     served = [s for s in steps if s.kind in ("prefill", "decode", "mixed")]
     decoding = any(s.kind in ("decode", "mixed") for s in served) or engine
     if not (decoding or requests):
-        return {"detected": False}
-    return {
-        "detected": True,
-        "source": source,
-        "engine": engine or None,
-        "phases": _phases(trace, steps, bool(engine)),
-        "steps": [vars(s).copy() for s in steps[:MAX_STEPS]],
-        "step_count": len(steps),
-        "requests": requests,
-    }
+        return InferenceReport(detected=False)
+    return InferenceReport(detected=True, source=source, engine=engine or None, phases=_phases(trace, steps, bool(engine)),
+                           steps=steps[:MAX_STEPS], step_count=len(steps), requests=requests)

@@ -30,6 +30,7 @@ from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis.compile import CompileReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
@@ -107,7 +108,7 @@ def _graph_capture_section(trace: Trace) -> dict[str, Any]:
     return graph_capture_section(trace)
 
 
-def _inference_section(trace: Trace) -> dict[str, Any]:
+def _inference_section(trace: Trace) -> InferenceReport:
     from aiprof.analysis.inference import inference_section
 
     return inference_section(trace)

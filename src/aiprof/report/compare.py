@@ -31,7 +31,9 @@ from msgspec import UNSET, UnsetType
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.report.compare_memory import MemoryComparison, compare_memory
-from aiprof.report.compare_stats import CONFIDENCE, MIN_STEPS, MedianChange, median_change, paired_change
+from aiprof.report.compare_inference import InferenceComparison, compare_inference
+from aiprof.report.compare_stats import (CONFIDENCE, MIN_STEPS, MedianChange, VerdictResult, change_text, median_change,
+                                         paired_change, verdict_result)
 from aiprof.report.compare_steps import StepSample, recorded_steps
 from aiprof.report.common import fmt_ms
 from aiprof.report.model import Report, Summary
@@ -148,9 +150,6 @@ class StepsUsed(msgspec.Struct, kw_only=True):
     after_median_ns: int
 
 
-VerdictResult = Literal["faster", "slower", "unchanged", "inconclusive"]
-
-
 class Verdict(msgspec.Struct, kw_only=True):
     """``result``: "faster" / "slower" when the change is significant and beyond ±``noise_pct`` %;
     "unchanged" when the change is within ±``noise_pct`` %; "inconclusive" when the steps cannot tell it
@@ -195,6 +194,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     steps_used: StepsUsed | None = None
     program_differences: list[str] = msgspec.field(default_factory=list)
     memory: MemoryComparison | None = None  # both sides have memory data (report.compare_memory)
+    # Both sides served requests (an `aiprof run` of generate()): TTFT / ITL / tokens per second per request,
+    # before -> after, with intervals and the verdict rule of the step time (report.compare_inference).
+    inference: InferenceComparison | None = None
     # Pairs of runs the step-time statistics rest on (``aiprof compare … --pair B A``): with more than
     # one, the change is the geometric mean of the pairs' median changes and its interval a t interval
     # over the pairs (``compare_stats.paired_change``); each pair's change is listed.
@@ -299,6 +301,7 @@ def compare_reports(
         ),
         program_differences=differences,
         memory=compare_memory(before, after),
+        inference=compare_inference(before, after, noise_pct, [name for name, _ in shared]),
         pairs=stats.pairs,
         pair_changes_pct=list(stats.pair_changes_pct),
         shared_machine=[name for name, _ in shared],
@@ -629,14 +632,7 @@ def _verdict(
     beyond ±``noise_pct`` % on the point estimate alone); unchanged within ±``noise_pct`` %; inconclusive
     when it is beyond that but not significant, or when a side shared the machine (``shared``)."""
     pct = stats.change_pct
-    result: VerdictResult = "unchanged"
-    if stats.significant or not stats.enough:
-        if pct < -noise_pct:
-            result = "faster"
-        elif pct > noise_pct:
-            result = "slower"
-    elif abs(pct) > noise_pct:
-        result = "inconclusive"
+    result: VerdictResult = verdict_result(stats, noise_pct)
     speedup = stats.before_median_ns / stats.after_median_ns if stats.after_median_ns else None
     change = f"median step {fmt_ms(stats.before_median_ns)} → {fmt_ms(stats.after_median_ns)}, {change_text(pct, stats)}"
     steps = f"{len(b.durations_ns)} + {len(a.durations_ns)} {b.source} steps"
@@ -677,19 +673,3 @@ def _verdict(
         noise_pct=noise_pct,
         text=f"{text} ({steps})",
     )
-
-
-def change_text(pct: float, stats: MedianChange) -> str:
-    """"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"; without an interval, the estimate alone."""
-    if stats.ci_pct is None:
-        return f"{_signed_pct(pct)} %"
-    lo, hi = stats.ci_pct
-    verdict = "significant" if stats.significant else "not significant"
-    return f"{_signed_pct(pct)} % ({round(100 * CONFIDENCE)} % CI {_signed_pct(lo)} … {_signed_pct(hi)} %), {verdict}"
-
-
-def _signed_pct(value: float) -> str:
-    text = f"{abs(value):.1f}"
-    if text.strip("0.") == "":
-        return "±0.0"
-    return ("+" if value > 0 else "−") + text

@@ -17,6 +17,11 @@ Each pair gives the ratio of its medians; the estimate is their geometric mean, 
 Student-t interval on the log ratios (``k − 1`` degrees of freedom), so the noise between runs is in it.
 With one pair it is :func:`median_change`.
 
+``verdict_result`` is the verdict rule every compared metric shares (the step time, the requests' latency):
+"faster" / "slower" when the change is significant and beyond ±``noise_pct`` % (with too few samples, beyond it
+on the point estimate alone), "unchanged" within it, "inconclusive" beyond it but not significant;
+``change_text`` words a change with its interval.
+
 numpy only; no timing, no I/O.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -132,3 +138,35 @@ def _resampled_medians(
         idx = rng.integers(0, n, size=(stop - start, n))
         out[start:stop] = np.median(values[idx], axis=1)
     return out
+
+
+VerdictResult = Literal["faster", "slower", "unchanged", "inconclusive"]
+
+
+def verdict_result(stats: MedianChange, noise_pct: float) -> VerdictResult:
+    """The verdict rule (module text) on a change where a rise is "slower"."""
+    pct = stats.change_pct
+    if stats.significant or not stats.enough:
+        if pct < -noise_pct:
+            return "faster"
+        if pct > noise_pct:
+            return "slower"
+        return "unchanged"
+    return "inconclusive" if abs(pct) > noise_pct else "unchanged"
+
+
+def change_text(pct: float, stats: MedianChange) -> str:
+    """"+3.1 % (95 % CI −2.0 … +8.4 %), not significant"; without an interval, the estimate alone."""
+    if stats.ci_pct is None:
+        return f"{signed_pct(pct)} %"
+    lo, hi = stats.ci_pct
+    verdict = "significant" if stats.significant else "not significant"
+    return f"{signed_pct(pct)} % ({round(100 * CONFIDENCE)} % CI {signed_pct(lo)} … {signed_pct(hi)} %), {verdict}"
+
+
+def signed_pct(value: float) -> str:
+    """"+3.1", "−2.0", "±0.0"."""
+    text = f"{abs(value):.1f}"
+    if text.strip("0.") == "":
+        return "±0.0"
+    return ("+" if value > 0 else "−") + text

@@ -5,8 +5,9 @@ the only strings from a trace are file names and the engine's name, escaped per 
 
 from __future__ import annotations
 
-from typing import Any
+from msgspec import UNSET
 
+from aiprof.analysis.inference import InferenceReport
 from aiprof.report.common import fmt_ms, fmt_pct, focus_rank
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown as md
@@ -16,12 +17,12 @@ _HEAD = ("phase", "steps", "median", "p90", "tokens/step", "GPU busy", "host gap
 _NAMES = {"between": "between requests"}
 
 
-def _section(doc: Report) -> dict[str, Any] | None:
+def _section(doc: Report) -> InferenceReport | None:
     section = focus_rank(doc).inference
-    return section if isinstance(section, dict) and section.get("detected") else None
+    return section if isinstance(section, InferenceReport) and section.detected else None
 
 
-def _cell(value: Any, kind: str) -> str:
+def _cell(value: int | float | None, kind: str) -> str:
     if value is None:
         return "–"
     if kind == "ns":
@@ -31,33 +32,37 @@ def _cell(value: Any, kind: str) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def phase_rows(section: dict[str, Any]) -> list[list[str]]:
+def phase_rows(section: InferenceReport) -> list[list[str]]:
     """The phase table's cells, one row per kind present."""
     rows = []
-    for kind, p in section.get("phases", {}).items():
-        rows.append([_NAMES.get(kind, kind), _cell(p.get("count"), ""), _cell(p.get("median_ns"), "ns"),
-                     _cell(p.get("p90_ns"), "ns"), _cell(p.get("tokens_per_step"), ""),
-                     _cell(p.get("gpu_busy_share"), "pct"), _cell(p.get("host_gap_median_ns"), "ns")])
+    for kind, p in (section.phases or {}).items():
+        gap = p.host_gap_median_ns if p.host_gap_median_ns is not UNSET else None
+        rows.append([_NAMES.get(kind, kind), _cell(p.count, ""), _cell(p.median_ns, "ns"), _cell(p.p90_ns, "ns"),
+                     _cell(p.tokens_per_step, ""), _cell(p.gpu_busy_share, "pct"), _cell(gap, "ns")])
     return rows
 
 
-def request_lines(section: dict[str, Any]) -> list[str]:
+def request_lines(section: InferenceReport) -> list[str]:
     """The requests' TTFT / ITL / throughput as sentences (none without a requests file)."""
-    req = section.get("requests")
-    if not isinstance(req, dict):
+    req = section.requests
+    if not req:
         return []
-    lines = [f"{req['count']} request(s), {req['new_tokens']:,} new tokens"
-             + (f", {req['tokens_per_s']:,.1f} tokens/s while serving" if req.get("tokens_per_s") else "")]
-    for key, label in (("ttft", "time to first token"), ("itl", "inter-token latency")):
-        d = req.get(key)
-        if isinstance(d, dict):
-            lines.append(f"{label}: median {fmt_ms(d['median_ns'])}, p90 {fmt_ms(d['p90_ns'])}, "
-                         f"p99 {fmt_ms(d['p99_ns'])}, max {fmt_ms(d['max_ns'])}")
+    lines = [f"{req.count} request(s), {req.new_tokens:,} new tokens"
+             + (f", {req.tokens_per_s:,.1f} tokens/s while serving" if req.tokens_per_s else "")]
+    warm = req.warmup
+    if warm is not None:
+        lines.append(f"warm-up: request {warm.request}, time to first token {fmt_ms(warm.ttft_ns)} "
+                     f"({warm.ttft_over_others_median:g}x the others' median: one-time costs), left out of "
+                     "the TTFT, inter-token and tokens/s figures")
+    for d, label in ((req.ttft, "time to first token"), (req.itl, "inter-token latency")):
+        if d is not None:
+            lines.append(f"{label}: median {fmt_ms(d.median_ns)}, p90 {fmt_ms(d.p90_ns)}, "
+                         f"p99 {fmt_ms(d.p99_ns)}, max {fmt_ms(d.max_ns)}")
     return lines
 
 
-def _title(section: dict[str, Any]) -> str:
-    return f"Inference (steps by {section.get('source', 'shape')})"
+def _title(section: InferenceReport) -> str:
+    return f"Inference (steps by {section.source or 'shape'})"
 
 
 def terminal_lines(doc: Report) -> list[str]:
@@ -82,6 +87,54 @@ def markdown_lines(doc: Report) -> list[str]:
     return lines
 
 
+WATERFALL_ROWS = 50  # requests drawn in the HTML waterfall (the JSON lists 200)
+
+
+def waterfall_rows(section: InferenceReport) -> tuple[list[tuple[str, list[tuple[str, int, int, str]], str]], int]:
+    """The HTML request waterfall: per request (the first ``WATERFALL_ROWS``) its time to first token
+    (prefill and the first token's selection) then its decode (first token to return), on one axis from the
+    first request's start; returns the rows and the span (ns). Requests without tokens are one bar."""
+    req = section.requests
+    if not req or not req.requests:
+        return [], 0
+    shown = req.requests[:WATERFALL_ROWS]
+    origin = min(r.start_unix_ns for r in shown)
+    span = max(r.start_unix_ns + r.duration_ns for r in shown) - origin
+    warm = req.warmup.request if req.warmup is not None else None
+    rows = []
+    for r in shown:
+        start, end = r.start_unix_ns - origin, r.start_unix_ns - origin + r.duration_ns
+        label = f"request {r.request}"
+        tag = "warm-up · " if r.request == warm else ""
+        if r.ttft_ns is None:
+            rows.append((label, [("b-idle", start, end, f"{label}: {fmt_ms(r.duration_ns)}, tokens not observed")],
+                         fmt_ms(r.duration_ns)))
+            continue
+        first = start + r.ttft_ns
+        decode = (f"{label}: decode {fmt_ms(end - first)}, {r.new_tokens:,} token(s)"
+                  + (f", median inter-token {fmt_ms(r.itl_median_ns)}" if r.itl_median_ns is not None else ""))
+        rows.append((label, [("b-memcpy", start, first, f"{tag}{label}: to first token {fmt_ms(r.ttft_ns)} "
+                                                         f"(prompt {r.prompt_tokens:,} tokens × {r.batch})"),
+                             ("b-compute", first, end, decode)],
+                     f"{tag}TTFT {fmt_ms(r.ttft_ns)} · {r.new_tokens:,} tok"))
+    return rows, span
+
+
+def _waterfall_html(section: InferenceReport) -> str:
+    from aiprof.report import svg
+
+    rows, span = waterfall_rows(section)
+    if not rows:
+        return ""
+    req = section.requests
+    more = f" (the first {WATERFALL_ROWS} of {req.count})" if req and req.count > WATERFALL_ROWS else ""
+    return (f"<p class=mute>Requests over time{esc(more)}</p>" + svg.waterfall(rows, span)
+            + svg.time_axis(span, label_w=110, right_w=230)
+            + '<div class="legend"><span><i class="sw memcpy"></i>to the first token (prefill)</span>'
+            '<span><i class="sw compute"></i>decoding (first token to return)</span>'
+            '<span><i class="sw idle"></i>tokens not observed</span></div>')
+
+
 def html_section(doc: Report) -> str:
     section = _section(doc)
     if section is None:
@@ -90,4 +143,4 @@ def html_section(doc: Report) -> str:
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in phase_rows(section))
     reqs = "".join(f"<li>{esc(line)}</li>" for line in request_lines(section))
     return (f"<p class=mute>{esc(_title(section))}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
-            f"</table>" + (f"<ul>{reqs}</ul>" if reqs else ""))
+            f"</table>" + (f"<ul>{reqs}</ul>" if reqs else "") + _waterfall_html(section))

@@ -24,6 +24,7 @@ from msgspec import UNSET, Meta, UnsetType
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.health import Health
+from aiprof.analysis.inference import InferenceReport
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -132,7 +133,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     # use (roofline/mfu.py); ``available: false`` with a ``reason`` when it cannot be computed. Schema 1.1.
     mfu: MfuReport | UnsetType = UNSET
     # Inference steps by phase (prefill / decode / mixed) and requests' TTFT / ITL (analysis/inference.py).
-    inference: dict[str, Any] | UnsetType = UNSET
+    inference: InferenceReport | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
     memory: MemoryReport | UnsetType = UNSET
     # Host time by Python frame (``with_stack``; else ``recorded: false`` and how to record it) and time per

@@ -108,11 +108,11 @@ def occupancy_strip(
     return "".join(out)
 
 
-def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6) -> str:
-    """Milliseconds from the start of the span, under the strips."""
+def time_axis(span_ns: int, width: int = 760, label_w: int = 90, ticks: int = 6, right_w: int = 0) -> str:
+    """Milliseconds from the start of the span, under the strips (``right_w``: a right-hand column they keep)."""
     if span_ns <= 0:
         return ""
-    plot_w = width - label_w
+    plot_w = width - label_w - right_w
     out = [f'<svg class="chart axis" viewBox="0 0 {width} 16" width="100%">']
     for i in range(ticks + 1):
         x = label_w + plot_w * i / ticks
@@ -223,3 +223,33 @@ def _fmt_value(v: float, fmt: str) -> str:
 
         return fmt_rate(v)
     return f"{v:.1f}"
+
+
+def waterfall(
+    rows: Sequence[tuple[str, Sequence[tuple[str, int, int, str]], str]],
+    span_ns: int,
+    width: int = 760,
+    row_h: int = 18,
+    label_w: int = 110,
+    value_w: int = 230,
+) -> str:
+    """One row per item on one shared time axis: (label, segments, right-hand text), each segment
+    (class, start ns, end ns from the span's start, tooltip). A segment too short to see is drawn 1 px
+    wide so it is never lost."""
+    if not rows or span_ns <= 0:
+        return ""
+    plot_w = width - label_w - value_w
+    out = [f'<svg class="chart waterfall" viewBox="0 0 {width} {len(rows) * row_h + 4}" role="img" width="100%">']
+    for i, (label, segments, right) in enumerate(rows):
+        y = i * row_h + 2
+        out.append(f'<text x="{label_w - 6}" y="{y + row_h * 0.65:.1f}" text-anchor="end" class="lbl">'
+                   f"{esc(_clip(label, int((label_w - 6) / CHAR_W)))}</text>")
+        for cls, start, end, tip in segments:
+            x = label_w + plot_w * max(start, 0) / span_ns
+            w = max(plot_w * max(end - start, 0) / span_ns, 1.0)
+            out.append(f'<rect x="{_n(x)}" y="{y}" width="{_n(w)}" height="{row_h - 5}" class="{esc(cls)}">'
+                       f"<title>{esc(tip)}</title></rect>")
+        out.append(f'<text x="{width - value_w + 6}" y="{y + row_h * 0.65:.1f}" class="lbl">'
+                   f"{esc(_clip(right, int((value_w - 6) / CHAR_W)))}</text>")
+    out.append("</svg>")
+    return "".join(out)

@@ -20,28 +20,28 @@ def decode_host_bound(ctx: RankContext) -> list[Finding]:
     host. Saving: the device idle inside decode steps, per steady step (an upper bound: the host's own work per
     token remains). Not reported where graph replays hide kernels (their busy time is not in the trace)."""
     section = ctx.views.inference
-    decode = section.get("phases", {}).get("decode") if section.get("detected") else None
-    if not ctx.is_gpu or not decode or decode["count"] < MIN_DECODE_STEPS or decode.get("gpu_busy_share") is None:
+    decode = section.phases.get("decode") if section.detected and section.phases else None
+    if not ctx.is_gpu or decode is None or decode.count < MIN_DECODE_STEPS or decode.gpu_busy_share is None:
         return []
-    share = float(decode["gpu_busy_share"])
+    share = float(decode.gpu_busy_share)
     if share >= ctx.options.decode_busy_share or not ctx.steps:
         return []
-    idle = max(int(decode["span_ns"]) - int(decode["gpu_busy_ns"]), 0)
+    idle = max(int(decode.span_ns or 0) - int(decode.gpu_busy_ns or 0), 0)
     saving = idle / len(ctx.steps)
-    engine = section.get("engine")
+    engine = section.engine or None
     return [
         ctx.finding(
             "decode_host_bound",
-            f"Decoding is host-bound: the GPU is busy {share:.0%} of {decode['count']} decode steps "
-            f"(median {ms_text(decode['median_ns'])} each)",
+            f"Decoding is host-bound: the GPU is busy {share:.0%} of {decode.count} decode steps "
+            f"(median {ms_text(decode.median_ns)} each)",
             saving,
             evidence={
-                "decode_steps": decode["count"],
+                "decode_steps": decode.count,
                 "decode_gpu_busy_share": share,
-                "decode_median_ns": decode["median_ns"],
+                "decode_median_ns": decode.median_ns,
                 "decode_idle_ns": idle,
-                "tokens_per_decode_step": decode.get("tokens_per_step"),
-                "source": section.get("source"),
+                "tokens_per_decode_step": decode.tokens_per_step,
+                "source": section.source or None,
             },
             fix=(
                 "Take the host out of each token: capture the decode step in a CUDA graph ("
@@ -72,19 +72,18 @@ def prefill_starves_decode(ctx: RankContext) -> list[Finding]:
     latency spikes aligned with prefill steps). Saving: what those steps take beyond a decode step, per
     steady step (an upper bound: the prefill work itself remains, spread over smaller chunks)."""
     section = ctx.views.inference
-    if not section.get("detected") or not section.get("engine") or not ctx.steps:
+    if not section.detected or not section.engine or not ctx.steps:
         return []
-    phases = section.get("phases", {})
-    decode = phases.get("decode")
-    if not decode or decode["count"] < MIN_DECODE_STEPS:
+    decode = section.phases.get("decode") if section.phases else None
+    if decode is None or decode.count < MIN_DECODE_STEPS:
         return []
-    steps = [s for s in section.get("steps", []) if s["kind"] in ("mixed", "prefill")]
-    base = int(decode["median_ns"])
-    slow = [s for s in steps if s["duration_ns"] > PREFILL_STALL_RATIO * base]
+    steps = [s for s in (section.steps or []) if s.kind in ("mixed", "prefill")]
+    base = int(decode.median_ns)
+    slow = [s for s in steps if s.duration_ns > PREFILL_STALL_RATIO * base]
     if not slow:
         return []
-    excess = sum(s["duration_ns"] - base for s in slow)
-    worst = max(s["duration_ns"] for s in slow)
+    excess = sum(s.duration_ns - base for s in slow)
+    worst = max(s.duration_ns for s in slow)
     return [
         ctx.finding(
             "prefill_starves_decode",
@@ -92,7 +91,7 @@ def prefill_starves_decode(ctx: RankContext) -> list[Finding]:
             f"decode step ({ms_text(worst)} vs {ms_text(base)}); requests decoding meanwhile wait for their next token",
             excess / len(ctx.steps),
             evidence={"slow_steps": len(slow), "decode_median_ns": base, "worst_step_ns": worst,
-                      "excess_ns": excess, "engine": section.get("engine")},
+                      "excess_ns": excess, "engine": section.engine},
             fix=("Bound the prefill work per step so decodes keep their pace: vLLM chunked prefill with a smaller "
                  "max_num_batched_tokens (or long_prefill_token_threshold); SGLang a smaller chunked_prefill_size; "
                  "or disaggregate prefill and decode onto separate instances."),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
+    from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis import intervals as iv
     from aiprof.analysis.comm import CommStats
     from aiprof.roofline.analysis import RooflineResult
@@ -121,7 +122,7 @@ class RankViews:
         return find_graph_replays(self._ctx)
 
     @cached_property
-    def inference(self) -> dict[str, Any]:
+    def inference(self) -> InferenceReport:
         """The trace's inference steps by phase and its requests (analysis/inference.py; computed once per
         trace, shared with the report's section)."""
         from aiprof.analysis.inference import inference_section
