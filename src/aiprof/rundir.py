@@ -194,6 +194,10 @@ def why_no_trace(meta: RawMeta, schedule: str | None = None) -> str:
             "lower --wait/--warmup or run more steps")
 
 
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def _dicts(value: Any) -> list[RawMeta]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
@@ -668,9 +672,9 @@ def leftover_cycles(run_dir: Path) -> list[Path]:
     meta = read_meta(run_dir)
     combined: set[str] = set()
     for entry in _dicts(meta.get("ranks")):
-        traces = [str(t) for t in entry.get("trace_files") or [] if isinstance(t, str)]
+        traces = _strings(entry.get("trace_files"))
         if traces and all((run_dir / Path(t).name).is_file() for t in traces):
-            combined.update(str(n) for n in entry.get("cycle_files") or [])
+            combined.update(_strings(entry.get("cycle_files")))
     found: list[tuple[int, int, str]] = []
     with contextlib.suppress(OSError):
         for item in os.scandir(run_dir):
