@@ -235,9 +235,12 @@ class TelemetrySampler:
         if self.path is not None:
             self._fh = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed in stop()
             self._writer = csv.writer(self._fh)
-            self._writer.writerow(self.columns)
-            self._fh.flush()
-            self._whole = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
+            try:
+                self._writer.writerow(self.columns)
+                self._fh.flush()
+                self._whole = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
+            except OSError as err:  # a full disk already: no telemetry, the run goes on
+                self._close_file(err)
         self.sample_once()
         self._thread = threading.Thread(target=self._loop, name="aiprof-telemetry", daemon=True)
         self._thread.start()
