@@ -161,13 +161,13 @@ class Runner:
         preflight(self.cmd)
         explicit = self.out is not None
         run_dir = rundir.create_new(self.out or rundir.default_run_dir(self.cmd.label), explicit=explicit).resolve()
-        try:
-            rundir.reserve_space(run_dir)  # a disk full already: one line now, not after minutes of training
+        header = run_header(self.options, self.cmd.argv, mode="run")
+        try:  # a disk full already: one line now, not after minutes of training
+            rundir.reserve_space(run_dir)
+            rundir.update_meta(run_dir, lambda m: m.update(header, status="running"))
         except rundir.RunDirError:
             _abandon(run_dir)
             raise
-        header = run_header(self.options, self.cmd.argv, mode="run")
-        self._write_meta(run_dir, lambda m: m.update(header, status="running"), settling=True)
         print(f"aiprof: profiling into {run_dir}; {self.options.schedule.describe()}", file=sys.stderr, flush=True)
         folder = inject_dir()
         try:
@@ -261,7 +261,7 @@ class Runner:
         """Combine every process's cycles into its rank trace (with telemetry); account for processes
         that ended without their own flush; set the final status. A write that failed on the way (a full
         disk, here or in the script's processes) leaves the cycle files where they are, marks the run
-        incomplete and ends in :class:`RunDirError` (one line: the file, the disk, what is kept)."""
+        incomplete and sets :attr:`failure`, the run's one-line error (the file, the disk, what is kept)."""
         meta = rundir.read_meta(run_dir)
         interval = self.options.telemetry_interval_s
         telemetry_dir = run_dir if self.options.telemetry else None
@@ -399,7 +399,7 @@ def _listed(names: list[str]) -> str:
 
 def _abandon(run_dir: Path) -> None:
     """Remove a run directory that was claimed and never used (the claim, the lock, the folder if empty)."""
-    for name in (rundir.CLAIM, rundir.LOCK, rundir.RESERVE):
+    for name in (rundir.CLAIM, rundir.LOCK, rundir.RESERVE, rundir.META):
         with contextlib.suppress(OSError):
             (run_dir / name).unlink()
     with contextlib.suppress(OSError):
