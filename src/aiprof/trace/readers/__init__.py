@@ -77,15 +77,6 @@ def load_ranks(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
     traces = reader_for(path).read(path, options or DEFAULT_OPTIONS[0])
     if not traces:
         raise TraceError(f"{path}: the file holds no trace")
-    from aiprof.rundir import is_cycle_file, why_uncombined
-
-    if is_cycle_file(path.name):  # a cycle aiprof run left uncombined (killed, a full disk): say so, and how much
-        from aiprof.trace.kineto.loader import is_cut_off
-
-        for trace in traces:
-            what = "what its cut-off write holds (below)" if is_cut_off(trace.warnings) else f"{len(trace):,} events recovered"
-            trace.warnings.insert(0, f"{path.name}: a profiler cycle that aiprof run did not combine into a trace "
-                                     f"({why_uncombined(path.parent)}); read from the cycle file as it is: {what}")
     return traces
 
 
