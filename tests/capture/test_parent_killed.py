@@ -105,3 +105,35 @@ def test_a_script_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path
     pid = _start_and_kill_aiprof(["--out", str(tmp_path / "run"), "--no-summary", "--no-telemetry", "--kill-grace", "0.5",
                                   "--", "python", "-c", IGNORES_TERM])
     assert _ends(pid), "a script that ignores SIGTERM outlived the aiprof run that was SIGKILLed"
+
+
+RANK_SLEEPS = ("import os, sys, time\n"
+               "open(os.path.join(sys.argv[1], f\"pid.{os.environ['RANK']}\"), 'w').write(str(os.getpid()))\n"
+               "for _ in range(1200):\n"
+               "    time.sleep(0.1)\n")
+
+
+def test_torchruns_ranks_end_with_it(tmp_path: Path) -> None:
+    """The path that orphaned before: the kernel's SIGKILL ended torchrun before it could stop its ranks.
+    Now torchrun gets SIGTERM and stops them (measured on this change's parent: both ranks still running
+    40 s after the kill -9)."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun not found next to this Python")
+    worker = tmp_path / "worker.py"
+    worker.write_text(RANK_SLEEPS)
+    proc = subprocess.Popen(aiprof_cmd("run", "--out", str(tmp_path / "run"), "--no-summary", "--no-telemetry", "--",
+                                       str(torchrun), "--standalone", "--nproc-per-node", "2", str(worker), str(tmp_path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(), cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pid.*"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        time.sleep(0.2)  # the pid files are written whole by now
+        ranks = [int(p.read_text()) for p in tmp_path.glob("pid.*")]
+        assert len(ranks) == 2, "torchrun's ranks never started"
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    ended = [_ends(pid) for pid in ranks]
+    assert all(ended), "torchrun's ranks outlived the aiprof run that was SIGKILLed"
