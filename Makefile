@@ -65,7 +65,10 @@ clean:
 # in a copy of src/ (build/sanitize), then its tests and every shared trace through it; then the same for the
 # snapshot reader's native scan (src/aiprof/memory/_snapscan.c) and the snapshot tests; then the Nsight reader's
 # (src/aiprof/trace/readers/_sqlcols.c: its own b-tree scan) with its tests, seeded damaged databases, b-tree
-# DAGs and hostile values (tests/hostile).
+# DAGs and hostile values (tests/hostile). Under the preloaded libasan aiprof forks nothing (aiprof.trace.cores.fork_safe):
+# GCC 12's libasan takes no locks around fork(), so a child forked while another thread held its allocator lock (a
+# thread of the Nsight reader's pool, just joined, still in its teardown) waited forever: the hang of the forked
+# Nsight tests. The forked work runs in the test process instead, sanitized the same; threads still run.
 SAN_PY = $(BIN)/python -c
 sanitize: dev
 	rm -rf build/sanitize && mkdir -p build/sanitize && cp -r src build/sanitize/

@@ -68,6 +68,21 @@ def writable_folder_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def mount_point(path: str | os.PathLike[str]) -> Path:
+    """The mount point of the file system holding ``path`` (its nearest existing folder): the highest
+    folder above it on the same device. What names "the disk" in a full-disk message."""
+    current = Path(os.path.abspath(path))
+    while not current.exists() and current != current.parent:
+        current = current.parent
+    try:
+        device = current.stat().st_dev
+        while current != current.parent and current.parent.stat().st_dev == device:
+            current = current.parent
+    except OSError:
+        pass
+    return current
+
+
 # The marks the HTML and SVG renderers write, and Markdown files get (recognised below).
 HTML_GENERATOR = '<meta name=generator content="aiprof">'
 GENERATOR_COMMENT = "<!-- generator: aiprof -->"

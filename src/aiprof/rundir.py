@@ -11,7 +11,10 @@ Layout (``aiprof run`` / ``aiprof.profile``)::
     <run>/requests.rank<N>.csv           request,start_unix_ns,end_unix_ns,batch,prompt_tokens,token_unix_ns: every
                                      generate() call and the time each new token reached the host (space-separated)
     <run>/.aiprof.claim, .aiprof.lock    who owns the folder; the lock over meta.json
-    <run>/.pid<P>.cycle<C>.part          one profiler cycle not yet combined (readers skip it)
+    <run>/.pid<P>.cycle<C>.part          one profiler cycle not yet combined (left only when the run could not
+                                     combine it: aiprof run killed, a full disk; ``aiprof analyze`` salvages it)
+    <run>/.pid<P>.cycle<C>.part.tmp      torch.profiler's cut-off write of a cycle (a full disk): salvaged too
+    <run>/.aiprof.reserve                space set aside for the final meta.json (removed when the run ends)
 
 Writing: a run never overwrites another (the folder is claimed atomically: an ``O_EXCL`` claim file);
 every file a reader may mistake for a result is written to a temporary name and renamed into place, and a
@@ -52,6 +55,10 @@ META = "meta.json"
 TELEMETRY = "telemetry.csv"
 LOCK = ".aiprof.lock"
 CLAIM = ".aiprof.claim"
+# Disk space set aside when a run starts and given back only at its end, so that after the script filled
+# the disk, ``aiprof run`` can still write its final ``meta.json`` (a full disk must not leave it "running").
+RESERVE = ".aiprof.reserve"
+RESERVE_BYTES = 512 << 10
 TRACE_SUFFIX = ".pt.trace.json.gz"
 # One profiler cycle, not yet combined; readers skip it (not *.json*). Uncompressed on purpose:
 # torch's gzip export writes line by line in Python (~0.8 s per cycle of a small model, inside a
@@ -162,6 +169,9 @@ def why_no_trace(meta: RawMeta, schedule: str | None = None) -> str:
     clause: the script ended before torch or before the schedule recorded a step, no step was detected,
     the schedule never reached its active steps (``schedule``: its description, else ``meta.json``'s), or
     the run never finished (status still "running": aiprof itself was killed, or it is still going)."""
+    errors = meta.get("write_errors")
+    if isinstance(errors, list) and errors:
+        return f"a write failed and nothing recorded could be kept: {str(errors[0])[:300]}"
     steps_seen = max((int(r.get("steps_seen") or 0) for r in _dicts(meta.get("ranks"))), default=0)
     ended = _how_it_ended(meta)
     if meta.get("status") == "running" and not meta.get("finished_unix_ns") and not ended:
@@ -182,6 +192,10 @@ def why_no_trace(meta: RawMeta, schedule: str | None = None) -> str:
     described = schedule or str(meta.get("schedule_text") or "records steps after its wait and warm-up")
     return (f"no steps recorded: the script ran {steps_seen} step(s) but the schedule {described}; "
             "lower --wait/--warmup or run more steps")
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _dicts(value: Any) -> list[RawMeta]:
@@ -497,14 +511,86 @@ def atomic_write(path: Path, data: bytes) -> None:
     try:
         write_atomically(path, data, fsync=False)
     except OSError as err:
-        raise RunDirError(_write_failed(path, err)) from err
+        raise RunDirError(write_failed(path, err)) from err
 
 
-def _write_failed(path: Path, err: OSError) -> str:
+def write_failed(path: Path, err: OSError) -> str:
+    """The one-line message for a failed write of ``path``; a full disk or quota names the disk (its mount
+    point) and what to do."""
     why = err.strerror or str(err)
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"{path}: cannot write ({why}); free space on that disk or pass --out to another one"
+        from aiprof.fsutil import mount_point
+
+        disk = f"the disk mounted at {mount_point(path.parent)}"
+        what = f"your quota on {disk} is used up" if err.errno == errno.EDQUOT else f"{disk} is full"
+        return f"{path}: cannot write ({why}): {what}; free space there or pass --out to another disk"
     return f"{path}: cannot write ({why})"
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """Whether a failed write failed for want of space (a full disk, a quota), through any wrapping."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        err = err.__cause__  # type: ignore[assignment]
+    return False
+
+
+def cut_cycle_message(path: Path, cut: Path) -> str:
+    """Why the cycle file ``path`` is missing after torch.profiler's export, which logs a failed write and
+    returns: the disk's state, and what is kept of the write (``cut``, its temporary name)."""
+    try:
+        kept = cut.stat().st_size
+    except OSError:
+        kept = 0
+    what = f"its cut-off write {cut.name} ({kept:,} bytes) is kept for aiprof analyze" if kept else "nothing of it was written"
+    return f"{path}: torch.profiler could not write this cycle ({_disk_state(path.parent)}); {what}"
+
+
+def _disk_state(folder: Path) -> str:
+    from aiprof.fsutil import mount_point
+
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return "its write failed; torch.profiler's message is in capture.log"
+    if info.f_bavail * info.f_frsize < (64 << 10):
+        return (f"{os.strerror(errno.ENOSPC)}: the disk mounted at {mount_point(folder)} is full; free space there "
+                "or pass --out to another disk")
+    return "its write failed; torch.profiler's message is in capture.log"
+
+
+def reserve_space(run_dir: Path) -> None:
+    """Set aside :data:`RESERVE_BYTES` in the run directory (:data:`RESERVE`), for the final ``meta.json``
+    after a full disk (:func:`release_reserve`). Raises :class:`RunDirError` when the disk cannot hold it:
+    it is full already, and the script should not run for minutes to record nothing."""
+    path = run_dir / RESERVE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        raise RunDirError(write_failed(path, err)) from err
+    try:
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            os.write(fd, bytes(RESERVE_BYTES))  # a file system without fallocate: real blocks, written
+    except OSError as err:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise RunDirError(write_failed(path, err)) from err
+    os.close(fd)
+
+
+def release_reserve(run_dir: Path) -> bool:
+    """Give the reserved space back; whether there was any to give."""
+    try:
+        (run_dir / RESERVE).unlink()
+    except OSError:
+        return False
+    return True
 
 
 def read_meta(run_dir: Path) -> RawMeta:
@@ -556,6 +642,47 @@ def parts_of(run_dir: Path, pid: int) -> list[Path]:
     """This process's cycle files, in cycle order."""
     found = list(run_dir.glob(f".pid{pid}.cycle*{PART_SUFFIX}"))
     return sorted(found, key=lambda p: int(re.findall(r"cycle(\d+)", p.name)[0]))
+
+
+_CYCLE_FILE = re.compile(r"^\.pid(\d+)\.cycle(\d+)\.part(\.tmp)?$")
+
+
+def is_cycle_file(name: str) -> bool:
+    """Whether ``name`` is a cycle file of a run (``.pid<P>.cycle<C>.part``, or its cut-off ``.part.tmp``)."""
+    return _CYCLE_FILE.match(name) is not None
+
+
+def why_uncombined(run_dir: Path) -> str:
+    """Why a run's cycle files were left uncombined, from its ``meta.json``, in a few words."""
+    meta = read_meta(run_dir)
+    errors = meta.get("write_errors")
+    if isinstance(errors, list) and errors:
+        return f"a write failed: {str(errors[0])[:200]}"
+    if meta.get("status") == "running":
+        return "the run never finished: meta.json still says \"running\", aiprof run was killed or is still going"
+    return f"the run ended {meta.get('status') or 'without a status'}: {str(meta.get('reason') or 'no reason given')[:200]}"
+
+
+def leftover_cycles(run_dir: Path) -> list[Path]:
+    """Cycle files a run left uncombined, in (pid, cycle) order: ``.pid<P>.cycle<C>.part`` (written whole)
+    and ``.pid<P>.cycle<C>.part.tmp`` (torch.profiler's write, cut off by a full disk). Combining a process's
+    cycles into its trace removes them, so what is left is in no trace (``aiprof run`` was killed, or the
+    disk was full), except the parts of a rank whose trace was written and whose parts were not removed
+    (``meta.json`` lists them with the trace): those are left out."""
+    meta = read_meta(run_dir)
+    combined: set[str] = set()
+    for entry in _dicts(meta.get("ranks")):
+        traces = _strings(entry.get("trace_files"))
+        if traces and all((run_dir / Path(t).name).is_file() for t in traces):
+            combined.update(_strings(entry.get("cycle_files")))
+    found: list[tuple[int, int, str]] = []
+    with contextlib.suppress(OSError):
+        for item in os.scandir(run_dir):
+            match = _CYCLE_FILE.match(item.name)
+            if (match and item.name not in combined and item.is_file(follow_symlinks=False)
+                    and item.stat(follow_symlinks=False).st_size > 0):  # an empty one holds nothing
+                found.append((int(match.group(1)), int(match.group(2)), item.name))
+    return [run_dir / name for _, _, name in sorted(found)]
 
 
 def dataloader_path(run_dir: Path, rank: int, pid: int) -> Path:

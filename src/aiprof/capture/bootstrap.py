@@ -10,7 +10,9 @@ flushes its cycles, data-loader waits and metadata into the run directory.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -21,6 +23,10 @@ from typing import NoReturn
 
 ENV_OPTIONS = "AIPROF_CAPTURE"
 ENV_RUN_DIR = "AIPROF_RUN_DIR"
+# "<pid>:<grace s>": the ``aiprof run`` process that started this one, and its --kill-grace.
+ENV_SUPERVISOR = "AIPROF_SUPERVISOR"
+_PR_SET_PDEATHSIG = 1
+_FLUSH_CAP_S = 300.0  # as supervise.FLUSH_CAP_S: a script still writing its trace gets this long
 
 _uncaught: list[str] = []
 
@@ -35,6 +41,7 @@ def install() -> bool:
     from aiprof.capture.session import _post_import_hooks
 
     options = CaptureOptions.from_json(options_json)
+    die_with_supervisor(os.environ.pop(ENV_SUPERVISOR, ""))
 
     def on_torch(_module: ModuleType) -> None:
         from aiprof.capture import procstate
@@ -44,6 +51,80 @@ def install() -> bool:
 
     _post_import_hooks().when_imported("torch", on_torch)
     return True
+
+
+def die_with_supervisor(spec: str) -> bool:
+    """In the process ``aiprof run`` started (``spec``: its pid and grace period), on Linux: end when
+    aiprof run dies, even by ``kill -9``, the way a script can clean up after. The kernel sends SIGTERM
+    when aiprof run dies (``PR_SET_PDEATHSIG``; it replaces the SIGKILL set before the exec, which covers
+    the moments until this runs and commands that are not Python), so the capture flushes its cycles
+    (kept as cycle files that ``aiprof analyze`` salvages) and torchrun or the script's own handler can stop
+    its children. A watchdog thread, asleep on a pidfd of aiprof run, SIGKILLs the script after the grace
+    period if it is still there (it ignores SIGTERM, or its handler does not exit): its process group when
+    it leads one, which takes its workers and helpers along. Returns whether it is set up.
+
+    Only the direct child: its children inherit the variable but not the parent (the kernel's parent-death
+    signal follows the thread that forked, which for them is not aiprof run's)."""
+    try:
+        pid_text, grace_text = spec.split(":", 1)
+        supervisor, grace = int(pid_text), float(grace_text)
+    except ValueError:
+        return False
+    if not sys.platform.startswith("linux") or os.getppid() != supervisor:
+        return False
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != supervisor:  # aiprof run died before the prctl: the signal it would have sent
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=_watch_supervisor, args=(supervisor, grace), name="aiprof-parent-watch", daemon=True).start()
+    return True
+
+
+def _watch_supervisor(supervisor: int, grace: float) -> None:
+    """Wait for ``aiprof run`` to end; if this process outlives it by ``grace`` seconds (more while its capture
+    is still writing the trace), SIGKILL it (its group when it leads one)."""
+    _wait_for_exit(supervisor)
+    start = time.monotonic()
+    time.sleep(grace)
+    while _still_flushing() and time.monotonic() - start < _FLUSH_CAP_S:
+        time.sleep(0.2)
+    with contextlib.suppress(OSError):
+        sys.stderr.write(f"aiprof: aiprof run ended; the script did not exit within {grace:g} s of SIGTERM; "
+                         "killed with SIGKILL\n")
+        sys.stderr.flush()
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Block until process ``pid`` (this process's parent) has exited: on a pidfd (no polling), else by
+    watching the parent pid change."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = -1  # no pidfd (old kernel, seccomp), or the process is gone already
+    if fd >= 0:
+        try:
+            select.select([fd], [], [])
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return
+    while os.getppid() == pid:
+        time.sleep(0.5)
+
+
+def _still_flushing() -> bool:
+    session = sys.modules.get("aiprof.capture.session")
+    current = getattr(session, "_CURRENT", None)
+    return bool(getattr(current, "_flushing", False))
 
 
 def _start_session(options: object, run_dir: Path) -> None:

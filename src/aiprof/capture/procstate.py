@@ -3,7 +3,8 @@
 A process that is SIGKILLed, killed by the OOM killer or ends with ``os._exit`` never runs its flush,
 so it cannot say in ``meta.json`` what it did. Instead, it appends one word to
 ``.pid<P>.state`` at each milestone: ``torch`` (it imported torch), ``profiling`` (its profiler
-started: it ran a step), ``flushing`` and ``flushed`` (its end-of-run write began / finished). The
+started: it ran a step), ``flushing`` and ``flushed`` (its end-of-run write began / finished), and
+``unsaved`` when that write could not add its entry to ``meta.json`` (a full disk). The
 parent reads these after the script ends, says what happened to a process that never flushed, and
 waits for a process that is still flushing before it escalates to SIGKILL. The files are hidden
 (readers skip dot files) and removed when the run directory is settled.
@@ -22,6 +23,7 @@ TORCH = "torch"
 PROFILING = "profiling"
 FLUSHING = "flushing"
 FLUSHED = "flushed"
+UNSAVED = "unsaved"  # its flush could not write its entry into meta.json (a full disk)
 _NAME = re.compile(r"^\.pid(\d+)\.state$")
 
 
@@ -58,6 +60,10 @@ class ProcessState:
     @property
     def flushed(self) -> bool:
         return FLUSHED in self.states
+
+    @property
+    def unsaved(self) -> bool:
+        return UNSAVED in self.states
 
     @property
     def flushing(self) -> bool:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aiprof.capture.options import CaptureOptions
-from aiprof.capture.rundir import part_path
+from aiprof.capture.rundir import cut_cycle_message, part_path
 
 
 @contextlib.contextmanager
@@ -116,7 +116,9 @@ class Recorder:
         self._stale: Any = None
         self.on_cycle = on_cycle
         self.pid = os.getpid()
-        self.cycles: list[Path] = []
+        self.cycles: list[Path] = []  # the cycle files written whole
+        self.partial: list[Path] = []  # cycle files torch.profiler could not finish (a full disk): cut off, kept
+        self._exports = 0  # cycles handed to us, written or not (each gets its own file name)
         self.steps = 0  # profiler steps taken since start (== the N of ProfilerStep#N now running)
         self.recorded: list[int] = []
         self.export_errors: list[str] = []
@@ -197,11 +199,18 @@ class Recorder:
             self._prof.stop()
 
     def _trace_ready(self, prof: Any) -> None:
-        path = part_path(self.run_dir, self.pid, len(self.cycles))
+        cycle, self._exports = self._exports, self._exports + 1
+        path = part_path(self.run_dir, self.pid, cycle)
         try:
             prof.export_chrome_trace(str(path))
         except Exception as err:  # noqa: BLE001 - a failed export must not kill the training run
-            self.export_errors.append(f"cycle {len(self.cycles)}: {err}")
+            self.export_errors.append(f"cycle {cycle}: {err}")
+            return
+        if not path.is_file():  # torch.profiler's own write failed: it logs that and returns (a full disk)
+            cut = path.with_name(path.name + ".tmp")  # what it had written, under its temporary name
+            self.export_errors.append(f"cycle {cycle}: {cut_cycle_message(path, cut)}")
+            if cut.is_file():
+                self.partial.append(cut)
             return
         self.cycles.append(path)
         if self.on_cycle is not None:

@@ -8,6 +8,7 @@ cycle files into ``rank<N>.pt.trace.json.gz`` with the telemetry counters on the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,8 @@ from aiprof.capture.options import CaptureOptions
 from aiprof.capture.recorder import discard_empty_log
 from aiprof.capture.session import finish_trace
 from aiprof.capture.supervise import DEFAULT_GRACE_S, Supervisor
-from aiprof.errors import AiprofError
+from aiprof.errors import EXIT_USAGE, AiprofError
+from aiprof.rundir import RawMeta
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _FLAGS_WITH_VALUE = {"-W", "-X", "--check-hash-based-pycs"}
@@ -113,6 +117,7 @@ def _clean_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop(bootstrap.ENV_OPTIONS, None)
     env.pop(bootstrap.ENV_RUN_DIR, None)
+    env.pop(bootstrap.ENV_SUPERVISOR, None)
     return env
 
 
@@ -144,6 +149,9 @@ class Runner:
         self.out = out
         self.kill_grace_s = kill_grace_s
         self.supervisor: Supervisor | None = None
+        self._unwritten: list[Callable[[RawMeta], None]] = []  # meta.json changes a full disk held back
+        self._write_failures: list[str] = []  # writes of this process that failed (a full disk)
+        self.failure: str | None = None  # the run's one-line error after a failed write, once settled
 
     @property
     def signals(self) -> list[int]:
@@ -154,7 +162,12 @@ class Runner:
         explicit = self.out is not None
         run_dir = rundir.create_new(self.out or rundir.default_run_dir(self.cmd.label), explicit=explicit).resolve()
         header = run_header(self.options, self.cmd.argv, mode="run")
-        rundir.update_meta(run_dir, lambda m: m.update(header, status="running"))
+        try:  # a disk full already: one line now, not after minutes of training
+            rundir.reserve_space(run_dir)
+            rundir.update_meta(run_dir, lambda m: m.update(header, status="running"))
+        except rundir.RunDirError:
+            _abandon(run_dir)
+            raise
         print(f"aiprof: profiling into {run_dir}; {self.options.schedule.describe()}", file=sys.stderr, flush=True)
         folder = inject_dir()
         try:
@@ -163,15 +176,48 @@ class Runner:
             shutil.rmtree(folder, ignore_errors=True)
         try:
             meta = self._settle(run_dir, code)
-        except rundir.RunDirError as err:  # a full disk: say so in meta.json when it still fits, then one line
+        except rundir.RunDirError as err:  # even the reserved space did not hold meta.json: try once more
+            rundir.release_reserve(run_dir)
             rundir.record_failure(run_dir, str(err))
+            err.exit_code = code or EXIT_USAGE  # the script's own status when it failed too
             raise
+        finally:
+            rundir.release_reserve(run_dir)
+        if self.failure is not None:  # a full disk: meta.json says so (the reserve made room); one line
+            error = rundir.RunDirError(self.failure)
+            error.exit_code = code or EXIT_USAGE
+            raise error
         return RunResult(run_dir, code, meta)
+
+    def _write_meta(self, run_dir: Path, change: Callable[[RawMeta], None], *, settling: bool) -> RawMeta | None:
+        """Apply ``change`` (and any change that could not be written before) to ``meta.json``. While the
+        script runs, a failed write (a full disk) is kept for later and the run goes on; once it has ended
+        (``settling``), a full disk releases the space reserved for this moment and the write is retried."""
+        changes = [*self._unwritten, change]
+
+        def apply(meta: RawMeta) -> None:
+            for each in changes:
+                each(meta)
+
+        try:
+            meta = rundir.update_meta(run_dir, apply)
+        except rundir.RunDirError as err:
+            if not settling:
+                self._unwritten = changes
+                self._write_failures.append(str(err))
+                return None
+            if not (rundir.is_disk_full(err) and rundir.release_reserve(run_dir)):
+                raise
+            self._write_failures.append(str(err))
+            meta = rundir.update_meta(run_dir, apply)
+        self._unwritten = []
+        return meta
 
     def _env(self, run_dir: Path, folder: Path) -> dict[str, str]:
         env = dict(os.environ)
         env[bootstrap.ENV_OPTIONS] = self.options.to_json()
         env[bootstrap.ENV_RUN_DIR] = str(run_dir)
+        env[bootstrap.ENV_SUPERVISOR] = f"{os.getpid()}:{self.kill_grace_s:g}"
         env["PYTHONPATH"] = os.pathsep.join([str(folder), *filter(None, [env.get("PYTHONPATH")])])
         return env
 
@@ -186,13 +232,16 @@ class Runner:
         try:
             if self.options.telemetry:
                 sampler, notes = self._start_sampler(run_dir, pid)
-            rundir.update_meta(run_dir, lambda m: m.update(telemetry=telemetry_header(self.options, sampler, notes)))
+            header = telemetry_header(self.options, sampler, notes)
+            self._write_meta(run_dir, lambda m: m.update(telemetry=header), settling=False)
             rc = self.supervisor.wait()
         finally:
             if sampler is not None:
                 sampler.stop()
-        if sampler is not None:
-            rundir.update_meta(run_dir, lambda m: m["telemetry"].update(samples=sampler.samples, errors=sampler.errors))
+        if sampler is not None:  # written with the final meta.json
+            samples, errors = sampler.samples, list(sampler.errors)
+            self._unwritten.append(lambda m: m.setdefault("telemetry", {}).update(samples=samples, errors=errors))
+            self._write_failures.extend(e for e in errors if "cannot write" in e)
         return 128 - rc if rc < 0 else rc
 
     def _start_sampler(self, run_dir: Path, pid: int) -> tuple[Any, dict[str, str]]:
@@ -210,14 +259,19 @@ class Runner:
 
     def _settle(self, run_dir: Path, code: int) -> dict[str, Any]:
         """Combine every process's cycles into its rank trace (with telemetry); account for processes
-        that ended without their own flush; set the final status."""
+        that ended without their own flush; set the final status. A write that failed on the way (a full
+        disk, here or in the script's processes) leaves the cycle files where they are, marks the run
+        incomplete and sets :attr:`failure`, the run's one-line error (the file, the disk, what is kept)."""
         meta = rundir.read_meta(run_dir)
         interval = self.options.telemetry_interval_s
         telemetry_dir = run_dir if self.options.telemetry else None
         claimed: set[str] = set()
-        failed: list[str] = []
-        entries: list[dict[str, Any]] = meta.get("ranks", [])
+        failures = list(self._write_failures)
+        entries: list[dict[str, Any]] = [e for e in meta.get("ranks", []) if isinstance(e, dict)]
         for entry in entries:
+            failures.extend(str(e) for e in entry.get("write_errors") or [])
+            if entry.get("partial_cycle_files"):
+                failures.extend(str(e).split(": ", 1)[-1] for e in entry.get("export_errors") or [])
             parts = [run_dir / name for name in entry.get("cycle_files", []) if (run_dir / name).exists()]
             claimed.update(p.name for p in parts)
             if parts:
@@ -225,28 +279,40 @@ class Runner:
                 try:
                     entry["telemetry_rows"] = finish_trace(parts, path, telemetry_dir, interval)
                     entry["trace_files"] = [path.name]
-                except rundir.RunDirError as err:  # the cycle files stay: the run's data is not lost
-                    entry.update(status="incomplete", reason=str(err), trace_files=[])
-                    failed.append(f"{err}; the profiler's cycle files stay in {run_dir}")
+                except _COMBINE_ERRORS as err:  # the cycle files stay: the run's data is not lost
+                    entry.update(status="incomplete", reason=_not_combined(err), trace_files=[])
+                    failures.append(str(err))
         states = procstate.read_all(run_dir)
         how = _how_it_ended(code)
-        orphans = self._orphans(run_dir, claimed)
-        for pid, parts in orphans.items():  # a process killed before it could write its metadata
+        for pid, parts in self._orphans(run_dir, claimed).items():  # a process that could not write its metadata
             path = run_dir / f"pid{pid}{rundir.TRACE_SUFFIX}"
-            finish_trace(parts, path, telemetry_dir, interval)
-            entries.append(_unflushed_rank(pid, how, [path.name]))
+            unsaved = pid in states and states[pid].unsaved
+            try:
+                finish_trace(parts, path, telemetry_dir, interval)
+                traces = [path.name]
+            except _COMBINE_ERRORS as err:
+                failures.append(str(err))
+                traces = []
+            entries.append(_unflushed_rank(pid, how, traces, unsaved=unsaved))
         known = {r.get("pid") for r in entries} | {p.get("pid") for p in meta.get("idle_processes", [])}
         idle: list[dict[str, Any]] = list(meta.get("idle_processes", []))
         for pid, state in sorted(states.items()):
-            if pid in known or state.flushed:
+            if pid in known or (state.flushed and not state.unsaved):
                 continue
-            if state.profiling:  # it ran steps, so it is a rank; nothing of it was exported
-                entries.append(_unflushed_rank(pid, how, []))
+            if state.profiling or state.unsaved:  # it ran steps, so it is a rank; nothing of it was exported
+                entries.append(_unflushed_rank(pid, how, [], unsaved=state.unsaved))
             elif state.imported_torch:
                 idle.append({"pid": pid, "argv0": None, "flushed": False})
+            if state.unsaved:
+                failures.append(f"{run_dir / rundir.META}: process {pid} could not add its entry (a full disk)")
         procstate.remove_all(run_dir)
         discard_empty_log(run_dir)
+        for cut in run_dir.glob(f".pid*.cycle*{rundir.PART_SUFFIX}.tmp"):  # a write cut before its first byte
+            with contextlib.suppress(OSError):
+                if cut.stat().st_size == 0:
+                    cut.unlink()
         escalated = self.supervisor.escalated if self.supervisor is not None else None
+        kept = [p.name for p in rundir.leftover_cycles(run_dir) if p.name not in _combined_now(entries)]
 
         def final(m: dict[str, Any]) -> None:
             m["ranks"] = entries
@@ -260,15 +326,24 @@ class Runner:
                 m["signals_received"] = [signal.Signals(s).name for s in self.signals]
             if escalated:
                 m["escalation"] = escalated
+            if kept:
+                m["uncombined_cycle_files"] = kept
             if code != 0:
                 m["status"] = "incomplete"
                 first = f"the script {escalated}" if escalated else _exit_reason(code)
                 m["reason"] = first + (f"; {m['reason']}" if m.get("reason") else "")
+            if failures:
+                m["status"] = "incomplete"
+                m["reason"] = failures[0] + (f"; {m['reason']}" if m.get("reason") else "")
+                m["write_errors"] = failures[:20]
 
-        meta = rundir.update_meta(run_dir, final)
-        if failed:
-            raise rundir.RunDirError(failed[0])
-        return meta
+        final_meta = self._write_meta(run_dir, final, settling=True)
+        assert final_meta is not None
+        if failures:
+            what = (f"the recorded cycles are kept in {run_dir} ({_listed(kept)}; aiprof analyze {run_dir} salvages them)"
+                    if kept else f"nothing recorded could be kept; what was written is in {run_dir} (meta.json says incomplete)")
+            self.failure = f"{failures[0]}; {what}"
+        return final_meta
 
     @staticmethod
     def _orphans(run_dir: Path, claimed: set[str]) -> dict[int, list[Path]]:
@@ -292,11 +367,43 @@ def _how_it_ended(code: int) -> str:
     return "killed, or ended by os._exit"
 
 
-def _unflushed_rank(pid: int, how: str, traces: list[str]) -> dict[str, Any]:
-    """A rank entry for a process that ran steps and ended without its flush (SIGKILL, OOM, os._exit)."""
+def _unflushed_rank(pid: int, how: str, traces: list[str], *, unsaved: bool = False) -> dict[str, Any]:
+    """A rank entry for a process that ran steps and ended without its flush (SIGKILL, OOM, os._exit), or
+    whose flush could not write its entry into ``meta.json`` (``unsaved``: a full disk)."""
     kept = "cycles exported before were kept" if traces else "no recorded cycle had been exported"
-    return {"rank": None, "pid": pid, "status": "incomplete", "reason": f"ended without its flush ({how}); {kept}",
-            "trace_files": traces}
+    if unsaved:
+        kept = "its cycles were combined into " + traces[0] if traces else "its cycle files are kept as they are"
+        reason = f"its flush could not write its entry into meta.json (a full disk); {kept}"
+    else:
+        reason = f"ended without its flush ({how}); {kept}"
+    return {"rank": None, "pid": pid, "status": "incomplete", "reason": reason, "trace_files": traces}
+
+
+# What combining a process's cycle files can fail with: a full disk (RunDirError), a cycle file that is
+# unreadable or not the JSON torch.profiler writes.
+_COMBINE_ERRORS = (OSError, ValueError, EOFError, zlib.error, RecursionError)
+
+
+def _not_combined(err: BaseException) -> str:
+    return f"its cycles could not be combined ({str(err)[:300]}); the cycle files are kept as they are"
+
+
+def _combined_now(entries: list[dict[str, Any]]) -> set[str]:
+    """Cycle file names of the ranks whose trace this settle wrote (their parts are removed, normally)."""
+    return {str(n) for e in entries if e.get("trace_files") for n in e.get("cycle_files") or []}
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _abandon(run_dir: Path) -> None:
+    """Remove a run directory that was claimed and never used (the claim, the lock, the folder if empty)."""
+    for name in (rundir.CLAIM, rundir.LOCK, rundir.RESERVE, rundir.META):
+        with contextlib.suppress(OSError):
+            (run_dir / name).unlink()
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()
 
 
 def _exit_reason(code: int) -> str:

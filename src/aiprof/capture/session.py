@@ -59,6 +59,7 @@ class CaptureSession:
         self.reason: str | None = None
         self.rank: int | None = None
         self.trace_files: list[str] = []
+        self.write_errors: list[str] = []  # files of this process that could not be written (a full disk)
         self._pending = False
         self._explicit_seen = False
         self._last_source = ""
@@ -299,18 +300,36 @@ class CaptureSession:
         return not self.lazy_start or self.markers > 0 or bool(self.recorder.cycles) or distributed_rank() is not None
 
     def _write_outputs(self) -> None:
+        """Each file on its own (one that fails, a full disk, does not stop the others), ``meta.json`` last.
+        When even that fails, the process says so in its state file (``unsaved``: a small append that
+        needs no new disk block), so ``aiprof run`` knows its entry is missing and why."""
         rank = self.rank if self.rank is not None else 0
+        writes: list[Callable[[], Any]] = []
         if self.is_rank() and (self.tracker.active or self.markers):
-            self.tracker.write_csv(rundir.dataloader_path(self.run_dir, rank, self.pid))
+            writes.append(lambda: self.tracker.write_csv(rundir.dataloader_path(self.run_dir, rank, self.pid)))
         if self.requests.requests:
-            rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
-                                rundir.format_requests(self.requests.requests))
+            writes.append(lambda: rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
+                                                      rundir.format_requests(self.requests.requests)))
         if self.write_traces and self.recorder.cycles:
-            path = rundir.trace_path(self.run_dir, rank, self.pid)
-            finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,
-                         self.options.telemetry_interval_s)
-            self.trace_files.append(path.name)
-        rundir.update_meta(self.run_dir, self._merge_rank)
+            writes.append(lambda: self._write_trace(rank))
+        for write in writes:
+            try:
+                write()
+            except (rundir.RunDirError, OSError, ValueError) as err:  # a full disk: the message names the file
+                self.write_errors.append(str(err)[:500])
+                print(f"aiprof: warning: {err}", file=sys.stderr)
+        try:
+            rundir.update_meta(self.run_dir, self._merge_rank)
+        except rundir.RunDirError as err:
+            if self.lazy_start:
+                procstate.note(self.run_dir, procstate.UNSAVED)
+            print(f"aiprof: warning: {err}", file=sys.stderr)
+
+    def _write_trace(self, rank: int) -> None:
+        path = rundir.trace_path(self.run_dir, rank, self.pid)
+        finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,
+                     self.options.telemetry_interval_s)
+        self.trace_files.append(path.name)
 
     def rank_entry(self) -> dict[str, Any]:
         """This process's part of ``meta.json``."""
@@ -328,6 +347,8 @@ class CaptureSession:
             "cycle_files": [p.name for p in self.recorder.cycles],
             "trace_files": self.trace_files,
             "export_errors": self.recorder.export_errors,
+            "partial_cycle_files": [p.name for p in self.recorder.partial],
+            "write_errors": self.write_errors,
             "dataloader": self.tracker.summary(),
             "started_unix_ns": self.started_ns,
             "finished_unix_ns": time.time_ns(),

@@ -9,8 +9,11 @@ sent the signals aiprof receives, and killed when it ignores them.
 * **Escalation.** After the first forwarded signal the script has ``grace_s`` seconds to exit; then
   aiprof sends SIGKILL (to the group, or to the script and its descendants) and says so. A script
   that is still writing its trace (``procstate``) gets more time, up to ``flush_cap_s``.
-* **Parent death.** On Linux the script gets SIGKILL when aiprof dies (``PR_SET_PDEATHSIG``), so a
-  ``kill -9`` of aiprof does not leave it running unsupervised.
+* **Parent death.** On Linux the script gets SIGKILL when aiprof dies (``PR_SET_PDEATHSIG``, set here
+  before the exec), so a ``kill -9`` of aiprof does not leave it running unsupervised. A Python script
+  switches that to SIGTERM as it starts (:func:`aiprof.capture.bootstrap.die_with_supervisor`): it
+  flushes what it recorded and can end its own children (torchrun's ranks), and a watchdog SIGKILLs it
+  (and its group, when it leads one) after the grace period if it is still there.
 """
 
 from __future__ import annotations

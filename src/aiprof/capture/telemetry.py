@@ -9,6 +9,7 @@ cleanly when ``nvidia-ml-py`` or a GPU is missing, and the reason is kept for th
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -20,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiprof.rundir import read_telemetry
+from aiprof.rundir import read_telemetry, write_failed
 
 Clock = Callable[[], int]
 Row = list[float | int | None]
@@ -228,12 +229,18 @@ class TelemetrySampler:
         self._lock = threading.Lock()
         self._fh: io.TextIOWrapper | None = None
         self._writer: Any = None
+        self._whole = 0  # bytes of the CSV known written whole (the last successful flush)
 
     def start(self) -> None:
         if self.path is not None:
             self._fh = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed in stop()
             self._writer = csv.writer(self._fh)
-            self._writer.writerow(self.columns)
+            try:
+                self._writer.writerow(self.columns)
+                self._fh.flush()
+                self._whole = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
+            except OSError as err:  # a full disk already: no telemetry, the run goes on
+                self._close_file(err)
         self.sample_once()
         self._thread = threading.Thread(target=self._loop, name="aiprof-telemetry", daemon=True)
         self._thread.start()
@@ -261,6 +268,7 @@ class TelemetrySampler:
                     self._writer.writerow(["" if v is None else v for v in row])
                     if self.samples % _FLUSH_EVERY == 0 and self._fh is not None:
                         self._fh.flush()
+                        self._whole = os.lseek(self._fh.fileno(), 0, os.SEEK_CUR)
                 except OSError as err:  # a full disk: stop writing, keep the run going, say why
                     self._close_file(err)
         return row
@@ -273,8 +281,11 @@ class TelemetrySampler:
                 fh.close()
         except OSError as err:
             error = error or err
+        if error is not None and self.path is not None:  # drop a row cut by the failed write: whole rows only
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, self._whole)
         if error is not None and len(self.errors) < 5:
-            self.errors.append(f"{self.path}: cannot write ({error.strerror or error}); telemetry stopped there")
+            self.errors.append(f"{write_failed(Path(self.path or 'telemetry.csv'), error)}; telemetry stopped there")
 
     def stop(self) -> None:
         """Stop the thread, take one last sample and close the file. Safe to call twice."""

@@ -30,8 +30,53 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# Symbols of a sanitizer runtime loaded into this process (``make sanitize`` preloads GCC's libasan).
+_SANITIZERS = ("__asan_init", "__tsan_init", "__msan_init")
+_fork_safe: bool | None = None
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork helpers: not without ``fork``, and not under a sanitizer runtime.
+
+    A child forked while another thread of the parent holds a lock of the runtime's allocator or thread
+    registry waits for it forever at its first ``malloc``; glibc's malloc takes its locks around ``fork``
+    (pthread_atfork), GCC 12's libasan (what ``make sanitize`` preloads) does not: LLVM added that in
+    2023 (llvm/llvm-project#75290, "prevents deadlocks in forked process if parent had more than one
+    running thread"), and CPython skips its fork tests under ASan for this (python/cpython#89363, #110656).
+    Such a thread need not be visible: one of a ``ThreadPoolExecutor`` just joined (the Nsight reader's
+    rowid ranges) still runs the runtime's thread teardown, which takes both locks. So under a sanitizer
+    aiprof does the forked work in the process itself (decode helpers, the folder pool, the forked half of
+    an analysis, the Nsight reader's helpers): the same code over the same data, all of it sanitized,
+    none of it forked. Threads are unaffected. Cached."""
+    global _fork_safe
+    if _fork_safe is None:
+        _fork_safe = hasattr(os, "fork") and not _sanitized()
+    return _fork_safe
+
+
+def _sanitized() -> bool:
+    try:
+        import ctypes
+
+        process = ctypes.CDLL(None)
+    except (ImportError, OSError):
+        return False
+    return any(hasattr(process, name) for name in _SANITIZERS)
+
+
+def thread_count() -> int:
+    """How many threads may read one file's parts at once (the Nsight reader's rowid ranges): as many as
+    :func:`worker_count` would give helper processes, whether or not this process may fork."""
+    return _wanted()
+
+
 def worker_count() -> int:
-    """How many helper processes to use for one file (0: decode in this process only)."""
+    """How many helper processes to use for one file (0: decode in this process only; always 0 where
+    forking is not safe, :func:`fork_safe`)."""
+    return _wanted() if fork_safe() else 0
+
+
+def _wanted() -> int:
     setting = os.environ.get("AIPROF_DECODE_WORKERS", "").strip()
     if setting:
         try:
@@ -50,4 +95,4 @@ def worker_count() -> int:
     return wanted
 
 
-__all__ = ["MAX_WORKERS", "share_cores", "usable_cores", "worker_count"]
+__all__ = ["MAX_WORKERS", "fork_safe", "share_cores", "thread_count", "usable_cores", "worker_count"]

@@ -60,13 +60,13 @@ class LocalExecutor:
 def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: Progress | None) -> list[O]:
     """``fn`` over jobs whose first item is a file path, in worker processes when there are several
     (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
-    from aiprof.trace.cores import share_cores, usable_cores
+    from aiprof.trace.cores import fork_safe, share_cores, usable_cores
 
     count = len(jobs)
     cores = usable_cores()
     workers = min(workers or memory_bound_workers(jobs, cores), count)
     results: list[O] = []
-    if workers <= 1:
+    if workers <= 1 or not fork_safe():  # not safe: under a sanitizer runtime (cores.fork_safe)
         for i, job in enumerate(jobs):
             results.append(fn(job))
             if progress:

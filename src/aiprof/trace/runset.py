@@ -43,11 +43,12 @@ def find_trace_files(path: Path) -> list[Path]:
         raise NoTracesError(f"{path}: not a regular file or folder (a FIFO, socket or device is not a trace)")
     if not os.access(path, os.R_OK | os.X_OK):
         raise NoTracesError(f"{path}: permission denied; make the folder readable and retry")
-    found = [
-        p
-        for p in path.rglob("*")
-        if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES
-    ]
+    found: list[Path] = []
+    for p in path.rglob("*"):
+        if p.name == "meta.json" and p.is_file():
+            found.extend(_salvaged_cycles(p.parent))
+        elif p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES:
+            found.append(p)
     if not found:
         from aiprof.rundir import no_trace_message
 
@@ -56,6 +57,15 @@ def find_trace_files(path: Path) -> list[Path]:
             or f"{path}: no trace files (*.json, *.json.gz, *.sqlite) in this folder; pass a trace file or a run directory"
         )
     return sorted(found)
+
+
+def _salvaged_cycles(folder: Path) -> list[Path]:
+    """In an aiprof run directory, the profiler cycles ``aiprof run`` could not combine into a trace (it
+    was killed, the disk was full): read as traces of their own, each with a warning (:func:`_load_one`)."""
+    from aiprof.rundir import META, leftover_cycles, read_run_meta
+
+    meta, _ = read_run_meta(folder / META)
+    return leftover_cycles(folder) if meta is not None else []
 
 
 def rank_from_name(path: Path) -> int | None:

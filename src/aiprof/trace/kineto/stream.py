@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from aiprof.trace.cores import worker_count
+from aiprof.trace.cores import fork_safe, worker_count
 from aiprof.trace.model import Trace
 from aiprof.trace.kineto import source
 from aiprof.trace.kineto.builder import HEADER_DECODER, Builder, RawTrace, typed_header
@@ -178,7 +178,7 @@ class _Stream:
             return None
         if self.workers is None:  # decided only for a file of more than one run
             self.workers = worker_count()
-        if self.workers <= 0:
+        if self.workers <= 0 or not fork_safe():  # an explicit count too: never fork under a sanitizer
             return None
         if self.helpers is None:
             self.helpers = Helpers(self.path, self.workers)

@@ -23,9 +23,16 @@ class KinetoReader:
         return text[:1] in (b"{", b"[")
 
     def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
-        from aiprof.trace.kineto.loader import load_file  # here: imported on the first Kineto file only
+        from aiprof.trace.kineto.loader import is_cut_off, load_file  # here: imported on the first Kineto file only
 
-        return [load_file(path)]
+        trace = load_file(path)
+        from aiprof.rundir import is_cycle_file, why_uncombined
+
+        if is_cycle_file(path.name):  # a cycle aiprof run left uncombined (killed, a full disk): say so, and how much
+            what = "what its cut-off write holds (below)" if is_cut_off(trace.warnings) else f"{len(trace):,} events recovered"
+            trace.warnings.insert(0, f"{path.name}: a profiler cycle that aiprof run did not combine into a trace "
+                                     f"({why_uncombined(path.parent)}); read from the cycle file as it is: {what}")
+        return [trace]
 
 
 def load_limits() -> object:

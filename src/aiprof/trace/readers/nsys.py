@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from aiprof.arrays import unique
 from aiprof.errors import TraceError
-from aiprof.trace.cores import worker_count
+from aiprof.trace.cores import fork_safe, thread_count
 from aiprof.trace.model import I64, DeviceInfo, Kind, Trace
 from aiprof.trace.readers.base import Block, ReaderOptions, Strings, TraceParts, assemble, block
 
@@ -344,7 +344,7 @@ class _Db:
         sql = f"SELECT {', '.join(words)} FROM {table}"
         last = self._rows(table)
         helpers = _helpers(last)
-        if not helpers:
+        if not helpers or not fork_safe():  # not safe under a sanitizer runtime (cores.fork_safe): read here
             return _fetch(self.con, sql, (), len(words))
         bounds = np.linspace(0, last, helpers + 2).astype(np.int64).tolist()
         ranges = [(lo + 1, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -536,7 +536,7 @@ class _Layout:
 def _helpers(rows: int) -> int:
     if rows < _PARALLEL_ROWS:
         return 0
-    return min(worker_count(), rows // _PARALLEL_ROWS)
+    return min(thread_count(), rows // _PARALLEL_ROWS)
 
 
 def _fetch(con: sqlite3.Connection, sql: str, params: tuple[int, ...], width: int) -> I64:
