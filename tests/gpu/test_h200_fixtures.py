@@ -10,12 +10,14 @@ against the saving the fix measured there.
 from __future__ import annotations
 
 import json
+import statistics
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.report.document import build_document
 from golden.shared_reports import no_measured_peaks
@@ -107,18 +109,52 @@ PAIRS = {  # planted workload: the finding whose saving the fix measured
 }
 
 
-SPLIT = pytest.mark.xfail(strict=True, reason="the idle of one Python loop of tiny ops is split between host_bound "
-                          "(26.9 ms) and launch_bound (21.5 ms); the fix removes both (53.8 ms measured)")
+def claimed_saving_ns(name: str, finding_id: str) -> tuple[float, str]:
+    """What ``finding_id`` on the ``name`` trace promises, for a fix measured without the profiler, and how:
+    ``claimed`` (its replayed claim, docs/whatif.md 'Claims', as a share of the trace's own median step times
+    the step measured without the profiler: the replay predicts the profiled step, and the profiler slows this
+    host work 0.95-2.5x, e.g. 8,192 .item() calls 196 ms profiled against 94 ms without), ``formula`` (a
+    saving of device time, which the profiler does not slow: its ns), ``absent`` (no such finding: 0)."""
+    run, findings = _diagnosed(name)
+    finding = next((f for f in findings if f.id == finding_id), None)
+    if finding is None:
+        return 0.0, "absent"
+    fix = FixPrediction.of(finding.evidence)
+    if fix is None or fix.claimed_saving_ns_per_step is None:
+        return float(finding.est_saving_ns_per_step), "formula"
+    step = statistics.median(w.duration_ns for w in run.ranks[0].windows)
+    case = EXPECTED_JSON["cases"][name.removesuffix("-fixed")]
+    unprofiled = case["step_ns_fixed" if name.endswith("-fixed") else "step_ns_planted"]
+    return fix.claimed_saving_ns_per_step / step * unprofiled, "claimed"
 
 
-@pytest.mark.parametrize("workload", [pytest.param(w, marks=SPLIT) if w == "host_overhead" else w for w in sorted(PAIRS)])
+@pytest.mark.parametrize("workload", sorted(PAIRS))
 def test_saving_is_within_2x_of_the_measured_fix(workload: str) -> None:
-    """The estimate from the planted trace against before - after measured without the profiler on the H200."""
-    case = EXPECTED_JSON["cases"][f"planted-{workload}"]
-    measured = case["measured_saving_ns"]
-    finding = next(f for f in _diagnosed(f"planted-{workload}")[1] if f.id == PAIRS[workload])
-    ratio = finding.est_saving_ns_per_step / measured
-    assert 0.5 <= ratio <= 2.0, f"{workload}: estimate {finding.est_saving_ns_per_step} ns vs measured {measured} ns"
+    """The saving the planted trace promises (:func:`claimed_saving_ns`) against before - after measured
+    without the profiler on the H200. host_overhead: host_bound and launch_bound are one cause there, claimed
+    once by host_bound with both fixes replayed (was split 26.9 + 21.5 ms by formula against 53.8 measured)."""
+    measured = EXPECTED_JSON["cases"][f"planted-{workload}"]["measured_saving_ns"]
+    saving, how = claimed_saving_ns(f"planted-{workload}", PAIRS[workload])
+    assert 0.5 <= saving / measured <= 2.0, f"{workload}: {how} {saving:.0f} ns vs measured {measured} ns"
+
+
+def test_one_cause_is_claimed_once_on_the_h200_traces() -> None:
+    """On every H200 trace: a finding whose fix is replayed with another's claims both (claimed_with), the
+    other claims 0 and names it; the claims of a trace add up to at most its median step."""
+    for name in sorted(EXPECTED_JSON["cases"]):
+        path = FIXTURES / f"{name}.pt.trace.json.gz"
+        if not path.is_file():
+            continue
+        run, findings = _diagnosed(name)
+        fixes = {f.id: fix for f in findings if (fix := FixPrediction.of(f.evidence)) is not None}
+        step = statistics.median(w.duration_ns for w in run.ranks[0].windows)
+        claims = [fix.claimed_saving_ns_per_step or 0 for fix in fixes.values()]
+        assert sum(claims) <= step, (name, claims, step)
+        for i, fix in fixes.items():
+            assert all(fixes[j].claimed_by == i and fixes[j].claimed_saving_ns_per_step == 0 for j in fix.claimed_with)
+            assert not fix.claimed_by or i in fixes[fix.claimed_by].claimed_with
+    host = {f.id: f.evidence for f in _diagnosed("planted-host_overhead")[1]}
+    assert host["host_bound"]["claimed_with"] == ["launch_bound"] and host["launch_bound"]["claimed_by"] == "host_bound"
 
 
 @pytest.mark.xfail(strict=True, reason="each compile id is counted once per nested compile event (8 for 2)")
