@@ -7,7 +7,8 @@ from pathlib import Path
 import aiprof
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs,
-    ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict, scalar_reads, touched,
+    ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict, scalar_reads, script_syncs, touched,
+    allocator_calls,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.trace.model import Trace
@@ -134,6 +135,18 @@ def test_remove_syncs(tmp_path: Path) -> None:
     wait_row = int(graph.row[graph.nodes_of(NodeKind.WAIT)[0]])
     assert _step_us(graph, [RemoveSyncs(rows=(wait_row,))]) == 87
     assert _step_us(graph, [RemoveSyncs(rows=(wait_row + 1_000,))]) == 100  # another call: nothing moves
+
+
+def test_allocator_calls_are_not_the_scripts_syncs(tmp_path: Path) -> None:
+    """The same trace with a blocking cudaFree: it is the allocator's (allocator_calls removes it: 87 µs, as
+    above), not one of the script's syncs (script_syncs: none); the cudaDeviceSynchronize is the script's."""
+    trace = sync_trace(tmp_path, "cudaFree")
+    graph = build_graph(trace)
+    assert script_syncs(graph, trace) == ()
+    assert _step_us(graph, allocator_calls(graph, trace)) == 87
+    plain = sync_trace(tmp_path)
+    plain_graph = build_graph(plain)
+    assert allocator_calls(plain_graph, plain) == [] and len(script_syncs(plain_graph, plain)) == 1
 
 
 def test_fuse_a_chain(tmp_path: Path) -> None:

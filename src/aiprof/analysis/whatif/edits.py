@@ -181,6 +181,31 @@ class RemoveNodes:
         scenario.dur[np.array(self.nodes, dtype=np.int64)] = 0
 
 
+# The caching allocator's own calls (rules/memory.py's allocator_churn counts the same names): a cudaFree
+# synchronises the device, but it is the allocator's, not a sync the script wrote.
+ALLOCATOR_CALLS = r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|hipMalloc|hipFree|cudaMallocHost|cudaFreeHost|hipHostMalloc)"
+
+
+def script_syncs(graph: Graph, trace: Trace) -> tuple[int, ...]:
+    """The trace rows of the blocking calls that are not the allocator's (``sync``'s to remove)."""
+    rows = graph.row[graph.nodes_of(NodeKind.SYNC_CALL)]
+    return tuple(rows[~trace.name_matches(rows, ALLOCATOR_CALLS)].tolist())
+
+
+def allocator_calls(graph: Graph, trace: Trace) -> list[Edit]:
+    """``allocator_churn``'s fix (the caching allocator keeps its blocks): the allocator's calls inside the
+    steps cost nothing, and those that blocked wait for nothing."""
+    calls = graph.nodes_of(NodeKind.RUNTIME, NodeKind.SYNC_CALL)
+    calls = calls[trace.name_matches(graph.row[calls], ALLOCATOR_CALLS) & _in_steps(graph)[calls] & (graph.dur[calls] > 0)]
+    if not calls.size:
+        return []
+    blocking = calls[graph.kind[calls] == int(NodeKind.SYNC_CALL)]
+    out: list[Edit] = [RemoveNodes(tuple(calls.tolist()), name="allocator_calls")]
+    if blocking.size:
+        out.append(RemoveSyncs(tuple(graph.row[blocking].tolist())))
+    return out
+
+
 SCALAR_READS = r"^aten::(item|_local_scalar_dense|is_nonzero)$"  # one value read back: .item(), bool(t)
 
 
@@ -193,7 +218,7 @@ def scalar_reads(graph: Graph, trace: Trace) -> RemoveNodes:
     from aiprof.analysis.ops import top_level_ops
 
     c = trace.columns
-    blocking = graph.row[graph.nodes_of(NodeKind.SYNC_CALL)]
+    blocking = np.array(script_syncs(graph, trace), dtype=np.int64)
     top = np.flatnonzero(top_level_ops(trace))
     top = top[trace.name_matches(top, SCALAR_READS)]
     if not blocking.size or not top.size:

@@ -42,8 +42,8 @@ from aiprof.analysis.steps import StepWindow
 import numpy as np
 
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, host_overhead, predict,
-    scalar_reads, touched,
+    CudaGraphs, Edit, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, allocator_calls, host_overhead,
+    predict, scalar_reads, script_syncs, touched,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.analysis.whatif.results import FixPrediction
@@ -53,10 +53,11 @@ EditsOf = Callable[[Graph, Trace], list[Edit]]
 
 
 def _syncs(graph: Graph, trace: Trace) -> list[Edit]:
-    if not graph.nodes_of(NodeKind.WAIT).size:
+    rows = script_syncs(graph, trace)  # the allocator's blocking frees are allocator_churn's
+    if not rows:
         return []
     reads = scalar_reads(graph, trace)
-    return [RemoveSyncs(), reads] if reads.nodes else [RemoveSyncs()]
+    return [RemoveSyncs(rows), reads] if reads.nodes else [RemoveSyncs(rows)]
 
 
 def _host_overhead(graph: Graph, trace: Trace) -> list[Edit]:
@@ -69,7 +70,9 @@ def _cuda_graphs(graph: Graph, trace: Trace) -> list[Edit]:
 
 
 # The fix of each rule as the edit that carries it out, in the order of the leads of one cause (module doc).
-# sync: the blocking calls go, and the .item() ops that blocked go whole (the values read in one batch);
+# sync: the blocking calls go (not the allocator's: allocator_churn's fix, the caching allocator keeps its
+# blocks, takes those and the allocator's other calls), and the .item() ops that blocked go whole (the values
+# read in one batch);
 # decode_host_bound: the decode steps captured in a CUDA graph (its fix), the same edit as launch_bound's, which
 # makes it the lead of the host-side findings of a decoding loop. host_bound: the per-op overhead the formula counts
 # goes (what torch.compile or vectorised code leaves is not in the trace: the replay is the bound, with the
@@ -82,12 +85,14 @@ def _cuda_graphs(graph: Graph, trace: Trace) -> list[Edit]:
 FIX_EDITS: dict[str, EditsOf] = {
     "data_loading": lambda graph, trace: [RemoveDataLoading()],
     "sync": _syncs,
+    "allocator_churn": allocator_calls,
     "decode_host_bound": _cuda_graphs,
     "host_gaps": lambda graph, trace: [RemoveHostGaps()],
     "host_bound": _host_overhead,
     "launch_bound": _cuda_graphs,
 }
-_EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs", "decode_host_bound": "cuda graphs",
+_EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs", "allocator_churn": "remove allocator calls",
+               "decode_host_bound": "cuda graphs",
                "host_gaps": "remove host_gaps", "host_bound": "remove host overhead",
                "launch_bound": "cuda graphs"}
 
@@ -173,19 +178,22 @@ def _groups(graph: Graph, edits: dict[str, list[Edit]]) -> list[list[str]]:
 
 def _claims(graph: Graph, groups: list[list[str]], edits: dict[str, list[Edit]],
             joint: dict[str, Prediction]) -> tuple[dict[str, int], Prediction]:
-    """Each group's marginal claim in the groups' order (module doc), and the replay of every fix together.
-    The claims telescope over median steps: their sum is the measured median step minus the lowest median
-    reached, so at most the step."""
-    remaining = joint[groups[0][0]].baseline_median_ns
+    """Each group's marginal claim in the groups' order (module doc): the median over the steps of what its
+    fixes take off each step once the groups before it are fixed (the first group's claim is its own
+    replayed saving), never below 0 and never more than what the claims before it left of the measured median
+    step, so they add up to at most the step. Also the replay of every fix together."""
+    first = joint[groups[0][0]]
+    remaining = first.baseline_median_ns
     claims: dict[str, int] = {}
     done: list[Edit] = []
-    prediction = joint[groups[0][0]]
+    before, prediction = first.baseline_ns, first
     for n, g in enumerate(groups):
         done += [e for i in g for e in edits[i]]
-        prediction = joint[g[0]] if n == 0 else predict(graph, list(done))
-        reached = prediction.predicted_median_ns
-        claims[g[0]] = max(0, remaining - reached)
-        remaining = min(remaining, reached)
+        prediction = first if n == 0 else predict(graph, list(done))
+        saved = int(np.median(before - prediction.predicted_ns)) if before.size else 0
+        claims[g[0]] = max(0, min(saved, remaining))
+        remaining -= claims[g[0]]
+        before = prediction.predicted_ns
     return claims, prediction
 
 
