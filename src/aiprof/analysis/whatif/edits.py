@@ -12,6 +12,9 @@ What each edit means (``name`` is how the CLI spells it):
   goes (a sleep, logging, bookkeeping moved off the step).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
+- ``allocator_calls`` (:func:`allocator_calls`: :class:`RemoveNodes` + :class:`RemoveSyncs`): the caching
+  allocator keeps its blocks: its ``cudaMalloc`` / ``cudaFree`` calls inside the steps cost nothing and do
+  not block (:func:`script_syncs`: the other blocking calls, the script's own).
 - ``scalar_reads`` (:class:`RemoveNodes`, made by :func:`scalar_reads`): the ``.item()`` ops that blocked go
   whole (with :class:`RemoveSyncs`, ``sync``'s fix: the values read in one batch after the loop).
 - ``host_overhead`` (:class:`RemoveHostOverhead`, made by :func:`host_overhead`): the per-op host

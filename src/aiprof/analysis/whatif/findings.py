@@ -24,9 +24,10 @@ waiting for it), carries that prediction and claims it, with the others in ``cla
 member keeps its own fix's replay, claims 0 and names the lead in ``claimed_by``.
 
 **Claims are marginal.** Groups are taken in order of their replayed saving (largest first; ties by the
-lead's place in :data:`FIX_EDITS`); each claims what its fixes take off the median step once the groups
-before it are fixed (never below 0): removing a data-loading wait first leaves less host overhead exposed,
-so the claims add up to the step with every fix replayed together, which is at most the step.
+lead's place in :data:`FIX_EDITS`); each claims the median over the steps of what its fixes take off the step
+once the groups before it are fixed (the first: its own replayed saving; never below 0, never more than the
+claims before it left of the measured median step): removing a data-loading wait first leaves less host
+overhead exposed, and the claims add up to at most the step.
 
 Only single-rank traces get predictions: on a rank of a distributed run, a fix that speeds the rank up is
 held back by the other ranks at its next collective, which a one-rank replay cannot see.
