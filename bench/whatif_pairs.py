@@ -159,6 +159,7 @@ def cpu_pairs(names: list[str], repeats: int, rounds: int) -> list[dict[str, Any
     spec = importlib.util.spec_from_file_location("planted_savings", ROOT / "bench" / "planted_savings.py")
     assert spec is not None and spec.loader is not None
     planted = importlib.util.module_from_spec(spec)
+    sys.modules["planted_savings"] = planted  # its dataclasses look their module up there
     spec.loader.exec_module(planted)
     out = []
     for name in names:

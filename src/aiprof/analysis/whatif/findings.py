@@ -38,10 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import msgspec
-
-from aiprof.analysis.steps import StepWindow
 import numpy as np
 
+from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, allocator_calls, host_overhead,
     predict, scalar_reads, script_syncs, touched,
@@ -71,18 +70,19 @@ def _cuda_graphs(graph: Graph, trace: Trace) -> list[Edit]:
 
 
 # The fix of each rule as the edit that carries it out, in the order of the leads of one cause (module doc).
-# sync: the blocking calls go (not the allocator's: allocator_churn's fix, the caching allocator keeps its
-# blocks, takes those and the allocator's other calls), and the .item() ops that blocked go whole (the values
-# read in one batch);
-# decode_host_bound: the decode steps captured in a CUDA graph (its fix), the same edit as launch_bound's, which
-# makes it the lead of the host-side findings of a decoding loop. host_bound: the per-op overhead the formula counts
-# goes (what torch.compile or vectorised code leaves is not in the trace: the replay is the bound, with the
-# device's own work, the host time it hid and the ops that do the work still in the way); launch_bound: CUDA graphs (the host work inside the
-# steps costs nothing, the device runs its queue back to back). fusion_opportunity keeps its formula (the
-# fused kernel's bytes need the roofline per chain, which the rule has and the replay does not), and so do
-# exposed_communication and straggler: a rank's collective waits for the other ranks, which a one-rank
-# replay does not see (Megatron TP=8: most of its exposed all-reduce is the fast ranks waiting for a
-# straggler, and a tensor-parallel all-reduce feeds the next GEMM).
+# - sync: the blocking calls go (not the allocator's: those go with allocator_churn's fix, the caching allocator
+#   keeping its blocks, with the allocator's other calls), and the .item() ops that blocked go whole (the values
+#   read in one batch).
+# - decode_host_bound: the decode steps captured in a CUDA graph (its fix), the same edit as launch_bound's; it
+#   leads the host-side findings of a decoding loop.
+# - host_bound: the per-op overhead the formula counts goes (what torch.compile or vectorised code leaves is not
+#   in the trace: the replay is the bound, with the device's own work, the host time it hid and the ops that do
+#   the work still in the way); launch_bound: CUDA graphs (the host work inside the steps costs nothing, the
+#   device runs its queue back to back).
+# fusion_opportunity keeps its formula (the fused kernel's bytes need the roofline per chain, which the rule has
+# and the replay does not), and so do exposed_communication and straggler: a rank's collective waits for the
+# other ranks, which a one-rank replay does not see (Megatron TP=8: most of its exposed all-reduce is the fast
+# ranks waiting for a straggler, and a tensor-parallel all-reduce feeds the next GEMM).
 FIX_EDITS: dict[str, EditsOf] = {
     "data_loading": lambda graph, trace: [RemoveDataLoading()],
     "sync": _syncs,
@@ -92,10 +92,9 @@ FIX_EDITS: dict[str, EditsOf] = {
     "host_bound": _host_overhead,
     "launch_bound": _cuda_graphs,
 }
-_EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs", "allocator_churn": "remove allocator calls",
-               "decode_host_bound": "cuda graphs",
-               "host_gaps": "remove host_gaps", "host_bound": "remove host overhead",
-               "launch_bound": "cuda graphs"}
+_EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
+               "allocator_churn": "remove allocator calls", "decode_host_bound": "cuda graphs",
+               "host_gaps": "remove host_gaps", "host_bound": "remove host overhead", "launch_bound": "cuda graphs"}
 
 
 class ReplayedFixes(msgspec.Struct, kw_only=True):
