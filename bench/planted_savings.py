@@ -57,6 +57,7 @@ class Repeat:
     order: list[str]
     load1: float
     residue_ms: float | None = None  # data_loading only: the saving still estimated after the fix
+    claimed_ms: float = 0.0  # the finding's replayed claim (docs/whatif.md 'Claims'), else its formula; 0: absent
 
     @property
     def ratio(self) -> float:
@@ -90,6 +91,15 @@ def _saving(findings: list[dict[str, Any]], finding_id: str) -> float:
     return next((f["est_saving_ns_per_step"] for f in findings if f["id"] == finding_id), 0) / 1e6
 
 
+def _claimed(findings: list[dict[str, Any]], finding_id: str) -> float:
+    """The saving ``finding_id`` is ranked by: its claim where its fix was replayed, else its formula (ms)."""
+    found = next((f for f in findings if f["id"] == finding_id), None)
+    if found is None:
+        return 0.0
+    claim = found["evidence"].get("claimed_saving_ns_per_step")
+    return (claim if isinstance(claim, int) else found["est_saving_ns_per_step"]) / 1e6
+
+
 def run_one(name: str, rounds: int, tmp: Path) -> Repeat:
     from aiprof.workloads import WORKLOADS, isolated
 
@@ -104,6 +114,7 @@ def run_one(name: str, rounds: int, tmp: Path) -> Repeat:
         rank=ids.index(expected) + 1 if expected in ids else 0,
         order=[f"{f['id']}:{f['est_saving_ns_per_step'] / 1e6:.1f}" for f in actionable[:4]],
         load1=os.getloadavg()[0],
+        claimed_ms=_claimed(findings, expected),
     )
     if name == "data_loading":
         rep.residue_ms = _saving(_diagnose(name, True, tmp / "after"), expected)

@@ -10,7 +10,8 @@ analysis layer computes both; only this module edits findings). When the rank ha
 events in its trace, or an allocator snapshot of its rank in the run directory's ``memory/``), the worker also
 computes its :class:`~aiprof.memory.report.MemoryReport` (the report's memory section) and the memory findings
 join the rank's findings. Cross-rank rules then run here on the small results, per-rank findings of the same id
-are merged across ranks, and everything is ranked by estimated saving; the memory findings save bytes, not
+are merged across ranks, and everything is ranked by saving (the replayed claim where a finding has one, else
+its formula: docs/whatif.md 'Claims'); the memory findings save bytes, not
 time, and come after all the others (largest saving in bytes first).
 """
 
@@ -187,7 +188,8 @@ def analyze_and_diagnose(
 def diagnose_run(
     run: RunAnalysis, options: RuleOptions = DEFAULT_OPTIONS, run_rules: list[RunRule] | None = None
 ) -> list[Finding]:
-    """Merge the ranks' findings, add the cross-rank ones, rank by saving. Rule failures become notes. The
+    """Merge the ranks' findings, add the cross-rank ones, rank by saving (the claim, else the formula). Rule
+    failures become notes. The
     findings' evidence is in plain JSON types (:meth:`Finding.plain`), as the report holds it."""
     from aiprof.rules.registry import DEFAULT_RUN_RULES, rank_findings
 

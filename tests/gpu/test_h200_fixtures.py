@@ -9,8 +9,10 @@ against the saving the fix measured there.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import msgspec
 import pytest
 
 from aiprof.analysis.compile import compiled_regions, graph_launches
+from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.report.document import build_document
 from aiprof.trace import Trace, load
@@ -113,18 +116,52 @@ PAIRS = {  # planted workload: the finding whose saving the fix measured
 }
 
 
-SPLIT = pytest.mark.xfail(strict=True, reason="the idle of one Python loop of tiny ops is split between host_bound "
-                          "(26.9 ms) and launch_bound (21.5 ms); the fix removes both (53.8 ms measured)")
+def claimed_saving_ns(name: str, finding_id: str) -> tuple[float, str]:
+    """What ``finding_id`` on the ``name`` trace promises, for a fix measured without the profiler, and how:
+    ``claimed`` (its replayed claim, docs/whatif.md 'Claims', as a share of the trace's own median step times
+    the step measured without the profiler: the replay predicts the profiled step, and the profiler slows this
+    host work 0.95-2.5x, e.g. 8,192 .item() calls 196 ms profiled against 94 ms without), ``formula`` (a
+    saving of device time, which the profiler does not slow: its ns), ``absent`` (no such finding: 0)."""
+    run, findings = _diagnosed(name)
+    finding = next((f for f in findings if f.id == finding_id), None)
+    if finding is None:
+        return 0.0, "absent"
+    fix = FixPrediction.of(finding.evidence)
+    if fix is None or fix.claimed_saving_ns_per_step is None:
+        return float(finding.est_saving_ns_per_step), "formula"
+    step = statistics.median(w.duration_ns for w in run.ranks[0].windows)
+    case = EXPECTED_JSON["cases"][name.removesuffix("-fixed")]
+    unprofiled = case["step_ns_fixed" if name.endswith("-fixed") else "step_ns_planted"]
+    return fix.claimed_saving_ns_per_step / step * unprofiled, "claimed"
 
 
-@pytest.mark.parametrize("workload", [pytest.param(w, marks=SPLIT) if w == "host_overhead" else w for w in sorted(PAIRS)])
+@pytest.mark.parametrize("workload", sorted(PAIRS))
 def test_saving_is_within_2x_of_the_measured_fix(workload: str) -> None:
-    """The estimate from the planted trace against before - after measured without the profiler on the H200."""
-    case = EXPECTED_JSON["cases"][f"planted-{workload}"]
-    measured = case["measured_saving_ns"]
-    finding = next(f for f in _diagnosed(f"planted-{workload}")[1] if f.id == PAIRS[workload])
-    ratio = finding.est_saving_ns_per_step / measured
-    assert 0.5 <= ratio <= 2.0, f"{workload}: estimate {finding.est_saving_ns_per_step} ns vs measured {measured} ns"
+    """The saving the planted trace promises (:func:`claimed_saving_ns`) against before - after measured
+    without the profiler on the H200. host_overhead: host_bound and launch_bound are one cause there, claimed
+    once by host_bound with both fixes replayed (was split 26.9 + 21.5 ms by formula against 53.8 measured)."""
+    measured = EXPECTED_JSON["cases"][f"planted-{workload}"]["measured_saving_ns"]
+    saving, how = claimed_saving_ns(f"planted-{workload}", PAIRS[workload])
+    assert 0.5 <= saving / measured <= 2.0, f"{workload}: {how} {saving:.0f} ns vs measured {measured} ns"
+
+
+def test_one_cause_is_claimed_once_on_the_h200_traces() -> None:
+    """On every H200 trace: a finding whose fix is replayed with another's claims both (claimed_with), the
+    other claims 0 and names it; the claims of a trace add up to at most its median step."""
+    for name in sorted(EXPECTED_JSON["cases"]):
+        path = FIXTURES / f"{name}.pt.trace.json.gz"
+        if not path.is_file():
+            continue
+        run, findings = _diagnosed(name)
+        fixes = {f.id: fix for f in findings if (fix := FixPrediction.of(f.evidence)) is not None}
+        step = statistics.median(w.duration_ns for w in run.ranks[0].windows)
+        claims = [fix.claimed_saving_ns_per_step or 0 for fix in fixes.values()]
+        assert sum(claims) <= step, (name, claims, step)
+        for i, fix in fixes.items():
+            assert all(fixes[j].claimed_by == i and fixes[j].claimed_saving_ns_per_step == 0 for j in fix.claimed_with)
+            assert not fix.claimed_by or i in fixes[fix.claimed_by].claimed_with
+    host = {f.id: f.evidence for f in _diagnosed("planted-host_overhead")[1]}
+    assert host["host_bound"]["claimed_with"] == ["launch_bound"] and host["launch_bound"]["claimed_by"] == "host_bound"
 
 
 def test_recompilation_counts_each_recompile_once() -> None:
@@ -260,3 +297,41 @@ def test_generate_run_leaves_the_warmup_out_of_ttft_and_itl() -> None:
     assert req["itl"]["count"] == len(itl) == 4 * 15
     assert req["itl"]["median_ns"] == pytest.approx(statistics.median(itl), abs=CLOCK_TOLERANCE_NS)
     assert req["itl"]["p90_ns"] == pytest.approx(_linear_percentile(itl, 90), abs=CLOCK_TOLERANCE_NS)
+def _pairs_bench() -> Any:
+    spec = importlib.util.spec_from_file_location("whatif_pairs", FIXTURES.parents[2].parent / "bench" / "whatif_pairs.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get("whatif_pairs")
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["whatif_pairs"] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def _pairs() -> dict[str, Any]:
+    return {p.name: p for p in _pairs_bench().h200_pairs()}
+
+
+def test_predicted_order_of_the_h200_pairs() -> None:
+    """bench/whatif_pairs.py over the 8 planted pairs (bench/RESULTS.md 'What-if on real pairs'): Kendall's
+    tau-b of the promised savings against the measured ones is 0.691 on these fixed traces (the one pair
+    out of order is cpu_loading, below); the replayed pairs data_loading, host_overhead and sync predict the
+    step after the fix within 3.1-3.8 % of the step before it, and their finding comes first."""
+    bench = _pairs_bench()
+    pairs = _pairs()
+    assert len(pairs) == 8
+    tau = bench.kendall_tau_b([p.promised_ns for p in pairs.values()], [float(p.measured_ns) for p in pairs.values()])
+    assert tau >= 0.69, tau
+    for name in ("data_loading", "host_overhead", "sync"):
+        assert pairs[name].how == "claimed" and pairs[name].rank == 1, pairs[name]
+        assert abs(pairs[name].error_of_step) <= 0.04, pairs[name]
+    assert bench.kendall_tau_b([1, 2, 3], [1, 2, 3]) == 1.0 and bench.kendall_tau_b([1, 2, 3], [3, 2, 1]) == -1.0
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a DataLoader with workers made this CPU-heavy loader slower without the "
+                   "profiler (4.2 -> 11.9 ms; faster under it: 10.5 -> 3.4 ms); the replay removes the wait and "
+                   "does not model the workers' cost")
+def test_cpu_loading_fix_is_predicted() -> None:
+    pair = _pairs()["cpu_loading"]
+    assert abs(pair.error_of_step) <= 0.15, pair

@@ -7,7 +7,8 @@ from pathlib import Path
 import aiprof
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs,
-    ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict,
+    ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict, scalar_reads, script_syncs, touched,
+    allocator_calls,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.trace.model import Trace
@@ -136,6 +137,18 @@ def test_remove_syncs(tmp_path: Path) -> None:
     assert _step_us(graph, [RemoveSyncs(rows=(wait_row + 1_000,))]) == 100  # another call: nothing moves
 
 
+def test_allocator_calls_are_not_the_scripts_syncs(tmp_path: Path) -> None:
+    """The same trace with a blocking cudaFree: it is the allocator's (allocator_calls removes it: 87 µs, as
+    above), not one of the script's syncs (script_syncs: none); the cudaDeviceSynchronize is the script's."""
+    trace = sync_trace(tmp_path, "cudaFree")
+    graph = build_graph(trace)
+    assert script_syncs(graph, trace) == ()
+    assert _step_us(graph, allocator_calls(graph, trace)) == 87
+    plain = sync_trace(tmp_path)
+    plain_graph = build_graph(plain)
+    assert allocator_calls(plain_graph, plain) == [] and len(script_syncs(plain_graph, plain)) == 1
+
+
 def test_fuse_a_chain(tmp_path: Path) -> None:
     """Three 10 µs kernels at 20, 32, 44 (ends 54) fused: one 30 µs kernel at 20, ends 50; with 1.5 MB at
     100 B/ns it lasts 15 µs and ends at 35."""
@@ -169,3 +182,44 @@ def test_overlap_comm(tmp_path: Path) -> None:
     assert _step_us(graph, []) == 60
     assert _step_us(graph, [OverlapComm()]) == 50
     assert _step_us(graph, [OverlapComm(interference=1.2)]) == 56
+
+
+def item_trace(tmp_path: Path) -> Trace:
+    """Step 0-100 µs: aten::mm 0-10 launches (1-3) a kernel at 10-50; aten::item 20-55 launches (21-23) a
+    1 µs device-to-host copy, queued behind the kernel (50-51), and blocks in cudaStreamSynchronize 24-52
+    until it is done; aten::add 60-70; untraced Python to the step's end."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=100)
+    mm = b.cpu_op("aten::mm", ts=0, dur=10)
+    b.launch(mm, kernel="k", kernel_ts=10, kernel_dur=40, ts=1, dur=2)
+    item = b.cpu_op("aten::item", ts=20, dur=35)
+    b.launch(item, kernel="Memcpy DtoH (Device -> Pageable)", kernel_ts=50, kernel_dur=1, kind="memcpy", ts=21, dur=2)
+    b.runtime("cudaStreamSynchronize", 24, 28)
+    b.cpu_op("aten::add", ts=60, dur=10)
+    return _load(b, tmp_path)
+
+
+def test_scalar_reads_go_with_their_syncs(tmp_path: Path) -> None:
+    """RemoveSyncs: the 28 µs call costs nothing and waits for nothing: the host runs 28 µs earlier, 72 µs.
+    scalar_reads too: aten::item's own 7 µs (20-24, 52-55: its host time and its copy's launch) and the copy
+    go, 65 µs; the kernel (10-50) ends before. Without a blocking call inside, an .item() stays (no node)."""
+    trace = item_trace(tmp_path)
+    graph = build_graph(trace)
+    reads = scalar_reads(graph, trace)
+    assert _step_us(graph, [RemoveSyncs()]) == 72
+    assert _step_us(graph, [RemoveSyncs(), reads]) == 65
+    assert NodeKind.MEMCPY in graph.kind[list(reads.nodes)] and NodeKind.SYNC_CALL in graph.kind[list(reads.nodes)]
+    assert NodeKind.KERNEL not in graph.kind[list(reads.nodes)]
+    plain = loader_trace(tmp_path)
+    assert scalar_reads(build_graph(plain), plain).nodes == ()
+
+
+def test_touched_nodes_show_shared_time(tmp_path: Path) -> None:
+    """CUDA graphs and the host overhead edit change aten::mm's host segments (the same time); the loader
+    edit changes only the DataLoader node."""
+    trace = loader_trace(tmp_path)
+    graph = build_graph(trace)
+    loader, overhead, graphs = (touched(graph, [e]) for e in (RemoveDataLoading(), host_overhead(graph, trace),
+                                                              CudaGraphs()))
+    assert graph.kind[loader].tolist() == [NodeKind.DATA_LOADING]
+    assert (overhead & graphs).any() and not (loader & (overhead | graphs)).any()

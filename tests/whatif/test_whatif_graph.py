@@ -13,14 +13,14 @@ from aiprof.trace.model import Trace
 from kineto_builder import TraceBuilder
 
 
-def sync_trace(tmp_path: Path) -> Trace:
-    """One step (0-100 µs): k1 (20-40) launched at 11, a cudaDeviceSynchronize 32-45 that waits for it,
-    then k2 (60-70) launched at 50."""
+def sync_trace(tmp_path: Path, call: str = "cudaDeviceSynchronize") -> Trace:
+    """One step (0-100 µs): k1 (20-40) launched at 11, a cudaDeviceSynchronize (or ``call``) 32-45 that
+    waits for it, then k2 (60-70) launched at 50."""
     b = TraceBuilder()
     b.step(0, ts=0, dur=100)
     op = b.cpu_op("aten::add", ts=10, dur=20)
     b.launch(op, kernel="k1", kernel_ts=20, kernel_dur=20, ts=11, dur=2)
-    b.runtime("cudaDeviceSynchronize", 32, 13)
+    b.runtime(call, 32, 13)
     op2 = b.cpu_op("aten::mul", ts=48, dur=10)
     b.launch(op2, kernel="k2", kernel_ts=60, kernel_dur=10, ts=50, dur=2)
     loaded = aiprof.load(b.write(tmp_path / "t.json"))

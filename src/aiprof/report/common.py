@@ -251,11 +251,21 @@ def saving_text(f: FindingRecord) -> str:
 
 def replayed_text(f: FindingRecord) -> str:
     """"; replayed fix: 59.1 ms/step (step → 118.6 ms)" when the finding carries its fix replayed on the
-    dependency graph (docs/whatif.md), else ""."""
+    dependency graph (docs/whatif.md), else "". With the fixes of one cause (docs/whatif.md 'Claims'): the
+    lead says whose fixes it replayed with its own, each other one which finding counts its time; a claim below
+    the replayed saving (fixes ranked above take part of it) is said."""
     fix = FixPrediction.of(f.evidence)
     if fix is None:
         return ""
-    return f"; replayed fix: {fmt_ms(fix.predicted_saving_ns_per_step)}/step (step → {fmt_ms(fix.predicted_step_ns)})"
+    if fix.claimed_by:
+        return f"; replayed fix: the same time as {fix.claimed_by}'s fix, counted there"
+    text = f"; replayed fix: {fmt_ms(fix.predicted_saving_ns_per_step)}/step (step → {fmt_ms(fix.predicted_step_ns)})"
+    if fix.claimed_with:
+        text += f", with {', '.join(fix.claimed_with)}'s fix (one cause, counted here)"
+    claimed = fix.claimed_saving_ns_per_step
+    if claimed is not None and claimed < fix.predicted_saving_ns_per_step - max(fix.predicted_saving_ns_per_step // 20, 1000):
+        text += f"; {fmt_ms(claimed)}/step once the fixes ranked above it are made"
+    return text
 
 
 RowT = TypeVar("RowT")

@@ -139,9 +139,22 @@ class _Gates:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """Highest saving first; info findings (no saving) last; ties by severity then id. Zero-saving notes
-    therefore never come before a finding that saves time, whatever their rule asked for."""
+    """Highest saving first; info findings (no saving) last. The saving is the one the finding claims from its
+    replayed fix (``evidence['claimed_saving_ns_per_step']``, docs/whatif.md 'Claims': never twice for one
+    cause) where it has one, else its formula's; ties by the formula's saving, then severity, then id. Zero-saving
+    notes therefore never come before a finding that saves time, whatever their rule asked for."""
     return sorted(
         findings,
-        key=lambda f: (f.severity == "info", -f.est_saving_ns_per_step, _SEVERITY_ORDER[f.severity], f.id),
+        key=lambda f: (f.severity == "info", -ranking_saving_ns(f), -f.est_saving_ns_per_step,
+                       _SEVERITY_ORDER[f.severity], f.id),
     )
+
+
+def ranking_saving_ns(f: Finding) -> int:
+    """The saving ``f`` is ranked by: its claimed replayed saving, else its formula's."""
+    from aiprof.analysis.whatif.results import FixPrediction
+
+    fix = FixPrediction.of(f.evidence)
+    if fix is not None and fix.claimed_saving_ns_per_step is not None:
+        return fix.claimed_saving_ns_per_step
+    return int(f.est_saving_ns_per_step)

@@ -12,6 +12,11 @@ What each edit means (``name`` is how the CLI spells it):
   goes (a sleep, logging, bookkeeping moved off the step).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
+- ``allocator_calls`` (:func:`allocator_calls`: :class:`RemoveNodes` + :class:`RemoveSyncs`): the caching
+  allocator keeps its blocks: its ``cudaMalloc`` / ``cudaFree`` calls inside the steps cost nothing and do
+  not block (:func:`script_syncs`: the other blocking calls, the script's own).
+- ``scalar_reads`` (:class:`RemoveNodes`, made by :func:`scalar_reads`): the ``.item()`` ops that blocked go
+  whole (with :class:`RemoveSyncs`, ``sync``'s fix: the values read in one batch after the loop).
 - ``host_overhead`` (:class:`RemoveHostOverhead`, made by :func:`host_overhead`): the per-op host
   overhead ``host_bound`` counts goes (vectorised code, ``torch.compile``): with a device, the short host
   segments' time during which the device idled; CPU only, the tiny top-level ops and short untraced gaps.
@@ -166,6 +171,96 @@ def host_overhead(graph: Graph, trace: Trace, *, tiny_op_ns: int = 20_000,
         inside[nodes[(at >= 0) & (graph.start[nodes] < ends[np.maximum(at, 0)])]] = True
     chosen = np.flatnonzero((gaps | (inside & _in_steps(graph))) & (graph.dur > 0))
     return RemoveHostOverhead(tuple(chosen.tolist()), (0,) * int(chosen.size))
+
+
+@dataclass(frozen=True)
+class RemoveNodes:
+    """The nodes ``nodes`` last 0 (:func:`scalar_reads` chooses them): work that the fix takes away whole."""
+
+    nodes: tuple[int, ...]
+    name: str = "remove_nodes"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        scenario.dur[np.array(self.nodes, dtype=np.int64)] = 0
+
+
+# The caching allocator's own calls (rules/memory.py's allocator_churn counts the same names): a cudaFree
+# synchronises the device, but it is the allocator's, not a sync the script wrote.
+ALLOCATOR_CALLS = r"^(cudaMalloc|cudaFree|cuMemAlloc|cuMemFree|hipMalloc|hipFree|cudaMallocHost|cudaFreeHost|hipHostMalloc)"
+
+
+def script_syncs(graph: Graph, trace: Trace) -> tuple[int, ...]:
+    """The trace rows of the blocking calls that are not the allocator's (``sync``'s to remove)."""
+    rows = graph.row[graph.nodes_of(NodeKind.SYNC_CALL)]
+    return tuple(rows[~trace.name_matches(rows, ALLOCATOR_CALLS)].tolist())
+
+
+def allocator_calls(graph: Graph, trace: Trace) -> list[Edit]:
+    """``allocator_churn``'s fix (the caching allocator keeps its blocks): the allocator's calls inside the
+    steps cost nothing, and those that blocked wait for nothing."""
+    calls = graph.nodes_of(NodeKind.RUNTIME, NodeKind.SYNC_CALL)
+    calls = calls[trace.name_matches(graph.row[calls], ALLOCATOR_CALLS) & _in_steps(graph)[calls] & (graph.dur[calls] > 0)]
+    if not calls.size:
+        return []
+    blocking = calls[graph.kind[calls] == int(NodeKind.SYNC_CALL)]
+    out: list[Edit] = [RemoveNodes(tuple(calls.tolist()), name="allocator_calls")]
+    if blocking.size:
+        out.append(RemoveSyncs(tuple(graph.row[blocking].tolist())))
+    return out
+
+
+SCALAR_READS = r"^aten::(item|_local_scalar_dense|is_nonzero)$"  # one value read back: .item(), bool(t)
+
+
+def scalar_reads(graph: Graph, trace: Trace) -> RemoveNodes:
+    """The part of ``sync``'s fix that :class:`RemoveSyncs` leaves: the top-level ops that read one scalar
+    back (``.item()``, ``bool(tensor)``: :data:`SCALAR_READS`) inside the steps, when they hold a blocking call,
+    go whole (their host time, their runtime calls and the copies they launched): reading the values in one
+    batch after the loop (``.tolist()``) replaces them. Ops that move whole tensors (``.cpu()``, ``.to()``)
+    stay: their copy is the work."""
+    from aiprof.analysis.ops import top_level_ops
+
+    c = trace.columns
+    blocking = np.array(script_syncs(graph, trace), dtype=np.int64)
+    top = np.flatnonzero(top_level_ops(trace))
+    top = top[trace.name_matches(top, SCALAR_READS)]
+    if not blocking.size or not top.size:
+        return RemoveNodes(())
+    host = ~_kind_mask(graph, DEVICE_NODE_KINDS + (NodeKind.OUTSIDE,)) & _in_steps(graph)
+    inside = np.zeros(len(graph), dtype=bool)
+    for r, res in enumerate(graph.resources):
+        if res.device >= 0:
+            continue
+        mine = top[(c.pid[top] == res.pid) & (c.tid[top] == res.tid)]
+        calls = blocking[(c.pid[blocking] == res.pid) & (c.tid[blocking] == res.tid)]
+        if not mine.size or not calls.size:
+            continue
+        order = np.argsort(c.ts[mine], kind="stable")
+        mine = mine[order]
+        at = np.searchsorted(c.ts[mine], c.ts[calls], side="right") - 1
+        held = np.unique(at[(at >= 0) & (c.ts[calls] < (c.ts + c.dur)[mine[np.maximum(at, 0)]])])
+        if not held.size:
+            continue
+        starts, ends = c.ts[mine[held]], (c.ts + c.dur)[mine[held]]
+        nodes = np.flatnonzero(host & (graph.resource == r))
+        k = np.searchsorted(starts, graph.start[nodes], side="right") - 1
+        inside[nodes[(k >= 0) & (graph.start[nodes] < ends[np.maximum(k, 0)])]] = True
+    launched = (graph.edge_kind == int(EdgeKind.LAUNCH)) & inside[graph.edge_src]
+    inside[graph.edge_dst[launched]] = True
+    chosen = np.flatnonzero(inside & (graph.dur > 0))
+    return RemoveNodes(tuple(chosen.tolist()), name="scalar_reads")
+
+
+def touched(graph: Graph, edits: list[Edit]) -> np.ndarray:
+    """Mask of the nodes ``edits`` change: a duration, or an edge into the node (weight or source). Two fixes
+    that touch a common node remove the same time (docs/whatif.md, 'Claims')."""
+    scenario = Scenario.of(graph)
+    for edit in edits:
+        edit.apply(graph, scenario)
+    mask: np.ndarray = scenario.dur != graph.dur
+    edges = (scenario.weight != graph.edge_weight) | (scenario.src != graph.edge_src)
+    mask[graph.edge_dst[edges]] = True
+    return mask
 
 
 @dataclass(frozen=True)

@@ -64,17 +64,36 @@ class WhatIf(msgspec.Struct, kw_only=True):
 
 
 class FixPrediction(msgspec.Struct, kw_only=True):
-    """A finding's fix replayed on the dependency graph. Its fields travel in the finding's evidence under
-    the same names (:meth:`evidence`; read back with :meth:`of`)."""
+    """A finding's fix replayed on the dependency graph, and the saving the finding claims in the ranking.
+    Its fields travel in the finding's evidence under the same names (:meth:`evidence`; read back with
+    :meth:`of`).
 
-    predicted_step_ns: int  # the median step after the fix
+    Fixes that change the same nodes of the graph remove the same time (one cause: a Python loop of tiny
+    ops is both ``host_bound`` and ``launch_bound``): the first of them in
+    :data:`~aiprof.analysis.whatif.findings.FIX_EDITS` order carries the replay of all their edits together
+    and claims it (``claimed_with`` names the others), each other one names it in ``claimed_by`` and claims
+    0. The claims of one rank are marginal, in ranking order, so they never add up to more than the step
+    (docs/whatif.md, 'Claims')."""
+
+    predicted_step_ns: int  # the median step after the fix (with claimed_with's: their fixes too)
     predicted_saving_ns_per_step: int  # median over the steps of (measured - predicted) step
-    predicted_by: str  # the edit replayed ("remove data_loading")
+    predicted_by: str  # the edit(s) replayed ("remove data_loading", "remove host overhead + cuda graphs")
+    claimed_saving_ns_per_step: int | None = None  # what the finding claims (the ranking key); None: not known
+    claimed_with: list[str] = msgspec.field(default_factory=list)  # findings whose time this one claims
+    claimed_by: str = ""  # the finding that claims this one's time ("": none)
 
-    def evidence(self) -> dict[str, int | str]:
-        """The evidence keys that carry this prediction."""
-        return {"predicted_step_ns": self.predicted_step_ns,
-                "predicted_saving_ns_per_step": self.predicted_saving_ns_per_step, "predicted_by": self.predicted_by}
+    def evidence(self) -> dict[str, object]:
+        """The evidence keys that carry this prediction (``claimed_with`` / ``claimed_by`` only when set)."""
+        out: dict[str, object] = {"predicted_step_ns": self.predicted_step_ns,
+                                  "predicted_saving_ns_per_step": self.predicted_saving_ns_per_step,
+                                  "predicted_by": self.predicted_by}
+        if self.claimed_saving_ns_per_step is not None:
+            out["claimed_saving_ns_per_step"] = self.claimed_saving_ns_per_step
+        if self.claimed_with:
+            out["claimed_with"] = list(self.claimed_with)
+        if self.claimed_by:
+            out["claimed_by"] = self.claimed_by
+        return out
 
     @staticmethod
     def of(evidence: Mapping[str, object]) -> FixPrediction | None:
