@@ -31,6 +31,7 @@ from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_progra
 
 if TYPE_CHECKING:
     from aiprof.analysis.compile import CompileReport
+    from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
@@ -89,6 +90,12 @@ def _mfu_section(trace: Trace) -> MfuReport:
     return mfu_section(trace)
 
 
+def _attention_section(trace: Trace) -> AttentionReport:
+    from aiprof.roofline.attention import attention_section
+
+    return attention_section(trace)
+
+
 def _compile_section(trace: Trace) -> CompileReport:
     from aiprof.analysis.compile import compile_section
 
@@ -124,6 +131,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "graph_capture": _graph_capture_section,
     "compile": _compile_section,
     "mfu": _mfu_section,
+    "attention": _attention_section,
     "inference": _inference_section,
 }
 
