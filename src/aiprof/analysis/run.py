@@ -243,7 +243,8 @@ def analyze_trace(
         notes=list(trace.warnings) + _notes(trace) + ([coverage_note] if coverage_note else []),
         coverage=coverage,
         arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
-        health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off),
+        health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off,
+                           windows),
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
