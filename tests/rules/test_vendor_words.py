@@ -14,7 +14,8 @@ from aiprof.report.model import Report
 from aiprof.rules.vendor import in_vendor_text, vendor_of_names
 
 PAIR = "tracelens/{}/Falconsai_nsfw_image_detection__1016002.json.gz"
-CUDA_API = re.compile(r"\bcuda[A-Z]\w*|\bCUDA (context|graphs?|initiali[sz]ation)\b|nvidia-smi|\bcuDNN\b|\bNCCL\b(?!_)")
+CUDA_API = re.compile(r"\bcuda[A-Z]\w*|\bCUDA (context|graphs?|initiali[sz]ation)\b|nvidia-smi|\bcuDNN\b|\bNCCL\b(?!_)"
+                      r"|CUDA_MODULE_LOADING")
 HIP_API = re.compile(r"\bhip[A-Z]\w*|\bHIP\b|rocm-smi|MIOpen|\bRCCL\b")
 
 
@@ -61,6 +62,10 @@ def test_nvidia_trace_findings_say_cuda(traces_dir: Path) -> None:
     ("throttling (nvidia-smi -q -d PERFORMANCE or rocm-smi)", "throttling (rocm-smi --showperflevel)", None),
     ("cuBLAS/cuDNN workspaces; cudnn autotuning", "hipBLASLt/MIOpen workspaces; MIOpen autotuning", None),
     ("torch.cuda.synchronize() and PYTORCH_CUDA_ALLOC_CONF", None, None),  # PyTorch names stay on both
+    ("CUDA_MODULE_LOADING=LAZY (the default since CUDA 11.7) moves module loading to the first cudaLaunchKernel; "
+     "CUDA_MODULE_LOADING=EAGER moves it to start-up",
+     "lazy code-object loading (HIP_ENABLE_DEFERRED_LOADING=1, the default) moves module loading to the first "
+     "hipLaunchKernel; HIP_ENABLE_DEFERRED_LOADING=0 moves it to start-up", None),
     ("fewer blocks than the 132 SMs, on tensor cores", "fewer blocks than the 132 CUs, on matrix cores", None),
 ])
 def test_rewriting(text: str, amd: str | None, nvidia: str | None) -> None:
@@ -73,3 +78,13 @@ def test_vendor_from_device_names() -> None:
     assert vendor_of_names(["AMD Instinct MI300X VF"]) == "amd"
     assert vendor_of_names(["NVIDIA H100 80GB HBM3"]) == "nvidia"
     assert vendor_of_names(["", "cpu"]) == ""
+
+
+def test_amd_cold_start_names_hip_loading(traces_dir: Path) -> None:
+    """TraceLens perf_model normalization (MI300X): the cold-start fix names HIP's lazy code-object loading."""
+    doc = build_document(*analyze_and_diagnose(
+        [str(traces_dir / "tracelens/perf_model/normalization/normalization_layer_test.json.gz")]))
+    cold = next(f for f in doc.findings if f.id == "cold_start")
+    assert "HIP_ENABLE_DEFERRED_LOADING=1" in cold.fix and "hipLaunchKernel" in cold.fix and "MIOpen" in cold.fix
+    for text in _texts(doc):
+        assert not CUDA_API.search(text), text

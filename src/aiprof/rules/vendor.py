@@ -4,8 +4,9 @@ The rules write their titles and fixes once, in CUDA's words (``cudaDeviceSynchr
 ``nvidia-smi``, "CUDA graphs") or both vendors' (``CUDA/HIP``). After the rules, :func:`in_vendor_words`
 rewrites them for the trace's vendor (:func:`vendor_of`): on AMD every CUDA runtime name becomes its HIP
 name (``cudaX`` → ``hipX``; ``cudaMallocHost`` → ``hipHostMalloc``), the libraries and tools theirs (NCCL →
-RCCL, cuDNN → MIOpen, cuBLAS → hipBLASLt, nvidia-smi → rocm-smi), the hardware's (SMs → CUs, tensor cores →
-matrix cores), and ``CUDA/HIP`` says HIP; on NVIDIA ``CUDA/HIP`` says CUDA. PyTorch's own API keeps its
+RCCL, cuDNN → MIOpen, cuBLAS → hipBLASLt, nvidia-smi → rocm-smi, ``CUDA_MODULE_LOADING`` →
+``HIP_ENABLE_DEFERRED_LOADING``), the hardware's (SMs → CUs, tensor cores → matrix cores, warps of 32 →
+wavefronts of 64), and ``CUDA/HIP`` says HIP; on NVIDIA ``CUDA/HIP`` says CUDA. PyTorch's own API keeps its
 name on both (``torch.cuda.synchronize()``, ``PYTORCH_CUDA_ALLOC_CONF``: ROCm builds answer to them), and
 evidence (what the trace recorded) is never rewritten. A CPU trace, or one whose vendor is unknown, is left
 as written.
@@ -32,6 +33,9 @@ _AMD_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"nvidia-smi -q -d PERFORMANCE"), "rocm-smi --showperflevel"),
     (re.compile(r"nvidia-smi topo -m"), "rocm-smi --showtopo"),
     (re.compile(r"nvidia-smi"), "rocm-smi"),
+    (re.compile(r"CUDA_MODULE_LOADING=LAZY \(the default since CUDA [\d.]+\)"),
+     "lazy code-object loading (HIP_ENABLE_DEFERRED_LOADING=1, the default)"),
+    (re.compile(r"CUDA_MODULE_LOADING=EAGER"), "HIP_ENABLE_DEFERRED_LOADING=0"),
     (re.compile(r"\bcudaMallocHost\b"), "hipHostMalloc"),
     (re.compile(r"\bcudaFreeHost\b"), "hipHostFree"),
     (re.compile(r"\bcuda(?=[A-Z])"), "hip"),
