@@ -58,6 +58,8 @@ def test_path_from_kernel_name(name: str, path: str | None) -> None:
 def test_short_kernel_name() -> None:
     assert short_kernel_name("void pytorch_flash::flash_fwd_kernel<a, b>(p)") == "pytorch_flash::flash_fwd_kernel"
     assert short_kernel_name("attn_fwd") == "attn_fwd"
+    assert short_kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<8, c10::BFloat16>(c10::"
+                             "BFloat16*)") == "at::native::cunn_SoftMaxForward"
 
 
 def test_h200_unfused_attention_by_hand() -> None:

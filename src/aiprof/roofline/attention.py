@@ -378,7 +378,7 @@ def _path_report(result: object, path: str, acc: _Acc, steps: int, total_kernel:
 def short_kernel_name(name: str) -> str:
     """A kernel's name without its return type, template arguments and parameters
     (``void pytorch_flash::flash_fwd_kernel<…>(…)`` → ``pytorch_flash::flash_fwd_kernel``)."""
-    name = name[5:] if name.startswith("void ") else name
+    name = (name[5:] if name.startswith("void ") else name).replace("(anonymous namespace)::", "")
     cut = min((i for i in (name.find("<"), name.find("(")) if i > 0), default=len(name))
     return name[:cut]
 
