@@ -29,6 +29,7 @@ from aiprof.rules.diagnosis import RankDiagnosis
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
+from aiprof.rules.vendor import Vendor, in_vendor_words
 from aiprof.trace.model import Kind, Trace
 from aiprof.trace.runset import ProgressCallback
 
@@ -201,8 +202,18 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
+    merged = in_vendor_words(merged, _run_vendor(run))  # the run rules' words (the ranks' are done already)
     merged = _with_health(run, merged)
     return [f.plain() for f in memory_last(rank_findings(merged))]
+
+
+def _run_vendor(run: RunAnalysis) -> Vendor:
+    """The run's GPU vendor from its ranks' device names (:mod:`aiprof.rules.vendor`), ``""`` on a CPU run."""
+    from aiprof.rules.vendor import vendor_of_names
+
+    names = [str(d.get("name", "")) for r in run.ranks for d in r.devices_info]
+    names += [d.name for r in run.ranks for d in r.devices if d.kind == "gpu"]
+    return vendor_of_names(names)
 
 
 def _with_health(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:

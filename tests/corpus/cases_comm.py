@@ -97,7 +97,7 @@ def _check_capture_trace(run: Any, findings: list[dict[str, Any]]) -> None:
 
 def _check_capture_only(run: Any, findings: list[dict[str, Any]]) -> None:
     f = next(f for f in findings if f["id"] == "graph_capture")
-    assert f["title"].startswith("The trace is a CUDA/HIP graph capture"), f["title"]
+    assert f["title"].startswith("The trace is a CUDA graph capture"), f["title"]
     assert f["evidence"]["captures"] == 8 and f["evidence"]["steady_state"] is False
     assert f["est_saving_ns_per_step"] == 0 and f["severity"] == "info"
     assert run.ranks[0].sections["graph_capture"]["capture_trace"] is True
@@ -107,7 +107,7 @@ def _check_partial_capture(run: Any, findings: list[dict[str, Any]]) -> None:
     f = next(f for f in findings if f["id"] == "graph_capture")
     assert f["evidence"]["steady_state"] is True
     assert 0.2 < f["evidence"]["capture_share_of_trace"] < 0.6, f["evidence"]
-    assert "of the trace is CUDA/HIP graph capture" in f["title"]
+    assert "of the trace is CUDA graph capture" in f["title"]
     assert run.ranks[0].sections["graph_capture"]["capture_trace"] is False  # the replays are steady state
 
 

@@ -26,7 +26,9 @@ EXPECTED: dict[str, tuple[dict[str, str], set[tuple[str, str, str]]]] = {
         {"graph_replays": "limited", "sync_events": "limited", "profiler_overhead": "limited"}, set()),
     # BERT-small on an H100 with stacks: ~27 % of the host time is the profiler's own: host overhead downgraded.
     "tracelens/h100/gaunernst_bert-small-uncased__1016001.json.gz": (
-        {"sync_events": "limited", "profiler_overhead": "limited"}, {("host_bound", "downgraded", "profiler_overhead")}),
+        # Its stacks cost ~5.9 % of the step (Python calls x 203 ns): stated (limited), not enough to downgrade.
+        {"sync_events": "limited", "profiler_overhead": "limited", "stacks": "limited"},
+        {("host_bound", "downgraded", "profiler_overhead")}),
 }
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from aiprof import rundir
 from aiprof.analysis import wholerun
 from aiprof.analysis.wholerun import whole_run, whole_run_of
+from aiprof.report.wholerun_section import summary_lines
 from aiprof.rundir import LoaderWaits
 
 MS = 1_000_000
@@ -92,3 +93,58 @@ def test_long_runs_are_downsampled_for_the_chart() -> None:
 def test_no_steps_no_section(tmp_path: Path) -> None:
     assert whole_run([_table([], tail=False)], recorded_steps=[]) is None
     assert whole_run_of(tmp_path, recorded_steps=[]) is None
+
+
+SCHEDULE = {"wait": 5, "warmup": 2, "active": 4, "repeat": 1, "skip_first": 0}  # records steps 7-10
+
+
+def _with_one_time_costs() -> list[float]:
+    """40 steps of ~100 ms: the profiler starts at step 5 (300 ms), exports after step 10 (900 ms), the script's
+    own spike at step 20 (400 ms) and a last step that saves a checkpoint (5 s)."""
+    rng = np.random.default_rng(1)
+    d = (100 + rng.normal(0, 1, 40)).round(3).tolist()
+    d[5], d[10], d[20], d[39] = 300.0, 900.0, 400.0, 5000.0
+    return d
+
+
+def test_one_time_steps_are_labelled_from_the_schedule_not_spikes() -> None:
+    d = _with_one_time_costs()
+    w = whole_run([_table(d)], recorded_steps=range(7, 11), schedule=SCHEDULE)
+    assert w is not None
+    causes = {s.step: s.cause for s in w.one_time}
+    assert set(causes) == {5, 10, 39}
+    assert "starting to trace (at step 5)" in causes[5] and "exporting its trace (after step 10)" in causes[10]
+    assert "last step" in causes[39]
+    assert [s.step for s in w.spikes] == [20] and w.spike_count == 1  # the script's own spike stays one
+    assert w.steady_steps == 37 and w.one_time[1].times_median > 8
+    steady = np.array([x for i, x in enumerate(d) if i not in (5, 10, 39)]) * MS
+    assert w.p99_ns == int(np.percentile(steady, 99)) and w.mean_ns == int(steady.mean())
+
+
+def test_without_a_schedule_the_recorded_steps_place_the_profiler() -> None:
+    w = whole_run([_table(_with_one_time_costs())], recorded_steps=range(5, 11))
+    assert w is not None
+    assert {s.step: s.cause.split(" (")[0] for s in w.one_time} == {
+        5: "the profiler starting to trace", 10: "the profiler stopping and exporting its trace",
+        39: "the run's last step"}
+    assert [s.step for s in w.spikes] == [20]
+
+
+def test_a_profiler_step_that_is_not_slow_is_not_labelled() -> None:
+    d = [100.0 + 0.1 * (i % 3) for i in range(30)]
+    w = whole_run([_table(d)], recorded_steps=range(7, 11), schedule=SCHEDULE)
+    assert w is not None and w.one_time == [] and w.spikes == [] and w.steady_steps == 30
+
+
+def test_a_real_run_directory() -> None:
+    """The H200 train run (tests/gpu/fixtures/h200/run-train: schedule wait 5 / warm-up 2 / active 4): the 81.8 ms
+    export step (14x) and the 10 s last step are one-time costs, not spikes of the script; the steady median
+    stays ~5.6 ms."""
+    run = Path(__file__).resolve().parents[1] / "gpu" / "fixtures" / "h200" / "run-train"
+    w = whole_run_of(run, range(7, 11))
+    assert w is not None
+    causes = {s.step: s.cause for s in w.one_time}
+    assert "exporting" in causes[10] and "last step" in causes[28] and "starting" in causes[4]
+    assert w.spikes == [] and 5.0 * MS < w.median_ns < 6.0 * MS and w.p99_ns < 7 * MS
+    doc_line = next(line for line in summary_lines(w) if "one-time" in line)
+    assert "step 10 (81.8 ms" in doc_line and "step 28 (10,026 ms" in doc_line

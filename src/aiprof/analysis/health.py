@@ -18,7 +18,10 @@ such limit is a :class:`HealthItem` of the report's ``health`` section (docs/num
 ``clock_skew``             device activity that starts before the call that launched it (host and device
                            clocks disagree), or rank clocks that disagree (``analysis.arrival`` offsets)
 ``shapes``                 CPU ops without recorded input shapes (``record_shapes``)
-``stacks``                 no Python stacks (``with_stack``)
+``stacks``                 no Python stacks (``with_stack``); or, with stacks, what recording them cost: the
+                           steps' ``python_function`` events x :data:`~aiprof.analysis.stacks.WITH_STACK_NS_PER_CALL`
+                           over the steps' time (``limited`` from :data:`OVERHEAD_LIMITED_SHARE`: host time is
+                           inflated by it)
 ``shared_machine``         other processes used the machine's CPUs while the run was recorded
 ``profiler_cycles``        the trace holds several profiler cycles: the time between them was not recorded
                            (``analysis.recording``), so it is in no number, and the cycles are named
@@ -32,7 +35,8 @@ listed with its reason in :attr:`Health.findings` (``aiprof.rules.health``).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import numpy as np
@@ -40,8 +44,12 @@ import numpy as np
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.recording import ProfilerCycle, gaps_ns, profiler_cycles, recorded_set
+from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
+
+if TYPE_CHECKING:
+    from aiprof.analysis.steps import StepWindow
 
 ItemId = Literal["graph_replays", "sync_events", "cut_steps", "profiler_overhead", "clock_skew", "shapes", "stacks",
                  "shared_machine", "profiler_cycles"]
@@ -94,6 +102,8 @@ class RankHealth(msgspec.Struct, kw_only=True):
     aten_ops_with_shapes: int = 0
     python_events: int = 0
     op_stacks: int = 0  # ops with a recorded "Call stack"
+    python_events_in_steps: int = 0  # python_function events that start inside a step window
+    steps_ns: int = 0  # the step windows' summed duration
     cycles: list[ProfilerCycle] = msgspec.field(default_factory=list)  # two or more profiler cycles, else empty
 
     @property
@@ -112,6 +122,16 @@ class RankHealth(msgspec.Struct, kw_only=True):
     @property
     def has_stacks(self) -> bool:
         return self.python_events > 0 or self.op_stacks > 0
+
+    @property
+    def stack_cost_ns(self) -> int:
+        """What recording the steps' Python stacks cost (the tracer's CPU per call x their events)."""
+        return self.python_events_in_steps * WITH_STACK_NS_PER_CALL
+
+    @property
+    def stack_cost_share(self) -> float:
+        """That cost over the steps' time, in [0, 1]."""
+        return min(self.stack_cost_ns / self.steps_ns, 1.0) if self.steps_ns > 0 else 0.0
 
 
 class HealthItem(msgspec.Struct, kw_only=True):
@@ -154,8 +174,10 @@ class Health(msgspec.Struct, kw_only=True):
 # ---------------------------------------------------------------------------------------------------
 # Per rank, from the loaded trace
 # ---------------------------------------------------------------------------------------------------
-def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_off: bool = False) -> RankHealth:
-    """The rank's facts (``recorded_steps`` / ``cut_steps`` / ``cut_off`` from its coverage)."""
+def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_off: bool = False,
+                windows: Sequence[StepWindow] = ()) -> RankHealth:
+    """The rank's facts (``recorded_steps`` / ``cut_steps`` / ``cut_off`` from its coverage; ``windows``: the
+    steps the stack-recording cost is measured over)."""
     c = trace.columns
     gpu = trace.rows_of(*GPU_WORK_KINDS)
     replayed, replayed_ns, launches = _replays(trace, gpu)
@@ -163,6 +185,7 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
     aten, shaped = _shapes(trace)
     cycles = profiler_cycles(trace)
     span_ns, measured, events = _profiler_time(trace, cycles)
+    in_steps, steps_ns = _python_in_steps(trace, windows)
     return RankHealth(
         rank=trace.rank,
         gpu=bool(gpu.size),
@@ -184,8 +207,23 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
         aten_ops_with_shapes=shaped,
         python_events=int(trace.rows_of(Kind.PYTHON).size),
         op_stacks=len(trace.stacks),
+        python_events_in_steps=in_steps,
+        steps_ns=steps_ns,
         cycles=cycles,
     )
+
+
+def _python_in_steps(trace: Trace, windows: Sequence[StepWindow]) -> tuple[int, int]:
+    """``python_function`` events starting inside the (disjoint) step windows, and the windows' summed time."""
+    py = trace.rows_of(Kind.PYTHON)
+    if not windows:
+        return 0, 0
+    starts = np.array([w.start_ns for w in windows], dtype=np.int64)
+    ends = np.array([w.end_ns for w in windows], dtype=np.int64)
+    ts = trace.columns.ts[py]
+    idx = np.searchsorted(starts, ts, side="right") - 1
+    inside = (idx >= 0) & (ts < ends[np.maximum(idx, 0)])
+    return int(inside.sum()), int((ends - starts).sum())
 
 
 def _replays(trace: Trace, gpu: I64) -> tuple[int, int, int]:
@@ -396,10 +434,29 @@ def _shapes_item(ranks: list[RankHealth]) -> HealthItem:
 def _stacks_item(ranks: list[RankHealth]) -> HealthItem:
     hit = [r for r in ranks if not r.has_stacks]
     if not hit:
-        return HealthItem(id="stacks", status="ok", text="Python stacks recorded")
+        return _stack_cost_item(ranks)
     where, numbers = _who(ranks, hit)
     return HealthItem(id="stacks", status="missing", ranks=numbers,
                       text=f"no Python stacks{where} (with_stack=False): findings name ops, not your source lines")
+
+
+def _stack_cost_item(ranks: list[RankHealth]) -> HealthItem:
+    """Stacks recorded: what recording them cost the steps (the worst rank), ``limited`` from
+    OVERHEAD_LIMITED_SHARE of the step time."""
+    worst = max(ranks, key=lambda r: r.stack_cost_share, default=None)
+    if worst is None or worst.python_events_in_steps == 0 or worst.steps_ns <= 0:
+        return HealthItem(id="stacks", status="ok", text="Python stacks recorded")
+    share = worst.stack_cost_share
+    steps = max(worst.recorded_steps - worst.cut_steps, 1)
+    who = f" (rank {worst.rank})" if len(ranks) > 1 else ""
+    text = (f"Python stacks recorded; recording them costs ~{worst.stack_cost_ns / steps / 1e6:,.2f} ms per step"
+            f"{who} (~{100 * share:.1f} % of the step time: {worst.python_events_in_steps / steps:,.0f} Python calls "
+            f"per step x ~{WITH_STACK_NS_PER_CALL} ns each, measured by bench/with_stack_overhead.py)")
+    if share < OVERHEAD_LIMITED_SHARE:
+        return HealthItem(id="stacks", status="ok", value=round(share, 4), unit="share of step time", text=text)
+    return HealthItem(id="stacks", status="limited", ranks=[worst.rank] if len(ranks) > 1 else [],
+                      value=round(share, 4), unit="share of step time",
+                      text=text + ": host-side times (Python outside ops, host-bound gaps, source lines) include it")
 
 
 def _cycles_item(ranks: list[RankHealth]) -> HealthItem:

@@ -32,6 +32,7 @@ from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_progra
 if TYPE_CHECKING:
     from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis.compile import CompileReport
+    from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
@@ -90,6 +91,12 @@ def _mfu_section(trace: Trace) -> MfuReport:
     return mfu_section(trace)
 
 
+def _attention_section(trace: Trace) -> AttentionReport:
+    from aiprof.roofline.attention import attention_section
+
+    return attention_section(trace)
+
+
 def _compile_section(trace: Trace) -> CompileReport:
     from aiprof.analysis.compile import compile_section
 
@@ -125,6 +132,7 @@ DEFAULT_SECTIONS: dict[str, Section] = {
     "graph_capture": _graph_capture_section,
     "compile": _compile_section,
     "mfu": _mfu_section,
+    "attention": _attention_section,
     "inference": _inference_section,
 }
 
@@ -236,7 +244,8 @@ def analyze_trace(
         notes=list(trace.warnings) + _notes(trace) + ([coverage_note] if coverage_note else []),
         coverage=coverage,
         arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
-        health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off),
+        health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off,
+                           windows),
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]

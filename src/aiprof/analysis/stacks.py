@@ -39,6 +39,10 @@ from aiprof.trace.model import I64, Kind, Trace
 # Median slowdown of a training step with ``with_stack=True`` against the same profiler without it, on the
 # demo workload (``aiprof.workloads``, CPU), measured by bench/with_stack_overhead.py (see bench/RESULTS.md).
 WITH_STACK_OVERHEAD_PCT = 4.6
+# CPU time the Python tracer adds per Python call (one ``python_function`` event each): +203 ns measured by
+# bench/with_stack_overhead.py (100k calls of a trivial function with and without with_stack, torch 2.13 CPU;
+# bench/RESULTS.md). A step's stack-recording cost is about this times its Python events.
+WITH_STACK_NS_PER_CALL = 203
 NOT_RECORDED = (
     "Source lines and modules: no Python stacks in this trace; record them with `aiprof run --with-stack` "
     "(overhead: measured {pct:.0f} % CPU per recorded step on the demo workload)"

@@ -10,6 +10,14 @@ Numbers, all on the loader's clock (the time between two step boundaries, wall t
   statistic below is over the steady steps after them;
 * **spike**: a steady step longer than median + ``SPIKE_K`` × MAD (MAD: median absolute deviation from the
   median, at least ``MAD_FLOOR`` of the median, so a run of identical steps does not call 1 % a spike);
+* **one-time step**: a step above the spike threshold whose time holds a cost paid once, not the script's
+  steady work: the profiler starting to trace (the step before and the first step of each cycle's warm-up,
+  from ``meta.json``'s schedule; without it, the step before and the first recorded step), the profiler
+  stopping and exporting its trace (each cycle's last recorded step and the step after), and the run's
+  last step (what the script does after its last batch: evaluation, saving, exit); the steps between a
+  cycle's start and stop are traced, and the profiler's overhead is in their time. Listed with its cause in
+  ``one_time``, left out of the statistics and of ``spikes`` (which are the script's own); the first step
+  is warm-up (above);
 * median / p90 / p99 / mean: of the steady steps' times;
 * **throughput**: steady samples (tokens) divided by the steady steps' total time; only when every steady
   step's batches told their size (``capture.dataloader.batch_size``);
@@ -24,7 +32,7 @@ Step −1 (setup before the first step) and trailing steps without a batch (the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,12 +50,13 @@ MAX_SPIKES = 50  # spikes listed (the largest); spike_count counts them all
 WARMUP_MAX_SHARE = 0.2
 
 
-class Spike(msgspec.Struct, kw_only=True):
-    """A steady step much slower than the median."""
+class Spike(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A steady step much slower than the median; ``cause`` set for a one-time step (module text)."""
 
     step: int
     duration_ns: int
     times_median: float
+    cause: str = ""
 
 
 class RecordedWindow(msgspec.Struct, kw_only=True):
@@ -90,6 +99,9 @@ class WholeRun(msgspec.Struct, kw_only=True):
     series_ns: list[int]  # step time (median of the chunk when the run has more than MAX_SERIES steps)
     series_wait_ns: list[int]
     recorded: RecordedWindow | None = None
+    # Steps above the spike threshold that pay a one-time cost (profiler start, stop and export, the last
+    # step), with the cause: not in the statistics, not in ``spikes``.
+    one_time: list[Spike] = msgspec.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -105,15 +117,22 @@ class _Table:
 
 def whole_run_of(run_dir: Path, recorded_steps: Iterable[int]) -> WholeRun | None:
     """The whole run from a run directory's data-loader tables, or None when it has none with steps."""
+    from aiprof.rundir import read_meta
+
     paths = sorted(run_dir.glob("dataloader.rank*.csv"))
     tables = [(p.name, w) for p in paths if (w := read_waits(p)) is not None]
-    return whole_run([w for _, w in tables], recorded_steps, sources=[n for n, _ in tables])
+    schedule = read_meta(run_dir).get("schedule")
+    return whole_run([w for _, w in tables], recorded_steps, sources=[n for n, _ in tables],
+                     schedule=schedule if isinstance(schedule, dict) else None)
 
 
 def whole_run(
-    tables: Sequence[LoaderWaits], recorded_steps: Iterable[int], sources: Sequence[str] = ()
+    tables: Sequence[LoaderWaits], recorded_steps: Iterable[int], sources: Sequence[str] = (),
+    schedule: Mapping[str, object] | None = None,
 ) -> WholeRun | None:
-    """:class:`WholeRun` of per-rank loader tables (module text), or None when no table has a step."""
+    """:class:`WholeRun` of per-rank loader tables (module text), or None when no table has a step.
+    ``schedule``: the profiler schedule of ``meta.json`` (wait, warmup, active, repeat, skip_first), which
+    says where the profiler started and stopped."""
     table = _combine(tables)
     if table is None:
         return None
@@ -123,18 +142,32 @@ def whole_run(
     warm = 0
     while warm < max(1, int(n * WARMUP_MAX_SHARE)) and warm < n - 1 and d[warm] > threshold_all:
         warm += 1
-    steady = slice(warm, n)
-    sd = d[steady]
+    recorded = sorted(set(recorded_steps))
+    causes = one_time_causes(recorded, schedule, int(table.numbers[-1]))
+    steady_mask = np.zeros(n, dtype=bool)
+    steady_mask[warm:] = True
+    candidate = np.array([int(k) in causes for k in table.numbers.tolist()], dtype=bool)
+    once = np.zeros(n, dtype=bool)
+    for _ in range(8):  # leaving a one-time step out lowers the threshold: others may now stand out
+        new = steady_mask & candidate & (d > _threshold(d[steady_mask]))
+        if not new.any() or int((steady_mask & ~new).sum()) == 0:
+            break
+        once |= new
+        steady_mask &= ~new
+    sd = d[steady_mask]
     median = float(np.median(sd))
     threshold = _threshold(sd)
-    spike_idx = np.flatnonzero(sd > threshold) + warm
+    one_time = [Spike(step=int(table.numbers[i]), duration_ns=int(d[i]),
+                      times_median=round(float(d[i]) / max(median, 1.0), 2), cause=causes[int(table.numbers[i])])
+                for i in np.flatnonzero(once).tolist()]
+    spike_idx = np.flatnonzero(steady_mask & (d > threshold))
     largest = spike_idx[np.argsort(-d[spike_idx], kind="stable")][:MAX_SPIKES]
     spikes = [
         Spike(step=int(table.numbers[i]), duration_ns=int(d[i]), times_median=round(float(d[i]) / max(median, 1.0), 2))
         for i in sorted(largest.tolist())
     ]
     total = int(sd.sum())
-    samples, tokens = table.samples[steady], table.tokens[steady]
+    samples, tokens = table.samples[steady_mask], table.tokens[steady_mask]
     per_s = 1e9 / total if total > 0 else 0.0
     known_samples = bool(samples.size) and bool((samples >= 0).all()) and int(samples.sum()) > 0
     known_tokens = bool(tokens.size) and bool((tokens >= 0).all()) and int(tokens.sum()) > 0
@@ -146,7 +179,7 @@ def whole_run(
         first_step=int(table.numbers[0]),
         last_step=int(table.numbers[-1]),
         warmup_steps=[int(x) for x in table.numbers[:warm]],
-        steady_steps=n - warm,
+        steady_steps=int(steady_mask.sum()),
         median_ns=int(median),
         mean_ns=int(sd.mean()),
         p90_ns=int(np.percentile(sd, 90)),
@@ -155,8 +188,8 @@ def whole_run(
         spike_threshold_ns=int(threshold),
         spike_count=int(spike_idx.size),
         spikes=spikes,
-        wait_share=round(float(table.waits[steady].sum()) / total, 4) if total > 0 else 0.0,
-        wait_median_ns=int(np.median(table.waits[steady])),
+        wait_share=round(float(table.waits[steady_mask].sum()) / total, 4) if total > 0 else 0.0,
+        wait_median_ns=int(np.median(table.waits[steady_mask])),
         samples_per_step=round(float(samples.mean()), 2) if known_samples else None,
         tokens_per_step=round(float(tokens.mean()), 2) if known_tokens else None,
         samples_per_s=round(float(samples.sum()) * per_s, 2) if known_samples else None,
@@ -164,8 +197,62 @@ def whole_run(
         series_steps=series_steps,
         series_ns=series_ns,
         series_wait_ns=series_wait,
-        recorded=_recorded(table, sorted(set(recorded_steps)), warm, median),
+        recorded=_recorded(table, recorded, warm, median),
+        one_time=one_time,
     )
+
+
+def one_time_causes(recorded: list[int], schedule: Mapping[str, object] | None, last_step: int) -> dict[int, str]:
+    """Step number → the one-time cost its time may hold (module text): the profiler's start and its stop
+    and export per cycle, from the schedule when it is known, else from the recorded steps; the last step."""
+    causes: dict[int, str] = {last_step: "the run's last step (what the script does after its last batch: "
+                                         "evaluation, saving, exit)"}
+    cycles: list[tuple[int, int]] = []  # (first traced step, last recorded step)
+    sched = _schedule(schedule)
+    if sched is not None:
+        wait, warmup, active, repeat, skip = sched
+        length = wait + warmup + active
+        r = 0
+        while length > 0 and (repeat <= 0 or r < repeat) and skip + r * length + wait <= last_step:
+            first = skip + r * length + wait
+            cycles.append((first, first + warmup + active - 1))
+            r += 1
+    else:
+        for group in _runs(recorded):
+            cycles.append((group[0], group[-1]))
+    for first, last in cycles:
+        for k in (first - 1, first):
+            causes.setdefault(k, f"the profiler starting to trace (at step {first})")
+        for k in (last, last + 1):
+            causes.setdefault(k, f"the profiler stopping and exporting its trace (after step {last})")
+        for k in range(first + 1, last):
+            causes.setdefault(k, "traced by the profiler (its own overhead is in the step's time)")
+    return causes
+
+
+def _schedule(schedule: Mapping[str, object] | None) -> tuple[int, int, int, int, int] | None:
+    """(wait, warmup, active, repeat, skip_first) of a meta.json schedule; None when absent or malformed."""
+    if not schedule:
+        return None
+    values = []
+    for key in ("wait", "warmup", "active", "repeat", "skip_first"):
+        v = schedule.get(key, 0)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            return None
+        values.append(v)
+    wait, warmup, active, repeat, skip = values
+    return (wait, warmup, active, repeat, skip) if active > 0 else None
+
+
+def _runs(numbers: list[int]) -> list[list[int]]:
+    """Consecutive runs of sorted step numbers."""
+    out: list[list[int]] = []
+    for k in numbers:
+        if out and k == out[-1][-1] + 1:
+            out[-1].append(k)
+        else:
+            out.append([k])
+    return out
 
 
 def _combine(tables: Sequence[LoaderWaits]) -> _Table | None:

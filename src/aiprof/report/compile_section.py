@@ -95,8 +95,10 @@ def mfu_line(doc: Report) -> str:
 
 
 def terminal_lines(doc: Report) -> list[str]:
+    from aiprof.report import attention_section
+
     line = mfu_line(doc)
-    return ([terminal(line), ""] if line else []) + _compile_terminal_lines(doc)
+    return ([terminal(line), ""] if line else []) + attention_section.terminal_lines(doc) + _compile_terminal_lines(doc)
 
 
 def _compile_terminal_lines(doc: Report) -> list[str]:
@@ -114,8 +116,10 @@ def _compile_terminal_lines(doc: Report) -> list[str]:
 
 
 def markdown_lines(doc: Report) -> list[str]:
+    from aiprof.report import attention_section
+
     line = mfu_line(doc)
-    return (["", markdown(line) + "."] if line else []) + _compile_markdown_lines(doc)
+    return (["", markdown(line) + "."] if line else []) + attention_section.markdown_lines(doc) + _compile_markdown_lines(doc)
 
 
 def _compile_markdown_lines(doc: Report) -> list[str]:

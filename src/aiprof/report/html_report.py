@@ -34,6 +34,7 @@ from aiprof.report.inference_section import html_section as inference_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.compile_section import html_section as compile_html
 from aiprof.report.compile_section import mfu_line
+from aiprof.report.attention_section import html_section as attention_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
@@ -127,6 +128,7 @@ class HtmlRenderer:
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
             ("mfu", "Model FLOPs utilisation", f"<p>{esc(mfu_line(doc))}</p>" if mfu_line(doc) else ""),
+            ("attention", "Attention", attention_html(doc)),
             ("compile", "torch.compile", compile_html(doc)),
             ("source-lines", "Source lines", stacks_html(doc)),
             ("modules", "Modules", modules_html(doc)),

@@ -29,6 +29,7 @@ from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
 from aiprof.memory.report import MemoryReport
+from aiprof.roofline.attention import AttentionReport
 from aiprof.roofline.mfu import MfuReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
@@ -132,6 +133,10 @@ class RankReport(msgspec.Struct, kw_only=True):
     # Model FLOPs utilisation: matrix FLOPs from shapes per step over the dense matrix peak of the dtype in
     # use (roofline/mfu.py); ``available: false`` with a ``reason`` when it cannot be computed. Schema 1.1.
     mfu: MfuReport | UnsetType = UNSET
+    # Which attention path runs (FlashAttention, cuDNN, memory-efficient, CK, Triton, paged, unfused) from the
+    # kernels' names, its share of kernel time per step and, with shapes, its TFLOP/s vs the dense matrix peak
+    # (roofline/attention.py); ``available: false`` with a ``reason`` when no kernel is attention. Schema 1.1.
+    attention: AttentionReport | UnsetType = UNSET
     # Inference steps by phase (prefill / decode / mixed) and requests' TTFT / ITL (analysis/inference.py).
     inference: InferenceReport | UnsetType = UNSET
     # Where the rank's memory went (``profile_memory`` events, or its allocator snapshot): schema 1.1.
@@ -143,7 +148,7 @@ class RankReport(msgspec.Struct, kw_only=True):
 
 
 SECTIONS = ("kernels", "ops", "communication", "compat", "roofline", "timeline_overview", "graph_capture", "compile",
-            "inference", "mfu")
+            "inference", "mfu", "attention")
 
 
 class Summary(msgspec.Struct, kw_only=True):

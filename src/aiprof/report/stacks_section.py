@@ -11,7 +11,7 @@ says how to record them. Every frame name is escaped for its sink (:mod:`aiprof.
 
 from __future__ import annotations
 
-from aiprof.analysis.stacks import WITH_STACK_OVERHEAD_PCT, StackNode, StackProfile
+from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL, WITH_STACK_OVERHEAD_PCT, StackNode, StackProfile
 from aiprof.report import common
 from aiprof.report.common import fmt_ms
 from aiprof.report.escape import html as _html
@@ -81,6 +81,16 @@ def _steps_label(p: StackProfile) -> str:
     return "over the recorded window" if p.step_source == "whole trace" else "per step (1 step)"
 
 
+def stack_cost(p: StackProfile) -> str:
+    """What recording the stacks cost the steps, as a caveat on the host times beside it ('' without events)."""
+    if p.events <= 0 or p.window_ns <= 0:
+        return ""
+    cost = p.events * WITH_STACK_NS_PER_CALL
+    return (f"recording these stacks cost ~{per_step(cost, p.steps)} per step (~{100 * cost / p.window_ns:.1f} % of the "
+            f"step time: {p.events / max(p.steps, 1):,.0f} Python calls x ~{WITH_STACK_NS_PER_CALL} ns); the host times "
+            "here include it")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Terminal
 # ---------------------------------------------------------------------------------------------------
@@ -96,6 +106,8 @@ def terminal_lines(doc: Report) -> list[str]:
     who = f"rank {rank.rank}, " if len(doc.ranks) > 1 else ""
     out = [f"Host time by source line ({who}{_steps_label(p)})",
            "  own: the function and the library code it calls; total: all under it"]
+    if stack_cost(p):
+        out.append("  " + stack_cost(p))
     if not p.user_lines:
         out.append("  no frame of your own code in the recorded stacks (all time is in libraries)")
     for f in p.user_lines[:TOP_LINES]:
@@ -123,7 +135,8 @@ def markdown_lines(doc: Report) -> list[str]:
     who = f" (rank {rank.rank})" if len(doc.ranks) > 1 else ""
     out = ["", f"### Host time by source line{who}", "",
            f"Python stacks, {markdown(_steps_label(p))}. *own*: the line's function and the library code it calls, "
-           "down to the next line of your code; *total*: everything under its calls.", "",
+           "down to the next line of your code; *total*: everything under its calls."
+           + (f" {_upper_first(markdown(stack_cost(p)))}." if stack_cost(p) else ""), "",
            "| source line | own / step | total / step | calls / step |", "|---|---:|---:|---:|"]
     for f in p.user_lines[:TOP_LINES]:
         out.append(f"| {markdown(f.name)} | {per_step(f.own_ns, p.steps)} | {per_step(f.total_ns, p.steps)} | "
@@ -152,7 +165,8 @@ def html_section(doc: Report) -> str:
              f"{per_step(p.window_ns, p.steps)} per step; the main thread ({html(p.main_tid)}) spends "
              f"{_share(p.main_python_ns, p.window_ns)} of it under a Python frame. "
              "<i>own</i>: the line's function and the library code it calls, down to the next line of your code; "
-             "<i>total</i>: everything under its calls.</p>"]
+             "<i>total</i>: everything under its calls."
+             + (f" {_upper_first(html(stack_cost(p)))}." if stack_cost(p) else "") + "</p>"]
     parts.append(_table(("source line", "own / step", "total / step", "calls / step"),
                         [(f.name, per_step(f.own_ns, p.steps), per_step(f.total_ns, p.steps), f"{f.calls / max(p.steps, 1):.1f}")
                          for f in p.user_lines[:TOP_LINES]]))
@@ -231,3 +245,7 @@ def icicle_svg(p: StackProfile) -> str:
     out.append("</svg>")
     return "".join(out)
 
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -52,6 +52,13 @@ def summary_lines(w: WholeRun) -> list[str]:
     else:
         lines.append("throughput: the batches did not tell their size (no tensor in them)")
     lines.append(f"data-loader wait {fmt_pct(w.wait_share)} of the time (median {fmt_ms(w.wait_median_ns)} per step)")
+    if w.one_time:
+        by_cause: dict[str, list[str]] = {}
+        for s in w.one_time:
+            by_cause.setdefault(s.cause, []).append(f"{s.step} ({fmt_ms(s.duration_ns)}, {s.times_median:g}×)")
+        listed = "; ".join(f"{cause}: step {', '.join(steps)}" for cause, steps in by_cause.items())
+        lines.append(f"{len(w.one_time)} step(s) with a one-time cost left out of the statistics (not spikes of "
+                     f"the script): {listed}")
     if w.spike_count:
         listed = ", ".join(f"{s.step} ({fmt_ms(s.duration_ns)}, {s.times_median:g}×)" for s in w.spikes[:6])
         more = f" and {w.spike_count - 6} more" if w.spike_count > 6 else ""
@@ -102,6 +109,8 @@ def step_chart(w: WholeRun, width: int = 760, height: int = 180) -> str:
     plot_w, plot_h = width - left - right, height - top - bottom
     x0, x1 = xs[0], max(xs[-1], w.last_step)
     y_max = max(max(ys), max((s.duration_ns for s in w.spikes), default=0), w.spike_threshold_ns) * 1.05 or 1.0
+    # A one-time step can be 1000x the median: the axis stops at 4x the threshold, its dot sits on the top edge.
+    y_max = min(y_max, max(4 * w.spike_threshold_ns, max((s.duration_ns for s in w.spikes), default=0) * 1.05)) or 1.0
 
     def px(step: float) -> float:
         return left + plot_w * ((step - x0) / (x1 - x0) if x1 > x0 else 0.5)
@@ -132,6 +141,10 @@ def step_chart(w: WholeRun, width: int = 760, height: int = 180) -> str:
                f'stroke="#888" fill="none" stroke-dasharray="4 3"><title>spike threshold {esc(fmt_ms(w.spike_threshold_ns))}</title></line>')
     path = "".join(f"{'M' if i == 0 else 'L'}{px(x):.1f} {py(y):.1f}" for i, (x, y) in enumerate(zip(xs, ys)))
     out.append(f'<path d="{path}" class="ln ln0" fill="none"><title>step time</title></path>')
+    for s in w.one_time:
+        out.append(f'<circle cx="{px(s.step):.1f}" cy="{py(s.duration_ns):.1f}" r="3.5" class="b-idle">'
+                   f'<title>one-time: step {s.step}, {esc(fmt_ms(s.duration_ns))} ({s.times_median:g}× median): '
+                   f'{esc(s.cause)}</title></circle>')
     for s in w.spikes:
         out.append(f'<circle cx="{px(s.step):.1f}" cy="{py(s.duration_ns):.1f}" r="3.5" class="b-host">'
                    f'<title>spike: step {s.step}, {esc(fmt_ms(s.duration_ns))} ({s.times_median:g}× median)</title></circle>')

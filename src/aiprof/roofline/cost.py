@@ -581,7 +581,36 @@ def _bhsd(shape: Shape, layout: str) -> tuple[int, int, int, int] | None:
     return (b, x, y, d) if layout == "bhsd" else (b, y, x, d)
 
 
-def _attention(a: Args, name: str) -> OpCost | None:
+@dataclass(frozen=True)
+class AttentionDims:
+    """The shape of one attention call, read from an SDPA / flash / efficient op's inputs."""
+
+    batch: int
+    heads: int  # query heads (H)
+    kv_heads: int
+    q_len: int  # Sq
+    kv_len: int  # Sk
+    head_dim: int  # D of q and k
+    v_dim: int  # D of v
+    causal: bool
+    backward: bool
+    dtype: str
+
+
+def attention_dims(name: str, input_dims: Sequence[object] | None, input_types: Sequence[object] | None,
+                   concrete_inputs: Sequence[object] | None = None) -> AttentionDims | None:
+    """B, H, Sq, Sk, D of an attention op call from its recorded inputs (None: not an attention op, or its
+    shapes are not in the trace: no ``record_shapes``, packed varlen layouts)."""
+    base, _ = split_name(name)
+    if base not in _ATTN_SIGS or input_dims is None:
+        return None
+    try:
+        return _attention_dims(Args(input_dims, input_types or [], concrete_inputs, None), base)
+    except (ValueError, IndexError, TypeError):
+        return None
+
+
+def _attention_dims(a: Args, name: str) -> AttentionDims | None:
     sig = _ATTN_SIGS[name]
     shapes = [a.shape(sig.q + j) for j in range(3)]
     if any(s is None for s in shapes):
@@ -598,11 +627,21 @@ def _attention(a: Args, name: str) -> OpCost | None:
         causal = (a.int_(sig.causal) or 0) > 0
     else:
         causal = a.bool_(sig.causal)
+    return AttentionDims(b, h_q, h_kv, s_q, s_k, d_qk, d_v, causal, sig.backward, a.dtype(sig.q) or "fp32")
+
+
+def _attention(a: Args, name: str) -> OpCost | None:
+    found = _attention_dims(a, name)
+    if found is None:
+        return None
+    sig = _ATTN_SIGS[name]
+    b, h_q, h_kv, s_q, s_k = found.batch, found.heads, found.kv_heads, found.q_len, found.kv_len
+    d_qk, d_v, causal = found.head_dim, found.v_dim, found.causal
     per_pair = 2 * (3 * d_qk + 2 * d_v) if sig.backward else 2 * (d_qk + d_v)
     flops = b * h_q * s_q * s_k * per_pair
     if causal:
         flops = flops // 2 if s_q == s_k else b * h_q * causal_pairs(s_q, s_k) * per_pair
-    d = a.dtype(sig.q) or "fp32"
+    d = found.dtype
     bpe = _bpe(d)
     q_el, kv_el, o_el = b * h_q * s_q * d_qk, b * h_kv * s_k * (d_qk + d_v), b * h_q * s_q * d_v
     if sig.backward:  # read q, k, v, out, grad_out; write grad_q, grad_k, grad_v

@@ -17,6 +17,8 @@ health item             what happens to the findings
                         is ``downgraded``
 ``profiler_overhead``   at least :data:`OVERHEAD_DOWNGRADE_SHARE` of the host time: host-overhead findings
                         (``host_bound``, ``host_gaps``, ``host_stall``) are ``downgraded``
+``stacks`` limited      recording the Python stacks costs at least :data:`OVERHEAD_DOWNGRADE_SHARE` of the
+                        step time: the same host-overhead findings are ``downgraded`` (their time includes it)
 =====================  ===================================================================================
 """
 
@@ -67,6 +69,9 @@ def _apply_item(findings: list[Finding], item: HealthItem, by_id: dict[str, Rule
     if item.id == "profiler_overhead" and item.value >= OVERHEAD_DOWNGRADE_SHARE:
         return _downgrade(findings, item, lambda f: f.id in OVERHEAD_IDS,
                           f"the profiler's own work is ~{100 * item.value:.0f} % of the host time, inflating it")
+    if item.id == "stacks" and item.status == "limited" and item.value >= OVERHEAD_DOWNGRADE_SHARE:
+        return _downgrade(findings, item, lambda f: f.id in OVERHEAD_IDS,
+                          f"recording the Python stacks costs ~{100 * item.value:.0f} % of the step time, inflating it")
     return findings, []
 
 

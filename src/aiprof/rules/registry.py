@@ -13,6 +13,7 @@ from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, 
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.framework import in_framework_words
+from aiprof.rules.vendor import in_vendor_words, vendor_of
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, declared_in, spec_of
 from aiprof.rules.steps import GraphCapture, GraphReplays
@@ -81,6 +82,7 @@ def diagnose_rank(
         notes.append(f"{len(skipped)} rules with a saving skipped on rank {analysis.rank}: the trace is a CUDA/HIP "
                      "graph capture, not steady-state execution")
     findings = in_framework_words(ctx, findings)  # fixes in the Trainer's / Lightning's arguments
+    findings = in_vendor_words(findings, vendor_of(trace))  # HIP / RCCL / rocm-smi on AMD, CUDA on NVIDIA
     ctx.release()  # shared views refer back to the context: let reference counting free the trace
     return findings, notes
 
