@@ -188,6 +188,7 @@ class HtmlRenderer:
         if len(doc.sources) > 4:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
+        failed = c.failed_note(doc)
         kind = c.capture_note(doc)
         return (
             f"<h1>aiprof · {esc(device)}</h1>"
@@ -195,6 +196,7 @@ class HtmlRenderer:
             + (f'<div class="partial" role="alert">{esc(doc.run_status.banner)}</div>' if doc.run_status else "")
             + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
+            + (f'<div class="partial" role="alert">{esc(failed)}</div>' if failed else "")
             + (f'<div class="capture">{esc(kind)}</div>' if kind else "")
             + health_html(doc)  # what the trace cannot show, first (report.health_section)
             + "<div class=kpis>"

@@ -42,6 +42,9 @@ class MarkdownRenderer:
         partial = common.partial_note(doc)
         if partial:
             lines += ["", f"> **{_cell(partial)}**"]
+        failed = common.failed_note(doc)
+        if failed:
+            lines += ["", f"> **{_cell(failed)}**"]
         kind = common.capture_note(doc)
         if kind:
             lines += ["", f"> {_cell(kind)}"]

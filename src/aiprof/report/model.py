@@ -23,6 +23,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.compile import CompileReport
+from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.health import Health
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
@@ -162,6 +163,10 @@ class Summary(msgspec.Struct, kw_only=True):
     # described by ``capture_note`` and judged by no steady-state finding; both absent for any other trace.
     trace_kind: Literal["graph_capture"] | UnsetType = UNSET
     capture_note: str | UnsetType = UNSET
+    # Rank files of the folder that are in no number (unreadable, analysis raised, worker died: analysis/failures.py),
+    # counted and named; both absent when none failed. ``rank_count`` counts the ranks analysed. Schema 1.1.
+    failed_rank_count: NonNegative | UnsetType = UNSET
+    failed_ranks: list[FailedRank] | UnsetType = UNSET
 
 
 class Report(msgspec.Struct, kw_only=True, omit_defaults=True):

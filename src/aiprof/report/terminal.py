@@ -76,6 +76,9 @@ class TerminalRenderer:
         partial = common.partial_note(doc)
         if partial:
             console.print(terminal_text(partial, style="bold yellow"))
+        failed = common.failed_note(doc)
+        if failed:
+            console.print(terminal_text(failed, style="bold red"))
         kind = common.capture_note(doc)
         if kind:
             console.print(terminal_text(kind, style="bold cyan"))
