@@ -20,7 +20,7 @@ from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
 from aiprof.analysis.failures import FailedRank, FailureCallback, Stage, failed_rank
 from aiprof.analysis.health import Health, RankHealth, rank_health
 from aiprof.analysis.overview import timeline_overview
-from aiprof.analysis.steps import StepWindow, step_source, step_windows
+from aiprof.analysis.steps import StepWindow, set_analysed_windows, step_source, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
@@ -32,6 +32,7 @@ from aiprof.trace.executors import Watch
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.analysis.comm import CommunicationSection
     from aiprof.analysis.compile import CompileReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
@@ -69,14 +70,11 @@ def _ops_section(trace: Trace) -> dict[str, Any]:
     return out
 
 
-def _comm_section(trace: Trace) -> dict[str, Any]:
-    from aiprof.analysis.comm import comm_stats
+def _comm_section(trace: Trace) -> CommunicationSection:
+    from aiprof.analysis.comm import comm_section
+    from aiprof.analysis.steps import analysed_windows
 
-    out = comm_stats(trace).to_dict()
-    colls = out["collectives"]
-    out["collective_count"] = len(colls)
-    out["collectives"] = sorted(colls, key=lambda c: -c["dur_ns"])[: 4 * TOP_N]
-    return out
+    return comm_section(trace, analysed_windows(trace), TOP_N)
 
 
 def _compat_section(trace: Trace) -> dict[str, Any]:
@@ -225,6 +223,7 @@ def analyze_trace(
     fails)."""
     coverage = device_coverage(trace, step_windows(trace))
     windows = coverage.complete
+    set_analysed_windows(trace, windows)  # the sections' steps (aiprof.analysis.steps.analysed_windows)
     devices = account(trace, windows)
     coverage_note = coverage.warning(trace.path.name)
     result = RankAnalysis(

@@ -28,6 +28,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
+from aiprof.report.exposure_section import html_section as exposure_html
 from aiprof.report.arrival_section import html_section as arrival_html
 from aiprof.report.health_section import html_section as health_html
 from aiprof.report.inference_section import html_section as inference_html
@@ -433,9 +434,9 @@ class HtmlRenderer:
         hidden_overlap = 0
         for r in doc.ranks:
             comm = r.communication
-            if not isinstance(comm, dict):
+            if not comm:
                 continue
-            for s in comm.get("summary") or []:
+            for s in comm.summary:
                 key = (s.get("collective"), s.get("group_size"), s.get("dtype"), s.get("message_bytes"))
                 g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
                 g["count"] += int(s.get("count") or 0)
@@ -443,7 +444,7 @@ class HtmlRenderer:
                 g["ranks"].add(r.rank)
                 if isinstance(s.get("busbw_gb_per_s"), (int, float)):
                     g["busbw"].append(float(s["busbw_gb_per_s"]))
-            for o in comm.get("overlap") or []:
+            for o in comm.overlap:
                 if o.get("comm_ns"):
                     if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
                         hidden_overlap += 1
@@ -487,7 +488,7 @@ class HtmlRenderer:
             )
             if hidden_overlap:
                 out += f'<p class="mute">… {hidden_overlap:,} more rows (every rank is in the JSON report)</p>'
-        return out
+        return out + exposure_html(doc)  # exposed vs hidden per phase and group (report.exposure_section)
 
     # -------------------------------------------------------------------------------------------
     # Roofline, kernels, ops
