@@ -38,6 +38,7 @@ import msgspec
 import numpy as np
 
 from aiprof.analysis import intervals as iv
+from aiprof.arrays import isin
 from aiprof.analysis.steps import StepWindow
 from aiprof.trace import links, suspect
 from aiprof.trace.model import I64, Kind, Trace
@@ -136,12 +137,12 @@ def comm_exposure(trace: Trace, windows: list[StepWindow], collectives: Sequence
     kernels = (c.kind == int(Kind.KERNEL)) & ~suspect.mask(trace)
     comm = is_comm_kernel(trace)
     out = []
-    phase_of = _Phases(trace, windows)
+    phase_of: _Phases | None = None  # built for the first device with communication in the steps
     by_row = {col.row: col for col in collectives}
     for dev in trace.device_ids:
         on_dev = kernels & (c.device == dev)
         rows = np.flatnonzero(on_dev & comm)
-        rows = rows[np.isin(rows, np.fromiter(by_row, dtype=np.int64, count=len(by_row)))]
+        rows = rows[isin(rows, np.fromiter(by_row, dtype=np.int64, count=len(by_row)))]
         if not rows.size:
             continue
         inside = iv.overlap_per_window(steps_set, c.ts[rows], c.ts[rows] + c.dur[rows]) > 0
@@ -149,6 +150,7 @@ def comm_exposure(trace: Trace, windows: list[StepWindow], collectives: Sequence
         if not rows.size:
             continue
         compute = _span(trace, np.flatnonzero(on_dev & ~comm))
+        phase_of = phase_of or _Phases(trace, windows)
         keys: list[tuple[str, str, str]] = []
         groups: dict[str, tuple[str | None, int | None]] = {}
         timed = 0
