@@ -209,3 +209,14 @@ def test_every_format_shows_it(traces_dir: Path) -> None:
     assert list(exposure)[:8] == ["device", "steps", "kernels", "comm_ns", "hidden_ns", "exposed_ns",
                                   "exposed_ns_per_step", "hidden_pct"]
     assert {p["phase"] for p in exposure["by_phase"]} <= {"forward", "backward", "optimizer", "other"}
+
+
+def test_a_cpu_only_run_splits_its_gloo_all_reduces(traces_dir: Path) -> None:
+    # HTA's CPU-only rank: gloo all-reduces on the host are its communication bucket, split the same way
+    rank = _report("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz").ranks[0]
+    assert rank.primary_device == "cpu" and rank.communication
+    (d,) = rank.communication.exposure
+    assert d.device == -1 and d.kernels > 0
+    assert d.exposed_ns == sum(s.breakdown_ns["communication"] for s in rank.steps) > 0
+    assert {r.collective for r in d.rows} == {"all_reduce"}
+    assert sum(p.kernels for p in d.by_phase) == d.kernels

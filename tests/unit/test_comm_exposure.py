@@ -119,3 +119,44 @@ def test_no_communication_no_exposure(tmp_path: Path) -> None:
     import msgspec
 
     assert b"exposure" not in msgspec.json.encode(section)  # absent from the JSON, not an empty list
+
+
+def test_a_cpu_run_by_hand(tmp_path: Path) -> None:
+    """gloo: the host-side collectives are the communication, hidden where another thread's CPU op computes."""
+    meta = {"Process Group Name": "0", "Process Group Description": "default_pg", "Group size": 2}
+    ev = [
+        _x("user_annotation", "ProfilerStep#1", 0.0, 1000.0),
+        _x("cpu_op", "aten::mm", 0.0, 100.0),
+        _x("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", 200.0, 300.0),
+        _x("cpu_op", "c10d::allreduce_", 300.0, 100.0),  # backward by its ops; its group from the nested op
+        _x("cpu_op", "record_param_comms", 300.0, 100.0, **meta),
+        _x("cpu_op", "gloo:all_reduce", 350.0, 100.0, tid=9),  # gloo's thread, no ops around: by time
+        _x("cpu_op", "aten::add", 380.0, 40.0, tid=5),  # another thread computes 380-420
+        _x("user_annotation", "Optimizer.step#SGD.step", 600.0, 100.0),
+        _x("cpu_op", "c10d::allreduce_", 610.0, 30.0),  # optimizer by its ops
+        _x("cpu_op", "c10d::broadcast_", 800.0, 20.0),  # after the backward: other
+    ]
+    path = tmp_path / "gloo.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    trace = aiprof.load(path)
+    assert isinstance(trace, Trace)
+    (d,) = comm_section(trace, step_windows(trace), 50).exposure
+    us = 1000
+    # compute: 0-100, 200-300 and 400-500 (the backward op minus its own thread's all-reduce), 380-420
+    assert {(r.group, r.phase, r.collective): (r.kernels, r.comm_ns, r.hidden_ns) for r in d.rows} == {
+        ("0", "backward", "all_reduce"): (1, 100 * us, 20 * us),
+        ("default", "backward", "all_reduce"): (1, 100 * us, 70 * us),
+        ("default", "optimizer", "all_reduce"): (1, 30 * us, 0),
+        ("default", "other", "broadcast"): (1, 20 * us, 0),
+    }
+    assert {p.phase: (p.comm_ns, p.hidden_ns) for p in d.by_phase} == {
+        "backward": (150 * us, 70 * us), "optimizer": (30 * us, 0), "other": (20 * us, 0)}
+    assert [(g.group, g.group_desc, g.group_size, g.comm_ns, g.exposed_ns) for g in d.by_group] == [
+        ("0", "default_pg", 2, 100 * us, 80 * us), ("default", None, None, 150 * us, 80 * us)]
+    assert (d.device, d.kernels, d.comm_ns, d.hidden_ns, d.exposed_ns, d.phase_from_time) == (
+        -1, 4, 200 * us, 70 * us, 130 * us, 2)
+    from aiprof.analysis.run import analyze_trace
+
+    rank = analyze_trace(trace)
+    assert rank.primary.kind == "cpu"
+    assert d.exposed_ns == sum(s.breakdown_ns["communication"] for s in rank.primary.steps) == 130 * us

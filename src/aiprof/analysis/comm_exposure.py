@@ -17,6 +17,10 @@ accounts), every communication kernel is given
   ``forward`` (a step with no backward op: all ``forward``), up to the end of its last backward op →
   ``backward``, after it → ``other`` (work for the next step: TorchRec's input distribution, prefetches);
   ``phase_from_time`` counts these kernels.
+
+A CPU-only trace (gloo) is one device, -1, whose communication is its host-side collective ops (the
+timeline's ``communication`` bucket), each at its outermost op on its thread, hidden where a CPU op of another
+thread computes meanwhile; its group from the op's (or a ``record_param_comms`` inside it) metadata.
   FSDP's all-gathers therefore land in ``forward`` (and, re-gathered for backward, ``backward``), its
   reduce-scatters in ``backward``, a ZeRO optimizer's all-gathers in ``optimizer``.
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -122,18 +127,19 @@ class DeviceCommExposure(msgspec.Struct, kw_only=True):
 
 
 def comm_exposure(trace: Trace, windows: list[StepWindow], collectives: Sequence[Collective]) -> list[DeviceCommExposure]:
-    """Per device with communication kernels inside ``windows``: exposed vs hidden communication per group,
-    phase and (group, phase, collective). ``collectives`` are the trace's communication kernels
-    (:func:`aiprof.analysis.comm.comm_stats`). Empty without steps or communication."""
+    """Per device with communication inside ``windows``: exposed vs hidden communication per group, phase and
+    (group, phase, collective). ``collectives`` are the trace's communication kernels
+    (:func:`aiprof.analysis.comm.comm_stats`); a CPU-only trace is one device (-1) whose communication is its
+    host-side collective ops (:func:`_cpu_exposure`). Empty without steps or communication."""
     from aiprof.analysis.arrival import _group_key
     from aiprof.analysis.comm import is_comm_kernel
 
-    if not windows or not trace.device_ids:
+    if not windows:
         return []
+    if not trace.device_ids:
+        return _cpu_exposure(trace, windows)
     c = trace.columns
-    ws = np.asarray([w.start_ns for w in windows], dtype=np.int64)
-    we = np.asarray([w.end_ns for w in windows], dtype=np.int64)
-    steps_set = iv.merge(ws, we)
+    steps_set = _steps(windows)
     kernels = (c.kind == int(Kind.KERNEL)) & ~suspect.mask(trace)
     comm = is_comm_kernel(trace)
     out = []
@@ -143,54 +149,132 @@ def comm_exposure(trace: Trace, windows: list[StepWindow], collectives: Sequence
         on_dev = kernels & (c.device == dev)
         rows = np.flatnonzero(on_dev & comm)
         rows = rows[isin(rows, np.fromiter(by_row, dtype=np.int64, count=len(by_row)))]
+        rows = rows[iv.overlap_per_window(steps_set, c.ts[rows], c.ts[rows] + c.dur[rows]) > 0]
         if not rows.size:
             continue
-        inside = iv.overlap_per_window(steps_set, c.ts[rows], c.ts[rows] + c.dur[rows]) > 0
-        rows = rows[inside]
-        if not rows.size:
-            continue
-        compute = _span(trace, np.flatnonzero(on_dev & ~comm))
         phase_of = phase_of or _Phases(trace, windows)
-        keys: list[tuple[str, str, str]] = []
-        groups: dict[str, tuple[str | None, int | None]] = {}
-        timed = 0
+        keys: list[_Key] = []
         for row in rows.tolist():
             coll = by_row[row]
-            group = _group_key(coll.process_group_name, coll.process_group_ranks)
-            groups.setdefault(group, (coll.process_group_desc, coll.group_size))
             phase, by_time = phase_of(int(row))
-            timed += by_time
-            keys.append((group, phase, coll.collective))
-        n = len(windows)
-
-        def measure(select: list[int]) -> dict[str, Any]:
-            return msgspec.structs.asdict(_measure(trace, rows[np.asarray(select, dtype=np.int64)], compute,
-                                                   steps_set, n))
-
-        by_key: dict[tuple[str, str, str], list[int]] = {}
-        for i, key in enumerate(keys):
-            by_key.setdefault(key, []).append(i)
-        by_group: dict[str, list[int]] = {}
-        by_phase: dict[str, list[int]] = {}
-        for i, (group, phase, _) in enumerate(keys):
-            by_group.setdefault(group, []).append(i)
-            by_phase.setdefault(phase, []).append(i)
-        total = measure(list(range(len(keys))))
-        out.append(DeviceCommExposure(
-            **total,
-            device=int(dev),
-            steps=n,
-            phase_from_time=timed,
-            by_phase=[PhaseExposure(phase=p, **measure(by_phase[p]))
-                      for p in PHASES if p in by_phase],
-            by_group=sorted((GroupExposure(group=g, group_desc=groups[g][0], group_size=groups[g][1],
-                                           **measure(idx)) for g, idx in by_group.items()),
-                            key=lambda e: (-e.exposed_ns, e.group)),
-            rows=sorted((ExposureRow(group=k[0], phase=k[1], collective=k[2], **measure(idx))
-                         for k, idx in by_key.items()),
-                        key=lambda e: (-e.exposed_ns, e.group, PHASES.index(e.phase), e.collective)),
-        ))
+            keys.append(_Key(_group_key(coll.process_group_name, coll.process_group_ranks), coll.process_group_desc,
+                             coll.group_size, phase, coll.collective, by_time))
+        compute = _span(trace, np.flatnonzero(on_dev & ~comm))
+        out.append(_device(trace, int(dev), rows, keys, compute, iv.EMPTY, steps_set, len(windows)))
     return out
+
+
+def _cpu_exposure(trace: Trace, windows: list[StepWindow]) -> list[DeviceCommExposure]:
+    """A CPU-only trace: the communication is its host-side collective ops (the timeline's ``communication``
+    bucket: ``c10d::*``, ``gloo:all_reduce`` on gloo's threads, ``record_param_comms``, waits), each counted
+    at its outermost op on its thread; compute is the CPU ops of *other* threads meanwhile (an op enclosing
+    its own thread's blocking collective is waiting: :func:`aiprof.analysis.timeline.cpu_work`); time inside
+    torch.compile's compilation is neither. Group: the op's ``Process Group Name`` when recorded, else
+    ``default``; phase: as on a GPU, from the op and the ops around it, else its start time."""
+    from aiprof.analysis.comm import _ranks, _str, canonical_collective
+    from aiprof.analysis.arrival import _group_key
+    from aiprof.analysis.compile import compile_set
+    from aiprof.analysis.timeline import collective_rows, cpu_work
+
+    c = trace.columns
+    steps_set = _steps(windows)
+    rows = _outermost(trace, collective_rows(trace))
+    rows = rows[iv.overlap_per_window(steps_set, c.ts[rows], c.ts[rows] + c.dur[rows]) > 0]
+    if not rows.size:
+        return []
+    phase_of = _Phases(trace, windows)
+    ops = trace.rows_of(Kind.CPU_OP)
+    params = ops[trace.name_matches(ops, r"^record_param_comms$")]
+    keys = []
+    for row in rows.tolist():
+        meta = trace.comm_args(row) or _nested_meta(trace, row, params)
+        size = meta.get("Group size")
+        phase, by_time = phase_of.at(row, int(c.ts[row]))
+        keys.append(_Key(_group_key(_str(meta.get("Process Group Name")), _ranks(meta.get("Process Group Ranks"))),
+                         _str(meta.get("Process Group Description")), size if isinstance(size, int) else None,
+                         phase, canonical_collective(trace.name_of(row)) or "unknown", by_time))
+    compute, _, _ = cpu_work(trace)
+    return [_device(trace, -1, rows, keys, compute, compile_set(trace), steps_set, len(windows))]
+
+
+def _nested_meta(trace: Trace, row: int, params: I64) -> dict[str, Any]:
+    """The collective metadata of the first ``record_param_comms`` inside ``row`` on its thread (a
+    ``c10d::allreduce_`` carries none itself), or {}."""
+    c = trace.columns
+    lo, hi = int(c.ts[row]), int(c.ts[row] + c.dur[row])
+    inside = params[(c.pid[params] == c.pid[row]) & (c.tid[params] == c.tid[row]) & (c.ts[params] >= lo)
+                    & (c.ts[params] < hi)]
+    for r in inside.tolist():
+        meta = trace.comm_args(int(r))
+        if meta:
+            return meta
+    return {}
+
+
+@dataclass(frozen=True)
+class _Key:
+    """What one communication kernel (or host collective op) is: its group, phase and collective."""
+
+    group: str
+    group_desc: str | None
+    group_size: int | None
+    phase: str
+    collective: str
+    by_time: int  # 1: the phase came from its launch time
+
+
+def _device(trace: Trace, device: int, rows: I64, keys: list[_Key], compute: iv.IntervalSet,
+            minus: iv.IntervalSet, steps: iv.IntervalSet, n: int) -> DeviceCommExposure:
+    """The exposure of one device's communication ``rows`` (described by ``keys``), per row, group and phase.
+    ``minus`` is time that is no communication even under a collective (compilation, on a CPU)."""
+
+    def measure(select: list[int]) -> dict[str, Any]:
+        return msgspec.structs.asdict(_measure(trace, rows[np.asarray(select, dtype=np.int64)], compute, minus,
+                                               steps, n))
+
+    by_key: dict[tuple[str, str, str], list[int]] = {}
+    by_group: dict[str, list[int]] = {}
+    by_phase: dict[str, list[int]] = {}
+    meta: dict[str, _Key] = {}
+    for i, k in enumerate(keys):
+        by_key.setdefault((k.group, k.phase, k.collective), []).append(i)
+        by_group.setdefault(k.group, []).append(i)
+        by_phase.setdefault(k.phase, []).append(i)
+        meta.setdefault(k.group, k)
+    return DeviceCommExposure(
+        **measure(list(range(len(keys)))),
+        device=device,
+        steps=n,
+        phase_from_time=sum(k.by_time for k in keys),
+        by_phase=[PhaseExposure(phase=p, **measure(by_phase[p])) for p in PHASES if p in by_phase],
+        by_group=sorted((GroupExposure(group=g, group_desc=meta[g].group_desc, group_size=meta[g].group_size,
+                                       **measure(idx)) for g, idx in by_group.items()),
+                        key=lambda e: (-e.exposed_ns, e.group)),
+        rows=sorted((ExposureRow(group=k[0], phase=k[1], collective=k[2], **measure(idx)) for k, idx in by_key.items()),
+                    key=lambda e: (-e.exposed_ns, e.group, PHASES.index(e.phase), e.collective)),
+    )
+
+
+def _steps(windows: list[StepWindow]) -> iv.IntervalSet:
+    return iv.merge(np.asarray([w.start_ns for w in windows], dtype=np.int64),
+                    np.asarray([w.end_ns for w in windows], dtype=np.int64))
+
+
+def _outermost(trace: Trace, rows: I64) -> I64:
+    """``rows`` without those inside another of them on the same thread (a ``record_param_comms`` inside its
+    ``c10d::allreduce_``), in time order."""
+    c = trace.columns
+    order = rows[np.lexsort((-c.dur[rows], c.ts[rows], c.tid[rows], c.pid[rows]))]
+    keep: list[int] = []
+    end: dict[tuple[int, int], int] = {}
+    for row, pid, tid, ts, dur in zip(order.tolist(), c.pid[order].tolist(), c.tid[order].tolist(),
+                                      c.ts[order].tolist(), c.dur[order].tolist()):
+        if ts < end.get((pid, tid), -1):
+            continue
+        end[(pid, tid)] = ts + dur
+        keep.append(row)
+    kept = np.asarray(keep, dtype=np.int64)
+    return kept[np.argsort(c.ts[kept], kind="stable")]
 
 
 def _span(trace: Trace, rows: I64) -> iv.IntervalSet:
@@ -198,8 +282,9 @@ def _span(trace: Trace, rows: I64) -> iv.IntervalSet:
     return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
 
 
-def _measure(trace: Trace, rows: I64, compute: iv.IntervalSet, steps: iv.IntervalSet, n: int) -> Exposure:
-    comm = iv.intersect(_span(trace, rows), steps)
+def _measure(trace: Trace, rows: I64, compute: iv.IntervalSet, minus: iv.IntervalSet, steps: iv.IntervalSet,
+             n: int) -> Exposure:
+    comm = iv.subtract(iv.intersect(_span(trace, rows), steps), minus)
     comm_ns = iv.total(comm)
     hidden = iv.total(iv.intersect(comm, compute))
     exposed = comm_ns - hidden
@@ -231,19 +316,24 @@ class _Phases:
         self.optimizer = iv.merge(c.ts[optimizer], c.ts[optimizer] + c.dur[optimizer])
 
     def __call__(self, row: int) -> tuple[str, int]:
-        """(phase, 1 when the launch time decided it else 0)."""
+        """(phase, 1 when the launch time decided it else 0) of the kernel ``row``."""
         op = int(self.op[row])
-        phase = self._of_ops(op) if op >= 0 else None
-        if phase is not None:
-            return phase, 0
         c = self.trace.columns
         launch = int(self.launch[row])
         t = int(c.ts[op]) if op >= 0 else int(c.ts[launch]) if launch >= 0 else int(c.ts[row])
+        return self.at(op, t, int(c.ts[row]))
+
+    def at(self, op: int, t: int, runs_at: int | None = None) -> tuple[str, int]:
+        """(phase, 1 when the time decided it else 0) of work issued by the host row ``op`` (-1: none) at ``t``
+        (``runs_at``: when it ran, for work issued outside the steps)."""
+        phase = self._of_ops(op) if op >= 0 else None
+        if phase is not None:
+            return phase, 0
         if iv.overlap_per_window(self.optimizer, np.asarray([t]), np.asarray([t + 1]))[0] > 0:
             return "optimizer", 1
         step = int(np.searchsorted(self.starts, t, side="right")) - 1
-        if step < 0 or t >= self.ends[step]:  # launched outside the steps (the kernel runs inside one)
-            step = max(int(np.searchsorted(self.starts, int(c.ts[row]), side="right")) - 1, 0)
+        if step < 0 or t >= self.ends[step]:  # issued outside the steps (it runs inside one)
+            step = max(int(np.searchsorted(self.starts, t if runs_at is None else runs_at, side="right")) - 1, 0)
         span = self.backward[step]
         if span is None or t < span[0]:
             return "forward", 1

@@ -39,7 +39,8 @@ def _group_name(group: str, desc: str | None, size: int | None) -> str:
 
 def summary_lines(rank: int, e: DeviceCommExposure, multi: bool) -> list[str]:
     """The section as plain sentences (every format starts from these)."""
-    who = f"rank {rank} (the slowest), gpu:{e.device}" if multi else f"gpu:{e.device}"
+    where = "cpu" if e.device < 0 else f"gpu:{e.device}"
+    who = f"rank {rank} (the slowest), {where}" if multi else where
     n = max(e.steps, 1)
     lines = [f"{who}, per step over {e.steps} step{'s' if e.steps != 1 else ''}: {fmt_ms(e.exposed_ns / n)} of "
              f"communication exposed of {fmt_ms(e.comm_ns / n)}, {e.hidden_pct:.0f} % hidden by compute "
@@ -55,7 +56,8 @@ def summary_lines(rank: int, e: DeviceCommExposure, multi: bool) -> list[str]:
         f"{r.collective} in {r.phase} on group {r.group} {fmt_ms(r.exposed_ns / max(e.steps, 1))}"
         for r in e.rows[:TOP_ROWS]))
     if e.phase_from_time:
-        lines.append(f"{e.phase_from_time} of {e.kernels} kernels placed in a phase by their launch time (their "
+        what = "collective ops" if e.device < 0 else "kernels"
+        lines.append(f"{e.phase_from_time} of {e.kernels} {what} placed in a phase by their launch time (their "
                      "ops name none)")
     return lines
 
