@@ -64,7 +64,7 @@ def _length(xs: list[Interval]) -> int:
 def _phase_of_name(name: str) -> str | None:
     if re.match(r"Optimizer\.(step|zero_grad)", name):
         return "optimizer"
-    if name.startswith("autograd::engine::evaluate_function") or "backward" in name.lower():
+    if name.startswith("autograd::engine::evaluate_function") or "backward" in name.lower() or "ddp.reducer::" in name:
         return "backward"
     if name.startswith("nn.Module: ") or "forward" in name.lower():
         return "forward"

@@ -10,8 +10,9 @@ accounts), every communication kernel is given
   names wins: optimizer, then backward, then forward):
   under an ``Optimizer.step`` / ``Optimizer.zero_grad`` annotation → ``optimizer``; under an autograd
   backward op (``autograd::engine::evaluate_function: …``, ``…Backward0``) or any op or annotation whose name
-  says backward (FSDP's ``FSDP::pre_backward`` / ``FSDP::post_backward_reduce``, DDP's reducer hooks run inside
-  ``evaluate_function``) → ``backward``; under a forward (``nn.Module: …``, ``…forward``, ``FSDP::pre_forward``)
+  says backward (FSDP's ``FSDP::pre_backward`` / ``FSDP::post_backward_reduce``; DDP's reducer hooks run inside
+  ``evaluate_function``, and its ``torch.distributed.ddp.reducer::…`` ops that finish the backward after the last
+  one) → ``backward``; under a forward (``nn.Module: …``, ``…forward``, ``FSDP::pre_forward``)
   → ``forward``. When the ops say none of these, the launch time decides: inside an optimizer annotation's
   span (on any thread) → ``optimizer``; else, within its step, before the step's first backward op →
   ``forward`` (a step with no backward op: all ``forward``), up to the end of its last backward op →
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
 PHASES = ("forward", "backward", "optimizer", "other")
 _OPTIMIZER = re.compile(r"^Optimizer\.(step|zero_grad)")
-_BACKWARD = re.compile(r"(?i)^autograd::engine::evaluate_function|backward")
+_BACKWARD = re.compile(r"(?i)^autograd::engine::evaluate_function|backward|ddp\.reducer::")  # DDP's reducer: backward
 _FORWARD = re.compile(r"(?i)^nn\.Module: |forward")
 _MAX_DEPTH = 64
 
