@@ -213,7 +213,12 @@ def test_every_format_shows_it(traces_dir: Path) -> None:
 
 def test_a_cpu_only_run_splits_its_gloo_all_reduces(traces_dir: Path) -> None:
     # HTA's CPU-only rank: gloo all-reduces on the host are its communication bucket, split the same way
-    rank = _report("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz").ranks[0]
+    from aiprof import app
+
+    report = _report("hta/cpu_only/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    for fmt in ("terminal", "md", "html"):  # no kernel rows above it: the block still shows
+        assert "exposed vs hidden" in app.render(report, fmt).lower(), fmt
+    rank = report.ranks[0]
     assert rank.primary_device == "cpu" and rank.communication
     (d,) = rank.communication.exposure
     assert d.device == -1 and d.kernels > 0
