@@ -27,6 +27,11 @@ def _exposure(doc: Report) -> tuple[int, DeviceCommExposure] | None:
     return rank.rank, max(comm.exposure, key=lambda e: e.comm_ns)
 
 
+def _counted(e: DeviceCommExposure) -> str:
+    """What ``kernels`` counts: communication kernels, or a CPU run's host-side collective ops."""
+    return "collective ops" if e.device < 0 else "kernels"
+
+
 def _amounts(exposed_ns: int, comm_ns: int, steps: int, hidden_pct: float) -> str:
     n = max(steps, 1)
     return f"{fmt_ms(exposed_ns / n)} exposed of {fmt_ms(comm_ns / n)} ({hidden_pct:.0f} % hidden)"
@@ -56,8 +61,7 @@ def summary_lines(rank: int, e: DeviceCommExposure, multi: bool) -> list[str]:
         f"{r.collective} in {r.phase} on group {r.group} {fmt_ms(r.exposed_ns / max(e.steps, 1))}"
         for r in e.rows[:TOP_ROWS]))
     if e.phase_from_time:
-        what = "collective ops" if e.device < 0 else "kernels"
-        lines.append(f"{e.phase_from_time} of {e.kernels} {what} placed in a phase by their launch time (their "
+        lines.append(f"{e.phase_from_time} of {e.kernels} {_counted(e)} placed in a phase by their launch time (their "
                      "ops name none)")
     return lines
 
@@ -79,7 +83,7 @@ def markdown_lines(doc: Report) -> list[str]:
     n = max(e.steps, 1)
     lines = ["", "### Communication exposed vs hidden", "",
              *(f"- {md(line)}" for line in summary_lines(rank, e, len(doc.ranks) > 1)), "",
-             "| group | phase | collective | kernels | exposed /step | communication /step | hidden |",
+             f"| group | phase | collective | {_counted(e)} | exposed /step | communication /step | hidden |",
              "|---|---|---|---:|---:|---:|---:|"]
     for r in e.rows[:8]:
         lines.append(f"| {md(r.group)} | {r.phase} | {md(r.collective)} | {r.kernels} | {fmt_ms(r.exposed_ns / n)} | "
@@ -100,6 +104,6 @@ def html_section(doc: Report) -> str:
         f"<td>{esc(fmt_ms(r.exposed_ns / n))}</td><td>{esc(fmt_ms(r.comm_ns / n))}</td><td>{r.hidden_pct:.0f} %</td></tr>"
         for r in e.rows[:8])
     return ("<h3>Communication exposed vs hidden, by phase and process group</h3>"
-            f"<ul>{items}</ul><table><thead><tr><th>group</th><th>phase</th><th>collective</th><th>kernels</th>"
+            f"<ul>{items}</ul><table><thead><tr><th>group</th><th>phase</th><th>collective</th><th>{_counted(e)}</th>"
             "<th>exposed /step</th><th>communication /step</th><th>hidden</th></tr></thead>"
             f"<tbody>{rows}</tbody></table>")
