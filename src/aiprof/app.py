@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from aiprof.rules.options import RuleOptions
     from aiprof.trace.model import Trace
     from aiprof.trace.readers.ncu import MeasuredPoint, NcuResult
+    from aiprof.analysis.failures import FailureCallback
     from aiprof.trace.runset import ProgressCallback
 
 PathArg = str | os.PathLike[str]
@@ -70,6 +71,9 @@ class AnalyzeOptions:
     executor: str = "local"
     # The rank cache's folder (aiprof.analysis.rankcache): a rerun skips the files already analysed. None: off.
     cache_dir: Path | None = None
+    # Told of each rank file of a folder that fails, when it does (file, why): the progress bar's failed count
+    # (aiprof.analysis.failures). The report's summary lists them whatever this is.
+    on_failed: FailureCallback | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tup
     budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
                                 memory=opts.memory, timeline=budget, executor=executor_for(opts.executor),
-                                cache_dir=opts.cache_dir)
+                                cache_dir=opts.cache_dir, on_failed=opts.on_failed)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[Finding], ranks: tuple[int, ...]) -> list[Finding]:

@@ -35,6 +35,7 @@ from aiprof.trace.runset import ProgressCallback
 
 if TYPE_CHECKING:
     from aiprof.memory.report import MemoryReport
+    from aiprof.analysis.failures import FailureCallback
     from aiprof.trace.executors import Executor
 
 
@@ -169,20 +170,22 @@ def analyze_and_diagnose(
     timeline: int = 0,
     executor: Executor | None = None,
     cache_dir: Path | None = None,
+    on_failed: FailureCallback | None = None,
 ) -> tuple[RunAnalysis, list[Finding]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
     which memory inputs make the memory section and findings (:data:`MemoryMode`); ``timeline`` > 0 adds
     up to that many of each rank's events to its diagnosis, for an HTML report's interactive timeline;
     ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine);
-    ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache)."""
+    ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache); ``on_failed``
+    hears of each rank file of a folder that fails, when it does (:mod:`aiprof.analysis.failures`)."""
     opts = options or DEFAULT_OPTIONS
     if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0:
         hook: Any = diagnose_hook
     else:
         hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook, executor=executor,
-                        cache_dir=cache_dir)
+                        cache_dir=cache_dir, on_failed=on_failed)
     return run, diagnose_run(run, opts, run_rules)
 
 

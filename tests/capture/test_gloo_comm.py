@@ -45,3 +45,15 @@ def test_gloo_all_reduce_is_communication_in_steps_and_timeline(gloo_traces: Pat
         # the strip covers the steps' span: its communication is the steps' communication
         assert drawn >= comm > 0
         assert drawn > sum(cpu["idle_ns"])
+
+
+def test_gloo_all_reduce_exposure_is_the_communication_bucket(gloo_traces: Path) -> None:
+    """Real gloo ranks: the exposure split (analysis.comm_exposure) covers the whole communication bucket, its
+    all-reduces in no backward or optimizer (the script has neither: a bare dist.all_reduce per step)."""
+    for trace in list(aiprof.load(gloo_traces)):  # type: ignore[arg-type]
+        analysis = analyze_trace(trace)
+        (d,) = analysis.sections["communication"].exposure
+        assert d.device == -1 and d.steps == len(analysis.primary.steps)
+        assert d.exposed_ns == sum(s.breakdown_ns["communication"] for s in analysis.primary.steps) > 0
+        assert {p.phase for p in d.by_phase} == {"forward"}  # no autograd, no optimizer: all of each step
+        assert "all_reduce" in {r.collective for r in d.rows}

@@ -107,3 +107,29 @@ def test_an_unknown_executor_and_an_unreachable_scheduler_are_one_line_errors(tm
     assert proc.returncode == 2, proc.stderr
     assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def kill_worker_always(trace, analysis):  # type: ignore[no-untyped-def]
+    """A rank hook that kills its worker process whenever it sees worker 3's file: a rank no worker survives."""
+    if trace.path.name.startswith("worker3_"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return diagnose_hook(trace, analysis)
+
+
+def test_a_rank_no_worker_survives_is_a_failed_rank(traces_dir: Path) -> None:
+    import dask
+
+    calls: list[str] = []
+    # A task fails once a worker died running it (the scheduler's allowed-failures 0), retried TASK_RETRIES times.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50) as c:
+        run = analyze_paths([traces_dir / "param" / "dlrm_8rank"], rank_hook=kill_worker_always,
+                            executor=DaskExecutor(c.scheduler_address), on_failed=lambda p, why: calls.append(p.name))
+    # Rank 3 never comes back; a task that was queued on a dying worker may share its fate (Dask counts the
+    # death against every task on that worker): failed too, named the same way, never lost
+    failed = {f.rank: f for f in run.failed}
+    assert 3 in failed and 3 not in [r.rank for r in run.ranks]
+    assert sorted([r.rank for r in run.ranks] + list(failed)) == list(range(8))
+    assert all(f.stage == "worker" and "died each time it ran" in f.reason for f in run.failed)
+    assert sorted(calls) == sorted(Path(f.path).name for f in run.failed)
+    assert len(run.ranks) >= 5

@@ -129,15 +129,25 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
     ops, collectives, roofline, incomplete steps, trace and run metadata, telemetry."""
     import msgspec
 
+    from aiprof.analysis.comm import CommunicationSection
+    from aiprof.analysis.comm_exposure import DeviceCommExposure, ExposureRow, GroupExposure, PhaseExposure
     from aiprof.report.model import IncompleteStep
 
     doc = _evil_report(name)
     ranks = []
     for r in doc.ranks:
         steps = [msgspec.structs.replace(s, name=name) for s in r.steps]
-        comm = {"summary": [{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
-                             "total_ns": 1000, "busbw_gb_per_s": 1.0}],
-                "overlap": [{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}]}
+        n = {"kernels": 1, "comm_ns": 1000, "hidden_ns": 990, "exposed_ns": 10, "exposed_ns_per_step": 10,
+             "hidden_pct": 99.0}
+        exposure = DeviceCommExposure(
+            device=0, steps=1, phase_from_time=0, **n, by_phase=[PhaseExposure(phase="forward", **n)],
+            by_group=[GroupExposure(group=name, group_desc=name, group_size=2, **n)],
+            rows=[ExposureRow(group=name, phase="forward", collective=name, **n)])
+        comm = CommunicationSection(
+            collectives=[], collective_count=1,
+            summary=[{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
+                      "total_ns": 1000, "busbw_gb_per_s": 1.0}],
+            overlap=[{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}], exposure=[exposure])
         roof = {"peaks": {"name": name, "memory_bw_bytes_per_s": 1e12, "flops_per_s": {name: 1e14}}, "peaks_note": name,
                 "notes": [name], "rows": [{"name": name, "input_dims": name, "count": 1, "time_ns": 1000, "bound": name,
                                           "roof_key": name, "drawn": True, "arithmetic_intensity_flops_per_byte": 10.0,
@@ -177,3 +187,15 @@ def test_roofline_terminal_output_escapes_op_names(tmp_path, name: str) -> None:
         plain = SGR.sub("", text)
         assert _unsafe(plain) == []
         assert escape.terminal(name) in plain  # shown, as written
+
+
+@pytest.mark.parametrize("name", SEQUENCES[:2] + MARKDOWN[:2] + HTML_EVIL[:1], ids=lambda s: repr(s[:20]))
+def test_the_exposure_section_escapes_group_and_collective_names(name: str) -> None:
+    doc = _evil_everywhere(name)
+    tty = _tty_render(doc)
+    assert "exposed vs hidden" in tty
+    assert _unsafe(SGR.sub("", tty)) == [] and "\x1b]" not in tty
+    text = render(doc, "md")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "forward" in line]
+    assert rows and all(_cells(row) == 8 for row in rows)  # group | phase | collective | … : no cell added
+    assert "<script" not in text and "<img" not in text

@@ -27,9 +27,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from aiprof.arrays import isin, unique
+from aiprof.analysis.comm_exposure import DeviceCommExposure, comm_exposure
+from aiprof.analysis.steps import StepWindow
 from aiprof.analysis import intervals as iv
 from aiprof.trace import links
 from aiprof.trace.model import Bool, Kind, Trace
@@ -287,6 +290,33 @@ class CommStats:
             "summary": [s.to_dict() for s in self.summary],
             "overlap": [o.to_dict() for o in self.overlap],
         }
+
+
+class CommunicationSection(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A rank's ``communication`` section in the report: its collectives (the longest ``4 × top`` of
+    ``collective_count``), their summary per kind / group / size, the overlap per device over the whole trace,
+    and exposed vs hidden communication per process group and phase inside the analysed steps
+    (:mod:`aiprof.analysis.comm_exposure`; absent without communication kernels in the steps)."""
+
+    collectives: list[dict[str, Any]]  # Collective.to_dict(), longest first
+    summary: list[dict[str, Any]]  # CollectiveSummary.to_dict()
+    overlap: list[dict[str, Any]]  # CommOverlap.to_dict()
+    collective_count: int
+    exposure: list[DeviceCommExposure] = msgspec.field(default_factory=list)
+
+
+def comm_section(trace: Trace, windows: list[StepWindow], top: int) -> CommunicationSection:
+    """The report's communication section of a rank whose analysed steps are ``windows``."""
+    stats = comm_stats(trace)
+    out = stats.to_dict()
+    colls = out["collectives"]
+    return CommunicationSection(
+        collectives=sorted(colls, key=lambda c: -c["dur_ns"])[: 4 * top],
+        summary=out["summary"],
+        overlap=out["overlap"],
+        collective_count=len(colls),
+        exposure=comm_exposure(trace, windows, stats.collectives),
+    )
 
 
 def comm_stats(trace: Trace) -> CommStats:

@@ -17,9 +17,10 @@ from aiprof.analysis import forked
 from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
 from aiprof.analysis.rankcache import RankCache, cached_map, code_fingerprint, describe as describe_fn
 from aiprof.analysis.coverage import Coverage, IncompleteStep, device_coverage
+from aiprof.analysis.failures import FailedRank, FailureCallback, Stage, failed_rank
 from aiprof.analysis.health import Health, RankHealth, rank_health
 from aiprof.analysis.overview import timeline_overview
-from aiprof.analysis.steps import StepWindow, step_source, step_windows
+from aiprof.analysis.steps import StepWindow, set_analysed_windows, step_source, step_windows
 from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
@@ -27,9 +28,11 @@ from aiprof.interrupts import interrupts_held
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
+from aiprof.trace.executors import Watch
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.analysis.comm import CommunicationSection
     from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis.compile import CompileReport
     from aiprof.roofline.attention import AttentionReport
@@ -69,14 +72,11 @@ def _ops_section(trace: Trace) -> dict[str, Any]:
     return out
 
 
-def _comm_section(trace: Trace) -> dict[str, Any]:
-    from aiprof.analysis.comm import comm_stats
+def _comm_section(trace: Trace) -> CommunicationSection:
+    from aiprof.analysis.comm import comm_section
+    from aiprof.analysis.steps import analysed_windows
 
-    out = comm_stats(trace).to_dict()
-    colls = out["collectives"]
-    out["collective_count"] = len(colls)
-    out["collectives"] = sorted(colls, key=lambda c: -c["dur_ns"])[: 4 * TOP_N]
-    return out
+    return comm_section(trace, analysed_windows(trace), TOP_N)
 
 
 def _compat_section(trace: Trace) -> dict[str, Any]:
@@ -202,6 +202,9 @@ class RunAnalysis:
     # The run's trace health with the findings it changed (set by the diagnosis, aiprof.rules.health; None:
     # not diagnosed, the report builds it from the ranks' facts).
     health: Health | None = None
+    # Rank files of a folder that are in no number: unreadable, their analysis raised, or their worker died
+    # (aiprof.analysis.failures), in file order.
+    failed: list[FailedRank] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.cross_rank is None and len(self.ranks) > 1:
@@ -229,6 +232,7 @@ def analyze_trace(
     fails)."""
     coverage = device_coverage(trace, step_windows(trace))
     windows = coverage.complete
+    set_analysed_windows(trace, windows)  # the sections' steps (aiprof.analysis.steps.analysed_windows)
     devices = account(trace, windows)
     coverage_note = coverage.warning(trace.path.name)
     result = RankAnalysis(
@@ -331,22 +335,37 @@ class _Loaded:
     warnings: list[str]
     program: str = ""
     identity: Identity | None = None  # host, pid, rank, span: whether files are cycles of one process
+    stage: Stage = "read"  # where it failed, when ``error`` is set
+
+
+def _failed(path: Path, error: str, stage: Stage) -> _Loaded:
+    return _Loaded(path, {}, 0, "file order", None, error, [], stage=stage)
 
 
 def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]:
+    """Load one file and analyse each rank it holds. In a folder (``tolerate``) a file that is no trace, or
+    a rank whose analysis raises, is a failed rank (its error), not the end of the run."""
     path, tolerate, hook = args
     try:
         traces = load_ranks(path)  # one per rank the file holds (an nsys report of an MPI job: several)
     except TraceError as err:
         if tolerate:
-            return [_Loaded(path, {}, 0, "file order", None, str(err), [])]
+            return [_failed(path, str(err), "read")]
         raise
     out: list[_Loaded] = []
     while traces:
         trace = traces.pop(0)
         assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
         ident = identity(trace)
-        analysis = analyze_trace(trace, hook=hook, fork=True)
+        try:
+            analysis = analyze_trace(trace, hook=hook, fork=True)
+        except Exception as err:  # noqa: BLE001 - one rank's failure is named, the run goes on
+            if not tolerate:
+                raise
+            out.append(_failed(path, f"{path.name}: analysing it failed ({type(err).__name__}: {err})", "analysis"))
+            trace.cache.clear()
+            del trace
+            continue
         out.append(_Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
                            program_of(trace), ident))
         # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
@@ -364,6 +383,7 @@ def analyze_paths(
     rank_hook: RankHook | None = None,
     executor: Executor | None = None,
     cache_dir: Path | None = None,
+    on_failed: FailureCallback | None = None,
 ) -> RunAnalysis:
     """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
 
@@ -371,7 +391,9 @@ def analyze_paths(
     uses it for rules that need events); what it returns lands in ``RankAnalysis.diagnosis``. It must be a
     module-level function (it may cross a process boundary). ``executor`` says where the per-file work runs
     (:mod:`aiprof.trace.executors`; None: this machine's process pool). With ``cache_dir``, each file's
-    result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`)."""
+    result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`). In a folder, a
+    file that fails (:mod:`aiprof.analysis.failures`) is skipped with a warning, told to ``on_failed`` as soon as
+    it is known (the progress bar's failed count) and listed in ``RunAnalysis.failed``."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
     jobs: list[tuple[Path, bool, RankHook | None]] = []
@@ -381,9 +403,13 @@ def analyze_paths(
             jobs.append((found, path.is_dir(), rank_hook))
     cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs])
 
+    watch: Watch[tuple[Path, bool, RankHook | None], list[_Loaded]] = Watch(
+        progress=progress, failed=_first_error, on_failed=on_failed,
+        lost=lambda job, why: [_failed(job[0], why, "worker")])
+
     def mapper(fn: Callable[[tuple[Path, bool, RankHook | None]], list[_Loaded]],
                todo: list[tuple[Path, bool, RankHook | None]]) -> list[list[_Loaded]]:
-        return map_files(fn, todo, workers, progress, executor)
+        return map_files(fn, todo, workers, progress, executor, watch)
 
     done = cached_map(cache, mapper, _load_and_analyze, jobs, keep=lambda rs: all(r.error is None for r in rs))
     results = [r for rs in done for r in rs]
@@ -401,7 +427,13 @@ def analyze_paths(
         ranks.append(item.analysis)
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     warnings += [w for r in ranks if (w := r.partial_warning())]
-    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
+    failed = [failed_rank(r.path, r.stage, r.error) for r in results if r.error]
+    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings, failed=failed)
+
+
+def _first_error(results: list[_Loaded]) -> str | None:
+    """Why a file's results are a failure (its first error), or None."""
+    return next((r.error for r in results if r.error), None)
 
 
 def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) -> RankCache | None:

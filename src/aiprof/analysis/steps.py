@@ -94,6 +94,22 @@ def _main_thread(trace: Trace, rows: I64) -> I64:
     return kept
 
 
+_ANALYSED = "steps.analysed_windows"
+
+
+def set_analysed_windows(trace: Trace, windows: list[StepWindow]) -> None:
+    """Record the step windows the rank's numbers cover (``analyze_trace``: the steps the device record
+    covers), for the sections computed from the trace alone."""
+    trace.cache[_ANALYSED] = tuple(windows)
+
+
+def analysed_windows(trace: Trace) -> list[StepWindow]:
+    """The step windows the rank's numbers cover: those :func:`set_analysed_windows` recorded, else all of
+    :func:`step_windows`."""
+    found = trace.cache.get(_ANALYSED)
+    return list(found) if found is not None else step_windows(trace)
+
+
 def step_windows(trace: Trace) -> list[StepWindow]:
     """The trace's step windows (see module doc)."""
     rows = step_rows(trace)

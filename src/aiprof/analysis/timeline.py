@@ -389,12 +389,19 @@ def cpu_work(trace: Trace) -> tuple[iv.IntervalSet, iv.IntervalSet, iv.IntervalS
     ops = np.flatnonzero(c.kind == int(Kind.CPU_OP))
     ann = np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))
     data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
-    coll_rows = np.concatenate((ops, ann))
-    coll_rows = coll_rows[trace.name_matches(coll_rows, _COLLECTIVE_OP.pattern)]
+    coll_rows = collective_rows(trace)
     compiling = compile_set(trace)
     comm_set = iv.subtract(_span_set(trace, coll_rows), compiling)
     compute_set = iv.subtract(_compute_per_thread(trace, ops, coll_rows), iv.union(data_loading, compiling))
     return compute_set, comm_set, data_loading
+
+
+def collective_rows(trace: Trace) -> I64:
+    """The host-side collective rows of a CPU-only trace (CPU ops and annotations: ``c10d::*``, a backend's
+    own ranges such as ``gloo:all_reduce``, ``record_param_comms``, waits): its ``communication`` bucket."""
+    c = trace.columns
+    rows = np.concatenate((np.flatnonzero(c.kind == int(Kind.CPU_OP)), np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))))
+    return rows[trace.name_matches(rows, _COLLECTIVE_OP.pattern)]
 
 
 def _compute_per_thread(trace: Trace, ops: I64, coll_rows: I64) -> iv.IntervalSet:

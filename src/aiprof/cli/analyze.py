@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class _DelayedProgress:
-    """A progress bar on stderr that appears only when loading takes over a second."""
+    """A progress bar on stderr that appears only when loading takes over a second: ranks done of all, and
+    how many failed (``failed``, told by the analysis as each rank file fails)."""
 
     def __init__(self, enabled: bool, delay_s: float = 1.0) -> None:
         self.enabled = enabled
@@ -26,6 +27,7 @@ class _DelayedProgress:
         self.started = time.monotonic()
         self.done = 0
         self.total = 0
+        self.failures = 0
         self._progress: Any = None
         self._task: Any = None
         self._lock = threading.Lock()
@@ -47,19 +49,31 @@ class _DelayedProgress:
                 SpinnerColumn(),
                 TextColumn("loading traces"),
                 BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
+                TextColumn("{task.completed}/{task.total}{task.fields[failed]}"),
                 TimeElapsedColumn(),
                 console=Console(file=sys.stderr),
                 transient=True,
             )
             self._progress.start()
-            self._task = self._progress.add_task("load", total=self.total or None, completed=self.done)
+            self._task = self._progress.add_task("load", total=self.total or None, completed=self.done,
+                                                 failed=self.failed_text())
 
     def update(self, path: Path, done: int, total: int) -> None:
         with self._lock:
             self.done, self.total = done, total
             if self._progress is not None:
                 self._progress.update(self._task, completed=done, total=total)
+
+    def failed(self, path: Path, why: str) -> None:
+        """One more rank file failed (``why`` is its warning, said when the run ends)."""
+        with self._lock:
+            self.failures += 1
+            if self._progress is not None:
+                self._progress.update(self._task, failed=self.failed_text())
+
+    def failed_text(self) -> str:
+        """What the bar adds after done/total: `` · 2 failed``, or nothing."""
+        return f" · {self.failures} failed" if self.failures else ""
 
     def __exit__(self, *exc: object) -> None:
         if self._timer is not None:
@@ -128,7 +142,7 @@ class AnalyzeCommand:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
                                              memory=args.memory, ncu=args.ncu, executor=args.executor,
-                                             cache_dir=_cache_dir(args.cache))
+                                             cache_dir=_cache_dir(args.cache), on_failed=progress.failed)
                 if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
                     report, timeline = app.analyze_with_timeline(args.paths, options)
                 else:

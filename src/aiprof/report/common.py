@@ -128,6 +128,14 @@ def partial_note(doc: Report) -> str | None:
     return note
 
 
+def failed_note(doc: Report) -> str | None:
+    """The summary's sentence for rank files that failed (None when none did): how many of how many, which."""
+    from aiprof.analysis.failures import failed_note as note
+
+    failed = doc.summary.failed_ranks
+    return note(failed, doc.summary.rank_count) if isinstance(failed, list) else None
+
+
 def capture_note(doc: Report) -> str | None:
     """The summary's sentence for a graph-capture trace (None for any other trace): what kind of trace it is."""
     note = doc.summary.capture_note

@@ -29,6 +29,7 @@ from aiprof.report.model import (
     Summary,
     Totals,
 )
+from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import Finding, FindingRecord, as_record
@@ -61,7 +62,7 @@ def build_document(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
         sources=list(run.sources),
-        summary=_summary(ranks),
+        summary=_summary(ranks, run.failed),
         ranks=ranks,
         findings=records,
         warnings=warnings,
@@ -181,10 +182,12 @@ def _unset_if_none(value: T | None) -> T | UnsetType:
     return UNSET if value is None else value
 
 
-def _summary(ranks: list[RankReport]) -> Summary:
-    """Run-level facts: the median step over ranks and the slowest rank (the one others wait for)."""
+def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) -> Summary:
+    """Run-level facts: the median step over ranks and the slowest rank (the one others wait for), and the
+    rank files that failed (absent when none did)."""
     if not ranks:
         return Summary()
+    lost: dict[str, Any] = {"failed_rank_count": len(failed), "failed_ranks": list(failed)} if failed else {}
     slowest = max(ranks, key=lambda r: r.totals.median_step_ns)
     partial, left_out, note = _partial(ranks)
     return Summary(
@@ -199,6 +202,7 @@ def _summary(ranks: list[RankReport]) -> Summary:
         incomplete_step_count=left_out,
         partial_note=note,
         **_capture_kind(ranks),
+        **lost,
     )
 
 

@@ -28,6 +28,7 @@ from aiprof.report.document import mean_per_step
 from aiprof.report.escape import html as esc
 from aiprof.report.json_report import encode
 from aiprof.report.memory_section import html_section as memory_html
+from aiprof.report.exposure_section import html_section as exposure_html
 from aiprof.report.arrival_section import html_section as arrival_html
 from aiprof.report.health_section import html_section as health_html
 from aiprof.report.inference_section import html_section as inference_html
@@ -190,6 +191,7 @@ class HtmlRenderer:
         if len(doc.sources) > 4:
             sources += f'<div class="mute">… and {len(doc.sources) - 4} more</div>'
         partial = c.partial_note(doc)
+        failed = c.failed_note(doc)
         kind = c.capture_note(doc)
         return (
             f"<h1>aiprof · {esc(device)}</h1>"
@@ -197,6 +199,7 @@ class HtmlRenderer:
             + (f'<div class="partial" role="alert">{esc(doc.run_status.banner)}</div>' if doc.run_status else "")
             + sources
             + (f'<div class="partial" role="alert">{esc(partial)}</div>' if partial else "")
+            + (f'<div class="partial" role="alert">{esc(failed)}</div>' if failed else "")
             + (f'<div class="capture">{esc(kind)}</div>' if kind else "")
             + health_html(doc)  # what the trace cannot show, first (report.health_section)
             + "<div class=kpis>"
@@ -433,9 +436,9 @@ class HtmlRenderer:
         hidden_overlap = 0
         for r in doc.ranks:
             comm = r.communication
-            if not isinstance(comm, dict):
+            if not comm:
                 continue
-            for s in comm.get("summary") or []:
+            for s in comm.summary:
                 key = (s.get("collective"), s.get("group_size"), s.get("dtype"), s.get("message_bytes"))
                 g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
                 g["count"] += int(s.get("count") or 0)
@@ -443,7 +446,7 @@ class HtmlRenderer:
                 g["ranks"].add(r.rank)
                 if isinstance(s.get("busbw_gb_per_s"), (int, float)):
                     g["busbw"].append(float(s["busbw_gb_per_s"]))
-            for o in comm.get("overlap") or []:
+            for o in comm.overlap:
                 if o.get("comm_ns"):
                     if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
                         hidden_overlap += 1
@@ -458,7 +461,7 @@ class HtmlRenderer:
                         ]
                     )
         if not groups:
-            return ""
+            return exposure_html(doc)  # a CPU run's host-side collectives have no kernel rows above
         rows = []
         for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1]["total_ns"]):
             bw = sum(g["busbw"]) / len(g["busbw"]) if g["busbw"] else None
@@ -487,7 +490,7 @@ class HtmlRenderer:
             )
             if hidden_overlap:
                 out += f'<p class="mute">… {hidden_overlap:,} more rows (every rank is in the JSON report)</p>'
-        return out
+        return out + exposure_html(doc)  # exposed vs hidden per phase and group (report.exposure_section)
 
     # -------------------------------------------------------------------------------------------
     # Roofline, kernels, ops

@@ -17,6 +17,7 @@ from aiprof.report.escape import markdown as _cell
 from aiprof.report.escape import markdown_code_line as _cell_code
 from aiprof.report.memory_section import markdown_lines as memory_lines
 from aiprof.report.arrival_section import markdown_lines as arrival_lines
+from aiprof.report.exposure_section import markdown_lines as exposure_lines
 from aiprof.report.inference_section import markdown_lines as inference_lines
 from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
 from aiprof.report.compile_section import markdown_lines as compile_lines
@@ -42,6 +43,9 @@ class MarkdownRenderer:
         partial = common.partial_note(doc)
         if partial:
             lines += ["", f"> **{_cell(partial)}**"]
+        failed = common.failed_note(doc)
+        if failed:
+            lines += ["", f"> **{_cell(failed)}**"]
         kind = common.capture_note(doc)
         if kind:
             lines += ["", f"> {_cell(kind)}"]
@@ -58,6 +62,7 @@ class MarkdownRenderer:
         lines += [_rank_row(r, buckets) for r in capped.tail]
         lines += whole_run_lines(doc)  # every step of an `aiprof run` (report.wholerun_section)
         lines += arrival_lines(doc)  # who arrives last at the collectives (report.arrival_section)
+        lines += exposure_lines(doc)  # exposed vs hidden communication per phase and group (report.exposure_section)
         lines += inference_lines(doc)  # prefill / decode phases, TTFT / ITL (report.inference_section)
         lines += _findings(doc)
         lines += memory_lines(doc)

@@ -6,9 +6,10 @@ The JSON a report file holds is these structs encoded by msgspec, field for fiel
 types: fields added since have defaults. A field that is ``UNSET`` is left out of the JSON (a section
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
-Per-rank analysis sections (``kernels``, ``ops``, ``communication``, ``compat``, ``roofline``,
-``timeline_overview``) and free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by
-the analyses that write them.
+Per-rank analysis sections (``kernels``, ``ops``, ``compat``, ``roofline``, ``timeline_overview``) and
+free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by the analyses that write them.
+``communication`` is typed (:class:`~aiprof.analysis.comm.CommunicationSection`), its per-collective rows
+still the analysis' dicts.
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
 :class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
@@ -22,7 +23,9 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
+from aiprof.analysis.comm import CommunicationSection
 from aiprof.analysis.compile import CompileReport
+from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.health import Health
 from aiprof.analysis.inference import InferenceReport
 from aiprof.analysis.wholerun import WholeRun
@@ -121,7 +124,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     coverage: Coverage = msgspec.field(default_factory=lambda: Coverage(partial=False))
     kernels: dict[str, Any] | UnsetType = UNSET
     ops: dict[str, Any] | UnsetType = UNSET
-    communication: dict[str, Any] | UnsetType = UNSET
+    # Collectives, their summary and overlap, and exposed vs hidden communication per group and phase.
+    communication: CommunicationSection | UnsetType = UNSET
     compat: dict[str, Any] | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
     timeline_overview: dict[str, Any] | UnsetType = UNSET
@@ -168,6 +172,10 @@ class Summary(msgspec.Struct, kw_only=True):
     # described by ``capture_note`` and judged by no steady-state finding; both absent for any other trace.
     trace_kind: Literal["graph_capture"] | UnsetType = UNSET
     capture_note: str | UnsetType = UNSET
+    # Rank files of the folder that are in no number (unreadable, analysis raised, worker died: analysis/failures.py),
+    # counted and named; both absent when none failed. ``rank_count`` counts the ranks analysed. Schema 1.1.
+    failed_rank_count: NonNegative | UnsetType = UNSET
+    failed_ranks: list[FailedRank] | UnsetType = UNSET
 
 
 class Report(msgspec.Struct, kw_only=True, omit_defaults=True):

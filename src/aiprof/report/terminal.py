@@ -17,6 +17,7 @@ from aiprof.report.common import fmt_ms
 from aiprof.report.document import build_document, mean_per_step
 from aiprof.report.escape import terminal, terminal_text
 from aiprof.report.health_section import terminal_lines as health_lines
+from aiprof.report.exposure_section import terminal_lines as exposure_lines
 from aiprof.report.model import RankReport, Report, Summary
 
 __all__ = ["TerminalRenderer", "fmt_ms", "render_summary"]
@@ -76,6 +77,9 @@ class TerminalRenderer:
         partial = common.partial_note(doc)
         if partial:
             console.print(terminal_text(partial, style="bold yellow"))
+        failed = common.failed_note(doc)
+        if failed:
+            console.print(terminal_text(failed, style="bold red"))
         kind = common.capture_note(doc)
         if kind:
             console.print(terminal_text(kind, style="bold cyan"))
@@ -95,6 +99,7 @@ class TerminalRenderer:
         self._rank_detail(console, focus, len(ranks) > 1)
         self._whole_run(console, doc)
         self._arrivals(console, doc)
+        _block(console, exposure_lines(doc))  # exposed vs hidden communication (report.exposure_section)
         self._inference(console, doc)
         console.print()
         self._findings(console, doc)

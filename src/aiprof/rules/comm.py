@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
-from aiprof.analysis.arrival import RankArrival
+from aiprof.analysis.arrival import CrossRank, RankArrival
 from aiprof.analysis.run import RunAnalysis
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -181,18 +182,24 @@ def comm_bandwidth(ctx: RankContext) -> list[Finding]:
 # ---------------------------------------------------------------------------------------------------
 # straggler (run rule)
 # ---------------------------------------------------------------------------------------------------
+Rows = list[tuple[int, float, float, float]]  # per rank: (rank, step, wait, own work) in ns per step
+
+
 @run_rule(saving=Saving.TIME, options=("straggler_share",), needs=("ranks", "findings"))
 def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -> list[Finding]:
-    """A rank the others wait for: its own work (step time minus time waiting in collectives) is longer,
-    so the others' collectives start late and they idle.
+    """A rank the others wait for, claimed once by one of two measures, arrival order first.
 
-    The saving is measured against the ranks that *wait*, not the median rank: with 2 ranks the median is
-    the midpoint and would promise half of what removing the stall gives. Ranks are split where the sorted
-    own-work values jump clearly (:func:`waiting_ranks`); those below the jump are the waiting ranks, and
-    their median work is what the stragglers' would be if they worked alike."""
+    - **Arrival order** (:func:`_by_arrival`), when the collectives are matched across ranks: the ranks that
+      arrive last, clearly more than the others. Under DDP the all-reduce equalises step time, so this finds
+      a straggler that wall-time comparisons miss.
+    - **Own work** (:func:`_by_work`) otherwise: step time minus time waiting in collectives is longer on the
+      straggler, so the others' collectives start late and they idle.
+
+    Either measure only says *who* and *how much*; :func:`_straggler_finding` builds the one finding (or
+    hands the wait to the straggler's own finding that explains it), so a slow rank is never claimed twice."""
     if len(run.ranks) < 2 or any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings):
         return []  # one rank, or a graph capture: no steady state to compare
-    rows = []
+    rows: Rows = []
     for r in run.ranks:
         steps = r.primary.steps[1:] if len(r.primary.steps) >= 3 else r.primary.steps
         if not steps:
@@ -201,122 +208,150 @@ def straggler(run: RunAnalysis, findings: list[Finding], options: RuleOptions) -
         step = sum(s.duration_ns for s in steps) / n
         wait = sum(s.idle_causes_ns["collective_wait"] + s.breakdown_ns["communication"] for s in steps) / n
         rows.append((r.rank, step, wait, step - wait))
-    waiting, reference = waiting_ranks([(r, w) for r, _, _, w in rows])
-    rank, step, wait, own = max(rows, key=lambda x: x[3])
-    saving = own - reference
     mean_step = statistics.fmean(s for _, s, _, _ in rows)
     late = run.cross_rank.culprits(options.straggler_share * mean_step) if run.cross_rank is not None else []
-    if late:
-        return _arrival_straggler(run, findings, rows, late, mean_step, options)
-    share = saving / mean_step if mean_step else 0.0
-    if share < options.straggler_share:
+    claim = _by_arrival(run.cross_rank, rows, late) if late and run.cross_rank is not None else _by_work(rows, mean_step, options)
+    if claim is None:
         return []
-    slow = sorted((x for x in rows if x[0] not in waiting and x[3] - reference >= options.straggler_share * mean_step),
-                  key=lambda x: -x[3])
-    waits = [w for r, _, w, _ in rows if r in waiting]
-    evidence = {
-        "straggler_rank": rank,
-        "slow_ranks": [x[0] for x in slow],
-        "waiting_ranks": sorted(waiting),
-        "straggler_work_ns": int(own),
-        "waiting_ranks_work_ns": int(reference),
-        "waiting_ranks_wait_ns": int(statistics.median(waits)) if waits else 0,
-        "median_work_ns": int(statistics.median(w for _, _, _, w in rows)),
-        "per_rank": [{"rank": r, "step_ns": int(s), "wait_ns": int(w), "work_ns": int(o)} for r, s, w, o in rows],
-    }
-    _net_of_straggler_wait(findings, rows, rank, own, options)
-    cpu = all(r.primary.kind == "cpu" for r in run.ranks)
-    if len(slow) == 1 and _blame_culprit(findings, rank, sorted(waiting), saving, evidence, options):
-        return []  # the straggler's own finding says why, with the others' wait as its evidence
-    return [
-        Finding(
-            id="straggler",
-            title=(f"Rank {rank} is a straggler" if len(slow) == 1 else
-                   f"Ranks {', '.join(str(x[0]) for x in slow[:4])}{' …' if len(slow) > 4 else ''} are stragglers")
-            + f": up to {saving / 1e6:.1f} ms more work per step than the {len(waiting)} rank"
-            + ("s that wait" if len(waiting) > 1 else " that waits"),
-            severity=options.severity(share),
-            est_saving_ns_per_step=int(saving),
-            share_of_step=min(share, 1.0),
-            saving_kind="upper_bound",
-            saving_formula="(step − collective wait − exposed communication) of the slowest rank minus the "
-            "median of that over the ranks that wait for it (the ranks below the largest jump in sorted work, "
-            "when that jump is ≥ 2× the next; else the median rank): what every rank would save if the "
-            "stragglers worked like the waiting ones",
-            confidence="medium",
-            evidence=evidence,
-            fix=_straggler_fix(rank, cpu),
-            ranks=tuple(r for r, _, _, _ in rows),
-            device="",
-        )
-    ]
+    return _straggler_finding(run, findings, rows, claim, mean_step, options)
 
 
-def _arrival_straggler(
-    run: RunAnalysis, findings: list[Finding], rows: list[tuple[int, float, float, float]], late: list[RankArrival],
-    mean_step: float, options: RuleOptions,
-) -> list[Finding]:
+@dataclass(frozen=True)
+class StragglerClaim:
+    """Who the straggler is and what waiting for it costs, by one measure (arrival order or own work):
+    everything :func:`_straggler_finding` needs to build the one straggler finding."""
+
+    rank: int  # the culprit: the latest arrival, or the most own work
+    slow: list[int]  # every straggler, worst first (``rank`` first)
+    waiting: list[int]  # the ranks that wait for them, sorted
+    saving_ns: float  # what every rank gains per step if the stragglers were like the others
+    reason: str  # the title after "Rank N is a straggler: " (one straggler) / "Ranks … are stragglers: "
+    measure: dict[str, Any]  # the measure's own evidence, between waiting_ranks and per_rank
+    saving_kind: str
+    saving_formula: str
+    confidence: str
+    transfer_ns: int | None = None  # the collectives' time once every rank is there (arrival order)
+
+
+def _by_arrival(x: CrossRank, rows: Rows, late: list[RankArrival]) -> StragglerClaim:
     """The stragglers by arrival order (:mod:`aiprof.analysis.arrival`): the ranks that arrive late at the
     collectives, clearly more than the others (``CrossRank.straggler_ranks``); the saving is what every rank
     gains per step if they came as early as the latest of the others (``straggler_saving_ns_per_step``). The
-    others' waits are their evidence, not savings of their own. Under DDP the all-reduce equalises step time,
-    so this finds a straggler that wall-time comparisons miss."""
-    x = run.cross_rank
-    assert x is not None
+    others' waits are their evidence, not savings of their own."""
     culprit = late[0]
     saving = float(x.straggler_saving_ns_per_step)
-    share = saving / mean_step if mean_step else 0.0
     culprits = {c.rank for c in late}
     victims = sorted((r for r in x.per_rank if r.rank not in culprits and r.waited_ns > 0), key=lambda r: r.rank)
     waiting = [r.rank for r in victims]
-    wait = int(statistics.median(r.waited_ns_per_step for r in victims)) if victims else 0
-    evidence: dict[str, Any] = {
-        "straggler_rank": culprit.rank,
-        "slow_ranks": [c.rank for c in late],
-        "waiting_ranks": waiting,
-        "waiting_ranks_wait_ns": wait,
-        "by": "arrival order",
-        "arrival": {
-            "source": x.source,
-            "last_arrivals": culprit.last_arrivals,
-            "collectives": culprit.collectives,
-            "caused_ns_per_step": culprit.caused_ns_per_step,
-            "per_rank": [{"rank": c.rank, "last_arrivals": c.last_arrivals, "late_ns_per_step": c.late_ns_per_step,
-                          "caused_ns_per_step": c.caused_ns_per_step} for c in late[:8]],
-            "median_skew_ns": x.median_skew_ns,
-        },
-        "per_rank": [{"rank": r, "step_ns": int(st), "wait_ns": int(w), "work_ns": int(o)} for r, st, w, o in rows],
-    }
-    own = next((o for r, _, _, o in rows if r == culprit.rank), 0.0)
-    names = f"rank{'s' if len(late) > 1 else ''} {', '.join(str(c.rank) for c in late[:4])}{' …' if len(late) > 4 else ''}"
-    _net_of_straggler_wait(findings, rows, culprit.rank, own, options, transfer_ns=x.transfer_ns_per_step, label=names)
-    cpu = all(r.primary.kind == "cpu" for r in run.ranks)
-    if len(late) == 1 and _blame_culprit(findings, culprit.rank, waiting, saving, evidence, options):
-        return []  # the straggler's own finding says why, with the others' wait as its evidence
     others = f"{len(waiting)} rank{'s' if len(waiting) != 1 else ''}"
     if len(late) == 1:
-        title = (f"Rank {culprit.rank} is a straggler: last to arrive at {culprit.last_arrivals} of "
-                 f"{culprit.collectives} collectives, the other {others} wait {ms_text(saving)} per step for it")
+        reason = (f"last to arrive at {culprit.last_arrivals} of {culprit.collectives} collectives, the other "
+                  f"{others} wait {ms_text(saving)} per step for it")
     else:
-        title = (f"{names[0].upper()}{names[1:]} are stragglers: they arrive late at the collectives (rank "
-                 f"{culprit.rank} last at {culprit.last_arrivals} of {culprit.collectives}), the other {others} "
-                 f"wait {ms_text(saving)} per step for them")
+        reason = (f"they arrive late at the collectives (rank {culprit.rank} last at {culprit.last_arrivals} of "
+                  f"{culprit.collectives}), the other {others} wait {ms_text(saving)} per step for them")
+    return StragglerClaim(
+        rank=culprit.rank,
+        slow=[c.rank for c in late],
+        waiting=waiting,
+        saving_ns=saving,
+        reason=reason,
+        measure={
+            "waiting_ranks_wait_ns": int(statistics.median(r.waited_ns_per_step for r in victims)) if victims else 0,
+            "by": "arrival order",
+            "arrival": {
+                "source": x.source,
+                "last_arrivals": culprit.last_arrivals,
+                "collectives": culprit.collectives,
+                "caused_ns_per_step": culprit.caused_ns_per_step,
+                "per_rank": [{"rank": c.rank, "last_arrivals": c.last_arrivals, "late_ns_per_step": c.late_ns_per_step,
+                              "caused_ns_per_step": c.caused_ns_per_step} for c in late[:8]],
+                "median_skew_ns": x.median_skew_ns,
+            },
+        },
+        saving_kind="estimate",
+        saving_formula="Σ over the collectives of (last arrival − the latest arrival of the other ranks) when a "
+        "straggler is last, per step: the wait that goes away for every rank if the stragglers came as early as "
+        "the latest of the others (stragglers: ranks whose lateness vs each collective's median arrival stands "
+        "out; arrival = the communication kernel's start, or the collective op's on a CPU run; "
+        "docs/numbers.md, arrival order)",
+        confidence="high",
+        transfer_ns=x.transfer_ns_per_step,
+    )
+
+
+def _by_work(rows: Rows, mean_step: float, options: RuleOptions) -> StragglerClaim | None:
+    """The stragglers by own work (step − collective wait − exposed communication), when no arrival order is
+    known. The saving is measured against the ranks that *wait*, not the median rank: with 2 ranks the median
+    is the midpoint and would promise half of what removing the stall gives. Ranks are split where the sorted
+    own-work values jump clearly (:func:`waiting_ranks`); those below the jump are the waiting ranks, and
+    their median work is what the stragglers' would be if they worked alike. None below ``straggler_share``."""
+    waiting, reference = waiting_ranks([(r, w) for r, _, _, w in rows])
+    rank, _, _, own = max(rows, key=lambda x: x[3])
+    saving = own - reference
+    if (saving / mean_step if mean_step else 0.0) < options.straggler_share:
+        return None
+    slow = sorted((x for x in rows if x[0] not in waiting and x[3] - reference >= options.straggler_share * mean_step),
+                  key=lambda x: -x[3])
+    waits = [w for r, _, w, _ in rows if r in waiting]
+    many = len(waiting) > 1
+    return StragglerClaim(
+        rank=rank,
+        slow=[x[0] for x in slow],
+        waiting=sorted(waiting),
+        saving_ns=saving,
+        reason=f"up to {saving / 1e6:.1f} ms more work per step than the {len(waiting)} rank"
+        + ("s that wait" if many else " that waits"),
+        measure={
+            "straggler_work_ns": int(own),
+            "waiting_ranks_work_ns": int(reference),
+            "waiting_ranks_wait_ns": int(statistics.median(waits)) if waits else 0,
+            "median_work_ns": int(statistics.median(w for _, _, _, w in rows)),
+        },
+        saving_kind="upper_bound",
+        saving_formula="(step − collective wait − exposed communication) of the slowest rank minus the "
+        "median of that over the ranks that wait for it (the ranks below the largest jump in sorted work, "
+        "when that jump is ≥ 2× the next; else the median rank): what every rank would save if the "
+        "stragglers worked like the waiting ones",
+        confidence="medium",
+    )
+
+
+def _straggler_finding(
+    run: RunAnalysis, findings: list[Finding], rows: Rows, claim: StragglerClaim, mean_step: float,
+    options: RuleOptions,
+) -> list[Finding]:
+    """The one straggler finding of a claim, whichever measure made it: the ranks' exposed communication is
+    made net of the wait for the stragglers (:func:`_net_of_straggler_wait`), then, with one straggler whose
+    own finding explains its extra work, that finding carries the claim (:func:`_blame_culprit`) and no
+    straggler finding is made; else one ``straggler`` finding, same title, evidence, fix and saving
+    structure for both measures."""
+    slow = claim.slow
+    names = ", ".join(str(r) for r in slow[:4]) + (" …" if len(slow) > 4 else "")
+    evidence: dict[str, Any] = {"straggler_rank": claim.rank, "slow_ranks": slow, "waiting_ranks": claim.waiting,
+                                **claim.measure,
+                                "per_rank": [{"rank": r, "step_ns": int(s), "wait_ns": int(w), "work_ns": int(o)}
+                                             for r, s, w, o in rows]}
+    own = next((o for r, _, _, o in rows if r == claim.rank), 0.0)
+    label = None if claim.transfer_ns is None else f"rank{'s' if len(slow) > 1 else ''} {names}"
+    _net_of_straggler_wait(findings, rows, claim.rank, own, options, transfer_ns=claim.transfer_ns, label=label)
+    if len(slow) == 1 and _blame_culprit(findings, claim.rank, claim.waiting, claim.saving_ns, evidence, options):
+        return []  # the straggler's own finding says why, with the others' wait as its evidence
+    share = claim.saving_ns / mean_step if mean_step else 0.0
+    cpu = all(r.primary.kind == "cpu" for r in run.ranks)
+    who = f"Rank {claim.rank} is a straggler" if len(slow) == 1 else f"Ranks {names} are stragglers"
     return [
         Finding(
             id="straggler",
-            title=title,
+            title=f"{who}: {claim.reason}",
             severity=options.severity(share),
-            est_saving_ns_per_step=int(saving),
+            est_saving_ns_per_step=int(claim.saving_ns),
             share_of_step=min(share, 1.0),
-            saving_kind="estimate",
-            saving_formula="Σ over the collectives of (last arrival − the latest arrival of the other ranks) when a "
-            "straggler is last, per step: the wait that goes away for every rank if the stragglers came as early as "
-            "the latest of the others (stragglers: ranks whose lateness vs each collective's median arrival stands "
-            "out; arrival = the communication kernel's start, or the collective op's on a CPU run; "
-            "docs/numbers.md, arrival order)",
-            confidence="high",
+            saving_kind=claim.saving_kind,
+            saving_formula=claim.saving_formula,
+            confidence=claim.confidence,
             evidence=evidence,
-            fix=_straggler_fix(culprit.rank, cpu),
+            fix=_straggler_fix(claim.rank, cpu),
             ranks=tuple(r for r, _, _, _ in rows),
             device="",
         )

@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from aiprof.errors import AiprofError
 
@@ -34,6 +34,28 @@ DASK_ENV = "DASK_SCHEDULER_ADDRESS"
 TASK_RETRIES = 3  # a task whose worker died is run again on another worker this many times
 
 
+@dataclass(frozen=True)
+class Watch(Generic[J, O]):
+    """What the caller of a map hears while it runs. After each job: ``on_failed(path, why)`` when ``failed``
+    says its result is a failed file (why; None: it is not), then ``progress(path, done, total)``. ``lost``
+    makes the result of a job the executor could not run at all (its worker died on every retry, a Dask
+    ``KilledWorker``) from the job and why; None: that ends the run."""
+
+    progress: Progress | None = None
+    failed: Callable[[O], str | None] | None = None
+    on_failed: Callable[[Path, str], None] | None = None
+    lost: Callable[[J, str], O] | None = None
+
+    def done(self, job: J, result: O, done: int, total: int) -> None:
+        """Report one finished job."""
+        if self.failed is not None and self.on_failed is not None:
+            why = self.failed(result)
+            if why is not None:
+                self.on_failed(Path(job[0]), why)
+        if self.progress is not None:
+            self.progress(job[0], done, total)
+
+
 class Executor(Protocol):
     """Runs ``fn`` over jobs whose first item is a file path; results in job order."""
 
@@ -42,7 +64,7 @@ class Executor(Protocol):
         """``local``, ``dask``."""
         ...
 
-    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, watch: Watch[J, O] | None) -> list[O]:
         """``fn(job)`` for every job, ``workers`` at a time at most (None: the executor's choice)."""
         ...
 
@@ -53,11 +75,11 @@ class LocalExecutor:
 
     name: str = "local"
 
-    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
-        return local_map(fn, list(jobs), workers, progress)
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, watch: Watch[J, O] | None) -> list[O]:
+        return local_map(fn, list(jobs), workers, watch)
 
 
-def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress: Progress | None) -> list[O]:
+def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, watch: Watch[J, O] | None) -> list[O]:
     """``fn`` over jobs whose first item is a file path, in worker processes when there are several
     (forked, so ``fn`` and what it closes over need not be importable), in order, reporting progress."""
     from aiprof.trace.cores import fork_safe, share_cores, usable_cores
@@ -69,8 +91,8 @@ def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress
     if workers <= 1 or not fork_safe():  # not safe: under a sanitizer runtime (cores.fork_safe)
         for i, job in enumerate(jobs):
             results.append(fn(job))
-            if progress:
-                progress(job[0], i + 1, count)
+            if watch is not None:
+                watch.done(job, results[-1], i + 1, count)
         return results
     from concurrent.futures import ProcessPoolExecutor  # imported here: one file needs no pool
 
@@ -78,8 +100,8 @@ def local_map(fn: Callable[[J], O], jobs: list[J], workers: int | None, progress
     with ProcessPoolExecutor(workers, _fork_context(), initializer=share_cores, initargs=share) as pool:
         for i, (job, result) in enumerate(zip(jobs, pool.map(fn, jobs))):
             results.append(result)
-            if progress:
-                progress(job[0], i + 1, count)
+            if watch is not None:
+                watch.done(job, result, i + 1, count)
     return results
 
 
@@ -148,7 +170,7 @@ class DaskExecutor:
     address: str | None = None
     name: str = "dask"
 
-    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, progress: Progress | None) -> list[O]:
+    def map(self, fn: Callable[[J], O], jobs: Sequence[J], workers: int | None, watch: Watch[J, O] | None) -> list[O]:
         if not jobs:
             return []
         distributed = _import_distributed()
@@ -157,7 +179,7 @@ class DaskExecutor:
             with distributed.LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40
             ) as cluster, distributed.Client(cluster) as client:
-                return _run_on(client, distributed, fn, jobs, progress)
+                return _run_on(client, distributed, fn, jobs, watch)
         import dask
 
         try:  # the connect timeout is Dask's own setting (DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT)
@@ -168,20 +190,27 @@ class DaskExecutor:
                 "(`dask scheduler`) or pass --executor dask for a cluster on this machine"
             ) from None
         with client:
-            return _run_on(client, distributed, fn, jobs, progress)
+            return _run_on(client, distributed, fn, jobs, watch)
 
 
-def _run_on(client: Any, distributed: Any, fn: Callable[[J], O], jobs: Sequence[J], progress: Progress | None) -> list[O]:
-    """Submit every job (one task each, retried when its worker dies) and gather the results in job order."""
+def _run_on(client: Any, distributed: Any, fn: Callable[[J], O], jobs: Sequence[J], watch: Watch[J, O] | None) -> list[O]:
+    """Submit every job (one task each, retried when its worker dies) and gather the results in job order. A
+    task whose workers died on every retry is ``watch.lost``'s result for it (none: the run ends there)."""
     task = _OnWorker(fn)
     futures = client.map(task, list(jobs), pure=False, retries=TASK_RETRIES)
     index = {f.key: i for i, f in enumerate(futures)}
     results: list[Any] = [None] * len(futures)
     for done, future in enumerate(distributed.as_completed(futures), start=1):
         i = index[future.key]
-        results[i] = future.result()
-        if progress:
-            progress(jobs[i][0], done, len(futures))
+        try:
+            results[i] = future.result()
+        except distributed.KilledWorker as err:
+            if watch is None or watch.lost is None:
+                raise
+            results[i] = watch.lost(jobs[i], f"{Path(jobs[i][0]).name}: its Dask worker died each time it ran "
+                                    f"({TASK_RETRIES} retries; {err})")
+        if watch is not None:
+            watch.done(jobs[i], results[i], done, len(futures))
     return results
 
 
@@ -241,4 +270,5 @@ def executor_for(choice: str | None) -> Executor:
     raise AiprofError(f"--executor {text!r}: expected local, dask, or dask://HOST:PORT")
 
 
-__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "executor_for", "local_map", "memory_bound_workers"]
+__all__ = ["DASK_ENV", "DaskExecutor", "Executor", "LocalExecutor", "Watch", "executor_for", "local_map",
+           "memory_bound_workers"]

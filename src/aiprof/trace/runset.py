@@ -6,6 +6,7 @@ file is numbered the same way (a lone ``rank-34`` trace is rank 34, never 0).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import warnings
@@ -15,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
 from aiprof.trace.cycles import merge_cycle_sets
-from aiprof.trace.executors import Executor, local_map
+from aiprof.trace.executors import Executor, Watch, local_map
 
 from aiprof.trace.model import RunSet, Trace
 from aiprof.trace.readers import load_ranks
@@ -172,12 +173,18 @@ def map_files(
     workers: int | None,
     progress: ProgressCallback | None,
     executor: Executor | None = None,
+    watch: Watch[J, O] | None = None,
 ) -> list[O]:
     """``fn`` over jobs whose first item is a file path, on ``executor`` (None: this machine's process
-    pool, :func:`local_map`), in order, reporting progress."""
+    pool, :func:`local_map`), in order, reporting progress (and, with ``watch``, failed files: its
+    ``progress`` is ``progress`` when it has none)."""
+    if watch is None:
+        watch = Watch(progress=progress)
+    elif watch.progress is None:
+        watch = dataclasses.replace(watch, progress=progress)
     if executor is None or executor.name == "local":
-        return local_map(fn, jobs, workers, progress)
-    return executor.map(fn, jobs, workers, progress)
+        return local_map(fn, jobs, workers, watch)
+    return executor.map(fn, jobs, workers, watch)
 
 
 class Rankable(Protocol):
