@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from aiprof.analysis import forked
 from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
 from aiprof.analysis.rankcache import RankCache, cached_map, code_fingerprint, describe as describe_fn
@@ -31,6 +33,8 @@ from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_progra
 
 if TYPE_CHECKING:
     from aiprof.analysis.compile import CompileReport
+    from aiprof.analysis.kernels import KernelStats
+    from aiprof.analysis.ops import OpGroupStats, OpStats
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
@@ -41,30 +45,28 @@ Section = Callable[[Trace], Any]
 TOP_N = 50  # rows per table kept in the report (the full tables stay available through the Python API)
 
 
-def _kernels_section(trace: Trace) -> dict[str, Any]:
+def _kernels_section(trace: Trace) -> KernelStats:
+    """Kernel statistics with each device's :data:`TOP_N` longest kernel names (``kernel_names`` counts all)."""
     from aiprof.analysis.kernels import kernel_stats
 
-    out = kernel_stats(trace).to_dict()
-    for device in out["devices"]:
-        rows = device["kernels"]
-        device["kernel_names"] = len(rows)
-        device["kernels"] = sorted(rows, key=lambda r: -r["total_ns"])[:TOP_N]
-    return out
+    stats = kernel_stats(trace)
+    devices = tuple(msgspec.structs.replace(d, kernels=tuple(sorted(d.kernels, key=lambda k: -k.total_ns)[:TOP_N]))
+                    for d in stats.devices)
+    return msgspec.structs.replace(stats, devices=devices)
 
 
-def _ops_section(trace: Trace) -> dict[str, Any]:
+def _ops_section(trace: Trace) -> OpStats:
+    """Op statistics with the :data:`TOP_N` longest groups by GPU time, then by self CPU time (``group_count``
+    counts all)."""
     from aiprof.analysis.ops import op_stats
 
-    out = op_stats(trace).to_dict()
-    groups = out["groups"]
-    out["group_count"] = len(groups)
-    by_cpu = sorted(groups, key=lambda g: -g["cpu_self_ns"])[:TOP_N]
-    by_gpu = sorted(groups, key=lambda g: -g["gpu_total_ns"])[:TOP_N]
-    kept: dict[str, dict[str, Any]] = {}
+    stats = op_stats(trace)
+    by_cpu = sorted(stats.groups, key=lambda g: -g.cpu_self_ns)[:TOP_N]
+    by_gpu = sorted(stats.groups, key=lambda g: -g.gpu_total_ns)[:TOP_N]
+    kept: dict[str, OpGroupStats] = {}
     for group in by_gpu + by_cpu:
-        kept.setdefault(group["name"], group)
-    out["groups"] = list(kept.values())
-    return out
+        kept.setdefault(group.name, group)
+    return msgspec.structs.replace(stats, groups=tuple(kept.values()))
 
 
 def _comm_section(trace: Trace) -> dict[str, Any]:

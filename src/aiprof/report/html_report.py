@@ -570,13 +570,13 @@ class HtmlRenderer:
         for k in c.top_kernels(rank, self.top):
             rows.append(
                 [
-                    (f'<td class=name title="{esc(k.get("name"))}">{esc(_short(str(k.get("name", "?"))))}', str(k.get("name"))),
-                    (f"{int(k.get('count') or 0):,}", k.get("count") or 0),
-                    (fmt_ms(k.get("total_ns") or 0), k.get("total_ns") or 0),
-                    (fmt_ms(k.get("mean_ns") or 0), k.get("mean_ns") or 0),
-                    (f"{float(k.get('kernel_time_share_pct') or 0):.1f}%", k.get("kernel_time_share_pct") or 0),
-                    (_num_text(k.get("sm_efficiency_pct"), "{:.0f}%"), k.get("sm_efficiency_pct") or 0),
-                    (_num_text(k.get("achieved_occupancy_pct"), "{:.0f}%"), k.get("achieved_occupancy_pct") or 0),
+                    (f'<td class=name title="{esc(k.name)}">{esc(_short(k.name))}', k.name),
+                    (f"{k.count:,}", k.count),
+                    (fmt_ms(k.total_ns), k.total_ns),
+                    (fmt_ms(k.mean_ns), k.mean_ns),
+                    (f"{k.kernel_time_share_pct:.1f}%", k.kernel_time_share_pct),
+                    (_num_text(k.sm_efficiency_pct, "{:.0f}%"), k.sm_efficiency_pct or 0),
+                    (_num_text(k.achieved_occupancy_pct, "{:.0f}%"), k.achieved_occupancy_pct or 0),
                 ]
             )
         if not rows:
@@ -599,10 +599,10 @@ class HtmlRenderer:
         for o in ops:
             rows.append(
                 [
-                    (_name_cell(o.get("name"), o.get("input_shapes")), str(o.get("name"))),
-                    (f"{int(o.get('count') or 0):,}", o.get("count") or 0),
+                    (_name_cell(o.name, o.input_shapes), o.name),
+                    (f"{o.count:,}", o.count),
                 ]
-                + [(fmt_ms(o.get(k) or 0), o.get(k) or 0) for k, _ in cols]
+                + [(fmt_ms(getattr(o, k)), getattr(o, k)) for k, _ in cols]
             )
         basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
         head = ["op", "calls"] + [c.total(label) for _, label in cols]

@@ -24,6 +24,8 @@ from msgspec import UNSET, Meta, UnsetType
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.health import Health
+from aiprof.analysis.kernels import KernelStats
+from aiprof.analysis.ops import OpStats
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -117,8 +119,10 @@ class RankReport(msgspec.Struct, kw_only=True):
     notes: list[str]
     incomplete_steps: list[IncompleteStep] = msgspec.field(default_factory=list)
     coverage: Coverage = msgspec.field(default_factory=lambda: Coverage(partial=False))
-    kernels: dict[str, Any] | UnsetType = UNSET
-    ops: dict[str, Any] | UnsetType = UNSET
+    # Kernel statistics per device, the longest 50 names each (analysis/kernels.py).
+    kernels: KernelStats | UnsetType = UNSET
+    # Op statistics: the 50 longest op names by GPU time and by self CPU time (analysis/ops.py).
+    ops: OpStats | UnsetType = UNSET
     communication: dict[str, Any] | UnsetType = UNSET
     compat: dict[str, Any] | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
