@@ -33,6 +33,7 @@ from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_progra
 
 if TYPE_CHECKING:
     from aiprof.analysis.compile import CompileReport
+    from aiprof.analysis.graphs import GraphCaptureSection
     from aiprof.analysis.kernels import KernelStats
     from aiprof.analysis.ops import OpGroupStats, OpStats
     from aiprof.roofline.mfu import MfuReport
@@ -103,7 +104,7 @@ def _roofline_section(trace: Trace) -> dict[str, Any]:
     return roofline(trace).to_dict(max_instances=TOP_N)
 
 
-def _graph_capture_section(trace: Trace) -> dict[str, Any]:
+def _graph_capture_section(trace: Trace) -> GraphCaptureSection:
     from aiprof.analysis.graphs import graph_capture_section
 
     return graph_capture_section(trace)

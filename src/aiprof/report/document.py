@@ -205,7 +205,7 @@ def _summary(ranks: list[RankReport]) -> Summary:
 def _capture_kind(ranks: list[RankReport]) -> dict[str, Any]:
     """``trace_kind`` and ``capture_note`` of the summary: a capture when every rank's trace is one (the
     first rank's note speaks for them)."""
-    notes = [r.graph_capture.get("note") if isinstance(r.graph_capture, dict) else None for r in ranks]
+    notes = [None if isinstance(r.graph_capture, UnsetType) else r.graph_capture.note for r in ranks]
     if not notes or not all(notes):
         return {}
     prefix = "" if len(ranks) == 1 else f"Every rank ({len(ranks)}): "

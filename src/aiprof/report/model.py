@@ -23,9 +23,11 @@ from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.compile import CompileReport
+from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.analysis.health import Health
 from aiprof.analysis.kernels import KernelStats
 from aiprof.analysis.ops import OpStats
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -126,9 +128,10 @@ class RankReport(msgspec.Struct, kw_only=True):
     communication: dict[str, Any] | UnsetType = UNSET
     compat: dict[str, Any] | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
-    timeline_overview: dict[str, Any] | UnsetType = UNSET
+    # Each device's buckets in 240 time bins over the analysed span (analysis/overview.py): the HTML strips.
+    timeline_overview: TimelineOverview | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
-    graph_capture: dict[str, Any] | UnsetType = UNSET
+    graph_capture: GraphCaptureSection | UnsetType = UNSET
     # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks, Inductor
     # kernels, CUDA graph replays (analysis/compile.py); only ``compiled: false`` without torch.compile. Schema 1.1.
     compile: CompileReport | UnsetType = UNSET
