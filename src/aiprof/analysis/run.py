@@ -32,6 +32,7 @@ from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
+    from aiprof.analysis.compat import Compat
     from aiprof.analysis.compile import CompileReport
     from aiprof.analysis.graphs import GraphCaptureSection
     from aiprof.analysis.kernels import KernelStats
@@ -80,7 +81,7 @@ def _comm_section(trace: Trace) -> dict[str, Any]:
     return out
 
 
-def _compat_section(trace: Trace) -> dict[str, Any]:
+def _compat_section(trace: Trace) -> Compat:
     from aiprof.analysis.compat import compat_for_trace
 
     return compat_for_trace(trace)

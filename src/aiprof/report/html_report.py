@@ -633,7 +633,8 @@ class HtmlRenderer:
             for k, v in run.items():
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
-        compat = focus.compat
+        # The generic block renderer reads plain data: the section as its JSON holds it.
+        compat = None if isinstance(focus.compat, UnsetType) else msgspec.json.decode(encode(focus.compat))
         if isinstance(compat, dict) and c.is_cpu(focus):
             compat = _without_empty(compat)  # a CPU has no kernels, copies or device utilization: no 0 rows
         if isinstance(compat, dict) and compat:

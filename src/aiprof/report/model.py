@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
+from aiprof.analysis.compat import Compat
 from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.analysis.health import Health
@@ -126,7 +127,8 @@ class RankReport(msgspec.Struct, kw_only=True):
     # Op statistics: the 50 longest op names by GPU time and by self CPU time (analysis/ops.py).
     ops: OpStats | UnsetType = UNSET
     communication: dict[str, Any] | UnsetType = UNSET
-    compat: dict[str, Any] | UnsetType = UNSET
+    # The peers' numbers of the rank: HTA, TraceLens, the TensorBoard plugin (analysis/compat; docs/peer-conventions.md).
+    compat: Compat | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
     # Each device's buckets in 240 time bins over the analysed span (analysis/overview.py): the HTML strips.
     timeline_overview: TimelineOverview | UnsetType = UNSET
