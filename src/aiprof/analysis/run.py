@@ -27,7 +27,7 @@ from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
-from aiprof.trace.model import RunSet, Trace
+from aiprof.trace.model import DeviceInfo, RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
@@ -141,7 +141,7 @@ class RankAnalysis:
     rank_source: str
     path: Path
     distributed: dict[str, Any]
-    devices_info: list[dict[str, Any]]
+    devices_info: list[DeviceInfo]
     metadata: dict[str, Any]
     event_count: int
     windows: list[StepWindow]
@@ -231,7 +231,7 @@ def analyze_trace(
         rank_source=trace.rank_source,
         path=trace.path,
         distributed=_public_distributed(trace.distributed),
-        devices_info=[vars(d).copy() for d in trace.devices],
+        devices_info=list(trace.devices),
         metadata=dict(trace.metadata),
         event_count=trace.event_count,
         windows=windows,

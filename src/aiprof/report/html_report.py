@@ -623,10 +623,9 @@ class HtmlRenderer:
             pairs.append((f"distributed.{k}", v))
         for k, v in focus.trace_metadata.items():
             pairs.append((f"trace.{k}", v))
-        props = [p for p in focus.device_properties if isinstance(p, dict)]
         index = c.primary_index(focus)
-        prop = next((p for p in props if p.get("index") == index), None)
-        for k, v in (prop or {}).items():
+        prop = next((p for p in focus.device_properties if p.index == index), None)
+        for k, v in (msgspec.structs.asdict(prop) if prop is not None else {}).items():
             pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
         run = doc.run_metadata
         if isinstance(run, dict):

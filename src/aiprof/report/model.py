@@ -6,9 +6,10 @@ The JSON a report file holds is these structs encoded by msgspec, field for fiel
 types: fields added since have defaults. A field that is ``UNSET`` is left out of the JSON (a section
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
-Per-rank analysis sections (``kernels``, ``ops``, ``communication``, ``compat``, ``roofline``,
-``timeline_overview``) and free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by
-the analyses that write them.
+Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
+``roofline/``, ``memory/``) and used here as is; ``communication``, ``roofline`` and ``inference`` and the
+free-form metadata (``distributed``, ``trace_metadata``, ``run_metadata``, ``telemetry``) are still
+``dict[str, Any]``.
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
 :class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
@@ -36,6 +37,7 @@ from aiprof.memory.report import MemoryReport
 from aiprof.roofline.mfu import MfuReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
+from aiprof.trace.model import DeviceInfo
 
 SCHEMA_VERSION = "1.1"
 
@@ -105,7 +107,7 @@ class Coverage(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class RankReport(msgspec.Struct, kw_only=True):
-    """Everything the report says about one rank; the detail sections are the analyses' own dicts."""
+    """Everything the report says about one rank; the detail sections are the analyses' own types."""
 
     rank: NonNegative
     rank_source: str  # "distributedInfo", "file name" or "file order"
@@ -113,7 +115,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     event_count: NonNegative
     distributed: dict[str, Any] = msgspec.field(default_factory=dict)
     trace_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    device_properties: list[DeviceInfo] = msgspec.field(default_factory=list)
     primary_device: str
     devices: list[Device]
     step_source: str = "ProfilerStep"
