@@ -26,6 +26,7 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
+from aiprof.rundir import RunContext, RunDir
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import DeviceInfo, RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
@@ -155,6 +156,9 @@ class RankAnalysis:
     arrivals: ArrivalTable | None = None
     # What the trace holds and lacks (aiprof.analysis.health): the report's health section is built from it.
     health: RankHealth | None = None
+    # The aiprof run directory holding the trace (meta.json decoded), found at the analysis' root and handed
+    # to the hook (the rules' run inputs); None for a trace outside one.
+    run_dir: RunDir | None = None
 
     @property
     def incomplete_steps(self) -> list[IncompleteStep]:
@@ -197,6 +201,11 @@ class RunAnalysis:
     # The run's trace health with the findings it changed (set by the diagnosis, aiprof.rules.health; None:
     # not diagnosed, the report builds it from the ranks' facts).
     health: Health | None = None
+    # The run directory every rank's trace belongs to (aiprof.rundir.RunContext, found once at the root:
+    # the report's run metadata, telemetry and status come from it), and why a meta.json beside the traces
+    # was ignored (the report's warnings, after the others).
+    run_dir: RunDir | None = None
+    run_notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.cross_rank is None and len(self.ranks) > 1:
@@ -217,11 +226,12 @@ def analyze_trace(
     sections: dict[str, Section] | None = None,
     hook: RankHook | None = None,
     fork: bool = False,
+    run_dir: RunDir | None = None,
 ) -> RankAnalysis:
     """All analyses of one loaded trace; then ``hook(trace, analysis)``, whose result goes into
-    ``diagnosis`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
-    are computed in a forked copy of this process meanwhile (same results; done here if the child
-    fails)."""
+    ``diagnosis`` (the hook sees the analysis without its sections, with ``run_dir``: the run directory
+    holding the trace, found by the caller). With ``fork``, the statistics sections are computed in a
+    forked copy of this process meanwhile (same results; done here if the child fails)."""
     coverage = device_coverage(trace, step_windows(trace))
     windows = coverage.complete
     devices = account(trace, windows)
@@ -240,6 +250,7 @@ def analyze_trace(
         coverage=coverage,
         arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
         health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off),
+        run_dir=run_dir,
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
@@ -285,9 +296,12 @@ def analyze(loaded: Trace | RunSet, sections: dict[str, Section] | None = None) 
     """Analyse what :func:`aiprof.load` returned."""
     traces = [loaded] if isinstance(loaded, Trace) else list(loaded.traces)
     warnings = [] if isinstance(loaded, Trace) else list(loaded.warnings)
-    ranks = [analyze_trace(t, sections) for t in traces]
+    context = RunContext.find(t.path for t in traces)
+    ranks = [analyze_trace(t, sections, run_dir=context.of(t.path)) for t in traces]
     warnings += [w for r in ranks if (w := r.partial_warning())]
-    return RunAnalysis(ranks, [str(t.path) for t in traces], warnings)
+    notes: list[str] = []
+    found = context.common([t.path for t in traces], notes)
+    return RunAnalysis(ranks, [str(t.path) for t in traces], warnings, run_dir=found, run_notes=notes)
 
 
 def _notes(trace: Trace) -> list[str]:
@@ -327,8 +341,11 @@ class _Loaded:
     identity: Identity | None = None  # host, pid, rank, span: whether files are cycles of one process
 
 
-def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]:
-    path, tolerate, hook = args
+Job = tuple[Path, bool, RankHook | None, RunDir | None]  # trace file, tolerate a bad one, hook, run directory
+
+
+def _load_and_analyze(args: Job) -> list[_Loaded]:
+    path, tolerate, hook, run_dir = args
     try:
         traces = load_ranks(path)  # one per rank the file holds (an nsys report of an MPI job: several)
     except TraceError as err:
@@ -340,7 +357,7 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]
         trace = traces.pop(0)
         assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
         ident = identity(trace)
-        analysis = analyze_trace(trace, hook=hook, fork=True)
+        analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
         out.append(_Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
                            program_of(trace), ident))
         # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
@@ -368,22 +385,19 @@ def analyze_paths(
     result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`)."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
-    jobs: list[tuple[Path, bool, RankHook | None]] = []
-    for raw in paths:
-        path = Path(raw)
-        for found in find_trace_files(path):
-            jobs.append((found, path.is_dir(), rank_hook))
+    files = [(found, Path(raw).is_dir()) for raw in paths for found in find_trace_files(Path(raw))]
+    context = RunContext.find(found for found, _ in files)  # each folder's meta.json read once, here
+    jobs: list[Job] = [(found, tolerate, rank_hook, context.of(found)) for found, tolerate in files]
     cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs])
 
-    def mapper(fn: Callable[[tuple[Path, bool, RankHook | None]], list[_Loaded]],
-               todo: list[tuple[Path, bool, RankHook | None]]) -> list[list[_Loaded]]:
+    def mapper(fn: Callable[[Job], list[_Loaded]], todo: list[Job]) -> list[list[_Loaded]]:
         return map_files(fn, todo, workers, progress, executor)
 
     done = cached_map(cache, mapper, _load_and_analyze, jobs, keep=lambda rs: all(r.error is None for r in rs))
     results = [r for rs in done for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
-    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor)
+    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor, context)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
@@ -392,10 +406,13 @@ def analyze_paths(
     for item in sorted(loaded, key=lambda r: r.rank):
         assert item.analysis is not None
         item.analysis.rank, item.analysis.rank_source = item.rank, item.rank_source
+        item.analysis.run_dir = context.of(item.path)  # this run's reading, also for a result from the cache
         ranks.append(item.analysis)
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     warnings += [w for r in ranks if (w := r.partial_warning())]
-    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings)
+    run_notes: list[str] = []
+    found_dir = context.common([r.path for r in ranks], run_notes)
+    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings, run_dir=found_dir, run_notes=run_notes)
 
 
 def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) -> RankCache | None:
@@ -419,6 +436,7 @@ def _cycles_as_one_rank(
     workers: int | None,
     progress: ProgressCallback | None,
     executor: Executor | None = None,
+    context: RunContext | None = None,
 ) -> list[_Loaded]:
     """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
     cycles (loaded again, together, in a worker). Only a folder of cycles pays the second load."""
@@ -428,8 +446,8 @@ def _cycles_as_one_rank(
     groups = cycle_groups([i for i in idents if i is not None])
     if not groups:
         return loaded
-    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook)
-            for g in groups]
+    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook,
+             context.of(loaded[g[0]].path) if context is not None else None) for g in groups]
     merged = map_files(_load_cycles_and_analyze, jobs, workers, progress, executor)
     grouped = {i for g in groups for i in g}
     return [r for i, r in enumerate(loaded) if i not in grouped] + merged
@@ -440,10 +458,10 @@ def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity
 
 
 def _load_cycles_and_analyze(
-    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None],
+    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None, RunDir | None],
 ) -> _Loaded:
     """Load the cycle files, merge them (in time order) and analyse them as one rank."""
-    _, paths, idents, hook = args
+    _, paths, idents, hook, run_dir = args
     traces: list[Trace] = []
     for path, ident in zip(paths, idents):
         found = load_ranks(path)
@@ -453,7 +471,7 @@ def _load_cycles_and_analyze(
     del traces
     trace.warnings.append(note)
     assign_ranks([trace])
-    analysis = analyze_trace(trace, hook=hook, fork=True)
+    analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
     out = _Loaded(trace.path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
                   program_of(trace), identity(trace))
     trace.cache.clear()
