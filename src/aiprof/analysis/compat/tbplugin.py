@@ -100,7 +100,7 @@ class TbOverview(msgspec.Struct, frozen=True, kw_only=True):
 
     avg_step_us: dict[str, float]
     gpu_utilization: float | None  # mean over devices with kernels; None without kernels
-    gpu_utilization_per_device: dict[int, float] = msgspec.field(default_factory=dict)  # JSON keys: strings
+    gpu_utilization_per_device: dict[str, float] = msgspec.field(default_factory=dict)  # by device index, as text
     steps: list[TbStep]
     defined: bool = True
 
@@ -290,7 +290,8 @@ def tbplugin_overview(trace: Trace, *, strict: bool = True) -> TbOverview:
     avg = {k: float(np.mean([s.costs_us[k] for s in steps])) if steps else 0.0 for k in COLUMNS}
     per_device = _gpu_utilization(trace, kernel, int(step_s[0]), int(step_e[-1])) if steps else {}
     util = float(np.mean(list(per_device.values()))) if per_device else None
-    return TbOverview(steps=steps, avg_step_us=avg, gpu_utilization=util, gpu_utilization_per_device=per_device,
+    return TbOverview(steps=steps, avg_step_us=avg, gpu_utilization=util,
+                      gpu_utilization_per_device={str(k): v for k, v in per_device.items()},
                       defined=bool(steps))
 
 
