@@ -654,8 +654,7 @@ def _timeline_budget(paths: Sequence[PathArg]) -> int:
 def _timeline_input(run: RunAnalysis) -> TimelineInput | None:
     from aiprof.report.timeline import timeline_input
 
-    return timeline_input([r.diagnosis.timeline if r.diagnosis is not None else None for r in run.ranks],
-                          list(run.sources))
+    return timeline_input([r.diagnosis.timeline if r.diagnosis is not None else None for r in run.ranks], run.run_dir)
 
 
 def _as_report(doc: object) -> Report | None:

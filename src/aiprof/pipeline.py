@@ -34,6 +34,7 @@ from aiprof.trace.model import Kind, Trace
 from aiprof.trace.runset import ProgressCallback
 
 if TYPE_CHECKING:
+    from aiprof.rundir import RunDir
     from aiprof.memory.report import MemoryReport
     from aiprof.analysis.failures import FailureCallback
     from aiprof.trace.executors import Executor
@@ -55,14 +56,15 @@ def diagnose_hook(
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
-    found, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=load_run_inputs(trace.path))
+    inputs = load_run_inputs(trace.path, analysis.run_dir)
+    found, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=inputs)
     findings = [f.plain() for f in found]  # the evidence as the report holds it (what later rules read)
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
     out = RankDiagnosis(notes=notes)
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
-    report = rank_memory(trace, notes, memory)
+    report = rank_memory(trace, notes, memory, analysis.run_dir)
     if report is not None:
         from aiprof.rules.memory_findings import memory_findings
 
@@ -115,13 +117,14 @@ MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
 
 
-def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
-    """The memory inputs of a rank, best first: its allocator snapshots in the run directory's ``memory/``
-    (the OOM dump, then the end-of-window one), then its trace when it holds ``[memory]`` events."""
+def memory_inputs(trace: Trace, mode: MemoryMode = "all", run_dir: RunDir | None = None) -> list[Path]:
+    """The memory inputs of a rank, best first: its allocator snapshots in the memory folder of ``run_dir``
+    (the run directory holding the trace: the OOM dump, then the end-of-window one), then its trace when it
+    holds ``[memory]`` events."""
     found: list[Path] = []
     if mode == "off":
         return found
-    folder = run_directory_of(trace.path)
+    folder = run_dir.path if run_dir is not None else None
     if folder is not None and (folder / MEMORY_DIR).is_dir():
         for stem in ("oom", "snapshot"):
             path = folder / MEMORY_DIR / f"{stem}.rank{trace.rank}.pickle"
@@ -133,10 +136,12 @@ def memory_inputs(trace: Trace, mode: MemoryMode = "all") -> list[Path]:
     return found
 
 
-def rank_memory(trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all") -> MemoryReport | None:
-    """The memory report of one rank, or None when it has no memory data. An input that cannot be read
-    becomes a note (in ``notes``), never a failed analysis."""
-    inputs = memory_inputs(trace, mode)
+def rank_memory(
+    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None
+) -> MemoryReport | None:
+    """The memory report of one rank (``run_dir``: the run directory holding its trace), or None when it has
+    no memory data. An input that cannot be read becomes a note (in ``notes``), never a failed analysis."""
+    inputs = memory_inputs(trace, mode, run_dir)
     if not inputs:
         return None
     from aiprof.memory import analyze_memory, load_memory
@@ -214,7 +219,7 @@ def _run_vendor(run: RunAnalysis) -> Vendor:
     """The run's GPU vendor from its ranks' device names (:mod:`aiprof.rules.vendor`), ``""`` on a CPU run."""
     from aiprof.rules.vendor import vendor_of_names
 
-    names = [str(d.get("name", "")) for r in run.ranks for d in r.devices_info]
+    names = [d.name for r in run.ranks for d in r.devices_info]
     names += [d.name for r in run.ranks for d in r.devices if d.kind == "gpu"]
     return vendor_of_names(names)
 
@@ -287,10 +292,3 @@ def merge_ranks(findings: list[Finding], rank_count: int) -> list[Finding]:
 def _replace(f: Finding, **changes: Any) -> Finding:
     return dataclasses.replace(f, **changes)
 
-
-def run_directory_of(path: Path) -> Path | None:
-    """The aiprof run directory holding a trace (:func:`aiprof.rundir.owner_of`), or None."""
-    from aiprof.rundir import owner_of
-
-    found = owner_of(path)
-    return found.path if found is not None else None

@@ -291,6 +291,48 @@ def owner_of(trace_path: Path, notes: list[str] | None = None) -> RunDir | None:
     return None
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """The run directories of a set of traces, found once at the root of an analysis: each folder's
+    ``meta.json`` read once, the traces' :class:`RunDir` handed to the rank workers, the rules and the report
+    builder (none of which reads ``meta.json`` again). Keyed by the traces' resolved folders."""
+
+    owners: dict[Path, RunDir | None]
+    notes: dict[Path, list[str]]  # per folder: why its meta.json was ignored (a foreign or oversized one)
+
+    @staticmethod
+    def find(trace_paths: Iterable[Path]) -> RunContext:
+        """The run directory of each trace's folder (:func:`owner_of`), each folder read once."""
+        owners: dict[Path, RunDir | None] = {}
+        notes: dict[Path, list[str]] = {}
+        for folder in sorted({Path(p).resolve().parent for p in trace_paths}):
+            notes[folder] = []
+            owners[folder] = owner_of(folder / "trace", notes[folder])
+        return RunContext(owners, notes)
+
+    def of(self, trace_path: Path) -> RunDir | None:
+        """The run directory holding ``trace_path`` (None: not in one, or its folder was not looked up)."""
+        return self.owners.get(Path(trace_path).resolve().parent)
+
+    def common(self, trace_paths: Iterable[Path], notes: list[str] | None = None) -> RunDir | None:
+        """The run directory when every trace of ``trace_paths`` belongs to the same one, else None; why a
+        ``meta.json`` beside them was ignored goes to ``notes`` (once each)."""
+        folders = sorted({Path(p).resolve().parent for p in trace_paths})
+        if notes is not None:
+            notes.extend(dict.fromkeys(n for f in folders for n in self.notes.get(f, [])))
+        owners = [self.owners.get(f) for f in folders]
+        dirs = {o.path for o in owners if o is not None}
+        if len(dirs) != 1 or None in owners:
+            return None
+        return next(o for o in owners if o is not None)
+
+
+def find_run_dir(trace_paths: Iterable[Path], notes: list[str] | None = None) -> RunDir | None:
+    """The run directory when every trace of ``trace_paths`` belongs to the same one (each folder read once)."""
+    paths = list(trace_paths)
+    return RunContext.find(paths).common(paths, notes)
+
+
 # ---------------------------------------------------------------------------------------------------
 # telemetry.csv and the data-loader waits
 # ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from capture_helpers import ROOT, SCRIPTS, child_env
 
@@ -39,7 +40,7 @@ def test_gloo_all_reduce_is_communication_in_steps_and_timeline(gloo_traces: Pat
         steps = analysis.primary.steps
         comm = sum(s.breakdown_ns["communication"] for s in steps)
         assert comm > sum(s.breakdown_ns["idle"] for s in steps)
-        overview = timeline_overview(trace)
+        overview = msgspec.to_builtins(timeline_overview(trace))
         cpu = overview["devices"][0]
         drawn = sum(cpu["communication_ns"])
         # the strip covers the steps' span: its communication is the steps' communication

@@ -89,8 +89,8 @@ def _check_capture_trace(run: Any, findings: list[dict[str, Any]]) -> None:
     rank = run.ranks[0]
     assert not rank.partial and rank.coverage.clipped_ns == 0, rank.coverage  # never salvaged, never cut
     assert rank.windows[0].end_ns - rank.windows[0].start_ns > 40_000_000  # the whole 46 ms, not 1 ms
-    assert rank.sections["graph_capture"]["capture_trace"] is True
-    assert rank.sections["graph_capture"]["captured_launches"] == 360
+    assert rank.sections["graph_capture"].capture_trace is True
+    assert rank.sections["graph_capture"].captured_launches == 360
     assert [f["id"] for f in findings] == ["graph_capture"], findings
     assert findings[0]["evidence"]["capture_trace"] is True
 
@@ -100,7 +100,7 @@ def _check_capture_only(run: Any, findings: list[dict[str, Any]]) -> None:
     assert f["title"].startswith("The trace is a CUDA graph capture"), f["title"]
     assert f["evidence"]["captures"] == 8 and f["evidence"]["steady_state"] is False
     assert f["est_saving_ns_per_step"] == 0 and f["severity"] == "info"
-    assert run.ranks[0].sections["graph_capture"]["capture_trace"] is True
+    assert run.ranks[0].sections["graph_capture"].capture_trace is True
 
 
 def _check_partial_capture(run: Any, findings: list[dict[str, Any]]) -> None:
@@ -108,7 +108,7 @@ def _check_partial_capture(run: Any, findings: list[dict[str, Any]]) -> None:
     assert f["evidence"]["steady_state"] is True
     assert 0.2 < f["evidence"]["capture_share_of_trace"] < 0.6, f["evidence"]
     assert "of the trace is CUDA graph capture" in f["title"]
-    assert run.ranks[0].sections["graph_capture"]["capture_trace"] is False  # the replays are steady state
+    assert run.ranks[0].sections["graph_capture"].capture_trace is False  # the replays are steady state
 
 
 # ----- collectives that are not nccl* ---------------------------------------------------------------------

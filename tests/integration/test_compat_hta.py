@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import aiprof
@@ -66,6 +67,6 @@ def test_traces_without_device_work_are_undefined_not_errors(traces_dir: Path, t
     t = load_trace(path)
     result = hta_temporal_breakdown(t)
     assert not result.defined and result.total_us == 0
-    block = compat_for_trace(t)
+    block = msgspec.to_builtins(compat_for_trace(t))
     assert set(block) == {"hta", "tracelens", "tbplugin"}
     assert {"idle_pct", "compute_pct", "non_compute_pct"} <= set(block["hta"])

@@ -82,7 +82,7 @@ def test_unit_fixtures_match_golden_outputs(traces_dir: Path) -> None:
         if got != want:
             mismatches[name] = (got, want)
         for dev, gpu in (expected.get("gpu") or {}).items():
-            if gpu.get("util") is not None and result.gpu_utilization_per_device.get(int(dev)) != pytest.approx(gpu["util"]):
+            if gpu.get("util") is not None and result.gpu_utilization_per_device.get(str(int(dev))) != pytest.approx(gpu["util"]):
                 mismatches[f"{name} gpu {dev}"] = (result.gpu_utilization_per_device, gpu["util"])
     assert len(golden) == 28
     assert not mismatches

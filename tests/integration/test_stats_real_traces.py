@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import aiprof
@@ -53,7 +54,7 @@ def test_kernel_stats_on_resnet_sample_are_consistent(traces_dir: Path) -> None:
     # "Busy" is not "useful": SM efficiency while running is high, the window-level estimate is lower.
     assert dev.sm_efficiency_pct is not None and dev.est_sm_efficiency_pct is not None
     assert dev.est_sm_efficiency_pct < dev.sm_efficiency_pct
-    json.dumps(dev.to_dict())
+    json.dumps(msgspec.to_builtins(dev))
 
 
 # ----- communication ---------------------------------------------------------------------------------

@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import pytest
 from report_docs import document_for_paths, document_of, shared_path
 from test_renderers import schema
 
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.report.compare import compare_reports
 from aiprof.report.model import Report
 from aiprof.report.render import render
@@ -105,8 +107,9 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     shutil.copy(trace, run_dir / "rank0.pt.trace.json.gz")
-    ov = document_of("resnet50_nw0").ranks[0].timeline_overview
-    assert isinstance(ov, dict)
+    overview = document_of("resnet50_nw0").ranks[0].timeline_overview
+    assert isinstance(overview, TimelineOverview)
+    ov = msgspec.to_builtins(overview)
     base = int(ov["base_time_ns"])
     n = _write_telemetry(run_dir / "telemetry.csv", base + ov["start_ns"], base + ov["end_ns"])
     (run_dir / "meta.json").write_text(json.dumps({"format": "aiprof-run", "command": ["python", "train.py"], "mode": "run"}))

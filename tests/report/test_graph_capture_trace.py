@@ -16,7 +16,7 @@ from report_docs import SHARED, document_for_paths
 from test_renderers import schema
 
 import aiprof
-from aiprof.analysis.graphs import capture_ranges, captured_mask, graph_capture_info, launch_rows
+from aiprof.analysis.graphs import GraphCaptureSection, capture_ranges, captured_mask, graph_capture_info, launch_rows
 from aiprof.analysis.run import analyze_trace
 from aiprof.report.render import render
 
@@ -51,7 +51,8 @@ def test_a_steady_trace_has_no_capture_note(tmp_path: Path) -> None:
     doc = document_for_paths((str(b.write(tmp_path / "t.json")),))
     assert "trace_kind" not in json.loads(render(doc, "json"))["summary"]  # absent for any other trace
     assert "Graph capture trace" not in render(doc, "terminal")
-    assert doc.ranks[0].graph_capture == {**doc.ranks[0].graph_capture, "captures": 0, "capture_trace": False}
+    section = doc.ranks[0].graph_capture
+    assert isinstance(section, GraphCaptureSection) and section.captures == 0 and section.capture_trace is False
 
 
 def _steady_with_a_capturing_step(tmp_path: Path) -> Path:
@@ -82,7 +83,7 @@ def test_a_capturing_step_is_not_incomplete(tmp_path: Path) -> None:
     info = graph_capture_info(trace)
     assert (info.captures, info.instantiations, info.captured_launches, info.executed_launches) == (1, 1, 10, 50)
     assert not info.is_capture_trace  # a steady run that captured once
-    assert analysis.sections["graph_capture"]["note"] is None
+    assert analysis.sections["graph_capture"].note is None
 
 
 def test_launches_on_another_thread_are_not_captured(tmp_path: Path) -> None:
@@ -111,9 +112,9 @@ def test_the_shared_vllm_capture_trace() -> None:
     doc = document_for_paths((str(files[0]),))
     assert doc.summary.trace_kind == "graph_capture" and not doc.summary.partial
     section = doc.ranks[0].graph_capture
-    assert isinstance(section, dict)
-    assert (section["captures"], section["instantiations"]) == (25, 25)
-    assert section["captured_launches"] > 3 * section["executed_launches"]  # 361 vs 100
+    assert isinstance(section, GraphCaptureSection)
+    assert (section.captures, section.instantiations) == (25, 25)
+    assert section.captured_launches > 3 * section.executed_launches  # 361 vs 100
     actionable = [f.id for f in doc.findings if f.severity != "info" or f.est_saving_ns_per_step > 0]
     assert actionable == []  # was: HIGH sync on hipDeviceSynchronize, HIGH host stall in moe_forward
     assert [f.id for f in doc.findings] == ["graph_capture"]

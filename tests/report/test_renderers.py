@@ -9,10 +9,12 @@ from importlib import resources
 from typing import Any
 
 import jsonschema
+import msgspec
 import numpy as np
 import pytest
 from report_docs import REAL, as_dict, as_report, document_of, shared_path
 
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.timeline import BUCKETS
 from aiprof.report.common import findings, focus_rank, top_kernels
 from aiprof.report.escape import markdown
@@ -85,8 +87,8 @@ def test_timeline_overview_bins_add_up(key: str) -> None:
     shared_path(key)
     doc = document_of(key)
     for rank in doc.ranks:
-        ov = rank.timeline_overview
-        assert isinstance(ov, dict)
+        assert isinstance(rank.timeline_overview, TimelineOverview)
+        ov = msgspec.to_builtins(rank.timeline_overview)
         edges = ov["start_ns"] + (np.arange(ov["bins"] + 1) * (ov["end_ns"] - ov["start_ns"])) // ov["bins"]
         for dev in ov["devices"]:
             total = sum(np.array(dev[f"{b}_ns"]) for b in BUCKETS)

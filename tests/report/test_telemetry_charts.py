@@ -27,7 +27,7 @@ def _charts(page: str) -> list[tuple[int, int, str]]:
 
 
 def _span(doc: Report) -> tuple[int, int]:
-    ov: Any = doc.ranks[0].timeline_overview
+    ov: Any = msgspec.to_builtins(doc.ranks[0].timeline_overview)
     start = int(ov["start_ns"]) + int(ov.get("base_time_ns") or 0)
     return start, start + int(ov["end_ns"]) - int(ov["start_ns"])
 

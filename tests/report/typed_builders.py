@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiprof.analysis.kernels import DeviceKernelStats, KernelNameStats, KernelStats
+from aiprof.analysis.ops import OpGroupStats, OpStats
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.report.model import Device, RankReport, Report, Step, Summary, Totals
 from aiprof.rules.finding import FindingRecord
@@ -32,11 +34,35 @@ def rank(r: int, n_steps: int = 1, step_ns: int = 1_000_000, device: str = "gpu:
          kernel: str = "gemm", op: str = "aten::mm", notes: tuple[str, ...] = ()) -> RankReport:
     steps = [step(i, step_ns + 1000 * (r % 7)) for i in range(n_steps)]
     t = totals(steps)
-    kernels: dict[str, Any] = {"devices": [{"device": 0, "kernels": [{"name": kernel, "count": 3, "total_ns": 500_000, "mean_ns": 1000}]}]}
-    ops: dict[str, Any] = {"groups": [{"name": op, "count": 2, "gpu_total_ns": 400_000, "cpu_self_ns": 1000}]}
+    kernels = kernel_section(kernel)
+    ops = op_section(op)
     return RankReport(rank=r, rank_source="file name", path=f"/runs/rank{r}.json", event_count=10,
                       primary_device=device, devices=[Device(device=device, index=0, kind="gpu", name=name, steps=steps, totals=t)],
                       steps=steps, totals=t, notes=list(notes), kernels=kernels, ops=ops)
+
+
+def kernel_section(name: str, count: int = 3, total_ns: int = 500_000) -> KernelStats:
+    """A ``kernels`` section of one device with one kernel name."""
+    row = KernelNameStats(name=name, count=count, total_ns=total_ns, mean_ns=total_ns / count, p50_ns=total_ns / count,
+                          p95_ns=total_ns / count, min_ns=total_ns // count, max_ns=total_ns // count,
+                          kernel_time_share_pct=100.0, tiny_count=0, tiny_total_ns=0, tiny_time_share_pct=0.0,
+                          is_comm=False, sm_efficiency_pct=None, achieved_occupancy_pct=None)
+    device = DeviceKernelStats(device=0, device_name="GPU", num_sms=None, num_sms_source="unknown", kernel_count=count,
+                               kernel_total_ns=total_ns, kernel_busy_ns=total_ns, comm_kernel_total_ns=0,
+                               tiny_threshold_ns=10_000, tiny_count=0, tiny_total_ns=0, tiny_count_pct=0.0,
+                               tiny_time_share_pct=0.0, sm_efficiency_pct=None, achieved_occupancy_pct=None,
+                               window_start_ns=0, window_end_ns=total_ns, window_source="device activity",
+                               gpu_utilization_pct=100.0, est_sm_efficiency_pct=None, est_achieved_occupancy_pct=None,
+                               sm_efficiency_note="unknown", kernels=(row,), kernel_names=1)
+    return KernelStats(devices=(device,))
+
+
+def op_section(name: str, count: int = 2, gpu_total_ns: int = 400_000, cpu_self_ns: int = 1000) -> OpStats:
+    """An ``ops`` section with one op name."""
+    group = OpGroupStats(name=name, input_shapes=None, count=count, cpu_total_ns=cpu_self_ns, cpu_self_ns=cpu_self_ns,
+                         cpu_mean_ns=cpu_self_ns / count, gpu_self_ns=gpu_total_ns, gpu_total_ns=gpu_total_ns,
+                         kernel_count_self=count, kernel_count_total=count)
+    return OpStats(top_level_only=False, by_shapes=False, op_count=count, groups=(group,), group_count=1)
 
 
 def report(ranks: list[RankReport], findings: list[FindingRecord] | None = None, sources: list[str] | None = None,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -112,7 +113,7 @@ def test_num_sms_falls_back_to_known_gpu_table_then_none_with_reason(tmp_path: P
     dev = kernel_stats(load(tmp_path, [kernel("k", 0.0, 10.0, 1, grid=40)], **unknown)).device(0)
     assert dev.num_sms is None and dev.sm_efficiency_pct is None and dev.est_sm_efficiency_pct is None
     assert dev.sm_efficiency_note.startswith("unknown")
-    assert dev.to_dict()["sm_efficiency_pct"] is None
+    assert msgspec.to_builtins(dev)["sm_efficiency_pct"] is None
 
 
 def test_known_sm_count_prefers_specific_names() -> None:
@@ -145,7 +146,7 @@ def test_plugin_window_stretches_to_gpu_end_and_drops_starved_last_step(tmp_path
 def test_empty_and_to_dict(tmp_path: Path) -> None:
     cpu_only = load(tmp_path, [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 0, "dur": 3}])
     assert kernel_stats(cpu_only).devices == ()
-    assert kernel_stats(cpu_only).to_dict() == {"tiny_threshold_ns": TINY_KERNEL_NS, "devices": []}
-    out = kernel_stats(load(tmp_path, [kernel("k", 0.0, 10.0, 1)])).to_dict()
+    assert msgspec.to_builtins(kernel_stats(cpu_only)) == {"tiny_threshold_ns": TINY_KERNEL_NS, "devices": ()}
+    out = msgspec.to_builtins(kernel_stats(load(tmp_path, [kernel("k", 0.0, 10.0, 1)])))
     json.dumps(out)
     assert out["devices"][0]["kernels"][0]["total_ns"] == 10_000

@@ -50,8 +50,6 @@ def test_same_as_asdict_on_nested_values() -> None:
 
 def test_same_as_asdict_on_real_statistics() -> None:
     from aiprof.analysis.comm import comm_stats
-    from aiprof.analysis.kernels import kernel_stats
-    from aiprof.analysis.ops import op_stats
     from aiprof.trace.kineto.loader import load_file
 
     path = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hta" / "amd_trace"
@@ -59,5 +57,5 @@ def test_same_as_asdict_on_real_statistics() -> None:
     if not files:
         pytest.skip("shared traces not found")
     trace = load_file(files[0])
-    for result in (kernel_stats(trace), op_stats(trace), comm_stats(trace)):
+    for result in (comm_stats(trace),):  # kernel and op statistics are msgspec Structs
         assert repr(as_dict(result)) == repr(dataclasses.asdict(result))

@@ -8,6 +8,7 @@ import json
 import warnings
 from pathlib import Path
 
+import msgspec
 from kineto_builder import TraceBuilder
 
 from aiprof.analysis.health import run_health
@@ -63,13 +64,13 @@ def test_consecutive_steps_are_one_cycle(tmp_path: Path) -> None:
     _two_cycles(b, (range(7, 11), range(11, 15)))
     trace = _load(b.write(tmp_path / "t.json"))
     assert profiler_cycles(trace) == []
-    assert "segments" not in timeline_overview(trace)
+    assert "segments" not in msgspec.to_builtins(timeline_overview(trace))
 
 
 def test_the_strip_joins_the_cycles_and_shows_no_gap_as_idle(tmp_path: Path) -> None:
     b = TraceBuilder()
     _two_cycles(b)
-    overview = timeline_overview(_load(b.write(tmp_path / "t.json")))
+    overview = msgspec.to_builtins(timeline_overview(_load(b.write(tmp_path / "t.json"))))
     (device,) = overview["devices"]
     binned = sum(sum(device[f"{k}_ns"]) for k in ("compute", "communication", "memcpy", "memset", "compile", "idle"))
     assert binned == overview["end_ns"] - overview["start_ns"]  # every recorded ns in one bin, once

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from aiprof import rundir
-from aiprof.pipeline import run_directory_of
 from aiprof.report.runcontext import run_context
 from aiprof.rules.telemetry import load_run_inputs
 
@@ -47,9 +46,8 @@ def test_own_run_is_found_by_every_reader(tmp_path: Path) -> None:
     trace = _run(tmp_path, OWN)
     found = rundir.owner_of(trace)
     assert found is not None and found.path == trace.parent and found.meta.host == {"cores_logical": 2}
-    assert run_directory_of(trace) == trace.parent
     assert load_run_inputs(trace)["run_meta"] == OWN
-    ctx = run_context([str(trace)])
+    ctx = run_context(rundir.find_run_dir([trace]))
     assert set(ctx) == {"run_metadata", "telemetry"} and ctx["run_metadata"] == OWN
     # A trace one folder down (a rank's subfolder) belongs to the run above it.
     sub = trace.parent / "traces"
@@ -72,9 +70,9 @@ def test_foreign_or_bad_meta_is_ignored_with_a_note(tmp_path: Path, meta: Any, w
     trace = _run(tmp_path, meta)
     notes: list[str] = []
     assert rundir.owner_of(trace, notes) is None and why in notes[0]
-    assert load_run_inputs(trace) == {} and run_directory_of(trace) is None
+    assert load_run_inputs(trace) == {}
     doc_notes: list[str] = []
-    assert run_context([str(trace)], doc_notes) == {}  # not even the telemetry of a folder that is not a run
+    assert rundir.find_run_dir([trace], doc_notes) is None  # not even the telemetry of a folder that is not a run
     assert len(doc_notes) == 1 and why in doc_notes[0] and "hf_leak" not in doc_notes[0]
 
 
@@ -84,7 +82,7 @@ def test_reports_embed_only_known_fields_redacted(tmp_path: Path) -> None:
             "env": {"OMP_NUM_THREADS": "4", "HF_TOKEN": "hf_leak"},
             "ranks": [{"rank": 0, "pid": 5, "trace_files": ["rank0.pt.trace.json.gz"], "future_field": 1}]}
     trace = _run(tmp_path, meta)
-    embedded = run_context([str(trace)])["run_metadata"]
+    embedded = run_context(rundir.find_run_dir([trace]))["run_metadata"]
     assert embedded["command"] == ["python", "t.py", "wandb.api_key=<redacted>", "--lr", "1"]
     assert embedded["env"] == {"OMP_NUM_THREADS": "4"} and "secret_blob" not in embedded
     assert embedded["ranks"] == [{"rank": 0, "pid": 5, "trace_files": ["rank0.pt.trace.json.gz"]}]
@@ -98,8 +96,8 @@ def test_older_meta_decodes_with_defaults(tmp_path: Path) -> None:
 
 def test_traces_of_two_runs_have_no_single_run_directory(tmp_path: Path) -> None:
     a, b = _run(tmp_path, OWN, name="a"), _run(tmp_path, OWN, name="b")
-    assert run_context([str(a), str(b)]) == {}
-    assert set(run_context([str(a)])) == {"run_metadata", "telemetry"}
+    assert rundir.find_run_dir([a, b]) is None and run_context(None) == {}
+    assert set(run_context(rundir.find_run_dir([a]))) == {"run_metadata", "telemetry"}
 
 
 def test_one_telemetry_reader(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from aiprof.analysis import intervals as iv
@@ -173,18 +174,6 @@ class GraphCaptureInfo:
             "to attribute the replayed kernels to ops."
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "captures": self.captures,
-            "instantiations": self.instantiations,
-            "captured_ns": self.captured_ns,
-            "captured_launches": self.captured_launches,
-            "executed_launches": self.executed_launches,
-            "gpu_busy_ns": self.gpu_busy_ns,
-            "span_ns": self.span_ns,
-            "capture_trace": self.is_capture_trace,
-        }
-
 
 def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
     """The trace's graph capture summary (zeros when it has none)."""
@@ -199,10 +188,29 @@ def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
                             int(launches.size) - captured, busy, span)
 
 
-def graph_capture_section(trace: Trace) -> dict[str, Any]:
-    """The report section (``ranks[].graph_capture``): :meth:`GraphCaptureInfo.to_dict` plus its note."""
+class GraphCaptureSection(msgspec.Struct, kw_only=True):
+    """The report section (``ranks[].graph_capture``): :class:`GraphCaptureInfo`'s counts, whether the trace is
+    a capture, and its note (None unless it is)."""
+
+    captures: int
+    instantiations: int
+    captured_ns: int
+    captured_launches: int
+    executed_launches: int
+    gpu_busy_ns: int
+    span_ns: int
+    capture_trace: bool
+    note: str | None
+
+
+def graph_capture_section(trace: Trace) -> GraphCaptureSection:
+    """The report section of the trace's graph capture (zeros when it has none)."""
     info = graph_capture_info(trace)
-    return {**info.to_dict(), "note": info.note()}
+    return GraphCaptureSection(
+        captures=info.captures, instantiations=info.instantiations, captured_ns=info.captured_ns,
+        captured_launches=info.captured_launches, executed_launches=info.executed_launches,
+        gpu_busy_ns=info.gpu_busy_ns, span_ns=info.span_ns, capture_trace=info.is_capture_trace, note=info.note(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ plugin's step span (see :func:`tb_plugin_window`). Per-name numbers cover every 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -31,7 +31,6 @@ from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Bool, Kind, Trace
-from aiprof.plain import as_dict
 
 F64 = np.ndarray[Any, np.dtype[np.float64]]
 
@@ -86,8 +85,7 @@ def known_sm_count(device_name: str) -> int | None:
 # ---------------------------------------------------------------------------------------------------
 # Result types
 # ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KernelNameStats:
+class KernelNameStats(msgspec.Struct, frozen=True, kw_only=True):
     """One kernel name on one device. Durations in ns; ``*_pct`` are percentages (0-100)."""
 
     name: str
@@ -106,13 +104,10 @@ class KernelNameStats:
     sm_efficiency_pct: float | None  # duration-weighted mean of min(blocks per SM, 1)
     achieved_occupancy_pct: float | None  # duration-weighted mean of Kineto's estimate
 
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
-
-@dataclass(frozen=True)
-class DeviceKernelStats:
-    """All kernels of one device. ``kernels`` is sorted by total time, longest first."""
+class DeviceKernelStats(msgspec.Struct, frozen=True, kw_only=True):
+    """All kernels of one device. ``kernels`` is sorted by total time, longest first (the report's
+    ``ranks[].kernels`` keeps the longest :data:`aiprof.analysis.run.TOP_N`; ``kernel_names`` counts them all)."""
 
     device: int
     device_name: str
@@ -136,23 +131,15 @@ class DeviceKernelStats:
     est_sm_efficiency_pct: float | None  # plugin's: ∫ min(Σ blocks/SM, 1) dt / window
     est_achieved_occupancy_pct: float | None  # plugin's: Σ occ·dur / Σ dur, kernels clipped to window
     sm_efficiency_note: str  # why SM efficiency is None, or where the SM count came from
-    kernels: tuple[KernelNameStats, ...] = field(default_factory=tuple)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = as_dict(self)
-        out["kernels"] = [k.to_dict() for k in self.kernels]
-        return out
+    kernels: tuple[KernelNameStats, ...] = ()
+    kernel_names: int = 0  # distinct kernel names on the device (the length of ``kernels`` before any cut)
 
 
-@dataclass(frozen=True)
-class KernelStats:
-    """Kernel statistics of one trace, one entry per device with kernels."""
+class KernelStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Kernel statistics of one trace, one entry per device with kernels (the report's ``ranks[].kernels``)."""
 
-    devices: tuple[DeviceKernelStats, ...]
     tiny_threshold_ns: int = TINY_KERNEL_NS
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tiny_threshold_ns": self.tiny_threshold_ns, "devices": [d.to_dict() for d in self.devices]}
+    devices: tuple[DeviceKernelStats, ...]
 
     def device(self, index: int) -> DeviceKernelStats:
         for dev in self.devices:
@@ -209,6 +196,7 @@ def _device_stats(
         window = (int(ts.min()), int((ts + dur).max()))
     busy = iv.merge(ts, ts + dur)
     note = _sm_note(sms_source, num_sms, eff)
+    per_name = _per_name(trace, rows, comm, eff, occ, tiny_ns, total)
     return DeviceKernelStats(
         device=dev,
         device_name=trace.device_info(dev).name,
@@ -232,7 +220,8 @@ def _device_stats(
         est_sm_efficiency_pct=_window_sm_efficiency(ts, dur, eff, window),
         est_achieved_occupancy_pct=_window_occupancy(ts, dur, occ, window),
         sm_efficiency_note=note,
-        kernels=_per_name(trace, rows, comm, eff, occ, tiny_ns, total),
+        kernels=per_name,
+        kernel_names=len(per_name),
     )
 
 

@@ -16,8 +16,6 @@ aten::addmm both own the GEMM); use ``top_level_only=True`` for numbers that add
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
 
 import msgspec
 import numpy as np
@@ -25,13 +23,11 @@ import numpy as np
 from aiprof.arrays import unique
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Bool, Kind, Trace
-from aiprof.plain import as_dict
 
 _MAX_DEPTH = 256
 
 
-@dataclass(frozen=True)
-class OpGroupStats:
+class OpGroupStats(msgspec.Struct, frozen=True, kw_only=True):
     """One op name (and, when grouped by shapes, one input-shape signature). Times in ns."""
 
     name: str
@@ -45,26 +41,16 @@ class OpGroupStats:
     kernel_count_self: int
     kernel_count_total: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
+class OpStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Op groups sorted by ``cpu_total_ns`` (longest first). The report's ``ranks[].ops`` keeps the
+    :data:`aiprof.analysis.run.TOP_N` longest by GPU time and by self CPU time; ``group_count`` counts them all."""
 
-@dataclass(frozen=True)
-class OpStats:
-    """Op groups sorted by ``cpu_total_ns`` (longest first)."""
-
-    groups: tuple[OpGroupStats, ...]
     top_level_only: bool
     by_shapes: bool
     op_count: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "top_level_only": self.top_level_only,
-            "by_shapes": self.by_shapes,
-            "op_count": self.op_count,
-            "groups": [g.to_dict() for g in self.groups],
-        }
+    groups: tuple[OpGroupStats, ...]
+    group_count: int = 0  # op groups in the trace (the length of ``groups`` before any cut)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -187,7 +173,8 @@ def op_stats(trace: Trace, top_level_only: bool = False, by_shapes: bool = False
         for g in range(len(uniq))
     ]
     groups.sort(key=lambda s: (-s.cpu_total_ns, s.name, s.input_shapes or ""))
-    return OpStats(groups=tuple(groups), top_level_only=top_level_only, by_shapes=by_shapes, op_count=int(rows.size))
+    return OpStats(groups=tuple(groups), top_level_only=top_level_only, by_shapes=by_shapes, op_count=int(rows.size),
+                   group_count=len(groups))
 
 
 class _Dims(msgspec.Struct):

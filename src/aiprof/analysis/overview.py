@@ -13,9 +13,9 @@ cycles is in no bin (not idle). ``end_ns - start_ns`` is then the recorded lengt
 
 from __future__ import annotations
 
-from typing import Any
-
+import msgspec
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
@@ -28,27 +28,57 @@ from aiprof.trace.model import I64, Kind, Trace
 DEFAULT_BINS = 240
 
 
-def timeline_overview(trace: Trace, bins: int = DEFAULT_BINS) -> dict[str, Any]:
+class DeviceBins(msgspec.Struct, kw_only=True):
+    """One device's ns of each bucket per bin (``idle_ns`` is what no work covers); the lists are ``bins`` long."""
+
+    device: str  # "gpu:0", "cpu"
+    index: int  # -1 for the CPU
+    name: str
+    compute_ns: list[int]
+    communication_ns: list[int]
+    memcpy_ns: list[int]
+    memset_ns: list[int]
+    compile_ns: list[int] | UnsetType = UNSET  # always written since schema 1.1 (absent from 1.0 reports)
+    idle_ns: list[int]
+
+    def series(self, bucket: str) -> list[int]:
+        """The bins of ``bucket`` (one of ``analysis.timeline.BUCKETS``; none for what the report lacks)."""
+        values: list[int] | UnsetType = getattr(self, f"{bucket}_ns")
+        return [] if isinstance(values, UnsetType) else values
+
+
+class TimelineOverview(msgspec.Struct, kw_only=True):
+    """The report section ``ranks[].timeline_overview``: ``bins`` bins of ``bin_ns`` over the analysed span
+    (trace clock; ``base_time_ns`` turns it into Unix time); ``segments`` only with several profiler cycles."""
+
+    start_ns: int
+    end_ns: int
+    bin_ns: int
+    bins: int
+    base_time_ns: int
+    devices: list[DeviceBins]
+    segments: list[list[int]] | UnsetType = UNSET
+
+
+def timeline_overview(trace: Trace, bins: int = DEFAULT_BINS) -> TimelineOverview:
     """Per-device occupancy per time bin (ns of each bucket per bin), over the steps' span."""
     span = _span(trace)
     if span is None:
-        return {"start_ns": 0, "end_ns": 0, "bin_ns": 0, "bins": 0, "base_time_ns": trace.base_time_ns, "devices": []}
+        return TimelineOverview(start_ns=0, end_ns=0, bin_ns=0, bins=0, base_time_ns=trace.base_time_ns, devices=[])
     segments = _segments(trace, span)
     length = sum(hi - lo for lo, hi in segments)
     count = int(max(1, min(bins, length)))
     pieces = _pieces(segments, count)
     devices = [_device_bins(trace, d, pieces) for d in trace.device_ids] or [_cpu_bins(trace, pieces)]
-    out: dict[str, Any] = {
-        "start_ns": segments[0][0],
-        "end_ns": segments[0][0] + length,
-        "bin_ns": int(length // count),
-        "bins": count,
-        "base_time_ns": trace.base_time_ns,
-        "devices": devices,
-    }
-    if len(segments) > 1:
-        out["segments"] = [[lo, hi] for lo, hi in segments]
-    return out
+    return TimelineOverview(
+        start_ns=segments[0][0],
+        end_ns=segments[0][0] + length,
+        bin_ns=int(length // count),
+        bins=count,
+        base_time_ns=trace.base_time_ns,
+        devices=devices,
+        segments=[[lo, hi] for lo, hi in segments] if len(segments) > 1 else UNSET,
+    )
 
 
 def _segments(trace: Trace, span: tuple[int, int]) -> list[tuple[int, int]]:
@@ -97,7 +127,7 @@ def _rows_set(trace: Trace, rows: I64) -> iv.IntervalSet:
     return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
 
 
-def _binned(layers: list[iv.IntervalSet], pieces: Pieces, name: str, device: str, index: int) -> dict[str, Any]:
+def _binned(layers: list[iv.IntervalSet], pieces: Pieces, name: str, device: str, index: int) -> DeviceBins:
     """Bucket k per bin = cover(U_k) - cover(U_{k-1}); idle is what is left of the bin (summed over its pieces)."""
     which, lo, hi = pieces
     bins = int(which.max()) + 1 if which.size else 0
@@ -107,17 +137,18 @@ def _binned(layers: list[iv.IntervalSet], pieces: Pieces, name: str, device: str
 
     acc = iv.EMPTY
     prev = np.zeros(bins, dtype=np.int64)
-    out: dict[str, Any] = {"device": device, "index": index, "name": name}
+    out: dict[str, list[int]] = {}
     for bucket, layer in zip(BUCKETS[:-1], layers):
         acc = iv.union(acc, layer)
         covered = per_bin(iv.overlap_per_window(acc, lo, hi))
-        out[f"{bucket}_ns"] = (covered - prev).tolist()
+        out[bucket] = (covered - prev).tolist()
         prev = covered
-    out["idle_ns"] = (per_bin(hi - lo) - prev).tolist()
-    return out
+    return DeviceBins(device=device, index=index, name=name, compute_ns=out["compute"],
+                      communication_ns=out["communication"], memcpy_ns=out["memcpy"], memset_ns=out["memset"],
+                      compile_ns=out["compile"], idle_ns=(per_bin(hi - lo) - prev).tolist())
 
 
-def _device_bins(trace: Trace, device: int, edges: Pieces) -> dict[str, Any]:
+def _device_bins(trace: Trace, device: int, edges: Pieces) -> DeviceBins:
     c = trace.columns
     on = c.device == device
     kernels = np.flatnonzero(on & (c.kind == int(Kind.KERNEL)))
@@ -132,7 +163,7 @@ def _device_bins(trace: Trace, device: int, edges: Pieces) -> dict[str, Any]:
     return _binned(layers, edges, trace.device_info(device).name, f"gpu:{device}", device)
 
 
-def _cpu_bins(trace: Trace, edges: Pieces) -> dict[str, Any]:
+def _cpu_bins(trace: Trace, edges: Pieces) -> DeviceBins:
     """CPU-only traces: the timeline accounting's CPU view (``timeline.cpu_work``): CPU ops are compute,
     host-side collectives (``gloo:all_reduce``, ``c10d::*``) communication, data-loading waits idle."""
     compute, communication, _ = cpu_work(trace)

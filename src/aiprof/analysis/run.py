@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from aiprof.analysis import forked
 from aiprof.analysis.arrival import ArrivalTable, CrossRank, arrival_table, cross_rank
 from aiprof.analysis.rankcache import RankCache, cached_map, code_fingerprint, describe as describe_fn
@@ -25,16 +27,21 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
+from aiprof.rundir import RunContext, RunDir
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
-from aiprof.trace.model import RunSet, Trace
+from aiprof.trace.model import DeviceInfo, RunSet, Trace
 from aiprof.trace.readers import load_ranks, program_of
 from aiprof.trace.executors import Watch
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
 if TYPE_CHECKING:
     from aiprof.analysis.comm import CommunicationSection
-    from aiprof.analysis.inference import InferenceReport
+    from aiprof.analysis.compat import Compat
     from aiprof.analysis.compile import CompileReport
+    from aiprof.analysis.graphs import GraphCaptureSection
+    from aiprof.analysis.inference import InferenceReport
+    from aiprof.analysis.kernels import KernelStats
+    from aiprof.analysis.ops import OpGroupStats, OpStats
     from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.rules.diagnosis import RankDiagnosis
@@ -46,30 +53,28 @@ Section = Callable[[Trace], Any]
 TOP_N = 50  # rows per table kept in the report (the full tables stay available through the Python API)
 
 
-def _kernels_section(trace: Trace) -> dict[str, Any]:
+def _kernels_section(trace: Trace) -> KernelStats:
+    """Kernel statistics with each device's :data:`TOP_N` longest kernel names (``kernel_names`` counts all)."""
     from aiprof.analysis.kernels import kernel_stats
 
-    out = kernel_stats(trace).to_dict()
-    for device in out["devices"]:
-        rows = device["kernels"]
-        device["kernel_names"] = len(rows)
-        device["kernels"] = sorted(rows, key=lambda r: -r["total_ns"])[:TOP_N]
-    return out
+    stats = kernel_stats(trace)
+    devices = tuple(msgspec.structs.replace(d, kernels=tuple(sorted(d.kernels, key=lambda k: -k.total_ns)[:TOP_N]))
+                    for d in stats.devices)
+    return msgspec.structs.replace(stats, devices=devices)
 
 
-def _ops_section(trace: Trace) -> dict[str, Any]:
+def _ops_section(trace: Trace) -> OpStats:
+    """Op statistics with the :data:`TOP_N` longest groups by GPU time, then by self CPU time (``group_count``
+    counts all)."""
     from aiprof.analysis.ops import op_stats
 
-    out = op_stats(trace).to_dict()
-    groups = out["groups"]
-    out["group_count"] = len(groups)
-    by_cpu = sorted(groups, key=lambda g: -g["cpu_self_ns"])[:TOP_N]
-    by_gpu = sorted(groups, key=lambda g: -g["gpu_total_ns"])[:TOP_N]
-    kept: dict[str, dict[str, Any]] = {}
+    stats = op_stats(trace)
+    by_cpu = sorted(stats.groups, key=lambda g: -g.cpu_self_ns)[:TOP_N]
+    by_gpu = sorted(stats.groups, key=lambda g: -g.gpu_total_ns)[:TOP_N]
+    kept: dict[str, OpGroupStats] = {}
     for group in by_gpu + by_cpu:
-        kept.setdefault(group["name"], group)
-    out["groups"] = list(kept.values())
-    return out
+        kept.setdefault(group.name, group)
+    return msgspec.structs.replace(stats, groups=tuple(kept.values()))
 
 
 def _comm_section(trace: Trace) -> CommunicationSection:
@@ -79,7 +84,7 @@ def _comm_section(trace: Trace) -> CommunicationSection:
     return comm_section(trace, analysed_windows(trace), TOP_N)
 
 
-def _compat_section(trace: Trace) -> dict[str, Any]:
+def _compat_section(trace: Trace) -> Compat:
     from aiprof.analysis.compat import compat_for_trace
 
     return compat_for_trace(trace)
@@ -109,7 +114,7 @@ def _roofline_section(trace: Trace) -> dict[str, Any]:
     return roofline(trace).to_dict(max_instances=TOP_N)
 
 
-def _graph_capture_section(trace: Trace) -> dict[str, Any]:
+def _graph_capture_section(trace: Trace) -> GraphCaptureSection:
     from aiprof.analysis.graphs import graph_capture_section
 
     return graph_capture_section(trace)
@@ -146,7 +151,7 @@ class RankAnalysis:
     rank_source: str
     path: Path
     distributed: dict[str, Any]
-    devices_info: list[dict[str, Any]]
+    devices_info: list[DeviceInfo]
     metadata: dict[str, Any]
     event_count: int
     windows: list[StepWindow]
@@ -160,6 +165,9 @@ class RankAnalysis:
     arrivals: ArrivalTable | None = None
     # What the trace holds and lacks (aiprof.analysis.health): the report's health section is built from it.
     health: RankHealth | None = None
+    # The aiprof run directory holding the trace (meta.json decoded), found at the analysis' root and handed
+    # to the hook (the rules' run inputs); None for a trace outside one.
+    run_dir: RunDir | None = None
 
     @property
     def incomplete_steps(self) -> list[IncompleteStep]:
@@ -205,6 +213,11 @@ class RunAnalysis:
     # Rank files of a folder that are in no number: unreadable, their analysis raised, or their worker died
     # (aiprof.analysis.failures), in file order.
     failed: list[FailedRank] = field(default_factory=list)
+    # The run directory every rank's trace belongs to (aiprof.rundir.RunContext, found once at the root:
+    # the report's run metadata, telemetry and status come from it), and why a meta.json beside the traces
+    # was ignored (the report's warnings, after the others).
+    run_dir: RunDir | None = None
+    run_notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.cross_rank is None and len(self.ranks) > 1:
@@ -225,11 +238,12 @@ def analyze_trace(
     sections: dict[str, Section] | None = None,
     hook: RankHook | None = None,
     fork: bool = False,
+    run_dir: RunDir | None = None,
 ) -> RankAnalysis:
     """All analyses of one loaded trace; then ``hook(trace, analysis)``, whose result goes into
-    ``diagnosis`` (the hook sees the analysis without its sections). With ``fork``, the statistics sections
-    are computed in a forked copy of this process meanwhile (same results; done here if the child
-    fails)."""
+    ``diagnosis`` (the hook sees the analysis without its sections, with ``run_dir``: the run directory
+    holding the trace, found by the caller). With ``fork``, the statistics sections are computed in a
+    forked copy of this process meanwhile (same results; done here if the child fails)."""
     coverage = device_coverage(trace, step_windows(trace))
     windows = coverage.complete
     set_analysed_windows(trace, windows)  # the sections' steps (aiprof.analysis.steps.analysed_windows)
@@ -240,7 +254,7 @@ def analyze_trace(
         rank_source=trace.rank_source,
         path=trace.path,
         distributed=_public_distributed(trace.distributed),
-        devices_info=[vars(d).copy() for d in trace.devices],
+        devices_info=list(trace.devices),
         metadata=dict(trace.metadata),
         event_count=trace.event_count,
         windows=windows,
@@ -250,6 +264,7 @@ def analyze_trace(
         arrivals=arrival_table(trace, windows) if trace.distributed or _has_collectives(trace) else None,
         health=rank_health(trace, len(windows) + len(coverage.incomplete), len(coverage.incomplete), coverage.cut_off,
                            windows),
+        run_dir=run_dir,
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
@@ -295,9 +310,12 @@ def analyze(loaded: Trace | RunSet, sections: dict[str, Section] | None = None) 
     """Analyse what :func:`aiprof.load` returned."""
     traces = [loaded] if isinstance(loaded, Trace) else list(loaded.traces)
     warnings = [] if isinstance(loaded, Trace) else list(loaded.warnings)
-    ranks = [analyze_trace(t, sections) for t in traces]
+    context = RunContext.find(t.path for t in traces)
+    ranks = [analyze_trace(t, sections, run_dir=context.of(t.path)) for t in traces]
     warnings += [w for r in ranks if (w := r.partial_warning())]
-    return RunAnalysis(ranks, [str(t.path) for t in traces], warnings)
+    notes: list[str] = []
+    found = context.common([t.path for t in traces], notes)
+    return RunAnalysis(ranks, [str(t.path) for t in traces], warnings, run_dir=found, run_notes=notes)
 
 
 def _notes(trace: Trace) -> list[str]:
@@ -342,10 +360,13 @@ def _failed(path: Path, error: str, stage: Stage) -> _Loaded:
     return _Loaded(path, {}, 0, "file order", None, error, [], stage=stage)
 
 
-def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]:
+Job = tuple[Path, bool, RankHook | None, RunDir | None]  # trace file, tolerate a bad one, hook, run directory
+
+
+def _load_and_analyze(args: Job) -> list[_Loaded]:
     """Load one file and analyse each rank it holds. In a folder (``tolerate``) a file that is no trace, or
     a rank whose analysis raises, is a failed rank (its error), not the end of the run."""
-    path, tolerate, hook = args
+    path, tolerate, hook, run_dir = args
     try:
         traces = load_ranks(path)  # one per rank the file holds (an nsys report of an MPI job: several)
     except TraceError as err:
@@ -358,7 +379,7 @@ def _load_and_analyze(args: tuple[Path, bool, RankHook | None]) -> list[_Loaded]
         assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
         ident = identity(trace)
         try:
-            analysis = analyze_trace(trace, hook=hook, fork=True)
+            analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
         except Exception as err:  # noqa: BLE001 - one rank's failure is named, the run goes on
             if not tolerate:
                 raise
@@ -396,26 +417,23 @@ def analyze_paths(
     it is known (the progress bar's failed count) and listed in ``RunAnalysis.failed``."""
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
-    jobs: list[tuple[Path, bool, RankHook | None]] = []
-    for raw in paths:
-        path = Path(raw)
-        for found in find_trace_files(path):
-            jobs.append((found, path.is_dir(), rank_hook))
+    files = [(found, Path(raw).is_dir()) for raw in paths for found in find_trace_files(Path(raw))]
+    context = RunContext.find(found for found, _ in files)  # each folder's meta.json read once, here
+    jobs: list[Job] = [(found, tolerate, rank_hook, context.of(found)) for found, tolerate in files]
     cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs])
 
-    watch: Watch[tuple[Path, bool, RankHook | None], list[_Loaded]] = Watch(
+    watch: Watch[Job, list[_Loaded]] = Watch(
         progress=progress, failed=_first_error, on_failed=on_failed,
         lost=lambda job, why: [_failed(job[0], why, "worker")])
 
-    def mapper(fn: Callable[[tuple[Path, bool, RankHook | None]], list[_Loaded]],
-               todo: list[tuple[Path, bool, RankHook | None]]) -> list[list[_Loaded]]:
+    def mapper(fn: Callable[[Job], list[_Loaded]], todo: list[Job]) -> list[list[_Loaded]]:
         return map_files(fn, todo, workers, progress, executor, watch)
 
     done = cached_map(cache, mapper, _load_and_analyze, jobs, keep=lambda rs: all(r.error is None for r in rs))
     results = [r for rs in done for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
-    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor)
+    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor, context)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
@@ -424,11 +442,15 @@ def analyze_paths(
     for item in sorted(loaded, key=lambda r: r.rank):
         assert item.analysis is not None
         item.analysis.rank, item.analysis.rank_source = item.rank, item.rank_source
+        item.analysis.run_dir = context.of(item.path)  # this run's reading, also for a result from the cache
         ranks.append(item.analysis)
     warnings = skipped + notes + [w for r in loaded for w in r.warnings]
     warnings += [w for r in ranks if (w := r.partial_warning())]
     failed = [failed_rank(r.path, r.stage, r.error) for r in results if r.error]
-    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings, failed=failed)
+    run_notes: list[str] = []
+    found_dir = context.common([r.path for r in ranks], run_notes)
+    return RunAnalysis(ranks, [str(r.path) for r in ranks], warnings, failed=failed, run_dir=found_dir,
+                       run_notes=run_notes)
 
 
 def _first_error(results: list[_Loaded]) -> str | None:
@@ -457,6 +479,7 @@ def _cycles_as_one_rank(
     workers: int | None,
     progress: ProgressCallback | None,
     executor: Executor | None = None,
+    context: RunContext | None = None,
 ) -> list[_Loaded]:
     """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
     cycles (loaded again, together, in a worker). Only a folder of cycles pays the second load."""
@@ -466,8 +489,8 @@ def _cycles_as_one_rank(
     groups = cycle_groups([i for i in idents if i is not None])
     if not groups:
         return loaded
-    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook)
-            for g in groups]
+    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook,
+             context.of(loaded[g[0]].path) if context is not None else None) for g in groups]
     merged = map_files(_load_cycles_and_analyze, jobs, workers, progress, executor)
     grouped = {i for g in groups for i in g}
     return [r for i, r in enumerate(loaded) if i not in grouped] + merged
@@ -478,10 +501,10 @@ def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity
 
 
 def _load_cycles_and_analyze(
-    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None],
+    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None, RunDir | None],
 ) -> _Loaded:
     """Load the cycle files, merge them (in time order) and analyse them as one rank."""
-    _, paths, idents, hook = args
+    _, paths, idents, hook, run_dir = args
     traces: list[Trace] = []
     for path, ident in zip(paths, idents):
         found = load_ranks(path)
@@ -491,7 +514,7 @@ def _load_cycles_and_analyze(
     del traces
     trace.warnings.append(note)
     assign_ranks([trace])
-    analysis = analyze_trace(trace, hook=hook, fork=True)
+    analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
     out = _Loaded(trace.path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
                   program_of(trace), identity(trace))
     trace.cache.clear()

@@ -10,6 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from msgspec import UnsetType
+
+from aiprof.analysis.kernels import KernelNameStats
+from aiprof.analysis.ops import OpGroupStats
 from aiprof.analysis.timeline import BUCKETS
 from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.memory.units import binary
@@ -218,28 +222,24 @@ def primary_index(rank: RankReport) -> int | None:
     return None
 
 
-def top_kernels(rank: RankReport, n: int = 10) -> list[dict[str, Any]]:
+def top_kernels(rank: RankReport, n: int = 10) -> list[KernelNameStats]:
     """The primary device's kernels by total time (the ``kernels`` section), longest first."""
     section = rank.kernels
-    if not isinstance(section, dict):
-        return []
-    devices = [d for d in section.get("devices") or [] if isinstance(d, dict)]
-    if not devices:
+    if isinstance(section, UnsetType) or not section.devices:
         return []
     index = primary_index(rank)
-    device = next((d for d in devices if d.get("device") == index), devices[0])
-    rows = [k for k in device.get("kernels") or [] if isinstance(k, dict)]
-    return sorted(rows, key=lambda k: -_num(k.get("total_ns")))[:n]
+    device = next((d for d in section.devices if d.device == index), section.devices[0])
+    return sorted(device.kernels, key=lambda k: -k.total_ns)[:n]
 
 
-def top_ops(rank: RankReport, n: int = 10) -> tuple[list[dict[str, Any]], str]:
+def top_ops(rank: RankReport, n: int = 10) -> tuple[list[OpGroupStats], str]:
     """Ops by GPU time when the trace has GPU work, else by self CPU time; and the key used."""
     section = rank.ops
-    if not isinstance(section, dict):
+    if isinstance(section, UnsetType):
         return [], ""
-    rows = [g for g in section.get("groups") or [] if isinstance(g, dict)]
-    key = "gpu_total_ns" if any(_num(r.get("gpu_total_ns")) > 0 for r in rows) else "cpu_self_ns"
-    return sorted(rows, key=lambda r: -_num(r.get(key)))[:n], key
+    rows = section.groups
+    key = "gpu_total_ns" if any(r.gpu_total_ns > 0 for r in rows) else "cpu_self_ns"
+    return sorted(rows, key=lambda r: -getattr(r, key))[:n], key
 
 
 def mean_step_ns(totals: Totals) -> float:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.ops import OpGroupStats
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.report.compare_memory import MemoryComparison, compare_memory
@@ -514,8 +515,8 @@ def _rank_deltas(before: Report, after: Report) -> list[RankDelta]:
     return out
 
 
-def _op_key(group: dict[str, Any]) -> tuple[str, str]:
-    return str(group.get("name")), str(group.get("input_shapes") or "")
+def _op_key(group: OpGroupStats) -> tuple[str, str]:
+    return group.name, group.input_shapes or ""
 
 
 def _op_times(doc: Report, metric: str) -> dict[tuple[str, str], dict[str, float]]:
@@ -524,13 +525,13 @@ def _op_times(doc: Report, metric: str) -> dict[tuple[str, str], dict[str, float
     out: dict[tuple[str, str], dict[str, float]] = {}
     for r in ranks:
         section = r.ops
-        if not isinstance(section, dict):
+        if isinstance(section, UnsetType):
             continue
         steps = max(r.totals.steps, 1)
-        for g in section.get("groups") or []:
+        for g in section.groups:
             entry = out.setdefault(_op_key(g), {"ns": 0.0, "calls": 0.0})
-            entry["ns"] += float(g.get(metric) or 0) / steps / len(ranks)
-            entry["calls"] += float(g.get("count") or 0) / steps / len(ranks)
+            entry["ns"] += float(getattr(g, metric)) / steps / len(ranks)
+            entry["calls"] += float(g.count) / steps / len(ranks)
     return out
 
 
@@ -561,9 +562,9 @@ def _kernel_times(doc: Report) -> dict[str, dict[str, float]]:
     for r in ranks:
         steps = max(r.totals.steps, 1)
         for k in top_kernels(r, 10_000):
-            entry = out.setdefault(str(k.get("name")), {"ns": 0.0, "calls": 0.0})
-            entry["ns"] += float(k.get("total_ns") or 0) / steps / len(ranks)
-            entry["calls"] += float(k.get("count") or 0) / steps / len(ranks)
+            entry = out.setdefault(k.name, {"ns": 0.0, "calls": 0.0})
+            entry["ns"] += float(k.total_ns) / steps / len(ranks)
+            entry["calls"] += float(k.count) / steps / len(ranks)
     return out
 
 

@@ -32,6 +32,7 @@ from aiprof.report.model import (
 from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
+from aiprof.rundir import RunDir
 from aiprof.rules.finding import Finding, FindingRecord, as_record
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
@@ -54,10 +55,10 @@ def build_document(
         records = [as_record(dict(f) if isinstance(f, Mapping) else f) for f in findings or ()]
     except msgspec.ValidationError as err:
         raise AiprofError(f"a finding does not fit the report: {err}") from None
-    warnings = list(run.warnings)
-    context = run_context(list(run.sources), notes=warnings)
+    warnings = list(run.warnings) + list(run.run_notes)
+    context = run_context(run.run_dir)
     status = _run_status(context.get("run_metadata"), ranks)
-    whole = _whole_run(list(run.sources), ranks) if "run_metadata" in context else None
+    whole = _whole_run(run.run_dir, ranks) if "run_metadata" in context else None
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -93,13 +94,11 @@ def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
     return health
 
 
-def _whole_run(sources: list[str], ranks: list[RankReport]) -> WholeRun | None:
+def _whole_run(found: RunDir | None, ranks: list[RankReport]) -> WholeRun | None:
     """Every step of the run from its run directory's data-loader tables (analysis.wholerun), with the
     recorded steps' place in it; None for bare traces or a run directory without those tables."""
     from aiprof.analysis.wholerun import whole_run_of
-    from aiprof.report.runcontext import run_dir_of
 
-    found = run_dir_of(sources)
     if found is None:
         return None
     return whole_run_of(found.path, {s.number for r in ranks for s in r.steps} | {s.number for r in ranks for s in r.incomplete_steps})
@@ -209,7 +208,7 @@ def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) ->
 def _capture_kind(ranks: list[RankReport]) -> dict[str, Any]:
     """``trace_kind`` and ``capture_note`` of the summary: a capture when every rank's trace is one (the
     first rank's note speaks for them)."""
-    notes = [r.graph_capture.get("note") if isinstance(r.graph_capture, dict) else None for r in ranks]
+    notes = [None if isinstance(r.graph_capture, UnsetType) else r.graph_capture.note for r in ranks]
     if not notes or not all(notes):
         return {}
     prefix = "" if len(ranks) == 1 else f"Every rank ({len(ranks)}): "

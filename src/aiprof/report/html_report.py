@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.fsutil import HTML_GENERATOR
 from aiprof.report import common as c
@@ -322,29 +323,29 @@ class HtmlRenderer:
         capped = c.cap_ranks(doc) if multi else c.cap_rows([focus])
         for rank in capped.head + capped.tail:
             ov = rank.timeline_overview
-            if not isinstance(ov, dict) or not ov.get("bins"):
+            if isinstance(ov, UnsetType) or not ov.bins:
                 continue
             span = span or ov
             marks = _step_marks(rank, ov)
-            for dev in ov.get("devices") or []:
-                if multi and dev.get("device") != rank.primary_device:
+            for dev in ov.devices:
+                if multi and dev.device != rank.primary_device:
                     continue
-                series = {b: dev.get(f"{b}_ns") or [] for b in order}
-                label = f"rank {rank.rank}" if multi else str(dev.get("device"))
-                strips.append(svg.occupancy_strip(series, order, int(ov["bin_ns"]), marks, label))
+                series = {b: dev.series(b) for b in order}
+                label = f"rank {rank.rank}" if multi else dev.device
+                strips.append(svg.occupancy_strip(series, order, ov.bin_ns, marks, label))
             if capped.hidden and rank is capped.head[-1]:
                 strips.append(f'<p class="mute">… {len(capped.hidden):,} more ranks (every rank is in the JSON report)</p>')
         if not strips or span is None:
             return ""
-        total = int(span["end_ns"]) - int(span["start_ns"])
+        total = span.end_ns - span.start_ns
         where = "CPU" if c.is_cpu(doc) else "device"
         note = (
             f"Each rank's primary {where} over its own analysed span"
             if multi
             else ("The CPU over the analysed steps" if c.is_cpu(doc) else "Each device over the analysed steps")
         ) + "; bars show the share of each time bin; thin lines are step boundaries." + (
-            f" The {len(span['segments'])} profiler cycles are joined end to end (the first lines): the time between "
-            "them was not recorded and is not shown." if span.get("segments") else "")
+            f" The {len(span.segments)} profiler cycles are joined end to end (the first lines): the time between "
+            "them was not recorded and is not shown." if not isinstance(span.segments, UnsetType) and span.segments else "")
         return (
             f'<p class="mute">{esc(note)}</p>'
             + _legend(doc, c.buckets(doc))
@@ -359,10 +360,10 @@ class HtmlRenderer:
         unit and scale, and a share of the machine never shares an axis with a share of one core."""
         tel = doc.telemetry
         ov = focus.timeline_overview
-        if not isinstance(tel, dict) or not isinstance(ov, dict) or not ov.get("bins"):
+        if not isinstance(tel, dict) or isinstance(ov, UnsetType) or not ov.bins:
             return ""
-        base = int(ov.get("base_time_ns") or 0)
-        total = max(int(ov["end_ns"]) - int(ov["start_ns"]), 1)
+        base = ov.base_time_ns
+        total = max(ov.end_ns - ov.start_ns, 1)
         xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.get("t_unix_ns") or []]
         inside = sum(1 for x in xs if 0 <= x <= 1)
         series: dict[str, list[float | None]] = tel.get("series") or {}
@@ -575,13 +576,13 @@ class HtmlRenderer:
         for k in c.top_kernels(rank, self.top):
             rows.append(
                 [
-                    (f'<td class=name title="{esc(k.get("name"))}">{esc(_short(str(k.get("name", "?"))))}', str(k.get("name"))),
-                    (f"{int(k.get('count') or 0):,}", k.get("count") or 0),
-                    (fmt_ms(k.get("total_ns") or 0), k.get("total_ns") or 0),
-                    (fmt_ms(k.get("mean_ns") or 0), k.get("mean_ns") or 0),
-                    (f"{float(k.get('kernel_time_share_pct') or 0):.1f}%", k.get("kernel_time_share_pct") or 0),
-                    (_num_text(k.get("sm_efficiency_pct"), "{:.0f}%"), k.get("sm_efficiency_pct") or 0),
-                    (_num_text(k.get("achieved_occupancy_pct"), "{:.0f}%"), k.get("achieved_occupancy_pct") or 0),
+                    (f'<td class=name title="{esc(k.name)}">{esc(_short(k.name))}', k.name),
+                    (f"{k.count:,}", k.count),
+                    (fmt_ms(k.total_ns), k.total_ns),
+                    (fmt_ms(k.mean_ns), k.mean_ns),
+                    (f"{k.kernel_time_share_pct:.1f}%", k.kernel_time_share_pct),
+                    (_num_text(k.sm_efficiency_pct, "{:.0f}%"), k.sm_efficiency_pct or 0),
+                    (_num_text(k.achieved_occupancy_pct, "{:.0f}%"), k.achieved_occupancy_pct or 0),
                 ]
             )
         if not rows:
@@ -604,10 +605,10 @@ class HtmlRenderer:
         for o in ops:
             rows.append(
                 [
-                    (_name_cell(o.get("name"), o.get("input_shapes")), str(o.get("name"))),
-                    (f"{int(o.get('count') or 0):,}", o.get("count") or 0),
+                    (_name_cell(o.name, o.input_shapes), o.name),
+                    (f"{o.count:,}", o.count),
                 ]
-                + [(fmt_ms(o.get(k) or 0), o.get(k) or 0) for k, _ in cols]
+                + [(fmt_ms(getattr(o, k)), getattr(o, k)) for k, _ in cols]
             )
         basis = "GPU time (kernels the op launched, its children's included)" if key == "gpu_total_ns" else "self CPU time"
         head = ["op", "calls"] + [c.total(label) for _, label in cols]
@@ -627,17 +628,17 @@ class HtmlRenderer:
             pairs.append((f"distributed.{k}", v))
         for k, v in focus.trace_metadata.items():
             pairs.append((f"trace.{k}", v))
-        props = [p for p in focus.device_properties if isinstance(p, dict)]
         index = c.primary_index(focus)
-        prop = next((p for p in props if p.get("index") == index), None)
-        for k, v in (prop or {}).items():
+        prop = next((p for p in focus.device_properties if p.index == index), None)
+        for k, v in (msgspec.structs.asdict(prop) if prop is not None else {}).items():
             pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
         run = doc.run_metadata
         if isinstance(run, dict):
             for k, v in run.items():
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
-        compat = focus.compat
+        # The generic block renderer reads plain data: the section as its JSON holds it.
+        compat = None if isinstance(focus.compat, UnsetType) else msgspec.json.decode(encode(focus.compat))
         if isinstance(compat, dict) and c.is_cpu(focus):
             compat = _without_empty(compat)  # a CPU has no kernels, copies or device utilization: no 0 rows
         if isinstance(compat, dict) and compat:
@@ -755,23 +756,28 @@ def _incomplete(rank: RankReport) -> str:
     )
 
 
-def _step_marks(rank: RankReport, ov: dict[str, Any]) -> list[float]:
+def _step_marks(rank: RankReport, ov: TimelineOverview) -> list[float]:
     """Step starts (and, for several profiler cycles, the joins between them) as fractions of the strip."""
     marks = []
     for s in rank.steps:
         x = _overview_x(ov, s.start_ns)
         if x is not None and 0 < x < 1:
             marks.append(x)
-    joins = [x for lo, _ in (ov.get("segments") or [])[1:] if (x := _overview_x(ov, int(lo))) is not None]
+    joins = [x for lo, _ in _segments(ov)[1:] if (x := _overview_x(ov, lo)) is not None]
     return joins + marks[: 200 - len(joins)]
 
 
-def _overview_x(ov: dict[str, Any], t_ns: int) -> float | None:
+def _segments(ov: TimelineOverview) -> list[list[int]]:
+    """The pieces of the span the strip joins end to end (the profiler cycles; none with one cycle)."""
+    return [] if isinstance(ov.segments, UnsetType) else ov.segments
+
+
+def _overview_x(ov: TimelineOverview, t_ns: int) -> float | None:
     """Where ``t_ns`` (trace clock) falls on the overview strip, 0..1; with several profiler cycles the strip
     joins them end to end, and a time between two cycles (not recorded) falls nowhere (None)."""
-    start, end = int(ov["start_ns"]), int(ov["end_ns"])
+    start, end = ov.start_ns, ov.end_ns
     length = max(end - start, 1)
-    segments = ov.get("segments") or [[start, end]]
+    segments = _segments(ov) or [[start, end]]
     done = 0
     for lo, hi in segments:
         lo, hi = int(lo), int(hi)

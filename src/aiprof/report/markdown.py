@@ -7,7 +7,6 @@ run and one aggregate line for the rest (``common.cap_rows``).
 
 from __future__ import annotations
 
-from typing import Any
 
 from aiprof.analysis.timeline import IDLE_CAUSES
 from aiprof.report import common
@@ -117,17 +116,13 @@ def _top_tables(rank: RankReport, multi: bool) -> list[str]:
     kernels = common.top_kernels(rank, 5)
     if kernels:
         out += ["", f"### Top kernels{who}", "", f"| kernel | calls | {common.total('time')} |", "|---|---:|---:|"]
-        out += [f"| {_cell(_clip(str(k.get('name'))))} | {_count(k)} | {fmt_ms(k.get('total_ns') or 0)} |" for k in kernels]
+        out += [f"| {_cell(_clip(k.name))} | {k.count:,} | {fmt_ms(k.total_ns)} |" for k in kernels]
     ops, key = common.top_ops(rank, 5)
     if ops:
         label = common.total("GPU time" if key == "gpu_total_ns" else "self CPU")
         out += ["", f"### Top ops{who}", "", f"| op | calls | {label} |", "|---|---:|---:|"]
-        out += [f"| {_cell(_clip(str(o.get('name'))))} | {_count(o)} | {fmt_ms(o.get(key) or 0)} |" for o in ops]
+        out += [f"| {_cell(_clip(o.name))} | {o.count:,} | {fmt_ms(getattr(o, key))} |" for o in ops]
     return out
-
-
-def _count(row: dict[str, Any]) -> str:
-    return f"{int(row.get('count') or 0):,}"
 
 
 def _clip(text: str, n: int = 90) -> str:

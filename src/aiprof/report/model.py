@@ -6,10 +6,10 @@ The JSON a report file holds is these structs encoded by msgspec, field for fiel
 types: fields added since have defaults. A field that is ``UNSET`` is left out of the JSON (a section
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
-Per-rank analysis sections (``kernels``, ``ops``, ``compat``, ``roofline``, ``timeline_overview``) and
-free-form metadata stay ``dict[str, Any]`` here: their shapes are owned by the analyses that write them.
-``communication`` is typed (:class:`~aiprof.analysis.comm.CommunicationSection`), its per-collective rows
-still the analysis' dicts.
+Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
+``roofline/``, ``memory/``) and used here as is; ``roofline`` and the free-form metadata (``distributed``,
+``trace_metadata``, ``run_metadata``, ``telemetry``) are still ``dict[str, Any]``. ``communication``'s
+per-collective rows are still the analysis' dicts.
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
 :class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
@@ -24,10 +24,15 @@ from msgspec import UNSET, Meta, UnsetType
 
 from aiprof.analysis.arrival import CrossRank
 from aiprof.analysis.comm import CommunicationSection
+from aiprof.analysis.compat import Compat
 from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.failures import FailedRank
+from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.analysis.health import Health
 from aiprof.analysis.inference import InferenceReport
+from aiprof.analysis.kernels import KernelStats
+from aiprof.analysis.ops import OpStats
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -36,6 +41,7 @@ from aiprof.roofline.attention import AttentionReport
 from aiprof.roofline.mfu import MfuReport
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
+from aiprof.trace.model import DeviceInfo
 
 SCHEMA_VERSION = "1.1"
 
@@ -105,7 +111,7 @@ class Coverage(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class RankReport(msgspec.Struct, kw_only=True):
-    """Everything the report says about one rank; the detail sections are the analyses' own dicts."""
+    """Everything the report says about one rank; the detail sections are the analyses' own types."""
 
     rank: NonNegative
     rank_source: str  # "distributedInfo", "file name" or "file order"
@@ -113,7 +119,7 @@ class RankReport(msgspec.Struct, kw_only=True):
     event_count: NonNegative
     distributed: dict[str, Any] = msgspec.field(default_factory=dict)
     trace_metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    device_properties: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    device_properties: list[DeviceInfo] = msgspec.field(default_factory=list)
     primary_device: str
     devices: list[Device]
     step_source: str = "ProfilerStep"
@@ -122,15 +128,19 @@ class RankReport(msgspec.Struct, kw_only=True):
     notes: list[str]
     incomplete_steps: list[IncompleteStep] = msgspec.field(default_factory=list)
     coverage: Coverage = msgspec.field(default_factory=lambda: Coverage(partial=False))
-    kernels: dict[str, Any] | UnsetType = UNSET
-    ops: dict[str, Any] | UnsetType = UNSET
+    # Kernel statistics per device, the longest 50 names each (analysis/kernels.py).
+    kernels: KernelStats | UnsetType = UNSET
+    # Op statistics: the 50 longest op names by GPU time and by self CPU time (analysis/ops.py).
+    ops: OpStats | UnsetType = UNSET
     # Collectives, their summary and overlap, and exposed vs hidden communication per group and phase.
     communication: CommunicationSection | UnsetType = UNSET
-    compat: dict[str, Any] | UnsetType = UNSET
+    # The peers' numbers of the rank: HTA, TraceLens, the TensorBoard plugin (analysis/compat; docs/peer-conventions.md).
+    compat: Compat | UnsetType = UNSET
     roofline: dict[str, Any] | UnsetType = UNSET
-    timeline_overview: dict[str, Any] | UnsetType = UNSET
+    # Each device's buckets in 240 time bins over the analysed span (analysis/overview.py): the HTML strips.
+    timeline_overview: TimelineOverview | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
-    graph_capture: dict[str, Any] | UnsetType = UNSET
+    graph_capture: GraphCaptureSection | UnsetType = UNSET
     # torch.compile: compilations (recompiles and their causes), compiled-graph calls, guard checks, Inductor
     # kernels, CUDA graph replays (analysis/compile.py); only ``compiled: false`` without torch.compile. Schema 1.1.
     compile: CompileReport | UnsetType = UNSET

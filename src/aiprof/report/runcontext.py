@@ -29,16 +29,9 @@ _RATES = ("disk_read_bytes", "disk_write_bytes", "net_recv_bytes", "net_sent_byt
 
 
 def run_dir_of(sources: list[str], notes: list[str] | None = None) -> rundir.RunDir | None:
-    """The run directory when every analysed trace belongs to the same one (:func:`aiprof.rundir.owner_of`)."""
-    found: list[str] = []
-    folders = {Path(s).resolve().parent for s in sources}  # the answer depends on the folder only: read each once
-    owners = [rundir.owner_of(folder / "trace", found) for folder in sorted(folders)]
-    if notes is not None:
-        notes.extend(dict.fromkeys(found))
-    dirs = {o.path for o in owners if o is not None}
-    if len(dirs) != 1 or None in owners:
-        return None
-    return next(o for o in owners if o is not None)
+    """The run directory when every trace of a report read back from a file belongs to the same one
+    (:func:`aiprof.rundir.find_run_dir`); an analysis finds it once, at its root (``RunAnalysis.run_dir``)."""
+    return rundir.find_run_dir([Path(s) for s in sources], notes)
 
 
 def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] | None:
@@ -119,10 +112,9 @@ def shared_cores(telemetry: dict[str, Any] | None, run_metadata: dict[str, Any] 
     return pct / 100.0 * cores if pct >= SHARED_PCT else None
 
 
-def run_context(sources: list[str], notes: list[str] | None = None) -> dict[str, Any]:
-    """``{"run_metadata": …, "telemetry": …}`` for the document, with only the keys that exist. Why a
-    ``meta.json`` beside the traces was not used goes to ``notes``."""
-    found = run_dir_of(sources, notes)
+def run_context(found: rundir.RunDir | None) -> dict[str, Any]:
+    """``{"run_metadata": …, "telemetry": …}`` for the document of a run in the run directory ``found`` (found
+    at the analysis' root), with only the keys that exist; ``{}`` for traces outside one."""
     if found is None:
         return {}
     out: dict[str, Any] = {"run_metadata": found.meta.to_dict()}

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from aiprof.analysis.kernels import KernelNameStats
+from aiprof.analysis.ops import OpGroupStats
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.analysis.run import RunAnalysis
 from aiprof.report import common
@@ -269,13 +271,13 @@ class TerminalRenderer:
             console.print(Text("Top ops (whole trace)"))
             console.print(self._top_table(ops, key, common.total(label)))
 
-    def _top_table(self, rows: list[dict[str, Any]], key: str, label: str) -> Table:
+    def _top_table(self, rows: Sequence[KernelNameStats | OpGroupStats], key: str, label: str) -> Table:
         table = Table(box=None, pad_edge=False)
         table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=self.width - 24)
         table.add_column("calls", justify="right")
         table.add_column(label, justify="right")
         for row in rows:
-            table.add_row(terminal_text(row.get("name", "?")), f"{int(row.get('count') or 0):,}", fmt_ms(row.get(key) or 0))
+            table.add_row(terminal_text(row.name), f"{row.count:,}", fmt_ms(getattr(row, key)))
         return table
 
 

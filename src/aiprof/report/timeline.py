@@ -33,6 +33,7 @@ from aiprof.analysis.explore import RUN_EVENTS, Category, RankTimeline, cap
 from aiprof.report.escape import json_script
 from aiprof.report.model import Report
 from aiprof.rules.finding import FindingRecord
+from aiprof.rundir import RunDir
 
 __all__ = ["MAX_EVENTS", "TIMELINE_CSS", "TimelineInput", "csp", "payload", "script_hash", "script_text", "section",
            "timeline_input"]
@@ -54,16 +55,15 @@ class TimelineInput:
     notes: list[str] = field(default_factory=list)
 
 
-def timeline_input(ranks: list[RankTimeline | None], sources: list[str]) -> TimelineInput | None:
+def timeline_input(ranks: list[RankTimeline | None], found: RunDir | None) -> TimelineInput | None:
     """The timeline input of a run (None when no rank has one): the ranks' timelines and the telemetry
-    of the run directory the traces belong to, if any."""
+    of ``found``, the run directory the traces belong to (``RunAnalysis.run_dir``), if any."""
     present = [r for r in ranks if r is not None and len(r)]
     if not present:
         return None
-    from aiprof.report.runcontext import read_telemetry, run_dir_of
+    from aiprof.report.runcontext import read_telemetry
 
     telemetry = None
-    found = run_dir_of(sources)
     if found is not None and found.telemetry_path is not None:
         telemetry = read_telemetry(found.telemetry_path, max_points=MAX_TELEMETRY_POINTS)
     return TimelineInput(present, telemetry)

@@ -7,7 +7,6 @@ that do not apply to a row hold ``-1`` (ints) or NaN (floats).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -86,9 +85,9 @@ def kind_of_category(cat: str) -> Kind | None:
     return _CATEGORY_KIND.get(cat.lower())
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """One accelerator as ``deviceProperties`` describes it (all fields optional in real traces)."""
+class DeviceInfo(msgspec.Struct, frozen=True):
+    """One accelerator as ``deviceProperties`` describes it (all fields optional in real traces); the report's
+    ``ranks[].device_properties`` lists them."""
 
     index: int
     name: str = ""
@@ -271,7 +270,7 @@ class Trace:
             if dev.index == index:
                 return dev
         if len(self.devices) == 1 and self.device_ids == [index]:
-            return dataclasses.replace(self.devices[0], index=index)
+            return msgspec.structs.replace(self.devices[0], index=index)
         return DeviceInfo(index=index)
 
     @property

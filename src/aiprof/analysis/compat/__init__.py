@@ -8,7 +8,7 @@ trace without GPU, steps or CPU side: undefined results carry ``defined=False`` 
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
 from aiprof.analysis.compat.hta import HtaBreakdown, hta_temporal_breakdown
 from aiprof.analysis.compat.tbplugin import TbOverview, TbStep, tbplugin_overview
@@ -16,6 +16,7 @@ from aiprof.analysis.compat.tracelens import TraceLensTimeline, tracelens_gpu_ti
 from aiprof.trace.model import Trace
 
 __all__ = [
+    "Compat",
     "HtaBreakdown",
     "TbOverview",
     "TbStep",
@@ -27,14 +28,19 @@ __all__ = [
 ]
 
 
-def compat_for_trace(trace: Trace) -> dict[str, Any]:
+class Compat(msgspec.Struct, frozen=True, kw_only=True):
+    """The report's ``ranks[].compat`` block: each peer's numbers of the rank."""
+
+    hta: HtaBreakdown
+    tracelens: TraceLensTimeline
+    tbplugin: TbOverview
+
+
+def compat_for_trace(trace: Trace) -> Compat:
     """The report contract's ``compat`` block: ``{hta: {...}, tracelens: {...}, tbplugin: {...}}``.
 
     Defaults are each peer's current defaults: HTA 0.5.0 (last ProfilerStep dropped), current TraceLens
     (linked GPU events, memset left out), the plugin as released (strict categories).
     """
-    return {
-        "hta": hta_temporal_breakdown(trace).to_dict(),
-        "tracelens": tracelens_gpu_timeline(trace).to_dict(),
-        "tbplugin": tbplugin_overview(trace).to_dict(),
-    }
+    return Compat(hta=hta_temporal_breakdown(trace), tracelens=tracelens_gpu_timeline(trace),
+                  tbplugin=tbplugin_overview(trace))

@@ -29,16 +29,15 @@ docs/peer-conventions.md for the measured effect.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.trace.model import Kind, Trace
-from aiprof.plain import as_dict
 
 I64 = npt.NDArray[np.int64]
 Bool = npt.NDArray[np.bool_]
@@ -51,8 +50,7 @@ _STREAM_KINDS = (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.SYNC)
 _DROPPED_KINDS = (Kind.MEMORY, Kind.INSTANT)
 
 
-@dataclass(frozen=True)
-class HtaBreakdown:
+class HtaBreakdown(msgspec.Struct, frozen=True):
     """HTA's temporal breakdown of one rank. All zeros (and ``defined=False``) without device rows."""
 
     idle_pct: float
@@ -64,9 +62,6 @@ class HtaBreakdown:
     total_us: int  # HTA's "kernel_time(us)": first kept device start to last kept device end
     last_step_dropped: bool  # whether HTA's last-ProfilerStep filter applied
     defined: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
 
 def _empty(dropped: bool = False) -> HtaBreakdown:

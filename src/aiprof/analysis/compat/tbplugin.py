@@ -33,9 +33,9 @@ All values are µs (floats: aiprof keeps ns).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -71,41 +71,42 @@ _COLLECTIVES = {
 _DATALOADER = re.compile(r"^enumerate\(DataLoader\)#.*\.__next__$|^enumerate\(DataPipe\)#")
 
 
-@dataclass(frozen=True)
-class TbStep:
-    """One step's breakdown, µs, keyed as in the plugin's overview table."""
+class TbStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One step's breakdown, µs, keyed as in the plugin's overview table (one field per :data:`COLUMNS`)."""
 
-    name: str
+    name: str = msgspec.field(name="step")
     start_us: float
     end_us: float
-    costs_us: dict[str, float]
+    kernel: float = msgspec.field(name="Kernel")
+    memcpy: float = msgspec.field(name="Memcpy")
+    memset: float = msgspec.field(name="Memset")
+    communication: float = msgspec.field(name="Communication")
+    runtime: float = msgspec.field(name="Runtime")
+    dataloader: float = msgspec.field(name="DataLoader")
+    cpu_op: float = msgspec.field(name="CpuOp")
+    other: float = msgspec.field(name="Other")
+    total: float = msgspec.field(name="Total")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"step": self.name, "start_us": self.start_us, "end_us": self.end_us, **self.costs_us}
+    @property
+    def costs_us(self) -> dict[str, float]:
+        """The step's cost per column, by the plugin's column names (:data:`COLUMNS`)."""
+        return dict(zip(COLUMNS, (self.kernel, self.memcpy, self.memset, self.communication, self.runtime,
+                                  self.dataloader, self.cpu_op, self.other, self.total)))
 
 
-@dataclass(frozen=True)
-class TbOverview:
-    """The plugin's overview. ``steps`` empty and zeros when undefined (no timed host or device rows)."""
+class TbOverview(msgspec.Struct, frozen=True, kw_only=True):
+    """The plugin's overview (the report's ``ranks[].compat.tbplugin``). ``steps`` empty and zeros when
+    undefined (no timed host or device rows)."""
 
-    steps: list[TbStep]
     avg_step_us: dict[str, float]
     gpu_utilization: float | None  # mean over devices with kernels; None without kernels
-    gpu_utilization_per_device: dict[int, float] = field(default_factory=dict)
+    gpu_utilization_per_device: dict[str, float] = msgspec.field(default_factory=dict)  # by device index, as text
+    steps: list[TbStep]
     defined: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "avg_step_us": dict(self.avg_step_us),
-            "gpu_utilization": self.gpu_utilization,
-            "gpu_utilization_per_device": {str(k): v for k, v in self.gpu_utilization_per_device.items()},
-            "steps": [s.to_dict() for s in self.steps],
-            "defined": self.defined,
-        }
 
 
 def _empty() -> TbOverview:
-    return TbOverview([], {k: 0.0 for k in COLUMNS}, None, {}, False)
+    return TbOverview(steps=[], avg_step_us={k: 0.0 for k in COLUMNS}, gpu_utilization=None, defined=False)
 
 
 def _string_mask(trace: Trace, predicate: Any) -> Bool:
@@ -266,21 +267,32 @@ def tbplugin_overview(trace: Trace, *, strict: bool = True) -> TbOverview:
         ranges(dataloader),
         ranges(cpu_op),
     ]
-    costs = _role_costs((step_s, step_e), roles)
-    totals = (step_e - step_s).astype(np.float64)
+    costs = (_role_costs((step_s, step_e), roles) / 1000.0).tolist()  # Python floats, µs
+    totals = ((step_e - step_s) / 1000.0).tolist()
+    starts_us, ends_us = (step_s / 1000.0).tolist(), (step_e / 1000.0).tolist()
     steps = [
         TbStep(
             name=step_names[i],
-            start_us=step_s[i] / 1000.0,
-            end_us=step_e[i] / 1000.0,
-            costs_us={**{k: costs[i, j] / 1000.0 for j, k in enumerate((*ROLES, "Other"))}, "Total": totals[i] / 1000.0},
+            start_us=starts_us[i],
+            end_us=ends_us[i],
+            kernel=costs[i][0],
+            memcpy=costs[i][1],
+            memset=costs[i][2],
+            communication=costs[i][3],
+            runtime=costs[i][4],
+            dataloader=costs[i][5],
+            cpu_op=costs[i][6],
+            other=costs[i][7],
+            total=totals[i],
         )
         for i in range(step_s.size)
     ]
     avg = {k: float(np.mean([s.costs_us[k] for s in steps])) if steps else 0.0 for k in COLUMNS}
     per_device = _gpu_utilization(trace, kernel, int(step_s[0]), int(step_e[-1])) if steps else {}
     util = float(np.mean(list(per_device.values()))) if per_device else None
-    return TbOverview(steps, avg, util, per_device, bool(steps))
+    return TbOverview(steps=steps, avg_step_us=avg, gpu_utilization=util,
+                      gpu_utilization_per_device={str(k): v for k, v in per_device.items()},
+                      defined=bool(steps))
 
 
 def _gpu_utilization(trace: Trace, kernel: Bool, lo: int, hi: int) -> dict[int, float]:

@@ -22,9 +22,9 @@ Times are reported in ms, as TraceLens's ``time ms`` column.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
@@ -32,7 +32,6 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
 from aiprof.trace.model import Kind, Trace
-from aiprof.plain import as_dict
 
 Bool = npt.NDArray[np.bool_]
 
@@ -40,8 +39,7 @@ _GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 _COMM_MARKERS = ("nccl", "deep_ep")
 
 
-@dataclass(frozen=True)
-class TraceLensTimeline:
+class TraceLensTimeline(msgspec.Struct, frozen=True):
     """TraceLens's GPU timeline rows, in ms. All zeros (``defined=False``) without GPU events."""
 
     computation_ms: float
@@ -54,9 +52,6 @@ class TraceLensTimeline:
     total_memcpy_ms: float
     events: int  # GPU events counted
     defined: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
     def percent(self, field: str) -> float:
         """A row's ``percent`` column: share of ``total_ms``."""
