@@ -94,9 +94,18 @@ def mfu_line(doc: Report) -> str:
     return mfu_text(sec) if sec else ""
 
 
+def mfu_details(doc: Report) -> list[str]:
+    """The focus rank's MFU per op class and per module, one line each ([] when it has no MFU)."""
+    from aiprof.roofline.mfu import mfu_detail_lines
+
+    sec = common.focus_rank(doc).mfu
+    return mfu_detail_lines(sec) if sec else []
+
+
 def terminal_lines(doc: Report) -> list[str]:
     line = mfu_line(doc)
-    return ([terminal(line), ""] if line else []) + _compile_terminal_lines(doc)
+    details = [terminal(f"  {d}") for d in mfu_details(doc)]
+    return ([terminal(line), *details, ""] if line else []) + _compile_terminal_lines(doc)
 
 
 def _compile_terminal_lines(doc: Report) -> list[str]:
@@ -115,7 +124,8 @@ def _compile_terminal_lines(doc: Report) -> list[str]:
 
 def markdown_lines(doc: Report) -> list[str]:
     line = mfu_line(doc)
-    return (["", markdown(line) + "."] if line else []) + _compile_markdown_lines(doc)
+    details = [f"- {markdown(d)}" for d in mfu_details(doc)]
+    return (["", markdown(line) + ".", *([""] + details if details else [])] if line else []) + _compile_markdown_lines(doc)
 
 
 def _compile_markdown_lines(doc: Report) -> list[str]:
