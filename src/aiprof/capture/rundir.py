@@ -17,6 +17,7 @@ from aiprof.rundir import (  # noqa: F401 - explicit for mypy: the capture modul
     check_writable,
     create_new,
     dataloader_path,
+    dynamo_path,
     default_run_dir,
     locked,
     part_path,

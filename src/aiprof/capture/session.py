@@ -75,6 +75,9 @@ class CaptureSession:
         self._step_module = False  # an inference loop's model was found: its forwards begin steps
         self._forwards_since_mark = 0
         self._remove_detector: Callable[[], None] | None = None
+        from aiprof.capture.dynamo import DynamoBaseline
+
+        self._dynamo_before = DynamoBaseline.now()  # what an earlier session in this process already saw
 
     # --- lifecycle -------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
@@ -305,12 +308,22 @@ class CaptureSession:
         if self.requests.requests:
             rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
                                 rundir.format_requests(self.requests.requests))
+        if self.is_rank():
+            _quietly(lambda: self._write_dynamo(rank))
         if self.write_traces and self.recorder.cycles:
             path = rundir.trace_path(self.run_dir, rank, self.pid)
             finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,
                          self.options.telemetry_interval_s)
             self.trace_files.append(path.name)
         rundir.update_meta(self.run_dir, self._merge_rank)
+
+    def _write_dynamo(self, rank: int) -> None:
+        """Dynamo's own compile records, when the program used torch.compile (:mod:`aiprof.capture.dynamo`)."""
+        from aiprof.capture.dynamo import dynamo_record
+
+        data = dynamo_record(self._dynamo_before)
+        if data is not None:
+            rundir.atomic_write(rundir.dynamo_path(self.run_dir, rank, self.pid), data)
 
     def rank_entry(self) -> dict[str, Any]:
         """This process's part of ``meta.json``."""
