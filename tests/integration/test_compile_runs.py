@@ -55,7 +55,10 @@ def test_a_new_shape_every_step_is_recompilation_first_with_its_cause(runs: Path
 def test_without_shapes_the_run_directory_names_the_cause_and_the_guard(runs: Path) -> None:
     """No input shapes in the trace: the trace alone cannot tell a shape change from any other failed guard;
     Dynamo's compile records that the capture saved in the run directory can."""
+    from aiprof.trace.runset import find_trace_files
+
     assert (runs / "blind" / "dynamo.rank0.json").is_file()
+    assert [p.name for p in find_trace_files(runs / "blind")] == ["rank0.pt.trace.json.gz"]  # not a trace
     first = _findings(runs / "blind")[0]
     assert first["id"] == "recompilation" and first["evidence"]["causes"] == {"shape": 4}
     guards = [r.get("guard", "") for r in first["evidence"]["recompilations"]]

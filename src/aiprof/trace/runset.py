@@ -23,6 +23,7 @@ from aiprof.trace.readers import load_ranks
 _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz", ".sqlite", ".nsys-rep")
 # Files an aiprof run directory (or a peer tool's output folder) holds that are not traces.
 _NOT_TRACES = {"meta.json", "report.json", "telemetry.json", "dataloader.json", "findings.json"}
+_NOT_TRACE_PATTERN = re.compile(r"dynamo\.rank\d+(-pid\d+)?\.json")  # Dynamo's compile records (capture/dynamo.py)
 _RANK_PATTERNS = [
     re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"worker[-_]?(\d+)", re.IGNORECASE),
@@ -47,6 +48,7 @@ def find_trace_files(path: Path) -> list[Path]:
         p
         for p in path.rglob("*")
         if p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES
+        and not _NOT_TRACE_PATTERN.fullmatch(p.name)
     ]
     if not found:
         from aiprof.rundir import no_trace_message
