@@ -262,15 +262,19 @@ class RunDir:
         """The requests (generate() calls, token times) of the process that wrote ``trace_path``, if any."""
         return self._rank_file(trace_path, "requests")
 
-    def _rank_file(self, trace_path: Path, kind: str) -> Path | None:
-        """``<kind>.rank<N>[-pid<P>].csv`` of the process that wrote ``trace_path``, when it exists."""
+    def dynamo_path(self, trace_path: Path) -> Path | None:
+        """Dynamo's compile records (:mod:`aiprof.capture.dynamo`) of the process that wrote ``trace_path``."""
+        return self._rank_file(trace_path, "dynamo", ".json")
+
+    def _rank_file(self, trace_path: Path, kind: str, suffix: str = ".csv") -> Path | None:
+        """``<kind>.rank<N>[-pid<P>]<suffix>`` of the process that wrote ``trace_path``, when it exists."""
         entry = self.rank_of(trace_path)
         if entry is not None:
             rank = entry.rank if entry.rank is not None else 0
-            names = [f"{kind}.rank{rank}-pid{entry.pid}.csv", f"{kind}.rank{rank}.csv"]
+            names = [f"{kind}.rank{rank}-pid{entry.pid}{suffix}", f"{kind}.rank{rank}{suffix}"]
         else:
             stem = trace_path.name.removesuffix(TRACE_SUFFIX)
-            names = [f"{kind}.{stem}.csv"] if re.fullmatch(r"rank\d+(-pid\d+)?", stem) else []
+            names = [f"{kind}.{stem}{suffix}"] if re.fullmatch(r"rank\d+(-pid\d+)?", stem) else []
         return next((self.path / n for n in names if (self.path / n).is_file()), None)
 
 
@@ -468,6 +472,27 @@ def read_requests(path: Path) -> list[Request] | None:
             continue
         if end >= start:
             out.append(Request(n, start, end, batch, prompt, times))
+    return out
+
+
+MAX_DYNAMO_BYTES = 4 << 20
+
+
+def read_recompile_reasons(path: Path) -> dict[str, str]:
+    """Compile id (``F/C``) -> the guard failure Dynamo gave for that recompile, from a ``dynamo.rank<N>.json``
+    file (:mod:`aiprof.capture.dynamo`); empty when the file is missing, oversized or not one."""
+    try:
+        if path.stat().st_size > MAX_DYNAMO_BYTES:
+            return {}
+        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("format") != "aiprof-dynamo-1" or not isinstance(doc.get("compiles"), list):
+        return {}
+    out: dict[str, str] = {}
+    for row in doc["compiles"]:
+        if isinstance(row, dict) and isinstance(row.get("compile_id"), str) and isinstance(row.get("recompile_reason"), str):
+            out[row["compile_id"]] = row["recompile_reason"]
     return out
 
 
@@ -735,9 +760,13 @@ def requests_path(run_dir: Path, rank: int, pid: int) -> Path:
     return _csv_path(run_dir, "requests", rank, pid)
 
 
-def _csv_path(run_dir: Path, kind: str, rank: int, pid: int) -> Path:
-    """``<kind>.rank<N>.csv``; a second process claiming the same rank gets its pid appended."""
-    path = run_dir / f"{kind}.rank{rank}.csv"
+def dynamo_path(run_dir: Path, rank: int, pid: int) -> Path:
+    return _csv_path(run_dir, "dynamo", rank, pid, ".json")
+
+
+def _csv_path(run_dir: Path, kind: str, rank: int, pid: int, suffix: str = ".csv") -> Path:
+    """``<kind>.rank<N><suffix>``; a second process claiming the same rank gets its pid appended."""
+    path = run_dir / f"{kind}.rank{rank}{suffix}"
     if path.exists():
-        path = run_dir / f"{kind}.rank{rank}-pid{pid}.csv"
+        path = run_dir / f"{kind}.rank{rank}-pid{pid}{suffix}"
     return path

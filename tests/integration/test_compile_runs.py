@@ -7,6 +7,7 @@ the four runs (tests/integration/scripts/compiled_models.py)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +46,32 @@ def test_a_new_shape_every_step_is_recompilation_first_with_its_cause(runs: Path
     assert first["evidence"]["recompiles"] == 4  # steps 1-4 each compile frame 0 again
     assert first["evidence"]["causes"] == {"shape": 4}
     assert "[4, 16] -> [5, 16]" in str(first["evidence"]["recompilations"])
+    # Dynamo's own words for the failed guard, from the run directory (aiprof.capture.dynamo)
+    assert re.fullmatch(r"1/\d: tensor 'x' size mismatch at index 0\. expected (\d), actual (\d)", first["evidence"]["guard"])
+    guards = [r["guard"] for r in first["evidence"]["recompilations"]]
+    assert sorted(guards) == [f"1/{c - 1}: tensor 'x' size mismatch at index 0. expected {3 + c}, actual {4 + c}"
+                              for c in range(1, 5)], guards
     doc = app.analyze([runs / "shape"])
     rank = doc.ranks[0]
     assert sum(s.breakdown_ns["compile"] for s in rank.steps[1:]) > sum(s.breakdown_ns["compute"] for s in rank.steps[1:])
+
+
+def test_without_shapes_the_run_directory_names_the_cause_and_the_guard(runs: Path) -> None:
+    """No input shapes in the trace: the trace alone cannot tell a shape change from any other failed guard;
+    Dynamo's compile records that the capture saved in the run directory can."""
+    from aiprof.trace.runset import find_trace_files
+
+    assert (runs / "blind" / "dynamo.rank0.json").is_file()
+    assert [p.name for p in find_trace_files(runs / "blind")] == ["rank0.pt.trace.json.gz"]  # not a trace
+    first = _findings(runs / "blind")[0]
+    assert first["id"] == "recompilation" and first["evidence"]["causes"] == {"shape": 4}
+    guards = [r.get("guard", "") for r in first["evidence"]["recompilations"]]
+    assert all("size mismatch at index 0" in g for g in guards) and len(guards) == 4, guards
+    assert "size mismatch at index 0" in first["title"]
+    doc = app.analyze([runs / "blind"])
+    sec = doc.ranks[0].compile
+    assert sec and sec.events and {e.cause for e in sec.events if e.recompile} == {"shape"}
+    assert all("expected" in str(e.guard) for e in sec.events if e.recompile)
 
 
 def test_the_padded_model_never_recompiles(runs: Path) -> None:

@@ -64,6 +64,9 @@ def test_mfu_matches_a_hand_computation(traces_dir: Path, rel: str, peak: float)
     duration = sum(s.duration_ns for s in sec.steps)
     assert sec.mfu == pytest.approx(flops / (duration / 1e9 * peak), rel=1e-9)
     assert math.isclose(sum(sec.by_class_mfu.values()), sec.mfu, rel_tol=1e-9)
+    matrix = [c for c in sec.by_op_class or [] if c.op_class != "elementwise"]
+    assert sum(c.flops for c in matrix) == flops
+    assert math.isclose(sum(float(c.mfu or 0.0) for c in matrix), sec.mfu, rel_tol=1e-9)
 
 
 def test_the_mi300x_compiled_trace_by_hand(traces_dir: Path) -> None:
@@ -81,6 +84,14 @@ def test_the_mi300x_compiled_trace_by_hand(traces_dir: Path) -> None:
     assert step.duration_ns == 12_939_993
     assert sec.mfu == pytest.approx((gemm + attention) / (12.939993e-3 * 1307.4e12), rel=1e-9)
     assert round(100 * sec.mfu, 1) == 32.5
+    classes = {c.op_class: c for c in sec.by_op_class or []}
+    assert classes["matmul"].flops == gemm and classes["attention"].flops == attention
+    assert classes["attention"].mfu == pytest.approx(attention / (12.939993e-3 * 1307.4e12), rel=1e-9)
+    assert classes["elementwise"].flops > 0  # the Triton pointwise/reduction kernels: vector work
+    from aiprof import app
+
+    text = app.render(app.analyze([traces_dir / "tracelens/torch_compile_triton/trace.json.gz"]), "terminal")
+    assert "matmul: 26.00% of peak" in text and "attention: 6.50% of peak" in text, text[:3000]
 
 
 def test_compare_shows_both_sides_mfu_with_their_peaks(traces_dir: Path) -> None:

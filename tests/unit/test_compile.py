@@ -7,6 +7,7 @@ from pathlib import Path
 
 import aiprof
 import msgspec
+import pytest
 
 from aiprof.analysis.compile import CompileReport, compile_events, compile_section
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, account
@@ -205,3 +206,35 @@ def test_graph_replays_against_eager_launches_per_step(tmp_path: Path) -> None:
     assert g is not None
     assert [(s.graph_replays, s.eager_launches, s.captures) for s in g.steps] == [(1, 1, 1), (1, 1, 0), (1, 1, 1)]
     assert g.replay_share == 0.5 and g.recaptured_steps == 1
+
+
+# --- Dynamo's compile records from the run directory (aiprof.capture.dynamo) --------------------------
+@pytest.mark.parametrize(("text", "cause"), [
+    ("1/0: tensor 'x' size mismatch at index 0. expected 4, actual 5", "shape"),
+    ("0/0: tensor 'L['x']' stride mismatch at index 0. expected 16, actual 32", "shape"),
+    ("0/1: tensor 'x' dispatch key set mismatch. expected DispatchKeySet(CPU), actual ...; dtype mismatch. "
+     "expected Float, actual Half", "dtype"),
+    ("0/0: L['n'] == 3", "guard"),
+    ("0/0: ___check_obj_id(G['flag'], 9781568)", "guard"),
+    ("0/0: GLOBAL_STATE changed: grad_mode ", "guard"),
+    ("Unable to find recompilation reasons", "unknown"),
+    ("", "unknown"),
+])
+def test_guard_cause_reads_dynamos_wording(text: str, cause: str) -> None:
+    from aiprof.analysis.compile import guard_cause
+
+    assert guard_cause(text) == cause
+
+
+def test_recompile_reasons_file_bad_input_is_empty(tmp_path: Path) -> None:
+    from aiprof.rundir import read_recompile_reasons
+
+    path = tmp_path / "dynamo.rank0.json"
+    assert read_recompile_reasons(path) == {}  # missing
+    path.write_text("{not json")
+    assert read_recompile_reasons(path) == {}
+    path.write_text('{"format": "other", "compiles": []}')
+    assert read_recompile_reasons(path) == {}
+    path.write_text('{"format": "aiprof-dynamo-1", "compiles": [{"compile_id": "0/1", "recompile_reason": "r"},'
+                    ' {"compile_id": 3}, "x", {"compile_id": "0/0"}]}')
+    assert read_recompile_reasons(path) == {"0/1": "r"}

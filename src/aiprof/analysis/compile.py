@@ -69,6 +69,7 @@ class CompileEvent:
     attempt: int | None  # C of F/C: 0 is the frame's first compile, >= 1 a recompile
     cause: str  # "first compile" | "shape" | "dtype" | "guard" | "unknown"
     detail: str  # what changed ("input 2: [4, 16] -> [5, 16]"), '' when nothing is known
+    guard: str = ""  # the guard that failed, as Dynamo words it, from the run's dynamo.rank<N>.json
 
     @property
     def dur_ns(self) -> int:
@@ -96,6 +97,9 @@ class CompileRecord(msgspec.Struct, kw_only=True):
     cause: str
     detail: str
     spans: int = 1  # spans of compile work it is made of (forward, backward, first-call autotuning…)
+    # The guard that failed, as Dynamo words it ("0/0: tensor 'x' size mismatch at index 0. expected 4,
+    # actual 5"), when the run directory has Dynamo's compile records (aiprof.capture.dynamo)
+    guard: str | UnsetType = UNSET
 
 
 def compile_rows(trace: Trace) -> I64:
@@ -134,6 +138,7 @@ def compile_events(trace: Trace) -> list[CompileEvent]:
         by_thread.setdefault((r.pid, r.tid), []).append(r)
     events: list[CompileEvent] = []
     causes: dict[tuple[int, int], tuple[str, str]] = {}
+    guards = recompile_reasons(trace)
     for pid, tid in sorted({(int(p), int(t)) for p, t in zip(c.pid[rows].tolist(), c.tid[rows].tolist())}):
         mine = rows[(c.pid[rows] == pid) & (c.tid[rows] == tid)]
         starts, ends = iv.merge(c.ts[mine], c.ts[mine] + c.dur[mine])
@@ -148,7 +153,10 @@ def compile_events(trace: Trace) -> list[CompileEvent]:
             if key is not None and key not in causes:
                 causes[key] = _cause(trace, regions, frame, attempt)
             cause, detail = causes[key] if key is not None else ("unknown", "")
-            events.append(CompileEvent(int(mine[i]), lo, hi, pid, tid, frame, attempt, cause, detail))
+            guard = guards.get(f"{frame}/{attempt}", "") if key is not None and attempt else ""
+            if guard:
+                cause = guard_cause(guard) if guard_cause(guard) != "unknown" else cause
+            events.append(CompileEvent(int(mine[i]), lo, hi, pid, tid, frame, attempt, cause, detail, guard))
     events.sort(key=lambda e: e.start_ns)
     trace.cache["compile.events"] = events
     return events
@@ -193,6 +201,10 @@ class Compilation:
         return self.first.recompile
 
     @property
+    def guard(self) -> str:
+        return self.first.guard
+
+    @property
     def compile_id(self) -> str | None:
         return self.first.compile_id
 
@@ -213,7 +225,8 @@ class Compilation:
     def record(self) -> CompileRecord:
         """The report's row for this compilation."""
         return CompileRecord(start_ns=self.start_ns, dur_ns=self.dur_ns, compile_id=self.compile_id,
-                             recompile=self.recompile, cause=self.cause, detail=self.detail, spans=len(self.spans))
+                             recompile=self.recompile, cause=self.cause, detail=self.detail, spans=len(self.spans),
+                             guard=self.guard or UNSET)
 
 
 def compilations(trace: Trace) -> list[Compilation]:
@@ -304,6 +317,41 @@ def _enclosing_region_id(trace: Trace, regions: list[Region], rows: I64, lo: int
         if r.end_ns >= hi and r.frame is not None and r.attempt is not None:
             return r.frame, r.attempt
     return None
+
+
+# Dynamo's guard-failure wording (torch 2.x guards.py): tensor checks name what failed; anything else is
+# a guard on a Python value, an object's identity, a global or grad mode.
+_SHAPE_GUARD = re.compile(r"size mismatch|stride mismatch|storage_offset mismatch|(dim|rank|ndim)\w* mismatch"
+                          r"|\.size\(\)|\.stride\(\)|\bsize\[\d+\]|\bNe\(|\bEq\(", re.IGNORECASE)
+_DTYPE_GUARD = re.compile(r"dtype mismatch|\.dtype\b", re.IGNORECASE)
+_NO_REASON = re.compile(r"unable to find recompilation reasons", re.IGNORECASE)
+
+
+def guard_cause(text: str) -> str:
+    """The recompile cause a Dynamo guard failure names: ``shape``, ``dtype``, ``guard`` (any other
+    guard), or ``unknown`` when Dynamo found none."""
+    if not text.strip() or _NO_REASON.search(text):
+        return "unknown"
+    if _DTYPE_GUARD.search(text):
+        return "dtype"
+    if _SHAPE_GUARD.search(text):
+        return "shape"
+    return "guard"
+
+
+def recompile_reasons(trace: Trace) -> dict[str, str]:
+    """Compile id F/C -> the guard failure Dynamo recorded for it, from the run directory the trace is in
+    (``dynamo.rank<N>.json``, written by ``aiprof run`` / ``aiprof.profile``); empty without one (cached)."""
+    cached: dict[str, str] | None = trace.cache.get("compile.guards")
+    if cached is None:
+        from pathlib import Path
+
+        from aiprof import rundir
+
+        found = rundir.owner_of(Path(trace.path)) if trace.path else None
+        path = found.dynamo_path(Path(trace.path)) if found is not None else None
+        cached = trace.cache["compile.guards"] = rundir.read_recompile_reasons(path) if path is not None else {}
+    return cached
 
 
 def _cause(trace: Trace, regions: list[Region], frame: int | None, attempt: int | None) -> tuple[str, str]:

@@ -265,3 +265,40 @@ def _depth_first(stats: list[ModuleStat]) -> list[ModuleStat]:
         out.append(msgspec.structs.replace(s, path=path, depth=depth, parent=parent))
         stack += [(ch, path, depth + 1, index[k]) for ch in sorted(children.get(k, []), key=lambda ch: size[ch])]
     return out
+
+
+def module_sums(trace: Trace, windows: Sequence[Any] | None, rows: I64, values: Any) -> dict[str, float]:
+    """``values`` of CPU op ``rows`` summed per module path, children included: a forward op counts in its
+    innermost enclosing module, a backward op (itself or an op under it) in its forward op's module (as the
+    module view attributes backward time). Empty when no module spans were recorded; rows in no module are
+    left out."""
+    if not len(trace.rows_of(Kind.PYTHON)) and not _annotations(trace).size:
+        return {}
+    win = Windows.of(windows, trace)
+    spans = _module_spans(trace, win)
+    if spans is None or rows.size == 0:
+        return {}
+    names = trace.columns.name[spans.rows].astype(np.int64)
+    levels = levels_of(depth_of(spans.parent))
+    node, node_parent, head = path_nodes(spans.parent, names, np.zeros(names.size, dtype=np.int64), levels,
+                                         len(trace.strings) + 1)
+    count = int(node_parent.size)
+    weights = np.asarray(values, dtype=np.float64)
+    mod = _module_of(trace, spans, rows)
+    rest = np.flatnonzero(mod < 0)
+    if rest.size:
+        fwd = forward_op(trace, rows[rest])
+        ok = fwd >= 0
+        mod[rest[ok]] = _module_of(trace, spans, fwd[ok])
+    has = mod >= 0
+    own = np.bincount(node[mod[has]], weights=weights[has], minlength=count)
+    total = own.copy()
+    for k in range(count - 1, -1, -1):  # nodes are numbered parents first
+        if node_parent[k] >= 0:
+            total[node_parent[k]] += total[k]
+    paths: list[str] = []
+    for k in range(count):
+        name = _short(trace.strings[int(names[head[k]])])
+        parent = int(node_parent[k])
+        paths.append(f"{paths[parent]}/{name}" if parent >= 0 else name)
+    return {paths[k]: float(total[k]) for k in range(count) if total[k] > 0}

@@ -19,6 +19,7 @@ from aiprof.rundir import (  # noqa: F401 - explicit for mypy: the capture modul
     create_new,
     cut_cycle_message,
     dataloader_path,
+    dynamo_path,
     default_run_dir,
     is_disk_full,
     leftover_cycles,

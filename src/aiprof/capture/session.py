@@ -76,6 +76,9 @@ class CaptureSession:
         self._step_module = False  # an inference loop's model was found: its forwards begin steps
         self._forwards_since_mark = 0
         self._remove_detector: Callable[[], None] | None = None
+        from aiprof.capture.dynamo import DynamoBaseline
+
+        self._dynamo_before = DynamoBaseline.now()  # what an earlier session in this process already saw
 
     # --- lifecycle -------------------------------------------------------------------------
     def install_torch_hooks(self) -> None:
@@ -310,6 +313,8 @@ class CaptureSession:
         if self.requests.requests:
             writes.append(lambda: rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
                                                       rundir.format_requests(self.requests.requests)))
+        if self.is_rank():
+            writes.append(lambda: _quietly(lambda: self._write_dynamo(rank)))  # best effort: provenance only
         if self.write_traces and self.recorder.cycles:
             writes.append(lambda: self._write_trace(rank))
         for write in writes:
@@ -330,6 +335,14 @@ class CaptureSession:
         finish_trace(self.recorder.cycles, path, self.run_dir if self.sampler is not None else None,
                      self.options.telemetry_interval_s)
         self.trace_files.append(path.name)
+
+    def _write_dynamo(self, rank: int) -> None:
+        """Dynamo's own compile records, when the program used torch.compile (:mod:`aiprof.capture.dynamo`)."""
+        from aiprof.capture.dynamo import dynamo_record
+
+        data = dynamo_record(self._dynamo_before)
+        if data is not None:
+            rundir.atomic_write(rundir.dynamo_path(self.run_dir, rank, self.pid), data)
 
     def rank_entry(self) -> dict[str, Any]:
         """This process's part of ``meta.json``."""

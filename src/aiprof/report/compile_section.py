@@ -94,11 +94,20 @@ def mfu_line(doc: Report) -> str:
     return mfu_text(sec) if sec else ""
 
 
+def mfu_details(doc: Report) -> list[str]:
+    """The focus rank's MFU per op class and per module, one line each ([] when it has no MFU)."""
+    from aiprof.roofline.mfu import mfu_detail_lines
+
+    sec = common.focus_rank(doc).mfu
+    return mfu_detail_lines(sec) if sec else []
+
+
 def terminal_lines(doc: Report) -> list[str]:
     from aiprof.report import attention_section
 
     line = mfu_line(doc)
-    return ([terminal(line), ""] if line else []) + attention_section.terminal_lines(doc) + _compile_terminal_lines(doc)
+    details = [terminal(f"  {d}") for d in mfu_details(doc)]
+    return ([terminal(line), *details, ""] if line else []) + attention_section.terminal_lines(doc) + _compile_terminal_lines(doc)
 
 
 def _compile_terminal_lines(doc: Report) -> list[str]:
@@ -119,7 +128,9 @@ def markdown_lines(doc: Report) -> list[str]:
     from aiprof.report import attention_section
 
     line = mfu_line(doc)
-    return (["", markdown(line) + "."] if line else []) + attention_section.markdown_lines(doc) + _compile_markdown_lines(doc)
+    details = [f"- {markdown(d)}" for d in mfu_details(doc)]
+    return ((["", markdown(line) + ".", *([""] + details if details else [])] if line else [])
+            + attention_section.markdown_lines(doc) + _compile_markdown_lines(doc))
 
 
 def _compile_markdown_lines(doc: Report) -> list[str]:

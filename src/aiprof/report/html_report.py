@@ -35,7 +35,7 @@ from aiprof.report.health_section import html_section as health_html
 from aiprof.report.inference_section import html_section as inference_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.compile_section import html_section as compile_html
-from aiprof.report.compile_section import mfu_line
+from aiprof.report.compile_section import mfu_details, mfu_line
 from aiprof.report.attention_section import html_section as attention_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
@@ -129,7 +129,7 @@ class HtmlRenderer:
             ("inference", "Inference", inference_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
-            ("mfu", "Model FLOPs utilisation", f"<p>{esc(mfu_line(doc))}</p>" if mfu_line(doc) else ""),
+            ("mfu", "Model FLOPs utilisation", f"<p>{esc(mfu_line(doc))}</p>" + _mfu_list(doc) if mfu_line(doc) else ""),
             ("attention", "Attention", attention_html(doc)),
             ("compile", "torch.compile", compile_html(doc)),
             ("source-lines", "Source lines", stacks_html(doc)),
@@ -907,3 +907,9 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         + "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in r) + "</tr>" for r in rows)
         + "</tbody></table>"
     )
+
+
+def _mfu_list(doc: Report) -> str:
+    """The MFU per op class and per module as a list ('' when there is none)."""
+    items = "".join(f"<li>{esc(d)}</li>" for d in mfu_details(doc))
+    return f"<ul>{items}</ul>" if items else ""

@@ -73,7 +73,8 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     frames = Counter(str(k.frame) for k, _ in found if k.frame is not None)
     main = causes.most_common(1)[0][0]
     examples = [{"compile_id": k.compile_id, "dur_ns": ns, "cause": k.cause, "spans": len(k.spans),
-                 **({"detail": k.detail} if k.detail else {})} for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
+                 **({"detail": k.detail} if k.detail else {}), **({"guard": k.guard} if k.guard else {})}
+                for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
     evidence: dict[str, Any] = {
         "recompiles": len(found),
         "compile_ns_per_step": int(saving),
@@ -84,8 +85,13 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
     title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
              f"({why}), {ms_text(saving)} of compile time per step")
+    guard = next((k.guard for k, _ in sorted(found, key=lambda f: -f[1]) if k.guard), "")
+    if guard:
+        evidence["guard"] = guard  # Dynamo's words for the longest recompile (the run's dynamo.rank<N>.json)
+        title += f"; Dynamo: {guard}"
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
-    fix = text[:1].upper() + text[1:] + ". " + ("" if "unknown" in causes else _LOGS_TAIL) + _FIX_TAIL
+    tail = "" if "unknown" in causes or guard else _LOGS_TAIL
+    fix = text[:1].upper() + text[1:] + ". " + tail + _FIX_TAIL
     return [ctx.finding("recompilation", title, saving, evidence=evidence, fix=fix,
                         formula="compile time (Dynamo/AOTAutograd/Inductor spans, every span of a compile id "
                         "counted once) of recompiles inside the steady steps / steps: none of it is paid once "

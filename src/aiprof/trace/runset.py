@@ -24,6 +24,7 @@ from aiprof.trace.readers import load_ranks
 _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz", ".sqlite", ".nsys-rep")
 # Files an aiprof run directory (or a peer tool's output folder) holds that are not traces.
 _NOT_TRACES = {"meta.json", "report.json", "telemetry.json", "dataloader.json", "findings.json"}
+_NOT_TRACE_PATTERN = re.compile(r"dynamo\.rank\d+(-pid\d+)?\.json")  # Dynamo's compile records (capture/dynamo.py)
 _RANK_PATTERNS = [
     re.compile(r"rank[-_]?(\d+)", re.IGNORECASE),
     re.compile(r"worker[-_]?(\d+)", re.IGNORECASE),
@@ -48,7 +49,8 @@ def find_trace_files(path: Path) -> list[Path]:
     for p in path.rglob("*"):
         if p.name == "meta.json" and p.is_file():
             found.extend(_salvaged_cycles(p.parent))
-        elif p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES:
+        elif (p.is_file() and p.name.lower().endswith(_TRACE_SUFFIXES) and p.name not in _NOT_TRACES
+              and not _NOT_TRACE_PATTERN.fullmatch(p.name)):
             found.append(p)
     if not found:
         from aiprof.rundir import no_trace_message

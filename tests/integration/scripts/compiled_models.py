@@ -5,6 +5,7 @@
   padded  the same batches padded to one size: one compile
   brk     `.item()` in a Python `if` inside forward: a graph break every call
   clean   one shape: one compile in the first step, nothing after
+  blind   as shape, profiled without record_shapes: only the run's dynamo.rank0.json says what changed
 
 usage: python compiled_models.py OUT [MODE ...]
 """
@@ -39,7 +40,7 @@ class Branchy(Net):
 
 
 def batch(mode: str, step: int) -> torch.Tensor:
-    rows = 4 + step if mode in ("shape", "padded") else 4
+    rows = 4 + step if mode in ("shape", "padded", "blind") else 4
     x = torch.randn(rows, 16)
     if mode == "padded":
         x = torch.nn.functional.pad(x, (0, 0, 0, 4 + STEPS - rows))  # every batch padded to one size
@@ -50,7 +51,7 @@ def run(out: Path, mode: str) -> None:
     torch._dynamo.reset()
     model = torch.compile(Branchy() if mode == "brk" else Net(), dynamic=False)
     with aiprof.profile(out=out / mode, schedule=(0, 0, STEPS), with_stack=mode == "brk", telemetry=False,
-                        profile_memory=False, quiet=True) as prof:
+                        profile_memory=False, quiet=True, record_shapes=mode != "blind") as prof:
         for step in range(STEPS):
             model(batch(mode, step))
             prof.step()
@@ -60,5 +61,5 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     torch.set_num_threads(1)
     target = Path(sys.argv[1])
-    for name in sys.argv[2:] or ["shape", "padded", "brk", "clean"]:
+    for name in sys.argv[2:] or ["shape", "padded", "brk", "clean", "blind"]:
         run(target, name)
