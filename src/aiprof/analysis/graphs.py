@@ -256,8 +256,13 @@ class ReplayAttribution:
             f"({self.replayed_ns / 1e6:.1f} ms, {self.replayed_kernels:,} kernels of {self.graph_launches} graph "
             f"launches) attributed to the captured ops, {100 * self.unattributed_share:.1f}% unattributed"
             + ("" if self.matched_launches == self.graph_launches else
-               f" ({self.graph_launches - self.matched_launches} launches match no captured graph)")
+               f" ({_count(self.graph_launches - self.matched_launches, 'launch', 'launches')} match"
+               f"{'es' if self.graph_launches - self.matched_launches == 1 else ''} no captured graph)")
         )
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _captured_graphs(capture: Trace) -> list[tuple[list[str], list[tuple[int, int]]]]:
