@@ -17,9 +17,8 @@ from report_docs import SHARED, document_for_paths
 from test_renderers import schema
 
 import aiprof
-from aiprof.analysis.graphs import pair_replays
+from aiprof.analysis.graphs import paired_capture, pair_replays, pair_traces
 from aiprof.report.render import render
-from aiprof.trace.model import RunSet
 
 VLLM_PAIR = SHARED / "tracelens/inference/vllm_prefilldecode_piecewise"
 NASTY = "aten::<b>mm</b>"  # an op name from the capture: data, escaped in every format
@@ -82,11 +81,12 @@ def test_a_replay_and_its_capture_are_one_rank(tmp_path: Path, as_folder: bool) 
     assert any("analysed with its graph capture" in n for n in doc.warnings)
 
 
-def test_the_python_api_pairs_them_too(tmp_path: Path) -> None:
-    replay, _ = _pair(tmp_path / "run")
-    loaded = aiprof.load(tmp_path / "run")
-    traces = loaded.traces if isinstance(loaded, RunSet) else [loaded]
-    assert [t.path for t in traces] == [replay]  # not merged with the capture as profiler cycles
+def test_the_python_api_pairs_loaded_traces(tmp_path: Path) -> None:
+    replay, capture = _pair(tmp_path / "run")
+    traces = pair_traces([aiprof.load(capture), aiprof.load(replay)])  # type: ignore[list-item]
+    assert [t.path for t in traces] == [replay]  # the capture folded into the replay's rank
+    found = paired_capture(traces[0])
+    assert found is not None and found[0] == capture.name and found[1].attributed_share == pytest.approx(0.6)
 
 
 @pytest.mark.parametrize("fmt", ["terminal", "md", "html", "json"])

@@ -116,9 +116,6 @@ def load_paths(
             traces.extend(result)
     single_file = single_file and len(traces) == 1
     check_one_program(traces)
-    from aiprof.analysis.graphs import pair_traces
-
-    traces = pair_traces(traces)  # a graph capture with its replay is the replay's rank (aiprof.analysis.graphs)
     traces, _ = merge_cycle_sets(traces)  # cycles of one process are one rank (aiprof.trace.cycles)
     for message in skipped:
         warnings.warn(f"skipped: {message}", AiprofWarning, stacklevel=2)
