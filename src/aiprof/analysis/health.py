@@ -89,9 +89,9 @@ class RankHealth(msgspec.Struct, kw_only=True):
     replayed_ns: int = 0  # their summed duration
     device_ns: int = 0  # summed duration of every kernel, copy and memset
     # Analysed with its graph capture trace (analysis.graphs.attach_capture): the capture file's name and the
-    # share of replayed kernel time attributed to the captured ops; "" and 0 otherwise.
-    replay_capture: str = ""
-    replay_attributed_share: float = 0.0
+    # share of replayed kernel time attributed to the captured ops; both absent otherwise.
+    replay_capture: str | msgspec.UnsetType = msgspec.UNSET
+    replay_attributed_share: float | msgspec.UnsetType = msgspec.UNSET
     sync_events: int = 0  # cuda_sync rows
     recorded_steps: int = 0
     cut_steps: int = 0  # steps left out: no device record (analysis.coverage)
@@ -341,8 +341,9 @@ def _graph_item(ranks: list[RankHealth]) -> HealthItem:
         )
     ns = sum(r.replayed_ns for r in hit)
     share = ns / max(sum(r.device_ns for r in hit), 1)
-    if all(r.replay_capture for r in hit):  # each replay analysed with its capture: the ops are known
-        attributed = min(r.replay_attributed_share for r in hit)
+    shares = [r.replay_attributed_share for r in hit]
+    if all(isinstance(x, float) for x in shares):  # each replay analysed with its capture: the ops are known
+        attributed = min(float(x) for x in shares if isinstance(x, float))
         status: Literal["ok", "limited"] = "ok" if attributed >= ATTRIBUTED_OK else "limited"
         return HealthItem(
             id="graph_replays", status=status, ranks=numbers, value=round(attributed, 4),

@@ -469,10 +469,11 @@ def _cycles_as_one_rank(
     idents = [r.identity for r in loaded]
     if len(loaded) < 2 or any(i is None for i in idents):
         return loaded
-    pairs = pair_replays([r.graph_role for r in loaded], [(i.host, i.pid, i.rank) for i in idents if i is not None])
+    known = [i for i in idents if i is not None]  # every one, as checked: one per loaded rank
+    pairs = pair_replays([r.graph_role for r in loaded], [(i.host, i.pid, i.rank) for i in known])
     captures = set(pairs.values())
     kept = [i for i in range(len(loaded)) if i not in captures]
-    found = cycle_groups([idents[i] for i in kept if idents[i] is not None])
+    found = cycle_groups([known[i] for i in kept])
     groups = [[kept[k] for k in g] for g in found]
     grouped = {i for g in groups for i in g}
     groups += [[rep] for rep in pairs if rep not in grouped]  # a replay with its capture, not in any cycles

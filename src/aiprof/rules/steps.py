@@ -125,7 +125,7 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
     replays = ctx.views.graph_replays
     if replays is None:
         return []
-    evidence = {
+    evidence: dict[str, object] = {
         "graph_launches": replays.launches,
         "kernels_attributed_to_graph_launches": replays.linked,
         "kernels_per_graph_launch": round(replays.per_launch, 1),
