@@ -21,9 +21,11 @@ calls), ``gpu_busy_ns`` (union of device activity) over ``span_ns`` (first to la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 import numpy as np
 
 from aiprof.analysis import intervals as iv
@@ -190,7 +192,9 @@ def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
 
 class GraphCaptureSection(msgspec.Struct, kw_only=True):
     """The report section (``ranks[].graph_capture``): :class:`GraphCaptureInfo`'s counts, whether the trace is
-    a capture, and its note (None unless it is)."""
+    a capture, its note (None unless it is), and ``replay_attribution`` (:meth:`ReplayAttribution.to_dict` plus
+    ``capture``, the capture file's name) when the trace is a replay analysed with its capture
+    (:func:`attach_capture`)."""
 
     captures: int
     instantiations: int
@@ -201,15 +205,18 @@ class GraphCaptureSection(msgspec.Struct, kw_only=True):
     span_ns: int
     capture_trace: bool
     note: str | None
+    replay_attribution: dict[str, Any] | UnsetType = UNSET
 
 
 def graph_capture_section(trace: Trace) -> GraphCaptureSection:
     """The report section of the trace's graph capture (zeros when it has none)."""
     info = graph_capture_info(trace)
+    paired = paired_capture(trace)
     return GraphCaptureSection(
         captures=info.captures, instantiations=info.instantiations, captured_ns=info.captured_ns,
         captured_launches=info.captured_launches, executed_launches=info.executed_launches,
         gpu_busy_ns=info.gpu_busy_ns, span_ns=info.span_ns, capture_trace=info.is_capture_trace, note=info.note(),
+        replay_attribution=({"capture": paired[0], **paired[1].to_dict(TOP_OPS)} if paired is not None else UNSET),
     )
 
 
@@ -235,11 +242,35 @@ class ReplayAttribution:
     def attributed_share(self) -> float:
         return self.attributed_ns / self.replayed_ns if self.replayed_ns else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def unattributed_share(self) -> float:
+        """Replayed GPU time no captured op was found for, over all replayed GPU time (0 when none replayed)."""
+        return 1.0 - self.attributed_share if self.replayed_ns else 0.0
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """The numbers; ``by_op`` keeps the ``top`` largest ops (all with None)."""
+        by_op = dict(list(self.by_op.items())[:top]) if top is not None else self.by_op
         return {"graph_launches": self.graph_launches, "matched_launches": self.matched_launches,
                 "replayed_kernels": self.replayed_kernels, "replayed_ns": self.replayed_ns,
                 "attributed_ns": self.attributed_ns, "attributed_share": round(self.attributed_share, 4),
-                "unattributed_ns": self.replayed_ns - self.attributed_ns, "by_op": self.by_op}
+                "unattributed_ns": self.replayed_ns - self.attributed_ns,
+                "unattributed_share": round(self.unattributed_share, 4), "op_count": len(self.by_op), "by_op": by_op}
+
+    def note(self, replay: str, capture: str) -> str:
+        """One sentence for the rank's notes: which files were paired and how much was attributed."""
+        return (
+            f"{replay} analysed with its graph capture {capture} (one rank: the capture is no rank of its own, it "
+            f"only names the ops): {100 * self.attributed_share:.1f}% of the replayed GPU time "
+            f"({self.replayed_ns / 1e6:.1f} ms, {self.replayed_kernels:,} kernels of {self.graph_launches} graph "
+            f"launches) attributed to the captured ops, {100 * self.unattributed_share:.1f}% unattributed"
+            + ("" if self.matched_launches == self.graph_launches else
+               f" ({_count(self.graph_launches - self.matched_launches, 'launch', 'launches')} match"
+               f"{'es' if self.graph_launches - self.matched_launches == 1 else ''} no captured graph)")
+        )
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _captured_graphs(capture: Trace) -> list[tuple[list[str], list[tuple[int, int]]]]:
@@ -300,3 +331,75 @@ def attribute_replays(replay: Trace, capture: Trace) -> ReplayAttribution:
             attributed += int(dur)
     ranked = dict(sorted(by_op.items(), key=lambda kv: -kv[1]))
     return ReplayAttribution(int(graph_launches.size), matched, count, replayed, attributed, ranked)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A replay paired with its capture: the files of one rank that the serving engines write side by side
+# ---------------------------------------------------------------------------------------------------
+TOP_OPS = 20  # ops kept in the report's ``replay_attribution.by_op``
+_PAIRED_KEY = "analysis.graphs.paired_capture"
+
+GraphRole = Literal["capture", "replay", ""]
+"""What a trace is to pairing: a capture trace (:attr:`GraphCaptureInfo.is_capture_trace`), a replay (it has
+graph launches and is no capture trace), or neither."""
+
+
+def graph_role(trace: Trace) -> GraphRole:
+    """The trace's :data:`GraphRole`."""
+    if graph_capture_info(trace).is_capture_trace:
+        return "capture"
+    calls = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
+    return "replay" if bool(trace.name_matches(calls, GRAPH_LAUNCH).any()) else ""
+
+
+def pair_replays(roles: Sequence[GraphRole], process: Sequence[Hashable]) -> dict[int, int]:
+    """Replay index → capture index, for files loaded together: a capture pairs with the replay of the same
+    ``process`` (host, pid, rank: what wrote them) when that process has one capture and one replay; then, if
+    exactly one capture and one replay are left over, they pair too (two files given as one rank's).
+    Captures that pair with nothing stay ranks of their own (a capture trace, described)."""
+    by_process: dict[Hashable, tuple[list[int], list[int]]] = {}
+    for i, (role, key) in enumerate(zip(roles, process)):
+        if role:
+            caps, reps = by_process.setdefault(key, ([], []))
+            (caps if role == "capture" else reps).append(i)
+    pairs: dict[int, int] = {}
+    for caps, reps in by_process.values():
+        if len(caps) == 1 and len(reps) == 1:
+            pairs[reps[0]] = caps[0]
+    left_caps = [i for i, r in enumerate(roles) if r == "capture" and i not in pairs.values()]
+    left_reps = [i for i, r in enumerate(roles) if r == "replay" and i not in pairs]
+    if len(left_caps) == 1 and len(left_reps) == 1:
+        pairs[left_reps[0]] = left_caps[0]
+    return pairs
+
+
+def attach_capture(replay: Trace, capture: Trace) -> ReplayAttribution:
+    """Attribute ``replay``'s graph-replayed kernels to ``capture``'s ops (:func:`attribute_replays`) and keep
+    the result on the replay (its ``graph_capture`` section reports it, its notes say so)."""
+    found = attribute_replays(replay, capture)
+    replay.cache[_PAIRED_KEY] = (capture.path.name, found)
+    replay.metadata["graph_capture_trace"] = str(capture.path)
+    replay.warnings.append(found.note(replay.path.name, capture.path.name))
+    return found
+
+
+def paired_capture(trace: Trace) -> tuple[str, ReplayAttribution] | None:
+    """The capture file's name and the attribution, when :func:`attach_capture` paired the trace."""
+    found: tuple[str, ReplayAttribution] | None = trace.cache.get(_PAIRED_KEY)
+    return found
+
+
+def pair_traces(traces: list[Trace]) -> list[Trace]:
+    """``traces`` without the captures that pair with a replay (:func:`pair_replays`), each attached to its
+    replay (:func:`attach_capture`)."""
+    from aiprof.trace.cycles import identity
+
+    roles = [graph_role(t) for t in traces]
+    if "capture" not in roles or "replay" not in roles:
+        return traces
+    keys = [(i.host, i.pid, i.rank) for i in (identity(t) for t in traces)]
+    pairs = pair_replays(roles, keys)
+    for rep, cap in pairs.items():
+        attach_capture(traces[rep], traces[cap])
+    captures = set(pairs.values())
+    return [t for i, t in enumerate(traces) if i not in captures]

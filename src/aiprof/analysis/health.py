@@ -36,7 +36,7 @@ listed with its reason in :attr:`Health.findings` (``aiprof.rules.health``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import numpy as np
@@ -88,6 +88,10 @@ class RankHealth(msgspec.Struct, kw_only=True):
     replayed_activities: int = 0  # device activities correlated with a graph launch (no op issued them)
     replayed_ns: int = 0  # their summed duration
     device_ns: int = 0  # summed duration of every kernel, copy and memset
+    # Analysed with its graph capture trace (analysis.graphs.attach_capture): the capture file's name and the
+    # share of replayed kernel time attributed to the captured ops; both absent otherwise.
+    replay_capture: str | msgspec.UnsetType = msgspec.UNSET
+    replay_attributed_share: float | msgspec.UnsetType = msgspec.UNSET
     sync_events: int = 0  # cuda_sync rows
     recorded_steps: int = 0
     cut_steps: int = 0  # steps left out: no device record (analysis.coverage)
@@ -174,6 +178,9 @@ class Health(msgspec.Struct, kw_only=True):
 # ---------------------------------------------------------------------------------------------------
 # Per rank, from the loaded trace
 # ---------------------------------------------------------------------------------------------------
+ATTRIBUTED_OK = 0.95  # replayed kernel time attributed to ops with the capture, for the graph_replays item to be ok
+
+
 def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_off: bool = False,
                 windows: Sequence[StepWindow] = ()) -> RankHealth:
     """The rank's facts (``recorded_steps`` / ``cut_steps`` / ``cut_off`` from its coverage; ``windows``: the
@@ -193,6 +200,7 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
         replayed_activities=replayed,
         replayed_ns=replayed_ns,
         device_ns=int(c.dur[gpu].sum()),
+        **_paired(trace),
         sync_events=int(trace.rows_of(Kind.SYNC).size),
         recorded_steps=recorded_steps,
         cut_steps=cut_steps,
@@ -333,11 +341,32 @@ def _graph_item(ranks: list[RankHealth]) -> HealthItem:
         )
     ns = sum(r.replayed_ns for r in hit)
     share = ns / max(sum(r.device_ns for r in hit), 1)
+    shares = [r.replay_attributed_share for r in hit]
+    if all(isinstance(x, float) for x in shares):  # each replay analysed with its capture: the ops are known
+        attributed = min(float(x) for x in shares if isinstance(x, float))
+        status: Literal["ok", "limited"] = "ok" if attributed >= ATTRIBUTED_OK else "limited"
+        return HealthItem(
+            id="graph_replays", status=status, ranks=numbers, value=round(attributed, 4),
+            unit="share of replayed kernel time attributed",
+            text=f"{replayed:,} kernels from {launches:,} CUDA/HIP graph replays{where} ({100 * share:.0f} % of device "
+            f"time) attributed to the captured ops with the capture trace: {100 * attributed:.1f} % of their time"
+            + ("" if status == "ok" else "; the rest is in no op's row (its graph matches no captured one)"),
+        )
     return HealthItem(
         id="graph_replays", status="limited", ranks=numbers, value=round(share, 4), unit="share of device time",
         text=f"{replayed:,} kernels from {launches:,} CUDA/HIP graph replays{where} ({100 * share:.0f} % of device "
         "time) have no op: their time is in no op's row (the capture's ops issued them)",
     )
+
+
+def _paired(trace: Trace) -> dict[str, Any]:
+    """``replay_capture`` and ``replay_attributed_share`` of a replay analysed with its capture, else none."""
+    from aiprof.analysis.graphs import paired_capture
+
+    found = paired_capture(trace)
+    if found is None:
+        return {}
+    return {"replay_capture": found[0], "replay_attributed_share": found[1].attributed_share}
 
 
 def _sync_item(ranks: list[RankHealth]) -> HealthItem:

@@ -27,6 +27,7 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
+from aiprof.analysis.graphs import GraphRole, attach_capture, graph_role, pair_replays
 from aiprof.rundir import RunContext, RunDir
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import DeviceInfo, RunSet, Trace
@@ -354,6 +355,7 @@ class _Loaded:
     program: str = ""
     identity: Identity | None = None  # host, pid, rank, span: whether files are cycles of one process
     stage: Stage = "read"  # where it failed, when ``error`` is set
+    graph_role: GraphRole = ""  # a graph capture trace, a replay, or neither: which files pair (analysis.graphs)
 
 
 def _failed(path: Path, error: str, stage: Stage) -> _Loaded:
@@ -379,6 +381,7 @@ def _load_and_analyze(args: Job) -> list[_Loaded]:
         assign_ranks([trace])  # its own number while the rules run (the run's numbering comes after)
         ident = identity(trace)
         try:
+            role = graph_role(trace)
             analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
         except Exception as err:  # noqa: BLE001 - one rank's failure is named, the run goes on
             if not tolerate:
@@ -388,7 +391,7 @@ def _load_and_analyze(args: Job) -> list[_Loaded]:
             del trace
             continue
         out.append(_Loaded(path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
-                           program_of(trace), ident))
+                           program_of(trace), ident, graph_role=role))
         # The trace's caches (views, links, the roofline) refer back to it: clearing them lets reference
         # counting free the trace now, even where the cyclic collector is off (the CLI), before the next rank.
         trace.cache.clear()
@@ -482,18 +485,36 @@ def _cycles_as_one_rank(
     context: RunContext | None = None,
 ) -> list[_Loaded]:
     """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
-    cycles (loaded again, together, in a worker). Only a folder of cycles pays the second load."""
+    cycles (loaded again, together, in a worker), and each graph capture that pairs with a replay
+    (:func:`aiprof.analysis.graphs.pair_replays`) folded into the replay's rank: the replay is analysed again
+    with the capture attached (its replayed kernels attributed to the captured ops). Only a folder of cycles,
+    or a replay with its capture, pays the second load."""
     idents = [r.identity for r in loaded]
     if len(loaded) < 2 or any(i is None for i in idents):
         return loaded
-    groups = cycle_groups([i for i in idents if i is not None])
+    known = [i for i in idents if i is not None]  # every one, as checked: one per loaded rank
+    pairs = pair_replays([r.graph_role for r in loaded], [(i.host, i.pid, i.rank) for i in known])
+    captures = set(pairs.values())
+    kept = [i for i in range(len(loaded)) if i not in captures]
+    found = cycle_groups([known[i] for i in kept])
+    groups = [[kept[k] for k in g] for g in found]
+    grouped = {i for g in groups for i in g}
+    groups += [[rep] for rep in pairs if rep not in grouped]  # a replay with its capture, not in any cycles
     if not groups:
         return loaded
-    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)), hook,
-             context.of(loaded[g[0]].path) if context is not None else None) for g in groups]
+    jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)),
+             _capture_of(loaded, pairs, g), hook, context.of(loaded[g[0]].path) if context is not None else None)
+            for g in groups]
     merged = map_files(_load_cycles_and_analyze, jobs, workers, progress, executor)
-    grouped = {i for g in groups for i in g}
-    return [r for i, r in enumerate(loaded) if i not in grouped] + merged
+    redone = {i for g in groups for i in g} | captures
+    return [r for i, r in enumerate(loaded) if i not in redone] + merged
+
+
+def _capture_of(loaded: list[_Loaded], pairs: dict[int, int], group: list[int]) -> tuple[Path, Identity] | None:
+    """The capture file (and its identity) paired with a replay of ``group``, if any."""
+    cap = next((pairs[i] for i in group if i in pairs), None)
+    ident = loaded[cap].identity if cap is not None else None
+    return (loaded[cap].path, ident) if cap is not None and ident is not None else None
 
 
 def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity]:
@@ -501,21 +522,29 @@ def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity
 
 
 def _load_cycles_and_analyze(
-    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], RankHook | None, RunDir | None],
+    args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], tuple[Path, Identity] | None, RankHook | None,
+                RunDir | None],
 ) -> _Loaded:
-    """Load the cycle files, merge them (in time order) and analyse them as one rank."""
-    _, paths, idents, hook, run_dir = args
-    traces: list[Trace] = []
-    for path, ident in zip(paths, idents):
-        found = load_ranks(path)
-        traces.append(next((t for t in found if identity(t) == ident), found[0]))
-    note = describe(traces, idents[0].pid)
+    """Load the cycle files, merge them (in time order), attach the graph capture when one pairs with
+    them, and analyse them as one rank."""
+    _, paths, idents, capture, hook, run_dir = args
+    traces = [_load_rank(path, ident) for path, ident in zip(paths, idents)]
+    note = describe(traces, idents[0].pid) if len(traces) > 1 else None
     trace = merge_cycles(traces)
     del traces
-    trace.warnings.append(note)
+    if note is not None:
+        trace.warnings.append(note)
+    if capture is not None:
+        attach_capture(trace, _load_rank(*capture))
     assign_ranks([trace])
     analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
     out = _Loaded(trace.path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
-                  program_of(trace), identity(trace))
+                  program_of(trace), identity(trace), graph_role="replay" if capture is not None else "")
     trace.cache.clear()
     return out
+
+
+def _load_rank(path: Path, ident: Identity) -> Trace:
+    """The rank of ``path`` whose identity is ``ident`` (the file's first rank when none matches)."""
+    found = load_ranks(path)
+    return next((t for t in found if identity(t) == ident), found[0])

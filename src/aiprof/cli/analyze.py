@@ -88,7 +88,9 @@ class AnalyzeCommand:
     help = "Analyse Kineto / torch.profiler traces: where each step's time went and why the GPU is idle."
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s) or a folder (one file per rank)")
+        parser.add_argument("paths", nargs="+", metavar="PATH",
+                            help="trace file(s) or a folder (one file per rank; a CUDA/HIP graph replay with "
+                                 "its capture trace is one rank)")
         parser.add_argument("-o", "--output", type=Path, help="write the report here; the format follows the extension")
         output.add_force(parser)
         parser.add_argument("--format", choices=["terminal", "json", "html", "md"], help="output format")

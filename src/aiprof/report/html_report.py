@@ -33,6 +33,7 @@ from aiprof.report.exposure_section import html_section as exposure_html
 from aiprof.report.arrival_section import html_section as arrival_html
 from aiprof.report.health_section import html_section as health_html
 from aiprof.report.inference_section import html_section as inference_html
+from aiprof.report.replay_section import html_section as replay_html
 from aiprof.report.wholerun_section import html_section as whole_run_html
 from aiprof.report.compile_section import html_section as compile_html
 from aiprof.report.compile_section import mfu_details, mfu_line
@@ -127,6 +128,7 @@ class HtmlRenderer:
             ("idle", "Between ops, by cause" if c.is_cpu(focus) else "Idle causes", self._idle(focus)),
             ("wholerun", "Whole run", whole_run_html(doc)),
             ("inference", "Inference", inference_html(doc)),
+            ("graph-replays", "Graph replays", replay_html(doc)),
             ("timeline", "Timeline", self._timeline(doc, focus)),
             ("memory", "Memory", memory_html(doc)),
             ("mfu", "Model FLOPs utilisation", f"<p>{esc(mfu_line(doc))}</p>" + _mfu_list(doc) if mfu_line(doc) else ""),

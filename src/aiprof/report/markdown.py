@@ -18,6 +18,7 @@ from aiprof.report.memory_section import markdown_lines as memory_lines
 from aiprof.report.arrival_section import markdown_lines as arrival_lines
 from aiprof.report.exposure_section import markdown_lines as exposure_lines
 from aiprof.report.inference_section import markdown_lines as inference_lines
+from aiprof.report.replay_section import markdown_lines as replay_lines
 from aiprof.report.wholerun_section import markdown_lines as whole_run_lines
 from aiprof.report.compile_section import markdown_lines as compile_lines
 from aiprof.report.modules_section import markdown_lines as modules_lines
@@ -63,6 +64,7 @@ class MarkdownRenderer:
         lines += arrival_lines(doc)  # who arrives last at the collectives (report.arrival_section)
         lines += exposure_lines(doc)  # exposed vs hidden communication per phase and group (report.exposure_section)
         lines += inference_lines(doc)  # prefill / decode phases, TTFT / ITL (report.inference_section)
+        lines += replay_lines(doc)  # graph replays attributed with their capture (report.replay_section)
         lines += _findings(doc)
         lines += memory_lines(doc)
         lines += host_time_lines(doc)

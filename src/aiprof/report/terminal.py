@@ -21,6 +21,7 @@ from aiprof.report.escape import terminal, terminal_text
 from aiprof.report.health_section import terminal_lines as health_lines
 from aiprof.report.exposure_section import terminal_lines as exposure_lines
 from aiprof.report.model import RankReport, Report, Summary
+from aiprof.report.replay_section import terminal_lines as replay_lines
 
 __all__ = ["TerminalRenderer", "fmt_ms", "render_summary"]
 
@@ -103,6 +104,7 @@ class TerminalRenderer:
         self._arrivals(console, doc)
         _block(console, exposure_lines(doc))  # exposed vs hidden communication (report.exposure_section)
         self._inference(console, doc)
+        _block(console, replay_lines(doc))  # graph replays attributed with their capture (report.replay_section)
         console.print()
         self._findings(console, doc)
         self._memory(console, doc)

@@ -10,7 +10,8 @@ import numpy as np
 
 from aiprof import arrays
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.graphs import capture_ranges, graph_capture_info
+from aiprof.analysis.graphs import capture_ranges, graph_capture_info, paired_capture
+from aiprof.analysis.health import ATTRIBUTED_OK
 from aiprof.analysis.timeline import StepAccount
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
@@ -124,18 +125,27 @@ def graph_trace_incomplete(ctx: RankContext) -> list[Finding]:
     replays = ctx.views.graph_replays
     if replays is None:
         return []
-    evidence = {
+    evidence: dict[str, object] = {
         "graph_launches": replays.launches,
         "kernels_attributed_to_graph_launches": replays.linked,
         "kernels_per_graph_launch": round(replays.per_launch, 1),
         "idle_ns_per_step_reported": int(ctx.per_step("breakdown_ns", "idle")),
     }
     incomplete = replays.per_launch < 1.0
+    paired = paired_capture(ctx.trace)  # analysed with its capture trace: the replayed kernels have their ops
+    if not incomplete and paired is not None and paired[1].attributed_share >= ATTRIBUTED_OK:
+        return []
     title = (
         f"{replays.launches} CUDA/HIP graph replays without per-kernel activity: idle time here is not real"
         if incomplete
         else f"{replays.launches} CUDA/HIP graph replays: kernels are attributed to the replay, not to ops"
+        if paired is None
+        else f"{replays.launches} CUDA/HIP graph replays: {100 * paired[1].unattributed_share:.0f}% of the replayed "
+        "kernel time matches no graph of the capture trace, so has no op"
     )
+    if paired is not None:
+        evidence["capture_trace"] = paired[0]
+        evidence["replay_attributed_share"] = round(paired[1].attributed_share, 4)
     return [
         ctx.finding(
             "graph_trace_incomplete",
