@@ -81,3 +81,12 @@ def test_a_small_share_of_the_step_stays_quiet(tmp_path: Path) -> None:
     attn_us = FLOPS / (0.2 * H200_BF16) * 1e6
     found = _findings(_trace(tmp_path, fraction=0.2, other_us=attn_us * 19))  # attention 5 % of the step
     assert "attention_efficiency" not in found
+
+
+def test_shape_factor_lowers_what_short_or_narrow_attention_attains() -> None:
+    from aiprof.rules.kernel_efficiency import shape_factor
+
+    assert shape_factor(128, 32768) == 1.0 and shape_factor(256, 4096) == 1.0
+    assert shape_factor(64, 4096) == pytest.approx(0.8) and shape_factor(32, 4096) == pytest.approx(0.6)
+    assert shape_factor(128, 559) == pytest.approx(0.7) and shape_factor(64, 300) == pytest.approx(0.4)
+    assert shape_factor(128, 1024) > shape_factor(128, 1023)

@@ -415,6 +415,24 @@ _FUSED_ATTENTION_FIX = (
 )
 
 
+def shape_factor(head_dim: int, kv_len: int) -> float:
+    """How much of a path's best fraction of the peak attention of this head_dim and key length reaches, read off
+    FlashAttention-2's forward benchmarks (Dao 2023, A100, figs. 4-5): head_dim 64 runs at ~0.8 of head_dim 128's
+    rate, smaller ones ~0.6; 512 keys at ~0.7 of 16k keys' rate, 1k at ~0.85, ≥ 2k at full rate."""
+    head = 1.0 if head_dim >= 128 or head_dim <= 0 else 0.8 if head_dim >= 64 else 0.6
+    seq = 1.0 if kv_len >= 2048 or kv_len <= 0 else 0.85 if kv_len >= 1024 else 0.7 if kv_len >= 512 else 0.5
+    return head * seq
+
+
+def _shapes_factor(shapes: list[Any]) -> float:
+    """:func:`shape_factor` over a path's shapes, weighted by their FLOPs (1 without shapes)."""
+    weights = [s.calls * s.batch * s.heads * s.q_len * s.kv_len * max(s.head_dim, 1) * (0.5 if s.causal else 1.0)
+               * (2.5 if s.backward else 1.0) for s in shapes]
+    if not shapes or sum(weights) <= 0:
+        return 1.0
+    return sum(w * shape_factor(s.head_dim, s.kv_len) for w, s in zip(weights, shapes)) / sum(weights)
+
+
 def _attention_rows(ctx: RankContext, path: str) -> I64:
     """Kernel rows of the steady steps on one fused attention path (by name)."""
     from aiprof.roofline.attention import attention_path
@@ -440,11 +458,12 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
         return []
     opt = ctx.options
     amd = matrix_units(ctx).vendor == "amd"
-    attainable = opt.roof_fraction_attention * (AMD_ATTAINABLE_COMPUTE if amd else 1.0)
+    best = opt.roof_fraction_attention * (AMD_ATTAINABLE_COMPUTE if amd else 1.0)
     out: list[Finding] = []
     for p in section.paths:
         if p.path == UNFUSED or p.fraction_of_peak is UNSET or p.achieved_flops_per_s is UNSET:
             continue  # unfused attention is unfused_attention's; without FLOPs there is no rate to judge
+        attainable = best * _shapes_factor(p.shapes)
         fraction = float(p.fraction_of_peak)
         per_step = float(p.gpu_ns_per_step)
         if ctx.share(per_step) < opt.kernel_efficiency_share or fraction >= opt.attention_efficiency_gap * attainable:
@@ -467,7 +486,8 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
             "peak_flops_per_s": int(float(p.peak_flops_per_s or 0.0)),
             "peak": p.peak_key,
             "pct_of_peak": round(100.0 * fraction, 1),
-            "attainable_fraction_of_peak": round(attainable, 2),
+            "attainable_fraction_of_peak": round(attainable, 3),
+            "shape_factor": round(attainable / best, 3),
             "expected_ns_per_step": int(per_step * fraction / attainable),
             "summary": path_text(p, len(section.steps)),
             "peaks": section.peaks_note,
@@ -484,7 +504,8 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
             formula="t × (1 − fraction / attainable) per steady step, t the path's kernel time per step, fraction its "
             "FLOPs (4·B·H·Sq·Sk·D forward, 2.5× backward, half causal) / t over the dense matrix peak of its dtype, "
             "attainable = roof_fraction_attention (0.5: FlashAttention-2 on A100, FlashAttention-3 ~75 % on H100) × "
-            "0.6 on AMD Instinct; reported when fraction < attention_efficiency_gap × attainable; at most the step "
+            "0.6 on AMD Instinct × the FLOP-weighted shape factor (head_dim 64: 0.8, < 64: 0.6; keys < 2k: 0.85, "
+            "< 1k: 0.7, < 512: 0.5); reported when fraction < attention_efficiency_gap × attainable; at most the step "
             "minus the device's other work",
             kind="estimate",
             confidence="medium",
