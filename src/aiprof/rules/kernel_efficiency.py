@@ -12,7 +12,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -25,6 +25,9 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
 from aiprof.trace.model import I64
+
+if TYPE_CHECKING:
+    from aiprof.roofline.attention import AttentionShape
 
 # AMD Instinct spec matrix peaks are further from what libraries reach than NVIDIA's: hipBLASLt BF16 GEMMs on
 # an MI300X measure ~600-800 of the 1307 dense TFLOP/s (SemiAnalysis MI300X vs H100 benchmarks, Dec 2024),
@@ -424,9 +427,9 @@ def shape_factor(head_dim: int, kv_len: int) -> float:
     return head * seq
 
 
-def _shapes_factor(shapes: list[Any]) -> float:
+def _shapes_factor(shapes: list[AttentionShape]) -> float:
     """:func:`shape_factor` over a path's shapes, weighted by their FLOPs (1 without shapes)."""
-    weights = [s.calls * s.batch * s.heads * s.q_len * s.kv_len * max(s.head_dim, 1) * (0.5 if s.causal else 1.0)
+    weights = [float(s.calls) * s.batch * s.heads * s.q_len * s.kv_len * max(s.head_dim, 1) * (0.5 if s.causal else 1.0)
                * (2.5 if s.backward else 1.0) for s in shapes]
     if not shapes or sum(weights) <= 0:
         return 1.0
