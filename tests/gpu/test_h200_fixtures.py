@@ -335,3 +335,24 @@ def test_predicted_order_of_the_h200_pairs() -> None:
 def test_cpu_loading_fix_is_predicted() -> None:
     pair = _pairs()["cpu_loading"]
     assert abs(pair.error_of_step) <= 0.15, pair
+
+
+def test_graph_break_host_bound_saving_leaves_out_the_stack_recording() -> None:
+    """The trace records Python stacks: host_bound's saving is the host idle less the python_function events
+    in its gaps × WITH_STACK_NS_PER_CALL, and its evidence says how much was left out."""
+    import numpy as np
+
+    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
+    from aiprof.trace.model import Kind
+
+    finding = next(f for f in _diagnosed("compile_graph_break")[1] if f.id == "host_bound")
+    ev = finding.evidence
+    trace = load(_path("compile_graph_break"))
+    assert isinstance(trace, Trace)
+    assert trace.rows_of(Kind.PYTHON).size > 0
+    cost = ev["with_stack_ns_per_step"]
+    assert cost > 0 and cost % 1 == 0 and "left out of the saving" in ev["with_stack_note"]
+    assert abs(ev["measured_ns_per_step"] - cost - finding.est_saving_ns_per_step) <= 2
+    # whole events: the cost per step × steps is a multiple of the per-call cost
+    total = cost * ev["steps_used"]
+    assert np.isclose(total / WITH_STACK_NS_PER_CALL, round(total / WITH_STACK_NS_PER_CALL), atol=ev["steps_used"])

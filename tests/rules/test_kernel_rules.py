@@ -194,16 +194,19 @@ def _attention_steps(b: TraceBuilder, kernel_us: int) -> None:
         b.launch(attn, kernel="flash_fwd_kernel", kernel_ts=t0 + 10, kernel_dur=kernel_us, grid=(640, 1, 1))
 
 
-def test_kernel_efficiency_fires_far_below_the_roof_only(tmp_path: Path) -> None:
+def test_attention_efficiency_fires_far_below_the_roof_only(tmp_path: Path) -> None:
+    """Fused attention is attention_efficiency's (judged per path), not kernel_efficiency's: one finding."""
     slow = TraceBuilder()
     _attention_steps(slow, 800)
-    f = _findings(slow, tmp_path)["kernel_efficiency"]
+    found = _findings(slow, tmp_path)
+    f = found["attention_efficiency"]
     expected = 2 * 174_000  # the roof time at roof_fraction_attention = 0.5
     assert f.est_saving_ns_per_step == pytest.approx(800 * US - expected, rel=0.02)
-    assert f.evidence["ops"][0]["calls_per_step"] == 1.0
+    assert f.evidence["calls_per_step"] == 1.0 and f.evidence["path"] == "flash"
+    assert "kernel_efficiency" not in found
     fast = TraceBuilder()
     _attention_steps(fast, 300)  # 58 % of the roof: fine
-    assert "kernel_efficiency" not in _findings(fast, tmp_path, "f.json")
+    assert "attention_efficiency" not in _findings(fast, tmp_path, "f.json")
 
 
 def test_kernel_efficiency_leaves_host_copies_alone(tmp_path: Path) -> None:
@@ -259,7 +262,7 @@ def test_matrix_units_from_device_properties(tmp_path: Path) -> None:
     assert (units.fp16, units.bf16, units.tf32, units.fp8) == (True, False, False, False)
 
 
-def test_kernel_efficiency_saving_is_capped_by_the_other_streams_work(tmp_path: Path) -> None:
+def test_attention_efficiency_saving_is_capped_by_the_other_streams_work(tmp_path: Path) -> None:
     """The attention kernel shares its 800 µs with a 700 µs kernel on another stream: speeding it up can
     take at most the 100 µs it runs alone plus the 200 µs idle off the step, not the modelled ~452 µs."""
     b = TraceBuilder()
@@ -268,6 +271,6 @@ def test_kernel_efficiency_saving_is_capped_by_the_other_streams_work(tmp_path: 
         other = b.cpu_op("mylib::side_work", ts=i * 1000 + 8, dur=1)
         b.launch(other, kernel="side_kernel", ts=i * 1000 + 8, dur=0.5, kernel_ts=i * 1000 + 10, kernel_dur=700,
                  grid=(1024, 1, 1), stream=9)
-    f = _findings(b, tmp_path)["kernel_efficiency"]
+    f = _findings(b, tmp_path)["attention_efficiency"]
     assert f.est_saving_ns_per_step == 300 * US
     assert f.evidence["modelled_saving_ns_per_step"] == pytest.approx(800 * US - 2 * 174_000, rel=0.02)

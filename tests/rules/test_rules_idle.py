@@ -116,3 +116,43 @@ def test_gpu_host_overhead_leaves_a_long_python_gap_to_host_gaps(tmp_path: Path)
     assert gaps.evidence["longest_gaps"][0]["source_line"] == "train.py(7): log_metrics"
     assert "CUDA graphs" in bound.fix  # a GPU run: graphs are fair advice there
     assert idle.host_stall(ctx) == []
+
+
+def test_host_gaps_saving_leaves_out_the_stack_recording_inside_the_gap(tmp_path: Path) -> None:
+    """A 30 ms gap per step that holds 20,000 python_function events (a Python-heavy loop under with_stack):
+    the profiler spent 20,000 × WITH_STACK_NS_PER_CALL of it recording them, which no fix removes."""
+    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
+
+    def build(frames: int, name: str) -> Path:
+        b = TraceBuilder()
+        for s in range(4):
+            t0 = s * 40_000
+            b.step(s, ts=t0, dur=39_000)
+            for i in range(200):
+                op = b.cpu_op("aten::add", ts=t0 + i * 40, dur=30)
+                b.launch(op, kernel="k", ts=t0 + i * 40 + 25, dur=3, kernel_ts=t0 + i * 40 + 29, kernel_dur=20)
+            loop = b.python("train.py(7): log_metrics", ts=t0 + 8_100, dur=30_000)
+            for i in range(frames):
+                b.python("train.py(9): <genexpr>", ts=t0 + 8_101 + i * 1.4, dur=1, parent=loop)
+        return b.write(tmp_path / name)
+
+    plain = idle.host_gaps(_ctx(build(0, "plain.json")))[0]
+    stacked = idle.host_gaps(_ctx(build(20_000, "stacked.json")))[0]
+    cost = 20_000 * WITH_STACK_NS_PER_CALL  # ns per step
+    assert plain.evidence["with_stack_ns_per_step"] == WITH_STACK_NS_PER_CALL  # the loop's own frame event
+    assert abs(stacked.evidence["with_stack_ns_per_step"] - cost - WITH_STACK_NS_PER_CALL) <= 1
+    assert abs(plain.est_saving_ns_per_step - stacked.est_saving_ns_per_step - cost) <= 2
+    assert stacked.evidence["measured_ns_per_step"] >= stacked.est_saving_ns_per_step + cost - 2
+    assert "left out of the saving" in stacked.evidence["with_stack_note"]
+
+
+def test_stack_cost_is_at_most_the_interval(tmp_path: Path) -> None:
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=1_000)
+    b.step(1, ts=1_000, dur=1_000)
+    for i in range(100):
+        b.python("f", ts=10 + i * 0.01, dur=0.005)  # 100 events in 1 µs
+    ctx = _ctx(b.write(tmp_path / "t.json"))
+    got = idle.stack_cost_ns(ctx, np.array([0, 9_000, 500_000], dtype=np.int64),
+                             np.array([9_000, 11_000, 600_000], dtype=np.int64))
+    assert got.tolist() == [0, 2_000, 0]

@@ -179,6 +179,38 @@ class HostSplit:
     stalls: list[tuple[int, int, int]]  # (start, end, row of the innermost call covering it)
     gaps: list[tuple[int, int]]
     evidence: dict[str, Any]
+    overhead_set: iv.IntervalSet | None = None  # the time overhead_ns counts (before any per-op netting)
+
+
+def stack_cost_ns(ctx: RankContext, starts: I64, ends: I64) -> I64:
+    """Per interval [start, end): the time with_stack's own recording took inside it, the ``python_function``
+    events that start in it × :data:`~aiprof.analysis.stacks.WITH_STACK_NS_PER_CALL`, at most its length (zeros
+    for a trace without Python stacks). Host savings subtract it: the fix removes the user's time, not the
+    profiler's."""
+    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
+
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    py = ctx.trace.rows_of(Kind.PYTHON)
+    if py.size == 0 or starts.size == 0:
+        return np.zeros(starts.size, dtype=np.int64)
+    ts = np.sort(ctx.trace.columns.ts[py])
+    count = np.searchsorted(ts, ends, side="left") - np.searchsorted(ts, starts, side="left")
+    cost: I64 = np.minimum(count * WITH_STACK_NS_PER_CALL, np.maximum(ends - starts, 0)).astype(np.int64)
+    return cost
+
+
+def _stack_note(evidence: dict[str, Any], cost_ns: float, steps: int, measured_ns: float) -> None:
+    """Say in the evidence how much of the measured time was with_stack's own recording (left out of the saving)."""
+    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
+
+    if cost_ns <= 0:
+        return
+    evidence["with_stack_ns_per_step"] = int(cost_ns / steps)
+    evidence["measured_ns_per_step"] = int(measured_ns / steps)
+    evidence["with_stack_note"] = (
+        f"the trace records Python stacks: {cost_ns / steps / 1e6:,.3f} ms per step of this time is the profiler "
+        f"recording them ({round(cost_ns / WITH_STACK_NS_PER_CALL / steps):,} python_function events per step x "
+        f"~{WITH_STACK_NS_PER_CALL} ns), left out of the saving")
 
 
 @rank_rule(saving=Saving.IDLE,
@@ -190,7 +222,10 @@ def host_bound(ctx: RankContext) -> list[Finding]:
     """The device (or, on CPU-only traces, the run) is slowed by many small host costs: framework dispatch
     of tiny ops and the Python between them. Long gaps are not counted here (host_stall, host_gaps)."""
     split = _host_split(ctx)
-    saving = split.overhead_ns / ctx.step_count
+    stack_ns = 0.0
+    if split.overhead_set is not None and split.overhead_ns > 0:
+        stack_ns = float(min(stack_cost_ns(ctx, *split.overhead_set).sum(), split.overhead_ns))
+    saving = (split.overhead_ns - stack_ns) / ctx.step_count
     if ctx.is_gpu:
         formula = (
             "mean over steady steps of the idle time while the host ran ops/Python with no launch pending, "
@@ -209,6 +244,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
     evidence: dict[str, Any] = dict(split.evidence)
     evidence.update(split.overhead.evidence("gap", ctx.step_count))
     evidence["top_ops"] = top_ops(ctx, ctx.cpu_ops)
+    _stack_note(evidence, stack_ns, ctx.step_count, split.overhead_ns)
     line = _hot_line(ctx)
     if line:
         evidence["source_line"] = line
@@ -245,13 +281,16 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
     if not split.gaps:
         return []
     lengths = np.array([b - a for a, b in split.gaps], dtype=np.int64)
-    saving = float(lengths.sum()) / ctx.step_count
+    stack = stack_cost_ns(ctx, np.array([a for a, _ in split.gaps], dtype=np.int64),
+                          np.array([b for _, b in split.gaps], dtype=np.int64))
+    saving = float((lengths - stack).sum()) / ctx.step_count
     threshold = ctx.options.host_bound_share if ctx.is_gpu else ctx.options.tiny_op_share
     if ctx.share(saving) < threshold:
         return []
     order = np.argsort(-lengths)[:3]
     evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
     evidence["longest_gaps"] = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
     lines = [g["source_line"] for g in evidence["longest_gaps"] if g.get("source_line")]
     if not lines:
         evidence["how_to_see_the_line"] = _NO_STACKS
@@ -297,7 +336,9 @@ def host_stall(ctx: RankContext) -> list[Finding]:
     if not stalls:
         return []
     lengths = np.array([b - a for a, b, _ in stalls], dtype=np.int64)
-    saving = float(lengths.sum()) / ctx.step_count
+    stack = stack_cost_ns(ctx, np.array([a for a, _, _ in stalls], dtype=np.int64),
+                          np.array([b for _, b, _ in stalls], dtype=np.int64))
+    saving = float((lengths - stack).sum()) / ctx.step_count
     if ctx.share(saving) < ctx.options.host_bound_share:
         return []
     calls = _stall_calls(ctx, stalls)
@@ -306,6 +347,7 @@ def host_stall(ctx: RankContext) -> list[Finding]:
     once = int(top["count"]) < max(ctx.step_count, 2)
     evidence: dict[str, Any] = {"stall_ns_per_step": int(saving), "stalls": int(lengths.size), "calls": calls[:3]}
     evidence["largest_share"] = round(float(lengths.max()) / float(lengths.sum()), 3)
+    _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
     if int(top["total_ns"]) * 2 >= int(lengths.sum()):
         title = (f"Host stall: the device idles {ms_text(saving)} per step while the host sits in {top['call']} "
                  f"({top['count']}x, longest {ms_text(top['longest_ns'])})")
@@ -442,7 +484,8 @@ def _gpu_host_split(ctx: RankContext) -> HostSplit:
         "host_idle_ns_per_step": int(lengths.sum() / ctx.step_count),
         "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
     }
-    return HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence)
+    return HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence,
+                     (host[0][~long], host[1][~long]))
 
 
 def _covering_call(ctx: RankContext, start: int, end: int) -> int:
@@ -496,7 +539,7 @@ def _cpu_host_split(ctx: RankContext) -> HostSplit:
         "tiny_op_threshold_ns": ctx.options.tiny_cpu_op_ns,
     }
     gaps = list(zip(outside[0][long].tolist(), outside[1][long].tolist()))
-    return HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence)
+    return HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence, overhead)
 
 
 def _top_level(ctx: RankContext) -> I64:

@@ -12,9 +12,11 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET
 
 from aiprof import arrays
 from aiprof.rules.context import RankContext
@@ -23,6 +25,9 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
 from aiprof.trace.model import I64
+
+if TYPE_CHECKING:
+    from aiprof.roofline.attention import AttentionShape
 
 # AMD Instinct spec matrix peaks are further from what libraries reach than NVIDIA's: hipBLASLt BF16 GEMMs on
 # an MI300X measure ~600-800 of the 1307 dense TFLOP/s (SemiAnalysis MI300X vs H100 benchmarks, Dec 2024),
@@ -175,6 +180,8 @@ def _groups(ctx: RankContext) -> list[_Group]:
             continue
         costs = [calls.costs[int(c)] for c in k.tolist()]
         family = Counter(c.family for c in costs).most_common(1)[0][0]
+        if family == "attention":
+            continue  # fused attention: attention_efficiency judges it per path, against its attainable fraction
         main_key = Counter(keys[int(c)] for c in k.tolist()).most_common(1)[0][0]
         out.append(_Group(text, family, mine, float(t.sum()), float(expected.sum()),
                           float(np.maximum(t - expected, 0.0).sum()), float(t[compute[k]].sum()),
@@ -396,3 +403,114 @@ def kernel_variance(ctx: RankContext) -> list[Finding]:
             notes=notes,
         )
     ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# attention_efficiency
+# ---------------------------------------------------------------------------------------------------
+_FUSED_ATTENTION_FIX = (
+    "Attention runs far below the matrix peak. Check which kernel runs (torch.nn.attention.sdpa_kernel; the "
+    "path is in the evidence): on Hopper (H100/H200) FlashAttention-3 (flash_attn_interface) or cuDNN SDPA "
+    "(SDPBackend.CUDNN_ATTENTION) reach ~2x FlashAttention-2's rate, and FP8 (FlashAttention-3 / "
+    "Transformer Engine) about 2x again; on AMD Instinct use the CK / AOTriton FMHA of a current ROCm and "
+    "PyTorch. Keep head_dim 64 or 128 (a multiple of 8, ≤ 256), sequence lengths multiples of the kernel's "
+    "128-row tile, q/k/v contiguous in bf16/fp16, and pass is_causal=True rather than an explicit mask."
+)
+
+
+def shape_factor(head_dim: int, kv_len: int) -> float:
+    """How much of a path's best fraction of the peak attention of this head_dim and key length reaches, read off
+    FlashAttention-2's forward benchmarks (Dao 2023, A100, figs. 4-5): head_dim 64 runs at ~0.8 of head_dim 128's
+    rate, smaller ones ~0.6; 512 keys at ~0.7 of 16k keys' rate, 1k at ~0.85, ≥ 2k at full rate."""
+    head = 1.0 if head_dim >= 128 or head_dim <= 0 else 0.8 if head_dim >= 64 else 0.6
+    seq = 1.0 if kv_len >= 2048 or kv_len <= 0 else 0.85 if kv_len >= 1024 else 0.7 if kv_len >= 512 else 0.5
+    return head * seq
+
+
+def _shapes_factor(shapes: list[AttentionShape]) -> float:
+    """:func:`shape_factor` over a path's shapes, weighted by their FLOPs (1 without shapes)."""
+    weights = [float(s.calls) * s.batch * s.heads * s.q_len * s.kv_len * max(s.head_dim, 1) * (0.5 if s.causal else 1.0)
+               * (2.5 if s.backward else 1.0) for s in shapes]
+    if not shapes or sum(weights) <= 0:
+        return 1.0
+    return sum(w * shape_factor(s.head_dim, s.kv_len) for w, s in zip(weights, shapes)) / sum(weights)
+
+
+def _attention_rows(ctx: RankContext, path: str) -> I64:
+    """Kernel rows of the steady steps on one fused attention path (by name)."""
+    from aiprof.roofline.attention import attention_path
+
+    c = ctx.trace.columns
+    names = arrays.unique(c.name[ctx.kernels])
+    mine = np.array([attention_path(ctx.trace.strings[int(n)]) == path for n in names.tolist()], dtype=bool)
+    return ctx.kernels[arrays.isin(c.name[ctx.kernels], names[mine])]
+
+
+@rank_rule(saving=Saving.TIME,
+           options=("roof_fraction_attention", "kernel_efficiency_share", "attention_efficiency_gap", "min_share"),
+           needs=("attention_paths", "kernels", "steps"))
+def attention_efficiency(ctx: RankContext) -> list[Finding]:
+    """A fused attention path (FlashAttention, cuDNN, CK, Triton…) holding ≥ ``kernel_efficiency_share`` of the
+    step whose achieved FLOP rate is below ``attention_efficiency_gap`` × the attainable fraction of the peak."""
+    if not ctx.is_gpu or ctx.kernels.size == 0:
+        return []
+    from aiprof.roofline.attention import UNFUSED, path_text
+
+    section = ctx.views.attention_paths
+    if not section.available:
+        return []
+    opt = ctx.options
+    amd = matrix_units(ctx).vendor == "amd"
+    best = opt.roof_fraction_attention * (AMD_ATTAINABLE_COMPUTE if amd else 1.0)
+    out: list[Finding] = []
+    for p in section.paths:
+        if p.path == UNFUSED or p.fraction_of_peak is UNSET or p.achieved_flops_per_s is UNSET:
+            continue  # unfused attention is unfused_attention's; without FLOPs there is no rate to judge
+        attainable = best * _shapes_factor(p.shapes)
+        fraction = float(p.fraction_of_peak)
+        per_step = float(p.gpu_ns_per_step)
+        if ctx.share(per_step) < opt.kernel_efficiency_share or fraction >= opt.attention_efficiency_gap * attainable:
+            continue
+        modelled = per_step * (1.0 - fraction / attainable)
+        saving, was_capped = capped(ctx, modelled, _attention_rows(ctx, p.path))
+        if ctx.share(saving) < opt.min_share:
+            continue
+        evidence: dict[str, Any] = {
+            "path": p.path,
+            "label": p.label,
+            "kernels": p.kernels,
+            "calls_per_step": round(p.calls / max(len(section.steps), 1), 1),
+            "share_of_kernel_time": round(p.share, 3),
+            "share_of_step": round(ctx.share(per_step), 3),
+            "ns_per_step": int(per_step),
+            "shapes": [msgspec.structs.asdict(s) for s in p.shapes],
+            "dtype": p.dtype,
+            "achieved_flops_per_s": int(float(p.achieved_flops_per_s)),
+            "peak_flops_per_s": int(float(p.peak_flops_per_s or 0.0)),
+            "peak": p.peak_key,
+            "pct_of_peak": round(100.0 * fraction, 1),
+            "attainable_fraction_of_peak": round(attainable, 3),
+            "shape_factor": round(attainable / best, 3),
+            "expected_ns_per_step": int(per_step * fraction / attainable),
+            "summary": path_text(p, len(section.steps)),
+            "peaks": section.peaks_note,
+        }
+        if was_capped:
+            evidence["modelled_saving_ns_per_step"] = int(modelled)
+        out.append(ctx.finding(
+            "attention_efficiency",
+            f"{p.label} takes {ctx.share(per_step):.0%} of the step at {100 * fraction:.0f}% of the "
+            f"{float(p.peak_flops_per_s or 0.0) / 1e12:,.0f} TFLOP/s {str(p.peak_key).replace('_', ' ')} peak",
+            saving,
+            evidence=evidence,
+            fix=_FUSED_ATTENTION_FIX,
+            formula="t × (1 − fraction / attainable) per steady step, t the path's kernel time per step, fraction its "
+            "FLOPs (4·B·H·Sq·Sk·D forward, 2.5× backward, half causal) / t over the dense matrix peak of its dtype, "
+            "attainable = roof_fraction_attention (0.5: FlashAttention-2 on A100, FlashAttention-3 ~75 % on H100) × "
+            "0.6 on AMD Instinct × the FLOP-weighted shape factor (head_dim 64: 0.8, < 64: 0.6; keys < 2k: 0.85, "
+            "< 1k: 0.7, < 512: 0.5); reported when fraction < attention_efficiency_gap × attainable; at most the step "
+            "minus the device's other work",
+            kind="estimate",
+            confidence="medium",
+        ))
+    return out

@@ -67,6 +67,9 @@ class RuleOptions:
     kernel_efficiency_share: float = 0.10
     roof_fraction_compute: float = 0.7
     roof_fraction_attention: float = 0.5
+    # attention_efficiency: a fused attention path holding ≥ kernel_efficiency_share of the step whose fraction of
+    # the matrix peak is below this share of the attainable one (roof_fraction_attention, × 0.6 on AMD)
+    attention_efficiency_gap: float = 0.75
     # kernel_variance: one kernel (same name, grid, block and op shapes) whose calls' p90 / p10 ≥ this
     kernel_variance_ratio: float = 3.0
     kernel_variance_min_calls: int = 10

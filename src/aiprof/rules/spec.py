@@ -57,6 +57,7 @@ NEEDS: dict[str, str] = {
     "comm": "RankViews.comm",
     "fp32_matrix_calls": "RankViews.fp32_matrix_calls",
     "attention": "RankViews.attention",
+    "attention_paths": "RankViews.attention_paths",
     "shaped_ops": "RankViews.shaped_ops",
     "idle_sets": "RankViews.idle_sets",
     "host_split": "RankViews.host_split",

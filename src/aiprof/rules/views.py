@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from aiprof.analysis import intervals as iv
     from aiprof.analysis.comm import CommStats
     from aiprof.roofline.analysis import RooflineResult
+    from aiprof.roofline.attention import AttentionReport
     from aiprof.rules.context import RankContext
     from aiprof.rules.fusion import Attention, ShapedOps
     from aiprof.rules.idle import HostSplit
@@ -69,6 +70,14 @@ class RankViews:
         from aiprof.rules.fusion import find_attention
 
         return find_attention(self._ctx)
+
+    @cached_property
+    def attention_paths(self) -> AttentionReport:
+        """The fused and unfused attention paths that ran, their time, shapes and fraction of peak (the
+        report's ``attention`` section, :func:`aiprof.roofline.attention.attention_section`)."""
+        from aiprof.roofline.attention import attention_section
+
+        return attention_section(self._ctx.trace)
 
     @cached_property
     def idle_sets(self) -> dict[str, iv.IntervalSet]:
