@@ -383,6 +383,8 @@ def _load_and_analyze(args: Job) -> list[_Loaded]:
         try:
             role = graph_role(trace)
             analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
+        except MemoryError:
+            raise  # the machine, not the rank: the run ends with its one-line error instead of numbers without it
         except Exception as err:  # noqa: BLE001 - one rank's failure is named, the run goes on
             if not tolerate:
                 raise

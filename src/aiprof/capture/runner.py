@@ -9,6 +9,7 @@ cycle files into ``rank<N>.pt.trace.json.gz`` with the telemetry counters on the
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -304,7 +305,10 @@ class Runner:
             elif state.imported_torch:
                 idle.append({"pid": pid, "argv0": None, "flushed": False})
             if state.unsaved:
-                failures.append(f"{run_dir / rundir.META}: process {pid} could not add its entry (a full disk)")
+                # the state file says only that the entry could not be written (a full disk, procstate): the
+                # same words as any write that met ENOSPC, naming the disk and what to do
+                full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                failures.append(f"{rundir.write_failed(run_dir / rundir.META, full)} (process {pid} could not add its entry)")
         procstate.remove_all(run_dir)
         discard_empty_log(run_dir)
         for cut in run_dir.glob(f".pid*.cycle*{rundir.PART_SUFFIX}.tmp"):  # a write cut before its first byte
