@@ -657,7 +657,7 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
     """Per step: graph replays (``cudaGraphLaunch``…) and eager kernel launches executed outside capture
     ranges (a launch recorded into a graph under capture is not executed), and graph captures: what
     ``mode="reduce-overhead"`` (CUDA graph trees) turns eager launches into. None without any launch."""
-    from aiprof.analysis.graphs import captured_mask, launch_rows
+    from aiprof.analysis.graphs import BEGIN_CAPTURE, captured_mask, launch_rows
     from aiprof.analysis.steps import step_windows
 
     c = trace.columns
@@ -668,7 +668,7 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
     replays = rows[trace.name_matches(rows, GRAPH_REPLAY)]
     eager = rows[trace.name_matches(rows, KERNEL_LAUNCH) & ~trace.name_matches(rows, GRAPH_REPLAY)]
     runtime = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
-    captures = runtime[trace.name_matches(runtime, r"^(cuda|hip|cu)StreamBeginCapture")]
+    captures = runtime[trace.name_matches(runtime, BEGIN_CAPTURE)]
     windows = step_windows(trace)
     starts = np.array([w.start_ns for w in windows], dtype=np.int64)
     ends = np.array([w.end_ns for w in windows], dtype=np.int64)
@@ -695,7 +695,6 @@ def graph_launches(trace: Trace) -> CudaGraphLaunches | None:
 # (``CUDAGraphNode.record``, a stream capture) and replays it, later calls replay it.
 GRAPH_TREES = r"^(cudagraphify|CUDAGraphNode\.|CUDAGraphTreeManager)"
 GRAPH_SETUP = r"^(cudagraphify\.get_container|CUDAGraphNode\.record)"
-_CAPTURE_BEGIN = r"^(cuda|hip|cu)StreamBeginCapture"
 _COMPILED_GRAPH = r"^(Torch-Compiled Region|CompiledFunctionBackward$)"
 
 
@@ -725,7 +724,7 @@ def uses_graph_trees(trace: Trace) -> bool:
 def graph_use(trace: Trace, windows: list[tuple[int, int]]) -> list[GraphUse]:
     """Per window [start, end): graph replays against eager launches, and new graphs set up (see
     :class:`GraphUse`). Launch calls recorded into a graph under capture are not executed: left out."""
-    from aiprof.analysis.graphs import captured_mask, launch_rows
+    from aiprof.analysis.graphs import BEGIN_CAPTURE, captured_mask, launch_rows
 
     c = trace.columns
     rows = launch_rows(trace)
@@ -745,7 +744,7 @@ def graph_use(trace: Trace, windows: list[tuple[int, int]]) -> list[GraphUse]:
     compiled_launches = outside_compile(trace, eager[inside])  # not autotuning's benchmark launches
     runtime = trace.rows_of(Kind.RUNTIME, Kind.DRIVER)
     setups = np.sort(np.concatenate([host[trace.name_matches(host, GRAPH_SETUP) & ~trace.name_matches(host, r"_data: ")],
-                                     runtime[trace.name_matches(runtime, _CAPTURE_BEGIN)]]))
+                                     runtime[trace.name_matches(runtime, BEGIN_CAPTURE)]]))
     region_starts = np.array([r.start_ns for r in outer], dtype=np.int64)
 
     def count(found: I64, lo: int, hi: int) -> I64:

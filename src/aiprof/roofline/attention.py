@@ -221,19 +221,23 @@ def _paths(trace: Trace, kernels: I64) -> dict[int, tuple[str, int]]:
     gemm = {int(k) for k in distinct.tolist() if fused[int(k)] is None and _GEMM.search(names[int(k)])
             and int(k) not in softmax}
     out: dict[int, tuple[str, int]] = {}
-    for i, k in enumerate(name_ids.tolist()):
-        p = fused[k]
-        if p is not None:
-            out[i] = (p, -1)
+    # numpy picks the attention kernels; Python sees only those (a trace has 10^5-10^6 kernels, few of them attention)
+    fused_ids = np.array([k for k, p in fused.items() if p is not None], dtype=name_ids.dtype)
+    for i in np.flatnonzero(np.isin(name_ids, fused_ids)).tolist():
+        path = fused[int(name_ids[i])]
+        assert path is not None
+        out[i] = (path, -1)
     if not softmax or not gemm:
         return out
     stream = c.pid[kernels] * (1 << 32) + (c.tid[kernels] & 0xFFFFFFFF)
     order = np.lexsort((c.ts[kernels], stream))
     gpu_op = links.gpu_op(trace)
-    ids = name_ids[order].tolist()
+    ordered_ids = name_ids[order]
+    ids = ordered_ids.tolist()
     streams = stream[order].tolist()
-    for j, k in enumerate(ids):
-        if k not in softmax or not _scores(trace, int(gpu_op[int(kernels[order[j]])])):
+    softmax_ids = np.array(sorted(softmax), dtype=name_ids.dtype)
+    for j in np.flatnonzero(np.isin(ordered_ids, softmax_ids)).tolist():
+        if not _scores(trace, int(gpu_op[int(kernels[order[j]])])):
             continue
         before = _nearest(ids, streams, j, -1, gemm)
         after = _nearest(ids, streams, j, +1, gemm)
