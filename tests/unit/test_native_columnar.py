@@ -122,7 +122,7 @@ PIDS = st.one_of(  # ints beyond int64 are left to the pure path: they come with
 DIMS = st.one_of(
     st.lists(st.integers(0, 4096), max_size=3),
     st.sampled_from([None, [], [1.5, 2], [0, Lit("18446744073709551616")], [Lit("9223372036854775808"), 2], [-1, 3],
-                     [2**40, 2**40], [True], "128", [[1]]]),
+                     [2**40, 2**40], [True], "128", [[1]], [1, 2, 3, 4], [2**31, 1], [0, 2**31 - 1], [7]]),
 )  # fmt: skip
 SHAPES = st.one_of(
     st.lists(st.lists(st.integers(0, 64), max_size=3), max_size=3),

@@ -141,6 +141,12 @@ class Columns:
     nbytes: I64  # memcpy/memset bytes; [memory] event bytes (negative = free)
     grid: I64  # total blocks in the grid (x*y*z), -1 when unknown
     block: I64  # threads per block (x*y*z)
+    grid_x: I32  # the grid's x, y, z (blocks; missing trailing ones 1), -1 when unknown
+    grid_y: I32
+    grid_z: I32
+    block_x: I32  # the block's x, y, z (threads), -1 when unknown
+    block_y: I32
+    block_z: I32
     registers: I64
     shared_memory: I64
     blocks_per_sm: F32

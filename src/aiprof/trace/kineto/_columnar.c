@@ -45,7 +45,7 @@ enum { CLS_NONE = 0, CLS_CPU = 1, CLS_DEV = 2, CLS_MEM = 3 };
 /* ------------------------------------------------------------------------------------------------ */
 /* Columns: bytearrays grown together                                                                 */
 /* ------------------------------------------------------------------------------------------------ */
-#define MAX_COLS 32
+#define MAX_COLS 40
 typedef struct {
     int ncols;
     int size[MAX_COLS];
@@ -112,6 +112,8 @@ enum {
     T_DEVICE_TYPE, T_DEVICE_ID,
     /* float args, NaN when absent */
     T_BLOCKS_PER_SM, T_WARPS_PER_SM, T_OCCUPANCY,
+    /* grid and block x, y, z (int32), -1 when unknown (as builder._dims3) */
+    T_GRID_X, T_GRID_Y, T_GRID_Z, T_BLOCK_X, T_BLOCK_Y, T_BLOCK_Z,
     T_NCOLS
 };
 #define T_FIRST_INT T_EXT
@@ -119,7 +121,7 @@ enum {
 #define T_FIRST_FLOAT T_BLOCKS_PER_SM
 #define N_FLOAT 3
 static const int T_SIZES[T_NCOLS] = {1, 1, 4, 4, 8, 8, 8, 8, 4, 4, 8, 8, 8, 8, 8, 8, 8, 8,
-                                     8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8};
+                                     8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 4, 4};
 
 /* process_name / thread_name metadata events. *_STR: the local id of a string value, else -1. */
 enum { M_NAME, M_PID, M_TID, M_ARGS_AT, M_ARGS_LEN, M_PID_STR, M_TID_STR, M_NCOLS };
@@ -724,6 +726,7 @@ static int kind_class(int k) {
 typedef struct {
     int64_t ints[N_INT];
     double floats[N_FLOAT];
+    int32_t dims[2][3]; /* grid, block: x, y, z */
     Span shape[N_SHAPE_KEYS];
     int collective; /* "Collective name" is a string */
     PyObject *stack; /* "Call stack", when a non-empty string */
@@ -732,6 +735,7 @@ typedef struct {
 static void args_reset(Args *a) {
     for (int i = 0; i < N_INT; i++) a->ints[i] = -1;
     for (int i = 0; i < N_FLOAT; i++) a->floats[i] = NAN;
+    for (int i = 0; i < 3; i++) a->dims[0][i] = a->dims[1][i] = -1;
     memset(a->shape, 0, sizeof(a->shape));
     a->collective = 0;
     Py_CLEAR(a->stack);
@@ -806,9 +810,11 @@ static const ArgKey *find_arg(const char *s, Py_ssize_t n, int cls) {
 #define MISTYPED 1
 
 /* A grid/block value as builder._prod3 sees it: the product of a list of ints; -1 for null, [], anything
- * that is not a list of ints (msgspec drops that key), or a product outside [0, 2^63). */
-static int parse_dims(Ctx *c, int64_t *out) {
+ * that is not a list of ints (msgspec drops that key), or a product outside [0, 2^63). ``xyz`` as
+ * builder._dims3 sees it: the list's 1 to 3 entries (missing ones 1) when each is in [0, 2^31), else -1s. */
+static int parse_dims(Ctx *c, int64_t *out, int32_t xyz[3]) {
     *out = -1;
+    xyz[0] = xyz[1] = xyz[2] = -1;
     if (is_null(c)) return 0;
     if (c->p >= c->end || *c->p != '[') return skip_value(c, 1) < 0 ? -1 : MISTYPED;
     c->p++;
@@ -818,7 +824,8 @@ static int parse_dims(Ctx *c, int64_t *out) {
         return 0;
     }
     int64_t product = 1;
-    int not_ints = 0, zero = 0, huge = 0;
+    int not_ints = 0, zero = 0, huge = 0, count = 0, wide = 0;
+    int32_t seen[3] = {1, 1, 1};
     for (;;) {
         skip_ws(c);
         int64_t v = 0;
@@ -828,6 +835,9 @@ static int parse_dims(Ctx *c, int64_t *out) {
         else if (rc == NUM_BIG) huge = 1;
         else if (v == 0) zero = 1;
         else if (__builtin_mul_overflow(product, v, &product)) huge = 1;
+        if (rc != NUM_INT || v < 0 || v > INT32_MAX || count >= 3) wide = 1;
+        else seen[count] = (int32_t)v;
+        count++;
         int more = next_item(c, ']');
         if (more < 0) return -1;
         if (!more) break;
@@ -835,6 +845,7 @@ static int parse_dims(Ctx *c, int64_t *out) {
     if (not_ints) return MISTYPED;
     if (zero) *out = 0;
     else if (!huge && product >= 0) *out = product;
+    if (!wide) memcpy(xyz, seen, sizeof(seen));
     return 0;
 }
 
@@ -917,7 +928,7 @@ static int parse_args_object(Ctx *c, int cls, Args *a, int *mistyped) {
                     rc = parse_float_arg(c, &a->floats[k->slot]);
                     break;
                 case V_DIMS:
-                    rc = parse_dims(c, &a->ints[k->slot]);
+                    rc = parse_dims(c, &a->ints[k->slot], a->dims[k->slot == SLOT(T_GRID) ? 0 : 1]);
                     break;
                 case V_SHAPE:
                     if (span_value(c, &a->shape[k->slot]) < 0) return -1;
@@ -1180,6 +1191,7 @@ static int parse_event(Ctx *c, Args *a) {
     I32(t, T_TID_STR)[r] = tid_str;
     for (int i = 0; i < N_INT; i++) I64(t, T_FIRST_INT + i)[r] = cls == CLS_NONE ? -1 : a->ints[i];
     for (int i = 0; i < N_FLOAT; i++) F64(t, T_FIRST_FLOAT + i)[r] = cls == CLS_NONE ? NAN : a->floats[i];
+    for (int i = 0; i < 6; i++) I32(t, T_GRID_X + i)[r] = cls == CLS_NONE ? -1 : a->dims[i / 3][i % 3];
     if (cls == CLS_CPU) {
         if ((a->shape[0].at || a->shape[1].at) && add_shape(c, r, a) < 0) return -1;
         if ((a->collective || (c->sflags[name] & SF_COMMS)) && add_comm(&c->comm_cpu_rows, c->comm_cpu, r, args) < 0)

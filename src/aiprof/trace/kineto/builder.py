@@ -96,15 +96,19 @@ _TIMED_NAMES = [
     "external_id", "external_id_legacy", "correlation", "seq", "fwd_tid", "python_id", "python_parent_id",
     "device", "stream", "nbytes", "grid", "block", "registers", "shared_memory", "total_allocated",
     "total_reserved", "device_type", "device_id", "blocks_per_sm", "warps_per_sm", "occupancy_pct",
+    "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
 ]  # fmt: skip
 _TIMED_DTYPES = (
     [np.int8, np.int8, np.int32, np.int32, np.int64, np.int64, np.float64, np.float64, np.int32, np.int32]
     + [np.int64] * 18
     + [np.float64] * 3
+    + [np.int32] * 6
 )
 _T_KIND, _T_INSTANT, _T_CAT, _T_NAME, _T_PID, _T_TID, _T_TS, _T_DUR, _T_PID_STR, _T_TID_STR = range(10)
 _T_INT = {name: i for i, name in enumerate(_TIMED_NAMES) if 10 <= i < 28}
-_T_FLOAT = {name: i for i, name in enumerate(_TIMED_NAMES) if i >= 28}
+_T_FLOAT = {name: i for i, name in enumerate(_TIMED_NAMES) if 28 <= i < 31}
+_DIM_COLUMNS = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]  # int32, -1 unknown
+_T_DIMS = {name: _TIMED_NAMES.index(name) for name in _DIM_COLUMNS}
 
 
 MAX_NAME_CHARS = 65_536  # longer names are shortened at load (classifiers scan every name); real ones reach ~5k
@@ -212,6 +216,17 @@ def _column(items: Sequence[Any], attr: str) -> I64:
 
 def _floats(items: Sequence[Any], attr: str, dtype: Any = np.float64) -> npt.NDArray[Any]:
     return np.fromiter(map(attrgetter(attr), items), dtype=dtype, count=len(items))
+
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def _dims3(dims: list[int] | None) -> tuple[int, int, int]:
+    """A grid or block as (x, y, z): the list's 1 to 3 entries (missing ones 1, as CUDA's and HIP's
+    ``dim3``) when each is in [0, 2^31), else (-1, -1, -1) (absent, empty, longer, or out of range)."""
+    if not dims or len(dims) > 3 or any(not 0 <= d <= _INT32_MAX for d in dims):
+        return (-1, -1, -1)
+    return (dims[0], dims[1] if len(dims) > 1 else 1, dims[2] if len(dims) > 2 else 1)
 
 
 def _prod3(dims: list[int] | None) -> int:
@@ -484,6 +499,8 @@ class Builder:
             cols[name] = np.where(ext != -1, ext, legacy) if name == "external_id" else t[_T_INT[name]]
         for name in _FLOAT_COLUMNS:
             cols[name] = t[_T_FLOAT[name]].astype(np.float32)
+        for name in _DIM_COLUMNS:
+            cols[name] = t[_T_DIMS[name]]
         device = np.full(n, -1, dtype=np.int32)
         dev = np.flatnonzero((kind >= _DEV_KINDS.min()) & (kind <= _DEV_KINDS.max()))
         if len(dev):  # as _device_args: pid is the device index; args.stream, where present, the stream
@@ -670,6 +687,8 @@ class Builder:
             cols[name] = np.full(n, -1, dtype=np.int64)
         for name in _FLOAT_COLUMNS:
             cols[name] = np.full(n, np.nan, dtype=np.float32)
+        for name in _DIM_COLUMNS:
+            cols[name] = np.full(n, -1, dtype=np.int32)
         piece = Piece(cols, self.run_index)
         self._cpu_args(events, names, piece)
         self._device_args(events, piece)
@@ -710,6 +729,10 @@ class Builder:
         cols["nbytes"][rows] = _column(args, "bytes")
         cols["grid"][rows] = _int64([_prod3(a.grid) for a in args])
         cols["block"][rows] = _int64([_prod3(a.block) for a in args])
+        for prefix, dims in (("grid", [_dims3(a.grid) for a in args]), ("block", [_dims3(a.block) for a in args])):
+            xyz = np.array(dims, dtype=np.int32).reshape(-1, 3)
+            for axis, suffix in enumerate("xyz"):
+                cols[f"{prefix}_{suffix}"][rows] = xyz[:, axis]
         cols["registers"][rows] = _column(args, "registers")
         cols["shared_memory"][rows] = _column(args, "shared_memory")
         cols["blocks_per_sm"][rows] = _floats(args, "blocks_per_sm", np.float32)

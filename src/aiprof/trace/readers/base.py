@@ -25,6 +25,7 @@ _DTYPES: dict[str, Any] = {
     "name": np.int32,
     "device": np.int32,
     "mem_device": np.int32,
+    **{f"{what}_{axis}": np.int32 for what in ("grid", "block") for axis in "xyz"},
     "blocks_per_sm": np.float32,
     "warps_per_sm": np.float32,
     "occupancy_pct": np.float32,
