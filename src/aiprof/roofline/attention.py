@@ -20,6 +20,14 @@
   every kernel of it, softmax and scale included, so fused and unfused rates compare);
   ``fraction_of_peak`` = that over the device's dense matrix peak for the dtype that did most of the FLOPs
   (the roofline's peaks: the spec table for a known GPU).
+* **Without shapes** (no ``Input Dims``: ``record_shapes=False``, or a kernel whose op is not in the trace) the
+  launch grid of the families whose grid layout is known gives what it encodes (:func:`grid_dims`): the
+  FlashAttention-2 forward (``flash_fwd_kernel``, not split-KV) launches (query blocks, B, H), its name gives D,
+  the query tile and causal; AOTriton's / ROCm Triton's ``attn_fwd`` launches (query blocks, H, B) when the
+  grid has more than one dimension (its causal and persistent launches flatten the tiles into x: nothing to
+  read). A grid never gives the key length, so these calls get no FLOPs: ``grid_shapes`` and
+  ``shapes_missing`` say what is known and what is not. Where calls of the same kernel do have shapes, the
+  grid's B and H must agree with theirs, else the layout is not trusted on that trace.
 """
 
 from __future__ import annotations
@@ -93,6 +101,23 @@ class AttentionShape(msgspec.Struct, kw_only=True):
     calls: int
 
 
+class GridShape(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the launch grid (and kernel name) of attention calls without shapes says, and how many calls had it.
+    0 where a number is not in the grid or name. ``q_len_max`` = query blocks × the query tile: Sq lies in
+    (``q_len_max`` − tile, ``q_len_max``]."""
+
+    batch: int
+    heads: int
+    q_blocks: int
+    q_tile: int = 0
+    q_len_max: int = 0
+    head_dim: int = 0
+    causal: bool | UnsetType = UNSET
+    dtype: str = ""
+    grid: list[int]
+    calls: int
+
+
 class AttentionPath(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One attention path that ran: its kernels' time in the steps, and (with shapes) FLOPs and rate."""
 
@@ -113,6 +138,7 @@ class AttentionPath(msgspec.Struct, kw_only=True, omit_defaults=True):
     peak_key: str | UnsetType = UNSET
     fraction_of_peak: float | UnsetType = UNSET
     shapes: list[AttentionShape] = msgspec.field(default_factory=list)
+    grid_shapes: list[GridShape] = msgspec.field(default_factory=list)  # calls without shapes: what their grid says
     shapes_missing: str | UnsetType = UNSET  # why there are no FLOPs (no shapes recorded)
 
 
@@ -141,6 +167,56 @@ class AttentionReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     peaks_note: str | UnsetType = UNSET
 
 
+@dataclass(frozen=True)
+class GridDims:
+    """What one attention kernel's launch grid and name encode (0: not encoded)."""
+
+    batch: int
+    heads: int
+    q_blocks: int
+    q_tile: int = 0
+    head_dim: int = 0
+    causal: bool | None = None
+    dtype: str = ""
+
+
+# (B, H, query blocks, query tile, D, causal (-1 unknown), dtype, grid x, y, z)
+GridKey = tuple[int, int, int, int, int, int, str, int, int, int]
+
+# FlashAttention-2's forward: flash_fwd_kernel<Flash_fwd_kernel_traits<D, kBlockM, kBlockN, warps, …, elem>,
+# Is_dropout, Is_causal, …> launched on (⌈Sq / kBlockM⌉, B, H) (PyTorch's pytorch_flash:: and flash_attn's flash::).
+_FLASH2_FWD = re.compile(r"\bflash_fwd_kernel<\s*(?:\w+::)*Flash_fwd_kernel_traits<\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*,")
+_FLASH2_BOOLS = re.compile(r">\s*,\s*(true|false)\s*,\s*(true|false)\s*,")  # after the traits: Is_dropout, Is_causal
+_FLASH2_DTYPE = {"bfloat16_t": "bf16", "half_t": "fp16"}
+# AOTriton / ROCm Triton FlashAttention forward: attn_fwd on (⌈Sq / BLOCK_M⌉, H, B); the same name launches a
+# one-dimensional grid of flattened or persistent tiles for causal calls (xDiT SD-3.5: (24, 1, 1) for B1 H12 S77).
+_AOTRITON_FWD = re.compile(r"^attn_fwd$")
+
+
+def grid_dims(name: str, grid: tuple[int, int, int]) -> GridDims | str | None:
+    """What an attention kernel's grid (x, y, z) and name say about its call: :class:`GridDims`; a reason
+    when the family's grid is known but this one says nothing; None when aiprof knows no grid layout for
+    the kernel's family."""
+    gx, gy, gz = grid
+    short = short_kernel_name(name)
+    flash = _FLASH2_FWD.search(name)
+    if flash is not None and "splitkv" not in short.lower():
+        if min(grid) <= 0:
+            return "the trace records no launch grid for it"
+        bools = _FLASH2_BOOLS.search(name, flash.end())
+        dtype = next((v for k, v in _FLASH2_DTYPE.items() if k in name[flash.start():]), "")
+        return GridDims(batch=gy, heads=gz, q_blocks=gx, q_tile=int(flash.group(2)), head_dim=int(flash.group(1)),
+                        causal=bools.group(2) == "true" if bools else None, dtype=dtype)
+    if _AOTRITON_FWD.match(short):
+        if min(grid) <= 0:
+            return "the trace records no launch grid for it"
+        if gy == 1 and gz == 1:
+            return (f"its grid ({gx}, 1, 1) is one-dimensional: attn_fwd's causal and persistent launches flatten "
+                    "the tiles into x, so B and H are not in it")
+        return GridDims(batch=gz, heads=gy, q_blocks=gx)
+    return None
+
+
 @dataclass
 class _Acc:
     kernel_ns: int = 0
@@ -155,6 +231,9 @@ class _Acc:
     chains_seen: set[int] = field(default_factory=set)
     scores: Counter[tuple[int, int, int, int, str]] = field(default_factory=Counter)  # unfused: B, H, Sq, Sk, dtype
     no_shape: bool = False
+    grids: Counter[GridKey] = field(default_factory=Counter)  # calls without shapes, by what their grid says
+    grid_reasons: Counter[str] = field(default_factory=Counter)  # calls without shapes whose grid says nothing: why
+    grid_conflict: str = ""  # a call with shapes whose grid disagrees: the layout is not trusted here
 
 
 def attention_section(trace: Trace) -> AttentionReport:
@@ -294,13 +373,22 @@ def _add_flops(trace: Trace, acc: _Acc, row: int, dur: int, path: str, chain: in
             acc.dtypes[cost.dtype] += cost.flops
         return
     found = _attention_op(trace, op)
+    c = trace.columns
+    grid = (int(c.grid_x[row]), int(c.grid_y[row]), int(c.grid_z[row]))
     if found is None:
-        acc.calls += 1 if op < 0 or op not in acc.ops_seen else 0
+        new_call = op < 0 or op not in acc.ops_seen
+        acc.calls += 1 if new_call else 0
         if op >= 0:
             acc.ops_seen.add(op)
         acc.no_shape = True
+        if new_call:
+            _add_grid(acc, trace.name_of(row), grid)
         return
     op, dims = found
+    said = grid_dims(trace.name_of(row), grid)
+    if isinstance(said, GridDims) and not acc.grid_conflict and (said.batch, said.heads) != (dims.batch, dims.heads):
+        acc.grid_conflict = (f"a call with shapes (B{dims.batch} H{dims.heads}) launched grid {list(grid)}, which "
+                             f"the layout reads as B{said.batch} H{said.heads}")
     cost = cached_op_cost(trace, op)
     acc.timed_ns += dur if cost is not None else 0
     if op in acc.ops_seen:
@@ -312,6 +400,35 @@ def _add_flops(trace: Trace, acc: _Acc, row: int, dur: int, path: str, chain: in
     if cost is not None:
         acc.flops += cost.flops
         acc.dtypes[cost.dtype] += cost.flops
+
+
+def _add_grid(acc: _Acc, name: str, grid: tuple[int, int, int]) -> None:
+    """Count what the grid of a call without shapes says (or why it says nothing)."""
+    said = grid_dims(name, grid)
+    if said is None:
+        acc.grid_reasons[f"aiprof knows no grid layout for {short_kernel_name(name)[:80]}"] += 1
+    elif isinstance(said, str):
+        acc.grid_reasons[said] += 1
+    else:
+        causal = -1 if said.causal is None else int(said.causal)
+        acc.grids[(said.batch, said.heads, said.q_blocks, said.q_tile, said.head_dim, causal, said.dtype, *grid)] += 1
+
+
+def _shapes_missing(acc: _Acc) -> str:
+    """Why a path has no FLOPs, and what its calls' grids say instead."""
+    text = ("the trace records no input shapes of the attention ops (record_shapes=True gives B, H, S, D and so "
+            "the FLOPs)")
+    if acc.grid_conflict:
+        return text + f"; their launch grids are not read: {acc.grid_conflict}"
+    if acc.grids:
+        (b, h, blocks, tile, d, _, _, *_), _ = acc.grids.most_common(1)[0]
+        seq = f"{blocks} query blocks of {tile} rows (Sq ≤ {blocks * tile})" if tile else f"{blocks} query blocks"
+        known = f"B{b} H{h}, {seq}" + (f", D{d}" if d else "")
+        text += (f"; the launch grid gives {known}, but not the key length"
+                 + ("" if d else " nor the head dim") + " that the FLOPs need")
+    elif acc.grid_reasons:
+        text += "; " + acc.grid_reasons.most_common(1)[0][0]
+    return text
 
 
 def _add_scores(trace: Trace, acc: _Acc, row: int) -> None:
@@ -362,10 +479,14 @@ def _path_report(result: object, path: str, acc: _Acc, steps: int, total_kernel:
         gemm_dtype = acc.dtypes.most_common(1)[0][0] if acc.dtypes else ""
         out.shapes = [AttentionShape(batch=b, heads=h, kv_heads=h, q_len=sq, kv_len=sk, head_dim=head_dim, causal=False,
                                      backward=False, dtype=gemm_dtype or dt, calls=n) for (b, h, sq, sk, dt), n in acc.scores.most_common(5)]
+    if not acc.grid_conflict:
+        out.grid_shapes = [
+            GridShape(batch=b, heads=h, q_blocks=blocks, q_tile=tile, q_len_max=blocks * tile, head_dim=d,
+                      causal=UNSET if causal < 0 else bool(causal), dtype=dt, grid=[gx, gy, gz], calls=n)
+            for (b, h, blocks, tile, d, causal, dt, gx, gy, gz), n in acc.grids.most_common(5)]
     if acc.flops <= 0:
         if acc.no_shape:
-            out.shapes_missing = ("the trace records no input shapes of the attention ops (record_shapes=True "
-                                  "gives B, H, S, D and so the FLOPs)")
+            out.shapes_missing = _shapes_missing(acc)
         return out
     dtype = acc.dtypes.most_common(1)[0][0]
     out.flops, out.flops_per_step, out.timed_ns, out.dtype = acc.flops, acc.flops // max(steps, 1), acc.timed_ns, dtype

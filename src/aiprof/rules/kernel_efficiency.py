@@ -27,7 +27,7 @@ from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
-    from aiprof.roofline.attention import AttentionShape
+    from aiprof.roofline.attention import AttentionPath, AttentionShape
 
 # AMD Instinct spec matrix peaks are further from what libraries reach than NVIDIA's: hipBLASLt BF16 GEMMs on
 # an MI300X measure ~600-800 of the 1307 dense TFLOP/s (SemiAnalysis MI300X vs H100 benchmarks, Dec 2024),
@@ -448,10 +448,11 @@ def _attention_rows(ctx: RankContext, path: str) -> I64:
 
 @rank_rule(saving=Saving.TIME,
            options=("roof_fraction_attention", "kernel_efficiency_share", "attention_efficiency_gap", "min_share"),
-           needs=("attention_paths", "kernels", "steps"))
+           needs=("attention_paths", "kernels", "steps"), ids=("attention_efficiency", "attention_efficiency_unknown"))
 def attention_efficiency(ctx: RankContext) -> list[Finding]:
     """A fused attention path (FlashAttention, cuDNN, CK, Triton…) holding ≥ ``kernel_efficiency_share`` of the
-    step whose achieved FLOP rate is below ``attention_efficiency_gap`` × the attainable fraction of the peak."""
+    step whose achieved FLOP rate is below ``attention_efficiency_gap`` × the attainable fraction of the peak;
+    such a path without FLOPs (no shapes recorded) is said to be unjudged, with why (``attention_efficiency_unknown``)."""
     if not ctx.is_gpu or ctx.kernels.size == 0:
         return []
     from aiprof.roofline.attention import UNFUSED, path_text
@@ -464,6 +465,10 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
     best = opt.roof_fraction_attention * (AMD_ATTAINABLE_COMPUTE if amd else 1.0)
     out: list[Finding] = []
     for p in section.paths:
+        if p.path != UNFUSED and p.flops is UNSET and p.shapes_missing is not UNSET \
+                and ctx.share(float(p.gpu_ns_per_step)) >= opt.kernel_efficiency_share:
+            out.append(_unknown_efficiency(ctx, p, len(section.steps)))
+            continue
         if p.path == UNFUSED or p.fraction_of_peak is UNSET or p.achieved_flops_per_s is UNSET:
             continue  # unfused attention is unfused_attention's; without FLOPs there is no rate to judge
         attainable = best * _shapes_factor(p.shapes)
@@ -514,3 +519,32 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
             confidence="medium",
         ))
     return out
+
+
+def _unknown_efficiency(ctx: RankContext, p: AttentionPath, steps: int) -> Finding:
+    """An attention path that holds much of the step but has no FLOPs: its efficiency is not judged, and why."""
+    per_step = float(p.gpu_ns_per_step)
+    evidence: dict[str, Any] = {
+        "path": p.path,
+        "label": p.label,
+        "kernels": p.kernels,
+        "calls_per_step": round(p.calls / max(steps, 1), 1),
+        "share_of_kernel_time": round(p.share, 3),
+        "share_of_step": round(ctx.share(per_step), 3),
+        "ns_per_step": int(per_step),
+        "why": p.shapes_missing,
+        "grid_shapes": [msgspec.structs.asdict(g) for g in p.grid_shapes],
+    }
+    return ctx.finding(
+        "attention_efficiency_unknown",
+        f"{p.label} takes {ctx.share(per_step):.0%} of the step; how close it runs to the peak cannot be computed: "
+        "the trace records no shapes of its calls",
+        0.0,
+        evidence=evidence,
+        fix="Record the input shapes (torch.profiler.profile(record_shapes=True); `aiprof run` records them) and "
+        "analyse again: B, H, Sq, Sk and D give the attention FLOPs and so its fraction of the peak.",
+        formula="no saving: a trace-quality note; without the key length (and, for some kernels, the head dim) "
+        "there are no FLOPs to rate",
+        confidence="high",
+        severity="info",
+    )

@@ -758,15 +758,17 @@ def _correlation(values: I64) -> None:
 
 
 def _kernels(db: _Db) -> I64:
-    """start, end, pid, stream, device, correlation, name, grid, block, registers, shared memory."""
+    """start, end, pid, stream, device, correlation, name, grid, block, registers, shared memory, then
+    grid x, y, z and block x, y, z (-1 where the table lacks them)."""
     if not db.has(KERNEL):
-        return np.zeros((0, 11), dtype=np.int64)
+        return np.zeros((0, 17), dtype=np.int64)
     name = "demangledName" if db.has(KERNEL, "demangledName") else "shortName"
     smem = " + ".join(c for c in ("staticSharedMemory", "dynamicSharedMemory") if db.has(KERNEL, c)) or "-1"
     grid = "gridX * gridY * gridZ" if db.has(KERNEL, "gridZ") else "-1"
     threads = "blockX * blockY * blockZ" if db.has(KERNEL, "blockZ") else "-1"
     regs = "registersPerThread" if db.has(KERNEL, "registersPerThread") else "-1"
-    return _device_rows(db, KERNEL, [name, grid, threads, regs, smem])
+    dims = [c if db.has(KERNEL, c) else "-1" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ")]
+    return _device_rows(db, KERNEL, [name, grid, threads, regs, smem, *dims])
 
 
 def _api_rows(db: _Db, table: str) -> I64:
@@ -1098,7 +1100,14 @@ def _kernel_block(db: _Db, rows: I64, sm_count: dict[int, int], strings: Strings
         len(rows), kind=int(Kind.KERNEL), cat=strings("kernel"), name=_names(db, rows[:, 6], strings),
         grid=rows[:, 7], block=rows[:, 8], registers=rows[:, 9], shared_memory=rows[:, 10],
         blocks_per_sm=blocks_per_sm, warps_per_sm=warps_per_sm, **_device_columns(rows),
+        **{f"{what}_{axis}": _int32(rows[:, 11 + i]) for i, (what, axis) in enumerate(
+            (w, a) for w in ("grid", "block") for a in "xyz")},
     )
+
+
+def _int32(values: I64) -> npt.NDArray[np.int32]:
+    """Grid / block sizes as int32; outside [0, 2^31) (corrupt rows) -1."""
+    return np.where((values >= 0) & (values < 1 << 31), values, -1).astype(np.int32)
 
 
 def _labels(codes: I64, label: Any, strings: Strings) -> npt.NDArray[np.int32]:
