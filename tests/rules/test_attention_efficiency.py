@@ -90,3 +90,112 @@ def test_shape_factor_lowers_what_short_or_narrow_attention_attains() -> None:
     assert shape_factor(64, 4096) == pytest.approx(0.8) and shape_factor(32, 4096) == pytest.approx(0.6)
     assert shape_factor(128, 559) == pytest.approx(0.7) and shape_factor(64, 300) == pytest.approx(0.4)
     assert shape_factor(128, 1024) > shape_factor(128, 1023)
+
+
+# --- without shapes (issue #22 class 6: rocprofiler-sdk, no Input Dims) -------------------------------------
+AOTRITON = "attn_fwd"
+
+
+def _unshaped(tmp_path: Path, *, kernel: str, grid: tuple[int, int, int], device: str = "AMD Instinct MI300X",
+              shaped_grid: tuple[int, int, int] | None = None) -> Trace:
+    """Ten steps of one attention forward each, 99 % of the step, its op without ``Input Dims``; with
+    ``shaped_grid``, one more call per step whose op has shapes (B1 H32) and that grid."""
+    b = TraceBuilder(device_name=device)
+    attn_us = 20_000.0
+    step_us = attn_us * (2 if shaped_grid else 1) + 200
+    for n in range(10):
+        t0 = n * step_us
+        b.step(n, ts=t0, dur=step_us)
+        op = b.cpu_op("aten::_scaled_dot_product_flash_attention", ts=t0 + 5, dur=20)
+        b.launch(op, kernel=kernel, kernel_ts=t0 + 30, kernel_dur=attn_us, grid=grid, block=(256, 1, 1))
+        if shaped_grid:
+            op = b.cpu_op("aten::_scaled_dot_product_flash_attention", ts=t0 + 60, dur=20,
+                          shapes=[[B, H, S, D]] * 3 + [[], [], [], []],
+                          dtypes=["c10::BFloat16"] * 3 + ["Scalar"] * 4, concrete=["", "", "", "0.", "False", "False", ""])
+            b.launch(op, kernel=kernel, kernel_ts=t0 + 40 + attn_us, kernel_dur=attn_us, grid=shaped_grid)
+    trace = aiprof.load(b.write(tmp_path / "unshaped.json"))
+    assert isinstance(trace, Trace)
+    return trace
+
+
+def test_no_shapes_aotriton_says_what_its_grid_gives_and_that_efficiency_is_unknown(tmp_path: Path) -> None:
+    """AOTriton attn_fwd launches (⌈Sq/BLOCK_M⌉, H, B): B1 H32 and 256 query blocks, no key length, no D."""
+    found = _findings(_unshaped(tmp_path, kernel=AOTRITON, grid=(S // 128, H, B)))
+    assert "attention_efficiency" not in found  # no FLOPs: no invented rate
+    f = found["attention_efficiency_unknown"]
+    assert f.severity == "info" and f.est_saving_ns_per_step == 0 and "record_shapes=True" in f.fix
+    ev = f.evidence
+    assert ev["path"] == "triton" and ev["share_of_step"] > 0.9
+    (g,) = ev["grid_shapes"]
+    assert (g["batch"], g["heads"], g["q_blocks"], g["grid"]) == (B, H, S // 128, [S // 128, H, B])
+    assert g.get("head_dim", 0) == 0 and g.get("q_tile", 0) == 0  # attn_fwd's name says neither
+    assert "B1 H32" in ev["why"] and "key length nor the head dim" in ev["why"]
+
+
+def test_no_shapes_flash2_reads_head_dim_tile_and_causal_from_the_name(tmp_path: Path) -> None:
+    causal = FLASH.replace("cutlass::bfloat16_t>>", "cutlass::bfloat16_t>>, false, true, false, false, true, true, false>")
+    f = _findings(_unshaped(tmp_path, kernel=causal, grid=(S // 128, B, H), device="NVIDIA H200"))
+    (g,) = f["attention_efficiency_unknown"].evidence["grid_shapes"]
+    assert (g["batch"], g["heads"], g["q_blocks"], g["q_tile"], g["q_len_max"], g["head_dim"], g["dtype"]) == (
+        B, H, S // 128, 128, S, D, "bf16")
+    assert g["causal"] is True
+    assert "D128, but not the key length that" in f["attention_efficiency_unknown"].evidence["why"]
+
+
+def test_a_one_dimensional_aotriton_grid_gives_nothing(tmp_path: Path) -> None:
+    """attn_fwd's causal / persistent launches flatten the tiles into x (xDiT: (24, 1, 1) for B1 H12 S77)."""
+    ev = _findings(_unshaped(tmp_path, kernel=AOTRITON, grid=(608, 1, 1)))["attention_efficiency_unknown"].evidence
+    assert ev["grid_shapes"] == [] and "one-dimensional" in ev["why"]
+
+
+def test_a_family_without_a_known_grid_layout_is_named(tmp_path: Path) -> None:
+    ev = _findings(_unshaped(tmp_path, kernel=CK, grid=(32, 256, 1)))["attention_efficiency_unknown"].evidence
+    assert ev["grid_shapes"] == [] and "knows no grid layout for fmha_fwd_d128" in ev["why"]
+
+
+def test_a_grid_that_contradicts_the_shaped_calls_is_not_read(tmp_path: Path) -> None:
+    """A shaped call (B1 H32) whose grid reads as B2 H16: the layout is wrong for this trace, nothing is taken."""
+    from aiprof.roofline.attention import attention_section
+
+    agreeing = _unshaped(tmp_path, kernel=AOTRITON, grid=(S // 128, H, B), shaped_grid=(S // 128, H, B))
+    (p,) = attention_section(agreeing).paths
+    assert [(g.batch, g.heads, g.calls) for g in p.grid_shapes] == [(B, H, 10)]
+    contradicting = _unshaped(tmp_path, kernel=AOTRITON, grid=(S // 128, H, B), shaped_grid=(S // 128, 16, 2))
+    (p,) = attention_section(contradicting).paths
+    assert p.grid_shapes == []
+
+
+def test_the_grid_layouts_agree_with_the_shapes_of_real_traces(traces_dir: Path) -> None:
+    """Where a real trace's attention kernels have shapes, what their grid says must be what the shapes say."""
+    from aiprof.roofline.attention import GridDims, _attention_op, attention_path, grid_dims
+    from aiprof.trace import links
+    from aiprof.trace.model import Kind
+
+    checked = set()
+    for name in ["h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "h100/gaunernst_bert-small-uncased__1016001.json.gz",
+                 "h100/Falconsai_nsfw_image_detection__1016002.json.gz", "mi300/gaunernst_bert-small-uncased__1016001.json.gz",
+                 "mi300/Falconsai_nsfw_image_detection__1016002.json.gz", "inference/xdit_sd_3.5/profile_trace_rank_0.json.gz",
+                 "torch_compile_triton/trace.json.gz", "mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"]:
+        trace = aiprof.load(traces_dir / "tracelens" / name)
+        assert isinstance(trace, Trace)
+        c, gpu_op = trace.columns, links.gpu_op(trace)
+        for row in trace.rows_of(Kind.KERNEL).tolist():
+            kernel = trace.name_of(row)
+            found = _attention_op(trace, int(gpu_op[row])) if attention_path(kernel) else None
+            if found is None:
+                continue
+            dims = found[1]
+            said = grid_dims(kernel, (int(c.grid_x[row]), int(c.grid_y[row]), int(c.grid_z[row])))
+            if isinstance(said, GridDims):
+                assert (said.batch, said.heads) == (dims.batch, dims.heads), (name, kernel[:60])
+                if said.q_tile:
+                    assert (said.q_blocks - 1) * said.q_tile < dims.q_len <= said.q_blocks * said.q_tile
+                    assert said.head_dim == dims.head_dim and said.causal == dims.causal and said.dtype == dims.dtype
+                checked.add((name, short(kernel)))
+    assert len(checked) >= 6  # FlashAttention-2 on three H100 traces, attn_fwd on three MI300X / xDiT / compile ones
+
+
+def short(kernel: str) -> str:
+    from aiprof.roofline.attention import short_kernel_name
+
+    return short_kernel_name(kernel)
