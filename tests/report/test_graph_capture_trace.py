@@ -32,11 +32,11 @@ def test_every_format_describes_a_capture_trace(tmp_path: Path, fmt: str) -> Non
     if fmt == "json":
         data = json.loads(text)
         jsonschema.validate(data, schema())
-        assert data["summary"]["capture_note"].startswith("Graph capture trace: 6 CUDA/HIP graph captures")
+        assert data["summary"]["capture_note"].startswith("Graph capture trace: 6 HIP graph captures")
         assert data["ranks"][0]["graph_capture"]["captured_launches"] == 360
         return
     flat = " ".join(text.split())
-    assert "Graph capture trace: 6 CUDA/HIP graph captures" in flat and "not a truncated one" in flat
+    assert "Graph capture trace: 6 HIP graph captures" in flat and "not a truncated one" in flat
     assert "Partial run" not in text and "partial trace" not in text
     if fmt == "terminal":
         assert any("Graph capture trace" in line for line in text.splitlines()[:4])  # said first
@@ -172,3 +172,19 @@ def test_the_shared_vllm_replay_with_its_capture(traces_dir: Path) -> None:
                  "_C::rotary_embedding": 1706.3291015625, "triton_poi_fused_constant_pad_nd_moe_forward_0": 1566.326171875}
     for op, us in tracelens.items():
         assert a.by_op[op] == pytest.approx(us * 1000, abs=1000), op
+
+
+@pytest.mark.parametrize(("prefix", "runtime"), [("cuda", "CUDA"), ("hip", "HIP")])
+def test_the_capture_note_names_the_runtime_of_the_capture_calls(tmp_path: Path, prefix: str, runtime: str) -> None:
+    """summary.capture_note says CUDA or HIP from the capture calls seen, not both."""
+    b = TraceBuilder(device_name=H100)
+    b.runtime(f"{prefix}StreamBeginCapture", ts=0, dur=5)
+    for j in range(20):
+        b.cpu_op("aten::mm", ts=10 + 60 * j, dur=50)
+        b.runtime(f"{prefix}LaunchKernel", ts=20 + 60 * j, dur=20)
+    b.runtime(f"{prefix}StreamEndCapture", ts=1300, dur=10)
+    b.runtime(f"{prefix}GraphInstantiate", ts=1320, dur=200)
+    info = graph_capture_info(aiprof.load(b.write(tmp_path / f"{prefix}.json")))
+    note = info.note()
+    assert note is not None and note.startswith(f"Graph capture trace: 1 {runtime} graph capture (")
+    assert "CUDA/HIP" not in note

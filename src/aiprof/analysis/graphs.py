@@ -57,6 +57,7 @@ class CaptureRanges:
     per_thread: dict[tuple[int, int], iv.IntervalSet]
     captures: int
     instantiations: int
+    runtime: str = ""  # whose capture calls they are: "CUDA", "HIP", "CUDA and HIP" ("" without any)
 
 
 def launch_rows(trace: Trace) -> I64:
@@ -87,9 +88,15 @@ def capture_ranges(trace: Trace) -> CaptureRanges:
         captures += len(starts)
         per_thread[(int(pid), int(tid))] = iv.merge(np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64))
     merged = iv.union(*per_thread.values(), iv.merge(c.ts[inst], c.ts[inst] + c.dur[inst]))
-    found = CaptureRanges(merged, per_thread, captures, int(inst.size))
+    found = CaptureRanges(merged, per_thread, captures, int(inst.size), _runtime(trace, np.concatenate((marks, inst))))
     trace.cache[_CACHE_KEY] = found
     return found
+
+
+def _runtime(trace: Trace, rows: I64) -> str:
+    """The runtime of these capture calls, from their names: ``hip…`` HIP, ``cuda…`` / ``cu…`` (driver) CUDA."""
+    prefixes = {"HIP" if trace.strings[int(n)].startswith("hip") else "CUDA" for n in np.unique(trace.columns.name[rows])}
+    return " and ".join(sorted(prefixes))
 
 
 def _thread_ranges(trace: Trace, calls: I64, begin: I64, end: I64, pid: int, tid: int) -> tuple[list[int], list[int]]:
@@ -146,6 +153,7 @@ class GraphCaptureInfo:
     executed_launches: int
     gpu_busy_ns: int
     span_ns: int
+    runtime: str = ""  # CaptureRanges.runtime
 
     @property
     def has_capture(self) -> bool:
@@ -166,7 +174,7 @@ class GraphCaptureInfo:
         """One sentence for the report's top (None unless the trace is a capture)."""
         if not self.is_capture_trace:
             return None
-        what = f"{self.captures} CUDA/HIP graph capture{'s' if self.captures != 1 else ''}"
+        what = f"{self.captures} {self.runtime or 'CUDA/HIP'} graph capture{'s' if self.captures != 1 else ''}"
         return (
             f"Graph capture trace: {what} ({self.instantiations} instantiation"
             f"{'s' if self.instantiations != 1 else ''}, {self.captured_launches:,} launch calls recorded into "
@@ -187,7 +195,7 @@ def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
     launches = launch_rows(trace)
     captured = int(captured_mask(trace, launches).sum())
     return GraphCaptureInfo(ranges.captures, ranges.instantiations, iv.total(ranges.merged), captured,
-                            int(launches.size) - captured, busy, span)
+                            int(launches.size) - captured, busy, span, ranges.runtime)
 
 
 class GraphCaptureSection(msgspec.Struct, kw_only=True):
