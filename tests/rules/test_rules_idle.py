@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from aiprof import load
 from aiprof.analysis.run import analyze_trace
@@ -144,6 +145,12 @@ def test_host_gaps_saving_leaves_out_the_stack_recording_inside_the_gap(tmp_path
     assert abs(plain.est_saving_ns_per_step - stacked.est_saving_ns_per_step - cost) <= 2
     assert stacked.evidence["measured_ns_per_step"] >= stacked.est_saving_ns_per_step + cost - 2
     assert "left out of the saving" in stacked.evidence["with_stack_note"]
+    # its share is of the step less the recording in the device's host-caused idle (issue #22 class 8), not of
+    # the step that recording lengthened
+    step = stacked.evidence["step_ns_without_with_stack"]
+    assert step < stacked.evidence["mean_step_ns"] - cost + 2 * WITH_STACK_NS_PER_CALL
+    assert stacked.share_of_step == pytest.approx(stacked.est_saving_ns_per_step / step, rel=1e-6)
+    assert "step_ns_without_with_stack" in plain.evidence  # the one frame event: a 1-event recording cost
 
 
 def test_stack_cost_is_at_most_the_interval(tmp_path: Path) -> None:

@@ -282,9 +282,12 @@ class RankContext:
         confidence: str = "medium",
         severity: str | None = None,
         notes: tuple[str, ...] = (),
+        step_ns: float | None = None,
     ) -> Finding:
-        """A finding of this rank; severity follows the share of step unless given."""
-        share = self.share(saving_ns)
+        """A finding of this rank; severity follows the share of step unless given. ``step_ns``: the step its
+        share is taken of, when not the measured mean (host rules: the step less what with_stack's recording
+        added to it)."""
+        share = self.share(saving_ns) if step_ns is None else (saving_ns / step_ns if step_ns > 0 else 0.0)
         evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **evidence}
         if self.steady_note:
             evidence.setdefault("steps_excluded", self.steady_note)

@@ -199,6 +199,33 @@ def stack_cost_ns(ctx: RankContext, starts: I64, ends: I64) -> I64:
     return cost
 
 
+def find_uninflated_step(ctx: RankContext) -> float:
+    """The mean steady step less what with_stack's own recording added to it: its cost (:func:`stack_cost_ns`)
+    inside the steady steps on a CPU-only trace, inside the device's host-caused idle on a GPU one (while the
+    device ran, the host's recording was hidden behind it). The measured mean without Python stacks. Host
+    findings take their share of this step: recording the stacks lengthened the step as much as their gaps."""
+    found = ctx.mean_step_ns
+    if ctx.trace.rows_of(Kind.PYTHON).size and ctx.step_count:
+        starts, ends = idle_sets(ctx)["host"] if ctx.is_gpu else _steady_set(ctx)
+        cost = float(stack_cost_ns(ctx, starts, ends).sum()) / ctx.step_count
+        found = max(ctx.mean_step_ns - cost, 0.0)
+    return found
+
+
+def _host_share(ctx: RankContext, saving: float) -> float:
+    """``saving`` over the step with_stack did not lengthen (``ctx.views.uninflated_step``)."""
+    step = ctx.views.uninflated_step
+    return saving / step if step > 0 else 0.0
+
+
+def _step_note(ctx: RankContext, evidence: dict[str, Any]) -> float:
+    """Record in the evidence the step the share is taken of, when with_stack lengthened it; returns that step."""
+    step = ctx.views.uninflated_step
+    if step < ctx.mean_step_ns:
+        evidence["step_ns_without_with_stack"] = int(step)
+    return step
+
+
 def _stack_note(evidence: dict[str, Any], cost_ns: float, steps: int, measured_ns: float) -> None:
     """Say in the evidence how much of the measured time was with_stack's own recording (left out of the saving)."""
     from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
@@ -216,7 +243,7 @@ def _stack_note(evidence: dict[str, Any], cost_ns: float, steps: int, measured_n
 @rank_rule(saving=Saving.IDLE,
            options=("host_bound_share", "tiny_op_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns",
                     "profiler_ns_per_op", "sync_cluster_gap_ns"),
-           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines", "uninflated_step"),
            capture_idle=True, graph_replays=ReplayPolicy.UNLESS_HIDDEN)
 def host_bound(ctx: RankContext) -> list[Finding]:
     """The device (or, on CPU-only traces, the run) is slowed by many small host costs: framework dispatch
@@ -239,12 +266,13 @@ def host_bound(ctx: RankContext) -> list[Finding]:
             "long gaps outside any op are host_gaps"
         )
         threshold = ctx.options.tiny_op_share
-    if ctx.share(saving) < threshold or saving <= 0:
+    if _host_share(ctx, saving) < threshold or saving <= 0:
         return []
     evidence: dict[str, Any] = dict(split.evidence)
     evidence.update(split.overhead.evidence("gap", ctx.step_count))
     evidence["top_ops"] = top_ops(ctx, ctx.cpu_ops)
     _stack_note(evidence, stack_ns, ctx.step_count, split.overhead_ns)
+    step_ns = _step_note(ctx, evidence)
     line = _hot_line(ctx)
     if line:
         evidence["source_line"] = line
@@ -265,6 +293,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
             formula=formula,
             # Few events holding the time read less like "many small ops".
             confidence="low" if split.overhead.count < 20 * ctx.step_count else "medium",
+            step_ns=step_ns,
         )
     ]
 
@@ -272,7 +301,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
 @rank_rule(saving=Saving.IDLE,
            options=("host_bound_share", "tiny_op_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns",
                     "profiler_ns_per_op", "sync_cluster_gap_ns"),
-           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "cpu_ops", "source_lines", "uninflated_step"),
            graph_replays=ReplayPolicy.UNLESS_HIDDEN)
 def host_gaps(ctx: RankContext) -> list[Finding]:
     """Long stretches of Python outside any op (a sleep, logging, metric bookkeeping, data munging): the
@@ -285,12 +314,13 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
                           np.array([b for _, b in split.gaps], dtype=np.int64))
     saving = float((lengths - stack).sum()) / ctx.step_count
     threshold = ctx.options.host_bound_share if ctx.is_gpu else ctx.options.tiny_op_share
-    if ctx.share(saving) < threshold:
+    if _host_share(ctx, saving) < threshold:
         return []
     order = np.argsort(-lengths)[:3]
     evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
     evidence["longest_gaps"] = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
     _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
+    step_ns = _step_note(ctx, evidence)
     lines = [g["source_line"] for g in evidence["longest_gaps"] if g.get("source_line")]
     if not lines:
         evidence["how_to_see_the_line"] = _NO_STACKS
@@ -318,6 +348,7 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
                 + " longer than max(stall_min_ns, stall_factor x the median gap)"
             ),
             confidence="medium" if lengths.size >= ctx.step_count else "low",
+            step_ns=step_ns,
         )
     ]
 
@@ -325,7 +356,7 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
 @rank_rule(saving=Saving.IDLE,
            options=("host_bound_share", "stall_min_ns", "stall_factor", "tiny_cpu_op_ns", "profiler_ns_per_op",
                     "sync_cluster_gap_ns"),
-           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "source_lines"),
+           needs=("idle_causes", "host_split", "idle_sets", "long_calls", "source_lines", "uninflated_step"),
            graph_replays=ReplayPolicy.NEVER)
 def host_stall(ctx: RankContext) -> list[Finding]:
     """GPU: a few long idle gaps while the host sat inside one op or runtime call (a 600 ms first launch,
@@ -339,7 +370,7 @@ def host_stall(ctx: RankContext) -> list[Finding]:
     stack = stack_cost_ns(ctx, np.array([a for a, _, _ in stalls], dtype=np.int64),
                           np.array([b for _, b, _ in stalls], dtype=np.int64))
     saving = float((lengths - stack).sum()) / ctx.step_count
-    if ctx.share(saving) < ctx.options.host_bound_share:
+    if _host_share(ctx, saving) < ctx.options.host_bound_share:
         return []
     calls = _stall_calls(ctx, stalls)
     top = calls[0]
@@ -348,6 +379,7 @@ def host_stall(ctx: RankContext) -> list[Finding]:
     evidence: dict[str, Any] = {"stall_ns_per_step": int(saving), "stalls": int(lengths.size), "calls": calls[:3]}
     evidence["largest_share"] = round(float(lengths.max()) / float(lengths.sum()), 3)
     _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
+    step_ns = _step_note(ctx, evidence)
     if int(top["total_ns"]) * 2 >= int(lengths.sum()):
         title = (f"Host stall: the device idles {ms_text(saving)} per step while the host sits in {top['call']} "
                  f"({top['count']}x, longest {ms_text(top['longest_ns'])})")
@@ -371,6 +403,7 @@ def host_stall(ctx: RankContext) -> list[Finding]:
             formula="mean over steady steps of the long host-idle gaps (≥ max(stall_min_ns, stall_factor x the "
             "median host gap)) that one op or runtime call covers",
             confidence="low" if once else "medium",
+            step_ns=step_ns,
         )
     ]
 

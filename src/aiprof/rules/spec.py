@@ -62,6 +62,7 @@ NEEDS: dict[str, str] = {
     "idle_sets": "RankViews.idle_sets",
     "host_split": "RankViews.host_split",
     "long_calls": "RankViews.long_calls",
+    "uninflated_step": "RankViews.uninflated_step",
     "machine": "RankViews.machine",
     "cpu_view": "RankViews.cpu_view",
     "graph_capture": "RankViews.graph_capture",

@@ -95,6 +95,13 @@ class RankViews:
         return find_host_split(self._ctx)
 
     @cached_property
+    def uninflated_step(self) -> float:
+        """The mean steady step less what with_stack's recording added to it (ns)."""
+        from aiprof.rules.idle import find_uninflated_step
+
+        return find_uninflated_step(self._ctx)
+
+    @cached_property
     def long_calls(self) -> I64:
         """CPU ops and runtime calls long enough to cover a host stall, by start time."""
         from aiprof.rules.idle import find_long_calls
