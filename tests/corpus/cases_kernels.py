@@ -51,6 +51,29 @@ def _attention_below_roof(tmp: Path) -> Path:
     return b.write(tmp / "attention.json")
 
 
+def _attention_without_shapes(tmp: Path) -> Path:
+    """Issue #22 class 6 as recorded: ten AOTriton flash-attention forwards on an MI300X (bf16, B1 H32 S32768
+    d128), 99.9 % of the trace busy, from a capture without ``Input Dims`` (rocprofiler-sdk): the op has no
+    shapes; the kernel's grid is (⌈32768 / 128⌉, 32, 1) = (256, H, B)."""
+    b = TraceBuilder(device_name="AMD Instinct MI300X")
+    for i in range(10):
+        t0 = i * 50_000
+        b.step(i, ts=t0, dur=50_000)
+        attn = b.cpu_op("aten::_scaled_dot_product_flash_attention", ts=t0 + 2, dur=20)
+        b.launch(attn, kernel="attn_fwd", kernel_ts=t0 + 25, kernel_dur=49_950, grid=(256, 32, 1), block=(256, 1, 1),
+                 api="hipModuleLaunchKernel")
+    return b.write(tmp / "attention_no_shapes.json")
+
+
+def _check_attention_without_shapes(run: Any, findings: list[dict[str, Any]]) -> None:
+    (f,) = [f for f in findings if f["id"] == "attention_efficiency_unknown"]
+    ev = f["evidence"]
+    assert f["severity"] == "info" and f["est_saving_ns_per_step"] == 0 and ev["share_of_step"] >= 0.99
+    (g,) = ev["grid_shapes"]
+    assert (g["batch"], g["heads"], g["q_blocks"]) == (1, 32, 256)
+    assert "key length nor the head dim" in ev["why"]
+
+
 def _v100_fp32_conv(tmp: Path) -> Path:
     """ResNet-style FP32 convolutions on a V100 (sm70: FP16 tensor cores only), cuDNN's scudnn kernels."""
     b = _device(TraceBuilder(device_name="Tesla V100-SXM2-16GB"), 7, 0, 80)
@@ -141,6 +164,12 @@ CASES: list[Case] = [
          "80 % of every step is one flash-attention call at 20 % of the bf16 tensor-core roof: the dominant "
          "op is far below what fused attention reaches, and that is the thing to fix",
          absent={"launch_config", "precision", "kernel_efficiency"}, check=_check_attention),
+    case("attention_without_shapes_says_it_cannot_judge", _attention_without_shapes, None,
+         "ten flash-attention forwards fill the trace but it recorded no shapes (rocprofiler-sdk, no Input Dims): "
+         "the grid gives B1 H32 and 256 query blocks, never the key length, so no FLOPs and no efficiency; the "
+         "report says so (an info note with what the grid gave) instead of a healthy silence or an invented rate",
+         present={"attention_efficiency_unknown"}, absent={"attention_efficiency", "kernel_efficiency"},
+         check=_check_attention_without_shapes),
     case("v100_fp32_conv_fp16_advice", _v100_fp32_conv, "precision",
          "FP32 convolutions on a V100: it has FP16 tensor cores but no BF16/TF32, so the advice is fp16 "
          "autocast with a GradScaler", absent={"kernel_efficiency"}, check=_check_v100),

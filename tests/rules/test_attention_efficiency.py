@@ -130,6 +130,7 @@ def test_no_shapes_aotriton_says_what_its_grid_gives_and_that_efficiency_is_unkn
     assert (g["batch"], g["heads"], g["q_blocks"], g["grid"]) == (B, H, S // 128, [S // 128, H, B])
     assert g.get("head_dim", 0) == 0 and g.get("q_tile", 0) == 0  # attn_fwd's name says neither
     assert "B1 H32" in ev["why"] and "key length nor the head dim" in ev["why"]
+    assert f.to_dict()["evidence"]["grid_shapes"][0]["grid"] == [S // 128, H, B]  # JSON-ready (no unset fields)
 
 
 def test_no_shapes_flash2_reads_head_dim_tile_and_causal_from_the_name(tmp_path: Path) -> None:

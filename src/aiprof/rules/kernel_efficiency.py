@@ -533,7 +533,7 @@ def _unknown_efficiency(ctx: RankContext, p: AttentionPath, steps: int) -> Findi
         "share_of_step": round(ctx.share(per_step), 3),
         "ns_per_step": int(per_step),
         "why": p.shapes_missing,
-        "grid_shapes": [msgspec.structs.asdict(g) for g in p.grid_shapes],
+        "grid_shapes": [msgspec.to_builtins(g) for g in p.grid_shapes],  # unset fields left out
     }
     return ctx.finding(
         "attention_efficiency_unknown",
