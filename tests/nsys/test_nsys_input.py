@@ -326,3 +326,22 @@ def test_rank_from_the_launchers_variable_and_nothing_else_of_the_environment(tm
     named = copy(CLOVER, tmp_path / "report.7.sqlite")
     edit(named, "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT_VARIABLE'")
     assert load_ranks(named)[0].distributed == {"rank": 7}
+
+
+@needs_shared
+def test_kernel_grid_and_block_are_kept_per_axis() -> None:
+    """The CUPTI kernel table's gridX/Y/Z and blockX/Y/Z become the trace's grid_x… columns; their products
+    stay the grid and block columns."""
+    import numpy as np
+
+    from aiprof.trace.model import Kind
+
+    trace = load_ranks(CLOVER)[0]
+    c = trace.columns
+    k = trace.rows_of(Kind.KERNEL)
+    con = sqlite3.connect(CLOVER)
+    want = sorted(con.execute("SELECT gridX, gridY, gridZ, blockX, blockY, blockZ FROM CUPTI_ACTIVITY_KIND_KERNEL"))
+    con.close()
+    got = sorted(zip(*(getattr(c, n)[k].tolist() for n in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"))))
+    assert got == want
+    assert (c.grid[k] == c.grid_x[k].astype(np.int64) * c.grid_y[k] * c.grid_z[k]).all()

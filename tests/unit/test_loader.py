@@ -346,3 +346,36 @@ def test_nested_folders(tmp_path: Path) -> None:
     rank_trace(tmp_path / "r0", "trace.json.gz", rank=0)
     rank_trace(tmp_path / "r1", "trace.json.gz", rank=1)
     assert load_set(tmp_path).ranks == [0, 1]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_grid_and_block_dims_are_kept_per_axis(tmp_path: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """grid_x/y/z and block_x/y/z (int32): the list's entries, missing trailing ones 1; -1 for anything that is
+    not 1 to 3 ints in [0, 2^31). The products (grid, block) are kept as before."""
+    from aiprof.trace.kineto import builder
+
+    if native and builder._native is None:
+        pytest.skip("the native columniser is not built")
+    if not native:
+        monkeypatch.setattr(builder, "_native", None)
+    grids: list[Any] = [[2, 12, 4], [7], [1, 2, 3, 4], [2**31, 1], None, [0, 5]]
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10.0 * i, "dur": 5.0,
+               "args": {"grid": g, "block": [256, 1, 1] if i % 2 == 0 else [64, 2]}} for i, g in enumerate(grids)]
+    path = tmp_path / "dims.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = load_one(path)
+    c = trace.columns
+    got = {trace.name_of(r): ((int(c.grid_x[r]), int(c.grid_y[r]), int(c.grid_z[r])),
+                              (int(c.block_x[r]), int(c.block_y[r]), int(c.block_z[r])), int(c.grid[r]))
+           for r in trace.rows_of(Kind.KERNEL).tolist()}
+    assert got == {
+        "k0": ((2, 12, 4), (256, 1, 1), 96),
+        "k1": ((7, 1, 1), (64, 2, 1), 7),
+        "k2": ((-1, -1, -1), (256, 1, 1), 24),
+        "k3": ((-1, -1, -1), (64, 2, 1), 2**31),
+        "k4": ((-1, -1, -1), (256, 1, 1), -1),
+        "k5": ((0, 5, 1), (64, 2, 1), 0),
+    }
+    assert c.grid_x.dtype == np.int32 and c.block_z.dtype == np.int32
+    cpu = trace.rows_of(Kind.CPU_OP)
+    assert (c.grid_x[cpu] == -1).all()
