@@ -468,11 +468,12 @@ def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) 
     settings in force (they change what a file's result is)."""
     if folder is None:
         return None
+    from aiprof.analysis import summary
     from aiprof.trace import readers
     from aiprof.trace.readers.kineto import load_limits
 
     context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
-    return RankCache(folder, context, traces)
+    return RankCache(folder, context, traces, encode=summary.encode, decode=summary.decode)
 
 
 # ---------------------------------------------------------------------------------------------------
