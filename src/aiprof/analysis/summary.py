@@ -18,7 +18,10 @@ Python, ``inflate`` anywhere) of one MessagePack map (:class:`SummaryFile`):
   its step, group and collective on the rank), ``arrive_ns`` (enqueue: the kernel's start on the device, or the
   CPU op's), ``end_ns`` and ``message_bytes`` (-1: unknown);
   ``kernels`` — one row per kernel name and device (the kernels section's
-  :class:`aiprof.analysis.kernels.KernelNameStats`, ``device`` first).
+  :class:`aiprof.analysis.kernels.KernelNameStats`, ``device`` first);
+  ``timeline`` and ``flows`` — the HTML report's timeline events when it gathered them
+  (:class:`aiprof.analysis.explore.RankTimeline`: ``track`` int32, ``row`` int16, ``start_ns``, ``dur_ns``,
+  ``name`` int32 into ``strings``, ``cat`` int8; ``flow_src``, ``flow_dst``: event indices).
 
   In the MessagePack form a dictionary-encoded column is ``{"dictionary": [...], "indices": [...]}`` and a map
   column a list of ``[key, value]`` pair lists.
@@ -39,6 +42,7 @@ import msgspec
 import numpy as np
 
 from aiprof.analysis.coverage import Coverage
+from aiprof.analysis.graphs import GraphRole
 from aiprof.analysis.health import RankHealth
 from aiprof.analysis.steps import StepWindow
 from aiprof.trace.cycles import Identity
@@ -46,8 +50,9 @@ from aiprof.trace.model import DeviceInfo
 
 if TYPE_CHECKING:
     from aiprof.analysis.arrival import ArrivalTable
+    from aiprof.analysis.explore import RankTimeline
     from aiprof.analysis.kernels import KernelNameStats, KernelStats
-    from aiprof.analysis.run import RankAnalysis, _Loaded
+    from aiprof.analysis.run import _Loaded
     from aiprof.analysis.timeline import DeviceAccount
 
 FORMAT = "aiprof-rank-summary"
@@ -55,7 +60,9 @@ VERSION = 1
 MAX_BYTES = 1 << 28  # decompressed; a summary is a few MB at most, a larger one is damaged
 
 Encoding = Literal["arrow-ipc", "msgpack"]
-Kind = Literal["i64", "f64", "f64?", "bool", "str", "dict", "map"]
+Kind = Literal["i64", "i32", "i16", "i8", "f64", "f64?", "bool", "str", "dict", "map"]
+_INTS: dict[str, np.dtype[Any]] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32), "i16": np.dtype(np.int16),
+                                   "i8": np.dtype(np.int8)}
 
 
 class Table(msgspec.Struct):
@@ -83,6 +90,32 @@ class RunDirEntry(msgspec.Struct):
     meta: msgspec.Raw
 
 
+class CoverageRow(msgspec.Struct):
+    """An :class:`aiprof.analysis.explore.RowCoverage`; ``busy_ns`` little-endian float32 values, one per bin."""
+
+    track: int
+    row: int
+    start_ns: int
+    bin_ns: int
+    busy_ns: bytes
+    events: int
+
+
+class TimelineEntry(msgspec.Struct, kw_only=True):
+    """The HTML report's timeline of the rank (:class:`aiprof.analysis.explore.RankTimeline`) without its event
+    columns (the ``timeline`` and ``flows`` tables)."""
+
+    rank: int
+    strings: list[str]
+    track_kind: list[str]
+    track_label: list[str]
+    coverage: list[CoverageRow]
+    total_events: int
+    left_out: list[str]
+    clock: str
+    base_time_ns: int
+
+
 class RankEntry(msgspec.Struct, kw_only=True):
     """One rank: how it was loaded (rank numbering, identity) and its analysis (the fields of
     :class:`aiprof.analysis.run.RankAnalysis`; ``sections`` by report key, each one the section's record)."""
@@ -94,7 +127,7 @@ class RankEntry(msgspec.Struct, kw_only=True):
     warnings: list[str]
     program: str
     identity: Identity | None
-    graph_role: str
+    graph_role: GraphRole
     analysis_rank: int
     analysis_rank_source: str
     analysis_distributed: dict[str, Any]
@@ -105,7 +138,8 @@ class RankEntry(msgspec.Struct, kw_only=True):
     devices: list[DeviceEntry]
     sections: dict[str, msgspec.Raw]
     notes: list[str]
-    diagnosis: msgspec.Raw  # aiprof.rules.diagnosis.RankDiagnosis, or nil
+    diagnosis: msgspec.Raw  # aiprof.rules.diagnosis.RankDiagnosis without its timeline, or nil
+    timeline: TimelineEntry | None  # the diagnosis' timeline (None: none gathered)
     coverage: Coverage | None
     health: RankHealth | None
     run_dir: RunDirEntry | None
@@ -122,7 +156,10 @@ class SummaryFile(msgspec.Struct):
     ranks: list[RankEntry]
 
 
-# The fields of RankAnalysis a summary carries (a test checks it is all of them).
+# The fields of RankAnalysis, and of a worker's result around it (aiprof.analysis.run._Loaded), a summary
+# carries (a test checks it is all of them; ``error`` and ``stage`` are those of a rank that loaded).
+LOADED_FIELDS = frozenset({"path", "distributed", "rank", "rank_source", "analysis", "error", "warnings", "program",
+                           "identity", "stage", "graph_role"})
 ANALYSIS_FIELDS = frozenset({
     "rank", "rank_source", "path", "distributed", "devices_info", "metadata", "event_count", "windows", "devices",
     "sections", "notes", "diagnosis", "coverage", "arrivals", "health", "run_dir"})
@@ -130,6 +167,9 @@ ANALYSIS_FIELDS = frozenset({
 _STEP_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("device", "dict"), ("name", "str"), ("number", "i64"), ("start_ns", "i64"), ("duration_ns", "i64"),
     ("breakdown_ns", "map"), ("idle_causes_ns", "map"))
+_TIMELINE_COLUMNS: tuple[tuple[str, Kind], ...] = (
+    ("track", "i32"), ("row", "i16"), ("start_ns", "i64"), ("dur_ns", "i64"), ("name", "i32"), ("cat", "i8"))
+_FLOW_COLUMNS: tuple[tuple[str, Kind], ...] = (("flow_src", "i64"), ("flow_dst", "i64"))
 _ARRIVAL_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("group", "dict"), ("collective", "dict"), ("step", "i64"), ("ordinal", "i64"), ("arrive_ns", "i64"),
     ("end_ns", "i64"), ("message_bytes", "i64"))
@@ -182,7 +222,8 @@ def arrow() -> ModuleType | None:
         import pyarrow.ipc  # noqa: F401 - the stream reader and writer
     except ImportError:
         return None
-    return pyarrow
+    module: ModuleType = pyarrow
+    return module
 
 
 class _Unfit(Exception):
@@ -223,6 +264,17 @@ def _entry(loaded: _Loaded, pa: ModuleType | None) -> RankEntry:
     if a.arrivals is not None:
         tables["arrivals"] = _table(_arrival_columns(a.arrivals), _ARRIVAL_COLUMNS, pa)
     run_dir = RunDirEntry(str(a.run_dir.path), msgspec.Raw(raw(a.run_dir.meta))) if a.run_dir is not None else None
+    diagnosis, timeline = a.diagnosis, None
+    if diagnosis is not None and diagnosis.timeline is not None:
+        tl = diagnosis.timeline
+        diagnosis = msgspec.structs.replace(diagnosis, timeline=None)
+        timeline = TimelineEntry(
+            rank=tl.rank, strings=tl.strings, track_kind=tl.track_kind, track_label=tl.track_label,
+            coverage=[CoverageRow(c.track, c.row, c.start_ns, c.bin_ns, _float32_bytes(c.busy_ns), c.events)
+                      for c in tl.coverage],
+            total_events=tl.total_events, left_out=tl.left_out, clock=tl.clock, base_time_ns=tl.base_time_ns)
+        tables["timeline"] = _table({name: getattr(tl, name) for name, _ in _TIMELINE_COLUMNS}, _TIMELINE_COLUMNS, pa)
+        tables["flows"] = _table({name: getattr(tl, name) for name, _ in _FLOW_COLUMNS}, _FLOW_COLUMNS, pa)
     return RankEntry(
         path=str(loaded.path), distributed=loaded.distributed, rank=loaded.rank, rank_source=loaded.rank_source,
         warnings=loaded.warnings, program=loaded.program, identity=loaded.identity, graph_role=loaded.graph_role,
@@ -230,9 +282,15 @@ def _entry(loaded: _Loaded, pa: ModuleType | None) -> RankEntry:
         devices_info=a.devices_info, metadata=a.metadata, event_count=a.event_count, windows=a.windows,
         devices=[DeviceEntry(d.device, d.device_index, d.kind, d.name, d.totals) for d in a.devices],
         sections=sections, notes=a.notes,
-        diagnosis=msgspec.Raw(raw(a.diagnosis)),
+        diagnosis=msgspec.Raw(raw(diagnosis)), timeline=timeline,
         coverage=a.coverage, health=a.health, run_dir=run_dir,
         arrival_source=a.arrivals.source if a.arrivals is not None else None, tables=tables)
+
+
+def _float32_bytes(values: np.ndarray) -> bytes:
+    if values.dtype != np.float32 or values.ndim != 1:
+        raise _Unfit("timeline coverage")
+    return values.astype("<f4").tobytes()
 
 
 def _step_rows(devices: list[DeviceAccount]) -> dict[str, Any]:
@@ -260,7 +318,7 @@ def _kernels_out(stats: KernelStats, pa: ModuleType | None) -> tuple[KernelStats
     return bare, _table(columns, spec, pa)
 
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {"i64": (int,), "f64": (float,), "f64?": (float, type(None)),
+_PY_TYPES: dict[str, tuple[type, ...]] = {"i64": (int,), "i32": (int,), "i16": (int,), "i8": (int,), "f64": (float,), "f64?": (float, type(None)),
                                           "bool": (bool,), "str": (str,)}
 
 
@@ -270,7 +328,10 @@ def _table(columns: dict[str, Any], spec: tuple[tuple[str, Kind], ...], pa: Modu
     is an int, a numpy scalar, a bool among ints would not read back the same."""
     for name, kind in spec:
         col = columns[name]
-        if kind in _PY_TYPES and isinstance(col, list):
+        if isinstance(col, np.ndarray):
+            if kind not in _INTS or col.dtype != _INTS[kind] or col.ndim != 1:
+                raise _Unfit(f"column {name}")
+        elif kind in _PY_TYPES and isinstance(col, list):
             want = _PY_TYPES[kind]
             if any(type(v) not in want for v in col):
                 raise _Unfit(f"column {name}")
@@ -291,7 +352,7 @@ def _table(columns: dict[str, Any], spec: tuple[tuple[str, Kind], ...], pa: Modu
 
 
 def _arrow_stream(pa: ModuleType, columns: dict[str, Any], spec: tuple[tuple[str, Kind], ...]) -> bytes:
-    types = {"i64": pa.int64(), "f64": pa.float64(), "f64?": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
+    types = {"i64": pa.int64(), "i32": pa.int32(), "i16": pa.int16(), "i8": pa.int8(), "f64": pa.float64(), "f64?": pa.float64(), "bool": pa.bool_(), "str": pa.string(),
              "map": pa.map_(pa.string(), pa.int64())}
     arrays = []
     for name, kind in spec:
@@ -303,7 +364,7 @@ def _arrow_stream(pa: ModuleType, columns: dict[str, Any], spec: tuple[tuple[str
         elif kind == "map":
             arrays.append(pa.array([list(d.items()) for d in col], type=types[kind]))
         else:
-            arrays.append(pa.array(col, type=types[kind]))
+            arrays.append(pa.array(col, type=types[kind]))  # an int column's dtype is checked: no cast
     batch = pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in spec])
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -363,14 +424,30 @@ def _loaded(e: RankEntry) -> _Loaded:
         arrivals = ArrivalTable(e.arrival_source, labels, group, collective, t["step"], t["ordinal"],
                                 t["arrive_ns"], t["end_ns"], t["message_bytes"])
     run_dir = RunDir(Path(e.run_dir.path), dec(e.run_dir.meta, type=RunMeta)) if e.run_dir is not None else None
+    diagnosis = dec(e.diagnosis, type=RankDiagnosis | None)
+    if e.timeline is not None:
+        if diagnosis is None:
+            raise ValueError("a timeline without a diagnosis")
+        diagnosis = msgspec.structs.replace(diagnosis, timeline=_timeline_in(e.timeline, e.tables))
     analysis = RankAnalysis(
         rank=e.analysis_rank, rank_source=e.analysis_rank_source, path=Path(e.path),
         distributed=e.analysis_distributed, devices_info=e.devices_info, metadata=e.metadata,
         event_count=e.event_count, windows=e.windows, devices=devices, sections=sections, notes=e.notes,
-        diagnosis=dec(e.diagnosis, type=RankDiagnosis | None),
+        diagnosis=diagnosis,
         coverage=e.coverage, arrivals=arrivals, health=e.health, run_dir=run_dir)
     return _Loaded(Path(e.path), e.distributed, e.rank, e.rank_source, analysis, None, e.warnings, e.program,
-                   e.identity, graph_role=e.graph_role)  # type: ignore[arg-type]  # checked: a GraphRole
+                   e.identity, graph_role=e.graph_role)
+
+
+def _timeline_in(tl: TimelineEntry, tables: dict[str, Table]) -> RankTimeline:
+    from aiprof.analysis.explore import RankTimeline, RowCoverage
+
+    events, flows = _read(tables["timeline"], _TIMELINE_COLUMNS), _read(tables["flows"], _FLOW_COLUMNS)
+    coverage = [RowCoverage(c.track, c.row, c.start_ns, c.bin_ns, np.frombuffer(c.busy_ns, dtype="<f4").astype(
+        np.float32), c.events) for c in tl.coverage]
+    return RankTimeline(tl.rank, tl.strings, tl.track_kind, tl.track_label, events["track"], events["row"],
+                        events["start_ns"], events["dur_ns"], events["name"], events["cat"], flows["flow_src"],
+                        flows["flow_dst"], coverage, tl.total_events, tl.left_out, tl.clock, tl.base_time_ns)
 
 
 def _kernels_in(stats: KernelStats, rows: dict[str, Any]) -> KernelStats:
@@ -407,8 +484,8 @@ def _columns(table: Table, spec: tuple[tuple[str, Kind], ...]) -> dict[str, Any]
             if kind == "dict":
                 out[name] = (np.array(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
                              tuple(chunk.dictionary.to_pylist()))
-            elif kind == "i64":
-                out[name] = np.array(chunk.to_numpy(zero_copy_only=False), dtype=np.int64)
+            elif kind in _INTS:
+                out[name] = np.array(chunk.to_numpy(zero_copy_only=False), dtype=_INTS[kind])
             elif kind == "map":
                 out[name] = [dict(pairs) for pairs in chunk.to_pylist()]
             else:
@@ -419,8 +496,8 @@ def _columns(table: Table, spec: tuple[tuple[str, Kind], ...]) -> dict[str, Any]
         col = plain[name]
         if kind == "dict":
             out[name] = (np.array(col["indices"], dtype=np.int64), tuple(col["dictionary"]))
-        elif kind == "i64":
-            out[name] = np.array(col, dtype=np.int64)
+        elif kind in _INTS:
+            out[name] = np.array(col, dtype=_INTS[kind])
         elif kind == "map":
             out[name] = [{k: v for k, v in pairs} for pairs in col]
         else:
@@ -428,5 +505,5 @@ def _columns(table: Table, spec: tuple[tuple[str, Kind], ...]) -> dict[str, Any]
     return out
 
 
-__all__ = ["ANALYSIS_FIELDS", "FORMAT", "VERSION", "RankEntry", "SummaryFile", "Table", "arrow", "decode",
+__all__ = ["ANALYSIS_FIELDS", "FORMAT", "LOADED_FIELDS", "MAX_BYTES", "VERSION", "RankEntry", "SummaryFile", "Table", "arrow", "decode",
            "encode"]
