@@ -33,6 +33,7 @@ mislead a report but never run code. :func:`encode` returns None for a result th
 
 from __future__ import annotations
 
+import functools
 import zlib
 from pathlib import Path
 from types import ModuleType
@@ -175,6 +176,7 @@ _ARRIVAL_COLUMNS: tuple[tuple[str, Kind], ...] = (
     ("end_ns", "i64"), ("message_bytes", "i64"))
 
 
+@functools.cache
 def _kernel_columns() -> tuple[tuple[str, Kind], ...]:
     """``device`` then KernelNameStats' fields, each with its column kind (from the record's annotations)."""
     from aiprof.analysis.kernels import KernelNameStats
@@ -197,6 +199,7 @@ def _unknown(name: str) -> Kind:
     raise TypeError(f"KernelNameStats.{name}: a field type the kernels table has no column kind for")
 
 
+@functools.cache
 def _section_types() -> dict[str, Any]:
     """The record type of each default section, by report key (aiprof.analysis.run.DEFAULT_SECTIONS)."""
     from aiprof.analysis.comm import CommunicationSection
@@ -399,11 +402,11 @@ def _loaded(e: RankEntry) -> _Loaded:
     from aiprof.rundir import RunDir
     from aiprof.runmeta import RunMeta
 
-    dec = msgspec.msgpack.decode
+    dec = _decode
     types = _section_types()
     sections: dict[str, Any] = {}
     for key, raw in e.sections.items():
-        sections[key] = dec(raw, type=types[key])
+        sections[key] = dec(raw, types[key])
     if "kernels" in sections:
         sections["kernels"] = _kernels_in(sections["kernels"], _read(e.tables["kernels"], _kernel_columns(), arrays=False))
     steps = _read(e.tables["steps"], _STEP_COLUMNS, arrays=False)
@@ -423,8 +426,8 @@ def _loaded(e: RankEntry) -> _Loaded:
             raise ValueError("arrivals: group and collective do not share one dictionary")
         arrivals = ArrivalTable(e.arrival_source, labels, group, collective, t["step"], t["ordinal"],
                                 t["arrive_ns"], t["end_ns"], t["message_bytes"])
-    run_dir = RunDir(Path(e.run_dir.path), dec(e.run_dir.meta, type=RunMeta)) if e.run_dir is not None else None
-    diagnosis = dec(e.diagnosis, type=RankDiagnosis | None)
+    run_dir = RunDir(Path(e.run_dir.path), dec(e.run_dir.meta, RunMeta)) if e.run_dir is not None else None
+    diagnosis = dec(e.diagnosis, RankDiagnosis | None)
     if e.timeline is not None:
         if diagnosis is None:
             raise ValueError("a timeline without a diagnosis")
@@ -437,6 +440,15 @@ def _loaded(e: RankEntry) -> _Loaded:
         coverage=e.coverage, arrivals=arrivals, health=e.health, run_dir=run_dir)
     return _Loaded(Path(e.path), e.distributed, e.rank, e.rank_source, analysis, None, e.warnings, e.program,
                    e.identity, graph_role=e.graph_role)
+
+
+@functools.cache
+def _decoder(kind: Any) -> msgspec.msgpack.Decoder[Any]:
+    return msgspec.msgpack.Decoder(kind)
+
+
+def _decode(data: msgspec.Raw | bytes, kind: Any) -> Any:
+    return _decoder(kind).decode(data)
 
 
 def _timeline_in(tl: TimelineEntry, tables: dict[str, Table]) -> RankTimeline:
