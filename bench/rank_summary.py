@@ -43,6 +43,7 @@ def main() -> None:
     from aiprof.analysis.run import _load_and_analyze
     from aiprof.pipeline import diagnose_hook
 
+    kind = summary.hook_result_type(diagnose_hook)
     pa = summary.arrow()
     encodings = (["arrow-ipc"] if pa is not None else []) + ["msgpack"]
     print("| set | encoding | summary kB / rank (zlib; raw) | pickle kB | encode ms | decode ms | pickle.loads ms |")
@@ -53,11 +54,11 @@ def main() -> None:
         pickles = [pickle.dumps(r, protocol=5) for r in results]
         for enc in encodings:
             summary.arrow = real_arrow if enc == "arrow-ipc" else (lambda: None)  # type: ignore[assignment]
-            blobs = [summary.encode(r) for r in results]
+            blobs = [summary.encode(r, kind) for r in results]
             assert all(b is not None for b in blobs), "a result the summary cannot carry"
             data = [b for b in blobs if b is not None]
-            enc_ms = statistics.median(median_ms(lambda r=r: summary.encode(r), args.repeat) for r in results)
-            dec_ms = statistics.median(median_ms(lambda b=b: summary.decode(b), args.repeat) for b in data)
+            enc_ms = statistics.median(median_ms(lambda r=r: summary.encode(r, kind), args.repeat) for r in results)
+            dec_ms = statistics.median(median_ms(lambda b=b: summary.decode(b, kind), args.repeat) for b in data)
             pkl_ms = statistics.median(median_ms(lambda p=p: pickle.loads(p), args.repeat) for p in pickles)
             size = statistics.median(len(b) for b in data) / 1e3
             raw = statistics.median(len(zlib.decompress(b)) for b in data) / 1e3

@@ -18,6 +18,9 @@ import pytest
 from aiprof.analysis import summary
 from aiprof.analysis.run import RankAnalysis, _load_and_analyze, _Loaded, analyze_paths
 from aiprof.pipeline import diagnose_hook
+from aiprof.rules.diagnosis import RankDiagnosis
+
+KIND = summary.hook_result_type(diagnose_hook)
 
 TRACES = ("param/dlrm_8rank", "astra-sim/megatron_tp8")
 
@@ -71,9 +74,9 @@ def test_a_summary_reads_back_equal_to_the_result(traces_dir: Path, folder: str,
     assert a is not None and a.diagnosis is not None and a.diagnosis.findings and a.arrivals is not None
     assert (a.diagnosis.timeline is not None) == bool(timeline)
     assert len(a.arrivals) and a.sections["kernels"].devices[0].kernels  # the tables are not empty
-    data = summary.encode(results)
+    data = summary.encode(results, KIND)
     assert data is not None
-    same(results, summary.decode(data))
+    same(results, summary.decode(data, KIND))
     tables = msgspec.msgpack.decode(zlib.decompress(data), type=summary.SummaryFile).ranks[0].tables
     assert {t.encoding for t in tables.values()} == {"arrow-ipc" if encoding == "arrow" else "msgpack"}
 
@@ -86,7 +89,7 @@ def test_the_tables_open_with_pyarrow_alone(traces_dir: Path) -> None:
     results = _load_and_analyze((_first(traces_dir, "astra-sim/megatron_tp8"), True, diagnose_hook, None))
     a = results[0].analysis
     assert a is not None and a.arrivals is not None
-    data = summary.encode(results)
+    data = summary.encode(results, KIND)
     assert data is not None
     plain = msgspec.msgpack.decode(zlib.decompress(data))  # no aiprof types
     assert (plain["format"], plain["version"]) == (summary.FORMAT, summary.VERSION)
@@ -104,6 +107,20 @@ def test_the_tables_open_with_pyarrow_alone(traces_dir: Path) -> None:
     assert kernels.num_rows == sum(len(d.kernels) for d in a.sections["kernels"].devices)
 
 
+def test_the_diagnosis_is_decoded_as_the_hook_declares(traces_dir: Path) -> None:
+    """The analysis layer never names the rules' types: a summary decodes the diagnosis as the type the rank
+    hook returns; without one, a result with a diagnosis is not carried."""
+    assert KIND is RankDiagnosis
+    assert summary.hook_result_type(functools.partial(diagnose_hook, timeline=5)) is RankDiagnosis
+    assert summary.hook_result_type(None) is None
+    results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None))
+    assert summary.encode(results) is None
+    data = summary.encode(results, KIND)
+    assert data is not None
+    with pytest.raises(ValueError, match="no type"):
+        summary.decode(data)
+
+
 def test_every_field_is_carried() -> None:
     assert {f.name for f in dataclasses.fields(RankAnalysis)} == summary.ANALYSIS_FIELDS
     assert {f.name for f in dataclasses.fields(_Loaded)} == summary.LOADED_FIELDS
@@ -112,16 +129,16 @@ def test_every_field_is_carried() -> None:
 def test_a_result_it_cannot_carry_exactly_is_not_encoded(traces_dir: Path) -> None:
     results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None))
     a = results[0].analysis
-    assert a is not None and summary.encode(results) is not None
+    assert a is not None and summary.encode(results, KIND) is not None
     kernels = a.sections["kernels"]
     first = kernels.devices[0].kernels[0]
     as_int = msgspec.structs.replace(first, mean_ns=int(first.mean_ns))  # would read back as a float
     dev = msgspec.structs.replace(kernels.devices[0], kernels=(as_int, *kernels.devices[0].kernels[1:]))
     changed = dataclasses.replace(a, sections={**a.sections, "kernels": msgspec.structs.replace(
         kernels, devices=(dev, *kernels.devices[1:]))})
-    assert summary.encode([dataclasses.replace(results[0], analysis=changed)]) is None
+    assert summary.encode([dataclasses.replace(results[0], analysis=changed)], KIND) is None
     custom = dataclasses.replace(a, sections={**a.sections, "custom": object()})  # a section it does not know
-    assert summary.encode([dataclasses.replace(results[0], analysis=custom)]) is None
+    assert summary.encode([dataclasses.replace(results[0], analysis=custom)], KIND) is None
 
 
 class _Planted:
@@ -149,4 +166,4 @@ def test_a_pickle_in_the_cache_is_never_loaded(traces_dir: Path, tmp_path: Path)
         entry.with_suffix(".pickle").write_bytes(pickle.dumps(_Planted(marker)))  # the old entries' name
     run = analyze_paths([ranks], workers=1, cache_dir=cache)
     assert len(run.ranks) == 2 and not marker.exists()
-    assert all(summary.decode(e.read_bytes()) for e in entries)  # rewritten as summaries
+    assert all(summary.decode(e.read_bytes(), KIND) for e in entries)  # rewritten as summaries

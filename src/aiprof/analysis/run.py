@@ -7,6 +7,7 @@ process, and only the (small) results travel back — the event columns never cr
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -473,7 +474,9 @@ def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) 
     from aiprof.trace.readers.kineto import load_limits
 
     context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
-    return RankCache(folder, context, traces, encode=summary.encode, decode=summary.decode)
+    kind = summary.hook_result_type(hook)
+    return RankCache(folder, context, traces, encode=functools.partial(summary.encode, diagnosis=kind),
+                     decode=functools.partial(summary.decode, diagnosis=kind))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -236,13 +236,33 @@ class _Unfit(Exception):
 # ---------------------------------------------------------------------------------------------------
 # Results → bytes
 # ---------------------------------------------------------------------------------------------------
-def encode(results: list[_Loaded]) -> bytes | None:
+def hook_result_type(hook: Any) -> Any:
+    """The type a rank hook declares it returns (``RankAnalysis.diagnosis``: what a summary decodes it as), for a
+    function or a ``functools.partial`` of one; None without a hook or a declared type."""
+    import typing
+
+    fn = hook.func if isinstance(hook, functools.partial) else hook
+    if fn is None:
+        return None
+    try:
+        kind = typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: no summary for its results
+        return None
+    return kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
+
+
+def encode(results: list[_Loaded], diagnosis: Any = None) -> bytes | None:
     """The summary of one file's results (every one loaded, none failed), or None when it cannot carry them
-    exactly."""
+    exactly. ``diagnosis`` is the type of the rank hook's results (:func:`hook_result_type`; a result with a
+    diagnosis and no type for it is not carried)."""
     from aiprof import __version__
 
     pa = arrow()
     try:
+        if diagnosis is None and any(r.analysis is not None and r.analysis.diagnosis is not None for r in results):
+            raise _Unfit("a diagnosis of no known type")
+        if any(r.analysis is not None and type(r.analysis.diagnosis) not in (diagnosis, type(None)) for r in results):
+            raise _Unfit("a diagnosis of another type")
         entries = [_entry(r, pa) for r in results]
         return zlib.compress(msgspec.msgpack.encode(SummaryFile(FORMAT, VERSION, __version__, entries)), 1)
     except (_Unfit, TypeError, ValueError, OverflowError, msgspec.EncodeError):
@@ -267,9 +287,10 @@ def _entry(loaded: _Loaded, pa: ModuleType | None) -> RankEntry:
     if a.arrivals is not None:
         tables["arrivals"] = _table(_arrival_columns(a.arrivals), _ARRIVAL_COLUMNS, pa)
     run_dir = RunDirEntry(str(a.run_dir.path), msgspec.Raw(raw(a.run_dir.meta))) if a.run_dir is not None else None
+    from aiprof.analysis.explore import RankTimeline
+
     diagnosis, timeline = a.diagnosis, None
-    if diagnosis is not None and diagnosis.timeline is not None:
-        tl = diagnosis.timeline
+    if diagnosis is not None and isinstance(tl := getattr(diagnosis, "timeline", None), RankTimeline):
         diagnosis = msgspec.structs.replace(diagnosis, timeline=None)
         timeline = TimelineEntry(
             rank=tl.rank, strings=tl.strings, track_kind=tl.track_kind, track_label=tl.track_label,
@@ -381,9 +402,10 @@ def _arrow_stream(pa: ModuleType, columns: dict[str, Any], spec: tuple[tuple[str
 _FILE = msgspec.msgpack.Decoder(SummaryFile)
 
 
-def decode(data: bytes) -> list[_Loaded]:
-    """The results a summary holds. Raises ValueError (or a msgspec error) for bytes that are not a summary of
-    this version, or an Arrow table without pyarrow; zlib.error for a damaged stream."""
+def decode(data: bytes, diagnosis: Any = None) -> list[_Loaded]:
+    """The results a summary holds, diagnoses decoded as ``diagnosis`` (:func:`hook_result_type`). Raises
+    ValueError (or a msgspec error) for bytes that are not a summary of this version, or an Arrow table
+    without pyarrow; zlib.error for a damaged stream."""
     inflate = zlib.decompressobj()
     plain = inflate.decompress(data, MAX_BYTES)
     if inflate.unconsumed_tail or not inflate.eof:
@@ -391,14 +413,13 @@ def decode(data: bytes) -> list[_Loaded]:
     summary = _FILE.decode(plain)
     if summary.format != FORMAT or summary.version != VERSION:
         raise ValueError(f"not a version {VERSION} {FORMAT}")
-    return [_loaded(e) for e in summary.ranks]
+    return [_loaded(e, diagnosis) for e in summary.ranks]
 
 
-def _loaded(e: RankEntry) -> _Loaded:
+def _loaded(e: RankEntry, diagnosis_type: Any) -> _Loaded:
     from aiprof.analysis.arrival import ArrivalTable
     from aiprof.analysis.run import RankAnalysis, _Loaded
     from aiprof.analysis.timeline import DeviceAccount, StepAccount
-    from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.rundir import RunDir
     from aiprof.runmeta import RunMeta
 
@@ -427,7 +448,9 @@ def _loaded(e: RankEntry) -> _Loaded:
         arrivals = ArrivalTable(e.arrival_source, labels, group, collective, t["step"], t["ordinal"],
                                 t["arrive_ns"], t["end_ns"], t["message_bytes"])
     run_dir = RunDir(Path(e.run_dir.path), dec(e.run_dir.meta, RunMeta)) if e.run_dir is not None else None
-    diagnosis = dec(e.diagnosis, RankDiagnosis | None)
+    diagnosis = dec(e.diagnosis, Any if diagnosis_type is None else diagnosis_type | None)
+    if diagnosis is not None and diagnosis_type is None:
+        raise ValueError("a diagnosis, and no type to decode it as")
     if e.timeline is not None:
         if diagnosis is None:
             raise ValueError("a timeline without a diagnosis")
