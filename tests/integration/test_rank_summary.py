@@ -119,6 +119,10 @@ def test_the_diagnosis_is_decoded_as_the_hook_declares(traces_dir: Path) -> None
     assert data is not None
     with pytest.raises(ValueError, match="no type"):
         summary.decode(data)
+    other = msgspec.structs.replace(msgspec.msgpack.decode(zlib.decompress(data), type=summary.SummaryFile),
+                                    version=summary.VERSION + 1)
+    with pytest.raises(ValueError, match="not a version"):  # another version: a miss, never misread
+        summary.decode(zlib.compress(msgspec.msgpack.encode(other)), KIND)
 
 
 def test_every_field_is_carried() -> None:
