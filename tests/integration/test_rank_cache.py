@@ -1,11 +1,13 @@
 """The rank cache (`aiprof analyze --cache`): a rerun serves unchanged files from the cache with the same
-report; a changed file, other rule options or a damaged entry are misses; a folder others can write is
-refused."""
+report (the CLI's output byte for byte, with Arrow tables and without); a changed file, other rule options, a
+damaged or cut-short entry are misses; a folder others can write is refused."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,7 +53,7 @@ def test_a_rerun_is_served_from_the_cache_with_the_same_report(ranks: Path, tmp_
     second = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
     assert second == first
     assert calls == [3], calls  # the second run analysed nothing
-    assert len(list(cache.glob("*.pickle"))) == 3
+    assert len(list(cache.glob(f"*{rankcache.SUFFIX}"))) == 3
     # The worker's typed diagnosis is what the cache stores and serves: the same Finding objects.
     served = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
     assert calls == [3], calls
@@ -97,10 +99,19 @@ def test_other_rule_options_and_damaged_entries_are_misses(ranks: Path, tmp_path
     assert other.keywords["options"] != DEFAULT_OPTIONS
     analyze_paths([ranks], workers=1, rank_hook=other, cache_dir=cache)
     assert calls == [3, 3]
-    for entry in cache.glob("*.pickle"):
-        entry.write_bytes(b"not a pickle")
+    entries = sorted(cache.glob(f"*{rankcache.SUFFIX}"))
+    assert len(entries) == 6
+    for entry in entries:
+        entry.write_bytes(b"not a summary")
     run = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
     assert calls[-1] == 3 and len(run.ranks) == 3
+    analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    assert calls == [3, 3, 3]  # rewritten: all hits
+    for entry in sorted(cache.glob(f"*{rankcache.SUFFIX}")):
+        data = entry.read_bytes()
+        entry.write_bytes(data[: len(data) // 2])  # cut short
+    run = analyze_paths([ranks], workers=1, rank_hook=diagnose_hook, cache_dir=cache)
+    assert calls == [3, 3, 3, 3] and len(run.ranks) == 3
 
 
 def test_a_cache_folder_others_can_write_is_refused(ranks: Path, tmp_path: Path) -> None:
@@ -109,3 +120,39 @@ def test_a_cache_folder_others_can_write_is_refused(ranks: Path, tmp_path: Path)
     os.chmod(cache, 0o777)
     with pytest.raises(AiprofError, match="writable by others"):
         analyze_paths([ranks], workers=1, cache_dir=cache)
+
+
+def _cli(*args: str) -> bytes:
+    import aiprof
+
+    env = {**os.environ, "PYTHONPATH": str(Path(aiprof.__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "aiprof", "analyze", *args], env=env, capture_output=True,
+                          check=True, timeout=600).stdout
+
+
+def test_the_cli_output_is_the_same_cold_and_warm(ranks: Path, tmp_path: Path) -> None:
+    """``aiprof analyze --cache``: the first run writes the summaries, the second reads them; the reports are
+    byte for byte the same, and the same as without the cache."""
+    cache = tmp_path / "cache"
+    for fmt in ("json", "html"):
+        plain = _cli(str(ranks), "--format", fmt)
+        cold = _cli(str(ranks), "--cache", str(cache / fmt), "--format", fmt)
+        warm = _cli(str(ranks), "--cache", str(cache / fmt), "--format", fmt)
+        assert len(list((cache / fmt).glob(f"*{rankcache.SUFFIX}"))) == 3
+        assert cold == warm == plain, fmt
+
+
+def test_without_pyarrow_the_tables_are_messagepack(ranks: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same report from MessagePack tables; an entry with Arrow tables where pyarrow is missing is a miss."""
+    from aiprof.analysis import summary
+
+    cache = tmp_path / "cache"
+    calls = _misses(monkeypatch)
+    with_arrow = summary.arrow() is not None
+    first = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
+    monkeypatch.setattr(summary, "arrow", lambda: None)
+    second = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
+    third = app.render(app.analyze([ranks], app.AnalyzeOptions(cache_dir=cache, workers=1)), "json")
+    assert first == second == third
+    assert calls == ([3, 3] if with_arrow else [3]), calls

@@ -1,7 +1,8 @@
 """The rank cache (``aiprof analyze --cache``): a rerun of a many-rank analysis skips the ranks already done.
 
-Each file's result (what the worker sends back: the rank's analysis, findings and arrival rows, a few kB to a
-few MB) is stored under a key made of
+Each file's result (what the worker sends back: the rank's analysis, findings and arrival rows) is stored as
+a rank summary (:mod:`aiprof.analysis.summary`: MessagePack of aiprof's typed records and Arrow IPC tables,
+zlib-compressed, tens of kB to a few MB; the rank cache is handed its encoder and decoder) under a key made of
 
 - the file's absolute path, size and modification time (ns): a rewritten or replaced trace is a miss;
 - aiprof's version and a fingerprint of its own code (size and mtime of every module): a changed analysis
@@ -10,16 +11,18 @@ few MB) is stored under a key made of
   timeline budget), the reader settings in force.
 
 Lookups and stores happen where ``aiprof analyze`` runs, not on the workers, so one cache serves every
-executor. Entries are pickles of our own results: the cache folder must belong to the user and be writable by
-nobody else (checked on every use; a folder that is not is refused, never read), and a damaged entry is a
-miss. Writes are atomic (``fsutil.atomic_write``).
+executor. Nothing is unpickled: decoding an entry only builds typed records. Still, an entry someone else
+planted would put their numbers in the user's report: the cache folder must belong to the user and be
+writable by nobody else (checked on every use; a folder that is not is refused, never read). A damaged entry,
+one of another summary version, or one whose tables need pyarrow where it is not installed, is a miss (and
+rewritten); a result the summary cannot carry exactly is not stored. Writes are atomic
+(``fsutil.atomic_write``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,6 +35,7 @@ J = TypeVar("J", bound=tuple[Any, ...])
 O = TypeVar("O")
 
 ENV = "AIPROF_CACHE_DIR"
+SUFFIX = ".summary"
 
 
 def default_dir() -> Path:
@@ -45,8 +49,10 @@ def default_dir() -> Path:
 class RankCache:
     """Results of per-file work by file and context (see the module's docstring)."""
 
-    def __init__(self, folder: Path, context: str, traces: Sequence[Path] = ()) -> None:
+    def __init__(self, folder: Path, context: str, traces: Sequence[Path] = (), *,
+                 encode: Callable[[Any], bytes | None], decode: Callable[[bytes], Any]) -> None:
         self.folder = folder
+        self.encode, self.decode = encode, decode
         self.context = context
         self.hits = 0
         self.stored = 0
@@ -92,10 +98,8 @@ class RankCache:
         key = self.key(path)
         if key is None:
             return None
-        entry = self.folder / f"{key}.pickle"
         try:
-            with entry.open("rb") as f:
-                value = pickle.load(f)
+            value = self.decode((self.folder / f"{key}{SUFFIX}").read_bytes())
         except FileNotFoundError:
             return None
         except Exception:  # noqa: BLE001 - a damaged or foreign entry is a miss, rewritten below
@@ -107,7 +111,10 @@ class RankCache:
         key = self.key(path)
         if key is None:
             return
-        atomic_write(self.folder / f"{key}.pickle", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        data = self.encode(value)
+        if data is None:
+            return
+        atomic_write(self.folder / f"{key}{SUFFIX}", data)
         self.stored += 1
 
 
@@ -168,4 +175,4 @@ def cached_map(
     return [value for value in found if value is not None]
 
 
-__all__ = ["ENV", "RankCache", "cached_map", "code_fingerprint", "default_dir", "describe"]
+__all__ = ["ENV", "SUFFIX", "RankCache", "cached_map", "code_fingerprint", "default_dir", "describe"]

@@ -7,6 +7,7 @@ process, and only the (small) results travel back — the event columns never cr
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -468,11 +469,14 @@ def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) 
     settings in force (they change what a file's result is)."""
     if folder is None:
         return None
+    from aiprof.analysis import summary
     from aiprof.trace import readers
     from aiprof.trace.readers.kineto import load_limits
 
     context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
-    return RankCache(folder, context, traces)
+    kind = summary.hook_result_type(hook)
+    return RankCache(folder, context, traces, encode=functools.partial(summary.encode, diagnosis=kind),
+                     decode=functools.partial(summary.decode, diagnosis=kind))
 
 
 # ---------------------------------------------------------------------------------------------------
