@@ -37,15 +37,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from aiprof import rundir
-from aiprof.analysis.inference import InferenceStep, inference_section
-from aiprof.memory.model import CPU_DEVICE, Action, MemoryData
-from aiprof.trace.model import I64, Trace
+from aiprof.memory.model import CPU_DEVICE, Action
+from aiprof.trace.model import I64
+
+if TYPE_CHECKING:  # analysis.inference holds the budget in its section: imported where used, not at import
+    from aiprof.analysis.inference import InferenceStep
+    from aiprof.memory.model import MemoryData
+    from aiprof.trace.model import Trace
 
 # A request's KV cache is "freed at its end" when the live bytes after it are back within this share of the
 # KV cache of where they were before it.
@@ -280,6 +284,7 @@ def trace_budget(trace: Trace, data: MemoryData, run_dir: rundir.RunDir | None =
     directory holding it, for the model's weights, the requests' batch and, on a CPU, the host's memory).
     None when the trace shows no inference request, or is a graph capture trace (set-up, sized on purpose)."""
     from aiprof.analysis.graphs import capture_ranges, graph_role
+    from aiprof.analysis.inference import inference_section
 
     section = inference_section(trace)
     if not section.detected or not section.steps or graph_role(trace) == "capture":
