@@ -153,10 +153,11 @@ def _activations(t: I64, live: I64, steps: Sequence[InferenceStep], kind: str) -
     return max(max(peaks), 0) if peaks else None
 
 
-def _graph_pool(data: MemoryData, device: int, ranges: tuple[I64, I64] | None) -> int:
-    """The highest live bytes of the blocks allocated inside graph capture ranges on ``device``."""
+def _graph_pool(data: MemoryData, device: int, ranges: tuple[I64, I64] | None, at_ns: int) -> tuple[int, int]:
+    """The highest live bytes of the blocks allocated inside graph capture ranges on ``device``, and their live
+    bytes at ``at_ns`` (part of what is live before the first request)."""
     if ranges is None or not ranges[0].size:
-        return 0
+        return 0, 0
     from aiprof.memory.model import event_pairs
 
     ev = data.events
@@ -165,14 +166,16 @@ def _graph_pool(data: MemoryData, device: int, ranges: tuple[I64, I64] | None) -
     k = np.searchsorted(starts, ev.t_ns[allocs], side="right") - 1
     inside = allocs[(k >= 0) & (ev.t_ns[allocs] < ends[np.maximum(k, 0)])]
     if not inside.size:
-        return 0
+        return 0, 0
     free_of, _ = event_pairs(data)
     frees = free_of[inside]
     frees = frees[frees >= 0]
     rows = np.concatenate([inside, frees])
     delta = np.concatenate([ev.block_size[inside], -ev.block_size[frees]])
     order = np.argsort(rows, kind="stable")
-    return int(max(np.cumsum(delta[order]).max(), 0))
+    pool = np.cumsum(delta[order])
+    t = ev.t_ns[rows[order]]
+    return int(max(pool.max(), 0)), _at(t, pool, at_ns)
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,9 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
         notes.append(f"the recording began inside a request ({so_far} tokens cached): the KV cache of those tokens "
                      "is estimated from the growth per token")
     seen_before = device not in data.seed_unknown  # the events count what was live before recording began
-    persistent = held - kv_held + (opts.weights_bytes or 0 if not seen_before else 0)
+    graph_pool, pool_held = _graph_pool(data, device, opts.capture_ranges, first.start_ns)
+    unseen = 0 if seen_before else (opts.weights_bytes or 0)  # a CPU profiler never saw the weights allocated
+    persistent = held - kv_held - pool_held + unseen
     if not seen_before and opts.weights_bytes is None:
         notes.append("the CPU profiler's memory events do not see memory allocated before it recorded (the model's "
                      "weights): run under `aiprof run` so that the weights are recorded")
@@ -224,7 +229,6 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     tokens = max((s.kv_len for r in requests for s in r), default=-1)
     kv = per_token * tokens if per_token is not None and per_token > 0 and tokens > 0 else None
     request, freed = _request_bytes(t, live, requests, per_token)
-    graph_pool = _graph_pool(data, device, opts.capture_ranges)
     prefill_act = _activations(t, live, steps, "prefill")
     decode_act = _activations(t, live, steps, "decode")
     if per_token is not None and per_token <= 0:
@@ -247,7 +251,7 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
         request_tokens=tokens if tokens > 0 else None, request_batch=opts.batch, request_bytes=request,
         request_freed_at_end=freed,
         graph_pool_bytes=graph_pool, prefill_activation_bytes=prefill_act, decode_activation_bytes=decode_act,
-        peak_allocated_bytes=int(live.max()) + (0 if seen_before else (opts.weights_bytes or 0)),
+        peak_allocated_bytes=int(live.max()) + unseen,
         capacity_bytes=capacity, capacity_from=opts.capacity_from if capacity else None, headroom_bytes=headroom,
         more_requests=more, weights_kv_share=share, notes=notes,
     )

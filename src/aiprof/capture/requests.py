@@ -85,7 +85,7 @@ def model_weights(model: Any) -> ModelWeights:
     """Bytes of ``model``'s parameters and buffers per device (``parameters()`` / ``buffers()`` yield each
     tensor once: tied weights count once)."""
     def per_device(tensors: Any) -> tuple[int, dict[str, int]]:
-        count, out = 0, {}
+        count, out = 0, dict[str, int]()
         for t in tensors:
             count += 1
             device = str(t.device)
