@@ -6,7 +6,9 @@ thread), ``--requests`` requests of ``--new-tokens`` tokens, in one process, int
 streamer protocol costs by itself: ``generate`` copies each token to the host for it), then one through aiprof's
 wrapper (which adds its recording streamer and times the call), and so on. Per request we take the thread's CPU time per new token (``time.thread_time``:
 wall time on a shared 2-core machine is mostly waiting for a core). Also timed alone: the per-token cost of the
-hook itself (``TeeStreamer.put`` on a one-token tensor, what ``generate`` calls once per token), over 100,000 calls.
+hook itself (``TeeStreamer.put`` on a one-token tensor, what ``generate`` calls once per token), over 100,000 calls,
+and the wrapper's cost per ``generate()`` call (around a generate that returns at once), over 20,000 calls: the
+hooks' own cost, which the paired end-to-end difference (within a shared machine's noise) bounds from above.
 
 Usage:  python bench/request_hooks.py [--requests 40] [--new-tokens 32]
 Target (issue #24): the hooks cost at most 1 % of the inter-token latency.
@@ -23,7 +25,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.generation import utils
 
-from aiprof.capture.requests import RequestLog, TeeStreamer, patch_transformers
+from aiprof.capture.requests import RequestLog, TeeStreamer, patch_transformers, wrap_generate
 
 
 class _NoOpStreamer:
@@ -52,6 +54,32 @@ def _put_cost_ns(calls: int = 100_000) -> float:
     t0 = time.perf_counter_ns()
     for _ in range(calls):
         tee.put(token)
+    return (time.perf_counter_ns() - t0) / calls
+
+
+class _Model:
+    """What ``wrap_generate`` asks of a model (its generation config, its tensors), with a generate that does
+    nothing: the wrapper's own cost per call."""
+
+    class generation_config:  # noqa: N801 - the attribute Transformers models have
+        num_beams = 1
+
+    def parameters(self) -> list[Any]:
+        return []
+
+    def buffers(self) -> list[Any]:
+        return []
+
+
+def _wrapper_cost_ns(calls: int = 20_000) -> float:
+    """Per ``generate()`` call: aiprof's wrapper around a generate that returns at once (the request's start
+    and end, its streamer, the model noted once, the depth guard)."""
+    log = RequestLog()
+    wrapped = wrap_generate(lambda self, *a, **k: None, log, lambda m: None, lambda: None)
+    model = _Model()
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        wrapped(model, None)
     return (time.perf_counter_ns() - t0) / calls
 
 
@@ -91,6 +119,10 @@ def main() -> None:
     print(f"CPU per token, no-op streamer of the script's - plain: {protocol / 1e3:+.2f} us ({100 * protocol / itl:+.2f} % of ITL)")
     print(f"CPU per token, hooked - no-op streamer (aiprof's own part): {own / 1e3:+.2f} us ({100 * own / itl:+.2f} % of ITL)")
     print(f"TeeStreamer.put alone: {put:.0f} ns per token ({100 * put / itl:.3f} % of ITL)")
+    call = _wrapper_cost_ns()
+    per_token = put + call / args.new_tokens
+    print(f"the wrapper alone: {call:.0f} ns per generate() call; with put: {per_token:.0f} ns per token at "
+          f"{args.new_tokens} tokens a request ({100 * per_token / itl:.3f} % of ITL)")
 
 
 if __name__ == "__main__":
