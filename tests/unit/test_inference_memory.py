@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 import aiprof
@@ -157,3 +158,18 @@ def test_the_h200_generate_run() -> None:
     assert b.weights_bytes == seed - 38 * 4096  # held when recording began, less the 38 cached tokens
     assert b.capacity_bytes == 150_109_880_320 and b.capacity_from == "the device's memory"
     assert b.more_requests is not None and b.more_requests > 100_000 and memory_budget_findings(b) == []
+
+
+def test_a_serving_engine_keeps_its_kv_cache_in_the_persistent_set() -> None:
+    """vLLM / SGLang steps batch requests: no request, no growth per token is read from them; what was live
+    before the first step (weights and the engine's preallocated KV blocks) is persistent, activations are
+    still each step's transient peak."""
+    data, steps = _run()
+    engine_steps = [msgspec.structs.replace(s, kind="mixed" if s.kind == "prefill" else s.kind, kv_len=-1, query_len=-1)
+                    for s in steps]
+    b = memory_budget(data, engine_steps, BudgetInputs(engine="vLLM", capture_ranges=CAPTURE))
+    assert b is not None and b.weights_bytes == WEIGHTS and b.graph_pool_bytes == POOL + 100
+    assert (b.kv_bytes_per_token, b.kv_cache_bytes, b.request_bytes, b.request_freed_at_end) == (None, None, None, None)
+    assert b.decode_activation_bytes is not None and b.decode_activation_bytes > 0
+    assert any("preallocates its KV cache" in n for n in b.notes)
+    assert b.prefill_activation_bytes == 2000  # the mixed steps (here the prefills) hold the prefill chunk's

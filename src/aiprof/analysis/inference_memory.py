@@ -22,7 +22,11 @@ sizes, as ``torch.cuda.memory_allocated``) are replayed on the device the steps 
 * **graph pool**: bytes allocated inside CUDA/HIP graph capture ranges (:mod:`aiprof.analysis.graphs`), at
   their highest (a graph's private pool keeps them while the graph lives);
 * **activations**: per step, the peak above the larger of the live bytes at its start and at its end (the
-  transient working set); the largest prefill step's and decode step's.
+  transient working set); the largest prefill (or mixed) step's and decode step's.
+
+A serving engine's steps (vLLM, SGLang annotations) batch many requests in each step, and the engine preallocates
+its KV cache blocks: there the KV cache is part of the persistent memory and no request is measured (a note says
+so); the weights, activations and graph pool are measured as above.
 
 **Headroom** = capacity − (weights + other persistent + graph pool + one request (``request_bytes``, else
 ``kv_cache_bytes``) + the larger activation peak); ``more_requests`` = headroom // that request: more requests of
@@ -147,9 +151,9 @@ def _kv_per_token(t: I64, live: I64, requests: list[list[InferenceStep]]) -> int
     return int(round(float(np.median(growth)))) if growth else None
 
 
-def _activations(t: I64, live: I64, steps: Sequence[InferenceStep], kind: str) -> int | None:
+def _activations(t: I64, live: I64, steps: Sequence[InferenceStep], kinds: tuple[str, ...]) -> int | None:
     peaks = [_peak(t, live, s.start_ns, s.start_ns + s.duration_ns)
-             - max(_at(t, live, s.start_ns), _at(t, live, s.start_ns + s.duration_ns)) for s in steps if s.kind == kind]
+             - max(_at(t, live, s.start_ns), _at(t, live, s.start_ns + s.duration_ns)) for s in steps if s.kind in kinds]
     return max(max(peaks), 0) if peaks else None
 
 
@@ -187,12 +191,17 @@ class BudgetInputs:
     capacity_from: str | None = None
     batch: int | None = None  # sequences per request (the requests file)
     capture_ranges: tuple[I64, I64] | None = None  # graph capture ranges (start, end), trace clock
+    engine: str | None = None  # a serving engine's steps (vLLM, SGLang): requests are batched together
 
 
 def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: BudgetInputs | None = None) -> MemoryBudget | None:
     """The budget (module doc), or None when the steps hold no request to measure."""
     opts = inputs or BudgetInputs()
-    requests = [r for r in requests_of(steps) if r]
+    if opts.engine:  # continuous batching: no step belongs to one request; the engine's KV cache is preallocated
+        served = [s for s in steps if s.kind in ("prefill", "decode", "mixed")]
+        requests = [served] if served else []
+    else:
+        requests = [r for r in requests_of(steps) if r]
     if not requests:
         return None
     device = _model_device(data)
@@ -202,7 +211,7 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     notes: list[str] = []
     first = requests[0][0]
     held = _at(t, live, first.start_ns)  # live at the first request's start (its tokens so far when mid-request)
-    per_token = _kv_per_token(t, live, requests)
+    per_token = _kv_per_token(t, live, requests) if not opts.engine else None
     so_far = max(first.kv_len - max(first.query_len, 0), 0) if first.kind == "decode" and first.kv_len > 0 else 0
     kv_held = (per_token or 0) * so_far
     if first.kind == "decode":
@@ -228,9 +237,13 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     other = max(persistent - weights, 0) if weights is not None else None
     tokens = max((s.kv_len for r in requests for s in r), default=-1)
     kv = per_token * tokens if per_token is not None and per_token > 0 and tokens > 0 else None
-    request, freed = _request_bytes(t, live, requests, per_token)
-    prefill_act = _activations(t, live, steps, "prefill")
-    decode_act = _activations(t, live, steps, "decode")
+    request, freed = _request_bytes(t, live, requests, per_token) if not opts.engine else (None, None)
+    if opts.engine:
+        notes.append(f"{opts.engine} batches requests in every step and preallocates its KV cache blocks (vLLM "
+                     "gpu_memory_utilization, SGLang mem_fraction_static): the KV cache is in the persistent memory, "
+                     "no request of its own is measured")
+    prefill_act = _activations(t, live, steps, ("prefill", "mixed"))  # a mixed step holds a prefill chunk
+    decode_act = _activations(t, live, steps, ("decode",))
     if per_token is not None and per_token <= 0:
         notes.append("no growth per decoded token: the KV cache is preallocated (a static cache, a serving engine's "
                      "blocks) and counted in the persistent memory")
@@ -313,4 +326,5 @@ def trace_budget(trace: Trace, data: MemoryData, run_dir: rundir.RunDir | None =
     merged = capture_ranges(trace).merged
     return memory_budget(data, steps, BudgetInputs(
         weights_bytes=weights, capacity_bytes=capacity, capacity_from=capacity_from, batch=batch,
-        capture_ranges=(merged[0] + shift, merged[1] + shift) if merged[0].size else None))
+        capture_ranges=(merged[0] + shift, merged[1] + shift) if merged[0].size else None,
+        engine=section.engine if isinstance(section.engine, str) else None))
