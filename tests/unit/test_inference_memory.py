@@ -151,8 +151,9 @@ def test_the_h200_generate_run() -> None:
         data.capacity_bytes.setdefault(d.index, d.total_memory_bytes)
     b = trace_budget(trace, data, owner_of(trace.path))
     assert b is not None and b.device == "cuda:0"
-    assert b.kv_bytes_per_token == 2 * 4 * 4 * 32 * 4 and b.request_tokens == 42
-    assert b.kv_cache_bytes == 4096 * 42 and b.request_bytes is None
+    # the recording (steps 7-10) ends at 42 tokens; the requests file's requests are 32 + 16 tokens (47 cached)
+    assert b.kv_bytes_per_token == 2 * 4 * 4 * 32 * 4 and b.request_tokens == 32 + 16 - 1
+    assert b.kv_cache_bytes == 4096 * 47 and b.request_bytes is None
     assert b.weights_bytes is not None and b.weights_from.startswith("live before the recording")
     seed = next(d.seed_bytes for d in analyze_memory(data).devices if d.device == "cuda:0")
     assert b.weights_bytes == seed - 38 * 4096  # held when recording began, less the 38 cached tokens

@@ -15,7 +15,8 @@ sizes, as ``torch.cuda.memory_allocated``) are replayed on the device the steps 
   ``kv_bytes_per_token`` is the median, over consecutive decode steps, of the live bytes' growth at the step's
   end over the growth of its attention key length (it counts the request's other per-token state too: the
   token ids, the attention mask, a few bytes a token); ``kv_cache_bytes`` = ``kv_bytes_per_token`` ×
-  ``request_tokens``, the longest key length observed. ``request_bytes``: what the longest request recorded
+  ``request_tokens``, the longest request: its key length observed, or from the requests file (prompt + new
+  tokens − 1: the last token is never cached) when longer (a recording that ended inside a request). ``request_bytes``: what the longest request recorded
   from its prefill kept between its steps at most, above the live bytes before it (its KV cache, plus the
   last logits and the like), and ``request_freed_at_end`` whether the live bytes were back within half of it
   after the request;
@@ -72,7 +73,7 @@ class MemoryBudget(msgspec.Struct, kw_only=True):
     other_persistent_bytes: int | None
     kv_bytes_per_token: int | None
     kv_cache_bytes: int | None  # kv_bytes_per_token × request_tokens: one request's KV cache at its longest
-    request_tokens: int | None  # the longest attention key length observed (prompt + generated, per sequence)
+    request_tokens: int | None  # the longest request: key length observed, or prompt + new − 1 (requests file)
     request_batch: int | None  # sequences per request (the requests file)
     request_bytes: int | None  # what a whole recorded request kept between its steps at most (its KV cache and more)
     request_freed_at_end: bool | None  # None: no whole request recorded
@@ -192,6 +193,7 @@ class BudgetInputs:
     batch: int | None = None  # sequences per request (the requests file)
     capture_ranges: tuple[I64, I64] | None = None  # graph capture ranges (start, end), trace clock
     engine: str | None = None  # a serving engine's steps (vLLM, SGLang): requests are batched together
+    request_tokens: int | None = None  # the longest request of the requests file: prompt + new tokens − 1
 
 
 def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: BudgetInputs | None = None) -> MemoryBudget | None:
@@ -235,7 +237,7 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     else:
         weights, weights_from = None, "not recorded"
     other = max(persistent - weights, 0) if weights is not None else None
-    tokens = max((s.kv_len for r in requests for s in r), default=-1)
+    tokens = max([s.kv_len for r in requests for s in r] + [opts.request_tokens or -1])
     kv = per_token * tokens if per_token is not None and per_token > 0 and tokens > 0 else None
     request, freed = _request_bytes(t, live, requests, per_token) if not opts.engine else (None, None)
     if opts.engine:
@@ -312,9 +314,11 @@ def trace_budget(trace: Trace, data: MemoryData, run_dir: rundir.RunDir | None =
         models = run_dir.models_path(trace.path)
         found = [m.bytes_on(_device_name(device)) for m in rundir.read_models(models)] if models is not None else []
         weights = sum(found) if found and any(found) else None
+    longest = None
     if section.requests:
         batches = [r.batch for r in section.requests.requests if r.batch > 0]
         batch = int(np.median(batches)) if batches else None
+        longest = max((r.prompt_tokens + r.new_tokens - 1 for r in section.requests.requests if r.new_tokens), default=None)
     capacity = data.capacity_bytes.get(device) if device != CPU_DEVICE else _host_memory(run_dir)
     capacity_from = ("the device's memory" if device != CPU_DEVICE else "the host's memory (meta.json)") if capacity else None
     # A snapshot's events are on the unix clock (µs); a Kineto trace's on the trace's (base_time_ns + ts is unix)
@@ -327,4 +331,4 @@ def trace_budget(trace: Trace, data: MemoryData, run_dir: rundir.RunDir | None =
     return memory_budget(data, steps, BudgetInputs(
         weights_bytes=weights, capacity_bytes=capacity, capacity_from=capacity_from, batch=batch,
         capture_ranges=(merged[0] + shift, merged[1] + shift) if merged[0].size else None,
-        engine=section.engine if isinstance(section.engine, str) else None))
+        engine=section.engine if isinstance(section.engine, str) else None, request_tokens=longest))
