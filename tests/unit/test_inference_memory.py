@@ -174,3 +174,26 @@ def test_a_serving_engine_keeps_its_kv_cache_in_the_persistent_set() -> None:
     assert b.decode_activation_bytes is not None and b.decode_activation_bytes > 0
     assert any("preallocates its KV cache" in n for n in b.notes)
     assert b.prefill_activation_bytes == 2000  # the mixed steps (here the prefills) hold the prefill chunk's
+
+
+def test_every_format_shows_the_budget_of_the_h200_run() -> None:
+    """`aiprof analyze` of the H200 run directory: the budget is in the JSON report's inference section (valid
+    against the schema) and in the terminal, Markdown and HTML reports."""
+    import json
+
+    import jsonschema
+
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.report.document import build_document
+    from aiprof.report.render import render
+
+    doc = build_document(*analyze_and_diagnose([H200_GENERATE], workers=1))
+    data = json.loads(render(doc, "json"))
+    schema = json.loads((Path(aiprof.__file__).parent / "data" / "report.schema.json").read_text())
+    jsonschema.validate(data, schema)
+    budget = data["ranks"][0]["inference"]["memory_budget"]
+    assert budget["kv_bytes_per_token"] == 4096 and budget["device"] == "cuda:0"
+    for fmt in ("terminal", "md", "html"):
+        flat = " ".join(render(doc, fmt, width=200).split())
+        assert "memory budget on cuda:0" in flat and "4.00 KiB/token × 47 tokens" in flat, fmt
+        assert "more concurrent request(s) of this size fit" in flat, fmt
