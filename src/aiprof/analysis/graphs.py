@@ -397,6 +397,8 @@ def process_key(ident: Identity) -> Hashable:
 
 def _pairs_of(traces: Sequence[Trace]) -> dict[int, int]:
     """:func:`pair_replays` of loaded traces (empty unless they hold a capture and a replay)."""
+    if len(traces) < 2:  # one file: nothing to pair (and no capture detection to pay for)
+        return {}
     roles = [graph_role(t) for t in traces]
     if "capture" not in roles or "replay" not in roles:
         return {}
