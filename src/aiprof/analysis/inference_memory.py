@@ -216,7 +216,7 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     per_token = _kv_per_token(t, live, requests) if not opts.engine else None
     so_far = max(first.kv_len - max(first.query_len, 0), 0) if first.kind == "decode" and first.kv_len > 0 else 0
     kv_held = (per_token or 0) * so_far
-    if first.kind == "decode":
+    if first.kind == "decode" and not opts.engine:
         notes.append(f"the recording began inside a request ({so_far} tokens cached): the KV cache of those tokens "
                      "is estimated from the growth per token")
     seen_before = device not in data.seed_unknown  # the events count what was live before recording began
@@ -226,16 +226,7 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     if not seen_before and opts.weights_bytes is None:
         notes.append("the CPU profiler's memory events do not see memory allocated before it recorded (the model's "
                      "weights): run under `aiprof run` so that the weights are recorded")
-    if opts.weights_bytes is not None:
-        weights: int | None = opts.weights_bytes
-        weights_from = "model parameters and buffers (aiprof run)"
-    elif seen_before:
-        weights = max(persistent, 0)
-        weights_from = ("live before the first request (the weights and whatever else was held: library workspaces)"
-                        if not kv_held else "live before the recording, less the KV cache so far (the weights and "
-                        "whatever else was held: library workspaces)")
-    else:
-        weights, weights_from = None, "not recorded"
+    weights, weights_from = _weights(opts.weights_bytes, persistent, seen_before, kv_held > 0)
     other = max(persistent - weights, 0) if weights is not None else None
     tokens = max([s.kv_len for r in requests for s in r] + [opts.request_tokens or -1])
     kv = per_token * tokens if per_token is not None and per_token > 0 and tokens > 0 else None
@@ -257,9 +248,8 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
     headroom = more = share = None
     if capacity and weights is not None:
         used = weights + (other or 0) + graph_pool + (per_request or 0) + max(prefill_act or 0, decode_act or 0)
-        headroom = capacity - used
+        headroom, share = capacity - used, round((weights + (kv or 0)) / capacity, 4)
         more = max(headroom, 0) // per_request if per_request else None
-        share = round((weights + (kv or 0)) / capacity, 4)
     return MemoryBudget(
         device="cpu" if device == CPU_DEVICE else f"cuda:{device}", source=data.source, weights_bytes=weights,
         weights_from=weights_from, other_persistent_bytes=other, kv_bytes_per_token=per_token, kv_cache_bytes=kv,
@@ -270,6 +260,18 @@ def memory_budget(data: MemoryData, steps: Sequence[InferenceStep], inputs: Budg
         capacity_bytes=capacity, capacity_from=opts.capacity_from if capacity else None, headroom_bytes=headroom,
         more_requests=more, weights_kv_share=share, notes=notes,
     )
+
+
+def _weights(recorded: int | None, persistent: int, seen_before: bool, mid_request: bool) -> tuple[int | None, str]:
+    """The weights and where they come from (module doc): the run's record, else what was live before."""
+    if recorded is not None:
+        return recorded, "model parameters and buffers (aiprof run)"
+    if not seen_before:
+        return None, "not recorded"
+    what = "the weights and whatever else was held: library workspaces"
+    if mid_request:
+        return max(persistent, 0), f"live before the recording, less the KV cache so far ({what})"
+    return max(persistent, 0), f"live before the first request ({what})"
 
 
 def _request_bytes(t: I64, live: I64, requests: list[list[InferenceStep]], per_token: int | None) -> tuple[int | None, bool | None]:
