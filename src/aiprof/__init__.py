@@ -16,7 +16,8 @@ from aiprof.errors import AiprofError
 
 if TYPE_CHECKING:
     from aiprof.capture import Profile, Schedule, profile, step
-    from aiprof.trace import RunSet, Trace, load
+    from aiprof.analysis.load import load
+    from aiprof.trace import RunSet, Trace
 
 __version__ = "0.1.0"
 
@@ -25,7 +26,7 @@ __all__ = ["AiprofError", "Profile", "RunSet", "Schedule", "Trace", "load", "pro
 _LAZY = {
     "RunSet": "aiprof.trace",
     "Trace": "aiprof.trace",
-    "load": "aiprof.trace",
+    "load": "aiprof.analysis.load",
     "Profile": "aiprof.capture",
     "Schedule": "aiprof.capture",
     "profile": "aiprof.capture",

@@ -35,6 +35,7 @@ from aiprof.trace.runset import ProgressCallback
 
 if TYPE_CHECKING:
     from aiprof.rundir import RunDir
+    from aiprof.memory.model import MemoryData
     from aiprof.memory.report import MemoryReport
     from aiprof.analysis.failures import FailureCallback
     from aiprof.trace.executors import Executor
@@ -64,16 +65,21 @@ def diagnose_hook(
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
     out = RankDiagnosis(notes=notes)
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
-    report = rank_memory(trace, notes, memory, analysis.run_dir)
-    if report is not None:
+    data = rank_memory_data(trace, notes, memory, analysis.run_dir)
+    if data is not None:
+        from aiprof.analysis.inference_memory import trace_budget
+        from aiprof.memory import analyze_memory
+        from aiprof.rules.inference_memory import memory_budget_findings
         from aiprof.rules.memory_findings import memory_findings
 
-        out.memory = report
+        out.memory = analyze_memory(data)
+        out.memory_budget = trace_budget(trace, data, analysis.run_dir)
         # A graph-capture phase (vLLM / SGLang start-up) is set-up: its memory (the KV cache reserved up front,
         # graph pools) is sized on purpose; the section shows it, no memory finding judges it
         capture = any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings)
         if not capture:
-            findings += [f.plain() for f in memory_findings(report)]
+            findings += [f.plain() for f in memory_findings(out.memory)]
+            findings += [f.plain() for f in memory_budget_findings(out.memory_budget)]
     out.findings = findings
     if timeline > 0:
         from aiprof.analysis.explore import rank_timeline
@@ -141,10 +147,21 @@ def rank_memory(
 ) -> MemoryReport | None:
     """The memory report of one rank (``run_dir``: the run directory holding its trace), or None when it has
     no memory data. An input that cannot be read becomes a note (in ``notes``), never a failed analysis."""
+    from aiprof.memory import analyze_memory
+
+    data = rank_memory_data(trace, notes, mode, run_dir)
+    return analyze_memory(data) if data is not None else None
+
+
+def rank_memory_data(
+    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None
+) -> MemoryData | None:
+    """The memory data :func:`rank_memory` analyses (its best input, read, with the allocator statistics and the
+    trace's device sizes), or None."""
     inputs = memory_inputs(trace, mode, run_dir)
     if not inputs:
         return None
-    from aiprof.memory import analyze_memory, load_memory
+    from aiprof.memory import load_memory
     from aiprof.memory.load import _stats
     from aiprof.memory.model import MemoryInputError
 
@@ -160,7 +177,7 @@ def rank_memory(
     capacity = {d.index: d.total_memory_bytes for d in trace.devices if d.total_memory_bytes}
     for device, size in capacity.items():
         data.capacity_bytes.setdefault(device, size)
-    return analyze_memory(data)
+    return data
 
 
 def analyze_and_diagnose(

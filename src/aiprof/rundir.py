@@ -266,6 +266,11 @@ class RunDir:
         """Dynamo's compile records (:mod:`aiprof.capture.dynamo`) of the process that wrote ``trace_path``."""
         return self._rank_file(trace_path, "dynamo", ".json")
 
+    def models_path(self, trace_path: Path) -> Path | None:
+        """The weights of the models the requests of the process that wrote ``trace_path`` ran on
+        (:func:`read_models`), if any."""
+        return self._rank_file(trace_path, "models", ".json")
+
     def _rank_file(self, trace_path: Path, kind: str, suffix: str = ".csv") -> Path | None:
         """``<kind>.rank<N>[-pid<P>]<suffix>`` of the process that wrote ``trace_path``, when it exists."""
         entry = self.rank_of(trace_path)
@@ -472,6 +477,62 @@ def read_requests(path: Path) -> list[Request] | None:
             continue
         if end >= start:
             out.append(Request(n, start, end, batch, prompt, times))
+    return out
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """The weights of a model requests ran on (``models.rank<N>.json``, written by capture/requests.py at the
+    model's first ``generate()``): bytes of its parameters and of its buffers per device (``"cpu"``,
+    ``"cuda:0"``, ...), each tensor counted once (tied weights are one parameter)."""
+
+    model: str  # the class name (data: escape it)
+    parameters: int  # how many parameter tensors
+    parameter_bytes: dict[str, int]
+    buffer_bytes: dict[str, int]
+
+    def bytes_on(self, device: str) -> int:
+        """Parameter and buffer bytes on ``device``."""
+        return self.parameter_bytes.get(device, 0) + self.buffer_bytes.get(device, 0)
+
+
+MODELS_FORMAT = "aiprof-models-1"
+MAX_MODELS = 64
+
+
+def format_models(models: Iterable[ModelWeights]) -> bytes:
+    """The models file's bytes (JSON: ``format``, ``models``)."""
+    rows = [{"model": m.model, "parameters": m.parameters, "parameter_bytes": m.parameter_bytes,
+             "buffer_bytes": m.buffer_bytes} for m in models]
+    return json.dumps({"format": MODELS_FORMAT, "models": rows[:MAX_MODELS]}).encode()
+
+
+def _byte_map(value: Any) -> dict[str, int] | None:
+    if not isinstance(value, dict):
+        return None
+    out = {str(k): int(v) for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 62}
+    return out if len(out) == len(value) else None
+
+
+def read_models(path: Path) -> list[ModelWeights]:
+    """The models file (:func:`format_models`); empty when it is missing, oversized or not one (a malformed
+    row is skipped)."""
+    try:
+        if path.stat().st_size > MAX_DYNAMO_BYTES:
+            return []
+        doc = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(doc, dict) or doc.get("format") != MODELS_FORMAT or not isinstance(doc.get("models"), list):
+        return []
+    out: list[ModelWeights] = []
+    for row in doc["models"][:MAX_MODELS]:
+        if not isinstance(row, dict):
+            continue
+        params, buffers, count = _byte_map(row.get("parameter_bytes")), _byte_map(row.get("buffer_bytes")), row.get("parameters")
+        if params is None or buffers is None or not isinstance(count, int) or not isinstance(row.get("model"), str):
+            continue
+        out.append(ModelWeights(str(row["model"])[:200], count, params, buffers))
     return out
 
 
@@ -758,6 +819,10 @@ def dataloader_path(run_dir: Path, rank: int, pid: int) -> Path:
 
 def requests_path(run_dir: Path, rank: int, pid: int) -> Path:
     return _csv_path(run_dir, "requests", rank, pid)
+
+
+def models_path(run_dir: Path, rank: int, pid: int) -> Path:
+    return _csv_path(run_dir, "models", rank, pid, ".json")
 
 
 def dynamo_path(run_dir: Path, rank: int, pid: int) -> Path:

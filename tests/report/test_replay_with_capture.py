@@ -154,3 +154,46 @@ def test_the_shared_vllm_replay_with_its_capture_as_one_rank(tmp_path: Path) -> 
         item = next(h for h in data["health"]["items"] if h["id"] == "graph_replays")
         assert item["status"] == "ok"
         assert "profiler cycles" not in done.stderr  # no longer merged with the capture as cycles
+
+
+def test_aiprof_load_of_the_shared_vllm_folder_pairs_as_analyze_does(tmp_path: Path) -> None:
+    """`aiprof.load(folder)` makes the ranks `aiprof analyze` makes (analysis/load.py, one rule: pair_replays):
+    the vLLM piecewise replay is the one rank, its capture attached (was: the two joined as profiler cycles of
+    one process); analysing what was loaded gives the CLI's attribution, op by op."""
+    import warnings
+
+    from aiprof.analysis.run import analyze
+    from aiprof.trace.model import RunSet
+
+    if not (VLLM_PAIR / "capture_traces").is_dir():
+        pytest.skip("the vLLM piecewise replay and capture are not in this copy of the shared traces")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        loaded = aiprof.load(VLLM_PAIR)
+    assert isinstance(loaded, RunSet) and [t.path.name for t in loaded.traces] == ["graph_execution.json.gz"]
+    assert not any("profiler cycles" in str(w.message) for w in seen)
+    found = paired_capture(loaded.traces[0])
+    assert found is not None and found[0].startswith("graph_capture_rank_0")
+    assert (found[1].graph_launches, found[1].matched_launches, found[1].replayed_kernels) == (25, 25, 361)
+    section = analyze(loaded).ranks[0].sections["graph_capture"]
+    assert isinstance(section, GraphCaptureSection) and isinstance(section.replay_attribution, dict)
+    cli = document_for_paths((str(VLLM_PAIR),)).ranks[0].graph_capture
+    assert isinstance(cli, GraphCaptureSection) and section.replay_attribution == cli.replay_attribution
+    assert section.replay_attribution["attributed_share"] >= 0.95
+
+
+def test_aiprof_load_pairs_each_process_with_its_own_capture(tmp_path: Path) -> None:
+    """A folder of two processes' captures and replays through the Python API: each replay gets its own
+    process's capture, as `aiprof analyze` gives it; a single file still loads as it is."""
+    from aiprof.trace.model import RunSet
+
+    _pair(tmp_path / "run" / "p1", pid=11)
+    replay, capture = _pair(tmp_path / "run" / "p2", pid=22)
+    loaded = aiprof.load(tmp_path / "run")
+    assert isinstance(loaded, RunSet) and len(loaded.traces) == 2
+    for trace in loaded.traces:
+        found = paired_capture(trace)
+        assert found is not None and found[1].matched_launches == 3
+        assert found[0] == capture.name and trace.path.name == replay.name
+        assert trace.metadata["graph_capture_trace"] == str(trace.path.parent / "capture_traces" / capture.name)
+    assert paired_capture(aiprof.load(replay)) is None  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from msgspec import UNSET, UnsetType
 import numpy as np
 
 from aiprof.analysis import intervals as iv
+from aiprof.trace.cycles import Identity, identity, merge_cycle_sets_at
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
 # Stream capture (torch.cuda.graph, vLLM / SGLang capture phase) and graph instantiation. Not
@@ -397,17 +398,42 @@ def paired_capture(trace: Trace) -> tuple[str, ReplayAttribution] | None:
     return found
 
 
-def pair_traces(traces: list[Trace]) -> list[Trace]:
-    """``traces`` without the captures that pair with a replay (:func:`pair_replays`), each attached to its
-    replay (:func:`attach_capture`)."""
-    from aiprof.trace.cycles import identity
+def process_key(ident: Identity) -> Hashable:
+    """What wrote a trace, for :func:`pair_replays`: host, main pid and ``distributedInfo`` rank."""
+    return (ident.host, ident.pid, ident.rank)
 
+
+def _pairs_of(traces: Sequence[Trace]) -> dict[int, int]:
+    """:func:`pair_replays` of loaded traces (empty unless they hold a capture and a replay)."""
+    if len(traces) < 2:  # one file: nothing to pair (and no capture detection to pay for)
+        return {}
     roles = [graph_role(t) for t in traces]
     if "capture" not in roles or "replay" not in roles:
-        return traces
-    keys = [(i.host, i.pid, i.rank) for i in (identity(t) for t in traces)]
-    pairs = pair_replays(roles, keys)
+        return {}
+    return pair_replays(roles, [process_key(identity(t)) for t in traces])
+
+
+def pair_traces(traces: list[Trace]) -> list[Trace]:
+    """``traces`` without the captures that pair with a replay (:func:`pair_replays`), each attached to its
+    replay (:func:`attach_capture`). Profiler cycles are not merged (:func:`pair_and_merge` does both)."""
+    pairs = _pairs_of(traces)
     for rep, cap in pairs.items():
         attach_capture(traces[rep], traces[cap])
     captures = set(pairs.values())
     return [t for i, t in enumerate(traces) if i not in captures]
+
+
+def pair_and_merge(traces: list[Trace]) -> tuple[list[Trace], list[str]]:
+    """Loaded traces as ranks, by the rule ``aiprof analyze`` applies (:mod:`aiprof.analysis.run`): each graph
+    capture that pairs with a replay (:func:`pair_replays`) is no rank of its own; the other traces' profiler
+    cycles of one process are merged into one rank (:func:`~aiprof.trace.cycles.merge_cycle_sets`); then each
+    capture is attached to the rank holding its replay (:func:`attach_capture`). ``aiprof.load``'s ``merge``
+    (:func:`aiprof.trace.load`); returns the ranks and one note per merged set of cycles."""
+    pairs = _pairs_of(traces)
+    captures = set(pairs.values())
+    kept = [i for i in range(len(traces)) if i not in captures]
+    out, notes, where = merge_cycle_sets_at([traces[i] for i in kept])
+    position = {i: k for k, i in enumerate(kept)}
+    for rep, cap in sorted(pairs.items()):
+        attach_capture(out[where[position[rep]]], traces[cap])
+    return out, notes

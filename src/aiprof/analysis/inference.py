@@ -40,6 +40,7 @@ from msgspec import UNSET, UnsetType
 
 from aiprof import rundir
 from aiprof.analysis import intervals as iv
+from aiprof.analysis.inference_memory import MemoryBudget
 from aiprof.analysis.steps import step_windows
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, Trace
 
@@ -142,6 +143,9 @@ class InferenceReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     steps: list[InferenceStep] | UnsetType = UNSET
     step_count: int | UnsetType = UNSET
     requests: RequestStats | None | UnsetType = UNSET
+    # weights, KV cache, graph pool, activations and how many more requests fit (analysis/inference_memory.py;
+    # only with memory data: computed by the diagnosis, where the memory events are read)
+    memory_budget: MemoryBudget | UnsetType = UNSET
 
 
 def _pct(values: list[int], q: float) -> int:

@@ -28,7 +28,7 @@ from aiprof.analysis.timeline import DeviceAccount, account
 from aiprof.errors import NoTracesError, TraceError
 from aiprof.heap import release_free_memory
 from aiprof.interrupts import interrupts_held
-from aiprof.analysis.graphs import GraphRole, attach_capture, graph_role, pair_replays
+from aiprof.analysis.graphs import GraphRole, attach_capture, graph_role, pair_replays, process_key
 from aiprof.rundir import RunContext, RunDir
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import DeviceInfo, RunSet, Trace
@@ -499,7 +499,7 @@ def _cycles_as_one_rank(
     if len(loaded) < 2 or any(i is None for i in idents):
         return loaded
     known = [i for i in idents if i is not None]  # every one, as checked: one per loaded rank
-    pairs = pair_replays([r.graph_role for r in loaded], [(i.host, i.pid, i.rank) for i in known])
+    pairs = pair_replays([r.graph_role for r in loaded], [process_key(i) for i in known])
     captures = set(pairs.values())
     kept = [i for i in range(len(loaded)) if i not in captures]
     found = cycle_groups([known[i] for i in kept])

@@ -7,6 +7,9 @@
   (greedy or sampling, ``num_beams`` 1, not continuous batching), a recording streamer. A call that cannot
   stream keeps its start and end only. Cost per token: one ``time.time_ns()`` and an append (the
   streamer protocol's ``tokens.cpu()`` is the host copy ``generate`` makes for its stop check anyway).
+* **Weights**: the first ``generate()`` on a model records the bytes of its parameters and buffers per device
+  (``models.rank<N>.json``: the inference memory budget's weights, which a CPU profiler's memory events cannot
+  see when the model was built before profiling began). Once per model: one pass over its tensors.
 * **Decoding steps**: the model a request runs on is a step marker: each outermost forward of its class
   begins a step (one forward = one prefill or decode step and its token selection), and the request's end
   closes the last one. Written to ``requests.rank<N>.csv`` (``aiprof.rundir``).
@@ -22,10 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiprof.rundir import Request
+from aiprof.rundir import ModelWeights, Request
 
 MAX_REQUESTS = 100_000
 MAX_TOKENS_PER_REQUEST = 1_000_000
+MAX_MODELS = 64
 
 
 class _Open:
@@ -77,13 +81,43 @@ class TeeStreamer:
         return getattr(self._inner, name)
 
 
+def model_weights(model: Any) -> ModelWeights:
+    """Bytes of ``model``'s parameters and buffers per device (``parameters()`` / ``buffers()`` yield each
+    tensor once: tied weights count once)."""
+    def per_device(tensors: Any) -> tuple[int, dict[str, int]]:
+        count, out = 0, dict[str, int]()
+        for t in tensors:
+            count += 1
+            device = str(t.device)
+            out[device] = out.get(device, 0) + int(t.numel()) * int(t.element_size())
+        return count, out
+
+    count, params = per_device(model.parameters())
+    _, buffers = per_device(model.buffers())
+    return ModelWeights(type(model).__name__, count, params, buffers)
+
+
 class RequestLog:
-    """The requests of this process, bounded (``MAX_REQUESTS``)."""
+    """The requests of this process, bounded (``MAX_REQUESTS``), and the weights of the models they ran on."""
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
+        self.models: list[ModelWeights] = []
         self.dropped = 0
         self._lock = threading.Lock()
+        self._model_ids: set[int] = set()
+
+    def note_model(self, model: Any) -> None:
+        """Record ``model``'s weights at its first request (:func:`model_weights`); never fails the call."""
+        if id(model) in self._model_ids or len(self._model_ids) >= MAX_MODELS:
+            return
+        self._model_ids.add(id(model))
+        try:
+            weights = model_weights(model)
+        except Exception:  # noqa: BLE001 - a model without parameters()/buffers(): nothing to record
+            return
+        with self._lock:
+            self.models.append(weights)
 
     def begin(self) -> _Open:
         return _Open()
@@ -130,6 +164,7 @@ def wrap_generate(original: Callable[..., Any], log: RequestLog, on_start: Calla
         depth.value += 1
         req = log.begin()
         try:
+            log.note_model(self)
             on_start(self)
             theirs = kwargs.get("streamer")
             injected = theirs is None and state["inject"] and _can_stream(self, args, kwargs)

@@ -313,6 +313,9 @@ class CaptureSession:
         if self.requests.requests:
             writes.append(lambda: rundir.atomic_write(rundir.requests_path(self.run_dir, rank, self.pid),
                                                       rundir.format_requests(self.requests.requests)))
+        if self.requests.models:
+            writes.append(lambda: rundir.atomic_write(rundir.models_path(self.run_dir, rank, self.pid),
+                                                      rundir.format_models(self.requests.models)))
         if self.is_rank():
             writes.append(lambda: _quietly(lambda: self._write_dynamo(rank)))  # best effort: provenance only
         if self.write_traces and self.recorder.cycles:

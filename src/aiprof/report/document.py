@@ -14,6 +14,8 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.health import Health
+from aiprof.analysis.inference import InferenceReport
+from aiprof.analysis.inference_memory import MemoryBudget
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
@@ -172,8 +174,16 @@ def _rank(r: RankAnalysis) -> RankReport:
         memory=_unset_if_none(r.diagnosis.memory if r.diagnosis is not None else None),
         stacks=_unset_if_none(r.diagnosis.stacks if r.diagnosis is not None else None),
         modules=_unset_if_none(r.diagnosis.modules if r.diagnosis is not None else None),
-        **r.sections,
+        **_with_budget(r.sections, r.diagnosis.memory_budget if r.diagnosis is not None else None),
     )
+
+
+def _with_budget(sections: dict[str, Any], budget: MemoryBudget | None) -> dict[str, Any]:
+    """The sections, the inference section holding the diagnosis' memory budget (when it computed one)."""
+    inference = sections.get("inference")
+    if budget is None or not isinstance(inference, InferenceReport) or not inference.detected:
+        return sections
+    return {**sections, "inference": msgspec.structs.replace(inference, memory_budget=budget)}
 
 
 def _unset_if_none(value: T | None) -> T | UnsetType:

@@ -1,6 +1,7 @@
 """The inference section (``ranks[].inference``, :mod:`aiprof.analysis.inference`) in each format: the phase
 table (prefill / decode / mixed / between requests: steps, median and p90 step time, tokens per step, GPU
-busy, host gap) and the requests' time to first token and inter-token latency. Numbers are formatted here;
+busy, host gap), the requests' time to first token and inter-token latency, and the memory budget (weights,
+KV cache, graph pool, activations, headroom; analysis/inference_memory.py). Numbers are formatted here;
 the only strings from a trace are file names and the engine's name, escaped per format."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from msgspec import UNSET
 
 from aiprof.analysis.inference import InferenceReport
+from aiprof.memory.units import binary
 from aiprof.report.common import fmt_ms, fmt_pct, focus_rank
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown as md
@@ -61,6 +63,45 @@ def request_lines(section: InferenceReport) -> list[str]:
     return lines
 
 
+def _bytes(value: int | None) -> str:
+    return binary(value) if value is not None else "not known"
+
+
+def budget_lines(section: InferenceReport) -> list[str]:
+    """The memory budget (analysis/inference_memory.py) as sentences: the split, the headroom and how many more
+    requests fit, and its notes (none without memory data)."""
+    b = section.memory_budget
+    if b is UNSET:
+        return []
+    split = [f"weights {_bytes(b.weights_bytes)} ({b.weights_from})"]
+    if b.other_persistent_bytes:
+        split.append(f"other persistent {binary(b.other_persistent_bytes)}")
+    if b.kv_cache_bytes is not None and b.kv_bytes_per_token is not None:
+        split.append(f"KV cache {binary(b.kv_cache_bytes)} per request ({binary(b.kv_bytes_per_token)}/token × "
+                     f"{b.request_tokens:,} tokens" + (f", batch {b.request_batch}" if b.request_batch else "") + ")")
+    if b.request_bytes is not None:
+        split.append(f"a whole request kept {binary(b.request_bytes)}"
+                     + ("" if b.request_freed_at_end is None else
+                        (", freed at its end" if b.request_freed_at_end else ", not freed at its end")))
+    if b.graph_pool_bytes:
+        split.append(f"graph pool {binary(b.graph_pool_bytes)}")
+    acts = [f"{kind} {binary(v)}" for kind, v in (("prefill", b.prefill_activation_bytes),
+                                                   ("decode", b.decode_activation_bytes)) if v is not None]
+    if acts:
+        split.append("activations (per-step peak) " + ", ".join(acts))
+    lines = [f"memory budget on {b.device}: " + "; ".join(split)]
+    if b.capacity_bytes:
+        room = (f"headroom {binary(b.headroom_bytes)} of {binary(b.capacity_bytes)} ({b.capacity_from})"
+                if b.headroom_bytes is not None else f"capacity {binary(b.capacity_bytes)} ({b.capacity_from})")
+        if b.more_requests is not None:
+            room += f": {b.more_requests:,} more concurrent request(s) of this size fit"
+        if b.weights_kv_share is not None:
+            room += f"; weights + one request's KV cache are {fmt_pct(b.weights_kv_share)} of it"
+        lines.append(room)
+    lines += list(b.notes)
+    return lines
+
+
 def _title(section: InferenceReport) -> str:
     return f"Inference (steps by {section.source or 'shape'})"
 
@@ -74,7 +115,7 @@ def terminal_lines(doc: Report) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
     table = ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
              for r in rows]
-    return [_title(section), *table, *request_lines(section)]
+    return [_title(section), *table, *request_lines(section), *budget_lines(section)]
 
 
 def markdown_lines(doc: Report) -> list[str]:
@@ -83,7 +124,7 @@ def markdown_lines(doc: Report) -> list[str]:
         return []
     lines = [f"## {md(_title(section))}", "", "| " + " | ".join(_HEAD) + " |", "|---|" + "---:|" * (len(_HEAD) - 1)]
     lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in phase_rows(section)]
-    lines += [""] + [f"- {md(line)}" for line in request_lines(section)] + [""]
+    lines += [""] + [f"- {md(line)}" for line in request_lines(section) + budget_lines(section)] + [""]
     return lines
 
 
@@ -141,6 +182,6 @@ def html_section(doc: Report) -> str:
         return ""
     head = "".join(f"<th>{esc(h)}</th>" for h in _HEAD)
     body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in phase_rows(section))
-    reqs = "".join(f"<li>{esc(line)}</li>" for line in request_lines(section))
+    reqs = "".join(f"<li>{esc(line)}</li>" for line in request_lines(section) + budget_lines(section))
     return (f"<p class=mute>{esc(_title(section))}</p><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
             f"</table>" + (f"<ul>{reqs}</ul>" if reqs else "") + _waterfall_html(section))

@@ -13,6 +13,7 @@ import msgspec
 from aiprof.analysis.explore import RankTimeline
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
+from aiprof.analysis.inference_memory import MemoryBudget
 from aiprof.memory.report import MemoryReport
 from aiprof.rules.finding import Finding
 
@@ -29,6 +30,8 @@ class RankDiagnosis(msgspec.Struct, kw_only=True):
     modules: ModuleProfile | None = None
     # The memory section (None: the rank has no memory data, or memory is off).
     memory: MemoryReport | None = None
+    # The inference memory budget (None: no inference request with memory data; goes into the inference section).
+    memory_budget: MemoryBudget | None = None
     # The HTML report's interactive timeline (None unless asked for: ``timeline`` > 0).
     timeline: RankTimeline | None = None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from aiprof.trace.cycles import MergeRanks, merge_cycle_sets
 from aiprof.trace.model import DeviceInfo, Kind, RunSet, Trace
 from aiprof.trace.runset import ProgressCallback, load_paths
 
@@ -15,20 +16,23 @@ def load(
     *,
     progress: ProgressCallback | None = None,
     step_range: str | None = None,
+    merge: MergeRanks = merge_cycle_sets,
 ) -> Trace | RunSet:
     """Load a trace file (→ :class:`Trace`), or a folder / several files (→ :class:`RunSet`, one
     trace per rank; an Nsight Systems report of several CUDA processes is a :class:`RunSet` too).
     ``step_range``: Nsight Systems reports, a regular expression naming the NVTX ranges that are the
-    steps. Raises :class:`aiprof.AiprofError` with a one-line message on bad input."""
+    steps. ``merge``: how the loaded traces become ranks (:func:`load_paths`; ``aiprof.load`` is
+    :func:`aiprof.analysis.load.load`, which also folds graph captures into their replays). Raises
+    :class:`aiprof.AiprofError` with a one-line message on bad input."""
     from aiprof.trace import readers
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
     if step_range is None:
-        return load_paths(paths, progress=progress)
+        return load_paths(paths, progress=progress, merge=merge)
     saved = readers.DEFAULT_OPTIONS[0]
     readers.set_default_options(readers.ReaderOptions(step_range=step_range))
     try:
-        return load_paths(paths, progress=progress)
+        return load_paths(paths, progress=progress, merge=merge)
     finally:
         readers.set_default_options(saved)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,10 +193,22 @@ def describe(traces: Sequence[Trace], pid: int | None) -> str:
 def merge_cycle_sets(traces: list[Trace]) -> tuple[list[Trace], list[str]]:
     """``traces`` with each set of cycles of one process merged into one trace (in the place of its first
     cycle), and one note per merged set."""
+    out, notes, _ = merge_cycle_sets_at(traces)
+    return out, notes
+
+
+MergeRanks = Callable[[list[Trace]], tuple[list[Trace], list[str]]]
+"""How loaded traces become ranks (:func:`aiprof.trace.runset.load_paths`' ``merge``): the traces of the ranks
+and one note per file set joined into one rank. The trace layer's own is :func:`merge_cycle_sets`."""
+
+
+def merge_cycle_sets_at(traces: list[Trace]) -> tuple[list[Trace], list[str], list[int]]:
+    """:func:`merge_cycle_sets`, and where each input trace went: ``where[i]`` is the index in the output of
+    the trace that holds ``traces[i]`` (itself, or its cycles merged)."""
     idents = [identity(t) for t in traces]
     groups = cycle_groups(idents)
     if not groups:
-        return traces, []
+        return traces, [], list(range(len(traces)))
     notes: list[str] = []
     merged_at: dict[int, Trace] = {}
     dropped: set[int] = set()
@@ -208,5 +220,9 @@ def merge_cycle_sets(traces: list[Trace]) -> tuple[list[Trace], list[str]]:
         merged_at[min(group)] = merged
         dropped.update(group)
         notes.append(note)
-    out = [merged_at[i] if i in merged_at else t for i, t in enumerate(traces) if i not in dropped or i in merged_at]
-    return out, notes
+    kept = [i for i in range(len(traces)) if i not in dropped or i in merged_at]
+    out = [merged_at[i] if i in merged_at else traces[i] for i in kept]
+    position = {i: k for k, i in enumerate(kept)}
+    first_of = {i: min(g) for g in groups for i in g}
+    where = [position[first_of.get(i, i)] for i in range(len(traces))]
+    return out, notes, where

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from aiprof.errors import AiprofWarning, NoTracesError, TraceError
-from aiprof.trace.cycles import merge_cycle_sets
+from aiprof.trace.cycles import MergeRanks, merge_cycle_sets
 from aiprof.trace.executors import Executor, Watch, local_map
 
 from aiprof.trace.model import RunSet, Trace
@@ -94,11 +94,13 @@ def load_paths(
     *,
     workers: int | None = None,
     progress: ProgressCallback | None = None,
+    merge: MergeRanks = merge_cycle_sets,
 ) -> Trace | RunSet:
     """Load traces. One file → a :class:`Trace`; a folder or several files → a :class:`RunSet`.
 
     In a folder, files that are not traces are skipped with a warning; a named file that is not a
-    trace is an error.
+    trace is an error. ``merge`` makes ranks of the loaded traces (default: the cycles of one process are one
+    rank; ``aiprof.load`` also folds a graph capture into its replay, :func:`aiprof.analysis.graphs.pair_and_merge`).
     """
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
@@ -118,7 +120,7 @@ def load_paths(
             traces.extend(result)
     single_file = single_file and len(traces) == 1
     check_one_program(traces)
-    traces, _ = merge_cycle_sets(traces)  # cycles of one process are one rank (aiprof.trace.cycles)
+    traces, _ = merge(traces)  # cycles of one process are one rank (aiprof.trace.cycles)
     for message in skipped:
         warnings.warn(f"skipped: {message}", AiprofWarning, stacklevel=2)
     if not traces:
