@@ -17,7 +17,7 @@ from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.framework import (ACCELERATE, FIX_KINDS, FRAMEWORK_FIXES, LIGHTNING, TRANSFORMERS, framework_words,
                                     run_framework, trace_framework)
-from aiprof.rules.machine import MachineFacts
+from aiprof.rules.views.machine import MachineFacts
 from aiprof.rules.registry import DEFAULT_RANK_RULES
 from aiprof.rules.spec import spec_of
 from aiprof.rules.telemetry import load_run_inputs

@@ -19,7 +19,7 @@ from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import FindingRecord, capped_severity
-from aiprof.rules.machine import MachineFacts, machine_facts
+from aiprof.rules.views.machine import MachineFacts, machine_facts
 from aiprof.rules.registry import rank_findings
 from aiprof.rules.telemetry import load_run_inputs
 from aiprof.trace import Trace

@@ -107,10 +107,10 @@ def exposed_communication(ctx: RankContext) -> list[Finding]:
 
 def _cpu_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
     """The CPU-side collectives of the steady steps by total time: name, calls and time per step."""
-    from aiprof.analysis.timeline import _COLLECTIVE_OP
+    from aiprof.analysis.timeline import COLLECTIVE_OP
 
     rows = ctx.in_window(ctx.trace.rows_of(Kind.CPU_OP, Kind.USER_ANNOTATION))
-    rows = rows[ctx.trace.name_matches(rows, _COLLECTIVE_OP.pattern)]
+    rows = rows[ctx.trace.name_matches(rows, COLLECTIVE_OP.pattern)]
     totals: dict[str, list[int]] = {}
     dur = ctx.trace.columns.dur
     for name, d in zip(ctx.names(rows), dur[rows].tolist()):

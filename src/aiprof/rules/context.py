@@ -28,7 +28,7 @@ from aiprof.trace import links
 from aiprof.trace.model import I64, Kind, Trace
 
 if TYPE_CHECKING:
-    from aiprof.rules.coldstart import OneTimeCost
+    from aiprof.rules.views.one_time import OneTimeCost
     from aiprof.rules.views import RankViews
 
 
@@ -67,13 +67,16 @@ class RunInputs:
 @dataclass
 class RankContext:
     """One rank under diagnosis. ``device`` is the primary device's account (the busiest one). ``base`` is the
-    context this one adjusts (:func:`aiprof.rules.steps.without_capture`): they share their views."""
+    context this one adjusts (:func:`aiprof.rules.views.graphs.without_capture`): they share their views."""
 
     trace: Trace
     analysis: RankAnalysis
     options: RuleOptions
     inputs: RunInputs = field(default_factory=RunInputs)
     base: RankContext | None = field(default=None, repr=False)
+    # The rules that see the steps' idle causes without the captured idle (spec ``capture_idle``), named by
+    # the registry that runs them (``graph_capture`` says which): a rule module never reads the registry.
+    capture_idle_rules: tuple[str, ...] = ()
 
     @cached_property
     def views(self) -> RankViews:
@@ -105,10 +108,10 @@ class RankContext:
 
     @cached_property
     def one_time_costs(self) -> list[OneTimeCost]:
-        """One-time start-up costs of the trace (:func:`aiprof.rules.coldstart.one_time_costs`)."""
+        """One-time start-up costs of the trace (:func:`aiprof.rules.views.one_time.one_time_costs`)."""
         if self.base is not None:
             return self.base.one_time_costs  # the same trace and windows
-        from aiprof.rules.coldstart import one_time_costs
+        from aiprof.rules.views.one_time import one_time_costs
 
         return one_time_costs(self.trace, self.analysis.windows)
 
@@ -308,7 +311,7 @@ class RankContext:
         """The innermost user Python frame of an op, when the trace recorded stacks (``with_stack``)."""
         stack = self.trace.stacks.get(int(row))
         if stack:
-            return _first_user_frame(stack.split(";"))
+            return first_user_frame(stack.split(";"))
         return self._python_frame(int(row))
 
     def _python_frame(self, row: int) -> str | None:
@@ -323,7 +326,7 @@ class RankContext:
         cand = rows[:k][ends[:k] >= ts]
         innermost_first = c.name[cand[np.argsort(-c.ts[cand], kind="stable")]].tolist()
         strings = self.trace.strings
-        return _first_user_frame(strings[n] for n in innermost_first)  # names looked up until one is found
+        return first_user_frame(strings[n] for n in innermost_first)  # names looked up until one is found
 
     @cached_property
     def _python_by_thread(self) -> dict[int, tuple[I64, I64, I64]]:
@@ -388,7 +391,7 @@ def _first_step_outlier(steps: list[StepAccount]) -> float:
     return 0.0
 
 
-def _first_user_frame(frames: Iterable[str]) -> str | None:
+def first_user_frame(frames: Iterable[str]) -> str | None:
     """The innermost frame of the user's own code (``file.py(12): fn``), else None. One definition of a user
     frame for the rules and the source-lines section: :func:`aiprof.analysis.stacks.is_user_frame`."""
     for frame in frames:

@@ -3,7 +3,7 @@ below its roofline) and ``kernel_variance`` (one kernel whose calls with the sam
 
 ``kernel_efficiency`` reads the per-op roofline (``aiprof.roofline``): only modelled ops (FLOPs and bytes
 known from their recorded shapes and dtypes, a known device) can be judged; unmodelled ones get no claim.
-Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.gpu_kernels.removable_ns`).
+Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.views.kernels.removable_ns`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.finding import Finding
 from aiprof.rules.spec import Saving, rank_rule
-from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
+from aiprof.rules.views.kernels import alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units, owning_call
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
         dims = json.loads(dims_text)
     except ValueError:
         return False
-    mnk = _mnk(name, dims) if isinstance(dims, list) else None
+    mnk = gemm_mnk(name, dims) if isinstance(dims, list) else None
     if mnk is not None:
         m, n, k, _ = mnk
         if (m, n) in scores or (m, k) in scores or (k, n) in scores:
@@ -129,7 +129,6 @@ def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
 
 def _has_copies(ctx: RankContext, ops: I64) -> Any:
     """For each op, whether memcpy / memset activity of the steady steps belongs to it."""
-    from aiprof.rules.gpu_kernels import _owning_call
     from aiprof.trace.model import Kind
 
     c = ctx.trace.columns
@@ -137,7 +136,7 @@ def _has_copies(ctx: RankContext, ops: I64) -> Any:
     copies = copies[(c.device[copies] == ctx.device.device_index) & (ctx.issuing_op[copies] >= 0)]
     out = np.zeros(ops.size, dtype=bool)
     if copies.size and ops.size:
-        owner = _owning_call(ctx, ops, copies)
+        owner = owning_call(ctx, ops, copies)
         out[owner[owner >= 0]] = True
     return out
 
@@ -294,7 +293,6 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
     recorded inputs) whose p90 / p10 ≥ ``kernel_variance_ratio``, with enough calls, slow calls in more
     than one step, and slow calls not explained by other kernels running beside them."""
     from aiprof.analysis.comm import is_comm_kernel
-    from aiprof.rules.gpu_kernels import _alone_ns
 
     c, opt = ctx.trace.columns, ctx.options
     k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
@@ -336,7 +334,7 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
         if len(set(np.searchsorted(starts, c.ts[rows[slow]], side="right").tolist())) < min(2, len(starts)):
             continue  # one slow step, not a kernel that varies: step_variance's business
         if alone_all is None:
-            alone_all = _alone_ns(ctx, k)
+            alone_all = alone_ns(ctx, k)
         alone = alone_all[pos[slow]]
         if alone.sum() < 0.5 * dur[slow].sum():
             continue  # most of the slow calls' time shares the GPU with other kernels: contention, not this kernel

@@ -16,7 +16,7 @@ from aiprof.rules.framework import in_framework_words
 from aiprof.rules.vendor import in_vendor_words, vendor_of
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, declared_in, spec_of
-from aiprof.rules.steps import GraphCapture, GraphReplays
+from aiprof.rules.views.graphs import GraphCapture, GraphReplays, without_capture
 from aiprof.trace.model import Trace
 
 RankRule = Callable[[RankContext], list[Finding]]
@@ -52,7 +52,7 @@ def diagnose_rank(
     :func:`aiprof.rules.telemetry.load_run_inputs` returns them). What each rule is given follows its spec
     (:func:`run_one`). A rule that crashes is reported as a note, never fatal: one broken rule must not hide
     the other findings."""
-    ctx = RankContext(trace, analysis, options, RunInputs.from_mapping(extras))
+    ctx = RankContext(trace, analysis, options, RunInputs.from_mapping(extras), capture_idle_rules=tuple(capture_idle_rules()))
     gates = _Gates(ctx)
     findings: list[Finding] = []
     notes: list[str] = []
@@ -136,7 +136,7 @@ class _Gates:
         """The context with the captured idle moved out of the idle causes (made once)."""
         if self._adjusted is None:
             assert self.capture is not None
-            self._adjusted = steps.without_capture(self.ctx, self.capture)
+            self._adjusted = without_capture(self.ctx, self.capture)
         return self._adjusted
 
 

@@ -89,7 +89,7 @@ class RuleSpec:
     options: tuple[str, ...] = ()  # RuleOptions fields it reads (besides GLOBAL_OPTIONS)
     needs: tuple[str, ...] = ()  # keys of NEEDS
     # It reads the steps' idle causes: where graph capture covers part of the steps, the captured idle is
-    # moved out of its causes (into ``unknown``) for this rule (:func:`aiprof.rules.steps.without_capture`).
+    # moved out of its causes (into ``unknown``) for this rule (:func:`aiprof.rules.views.graphs.without_capture`).
     capture_idle: bool = False
     graph_replays: ReplayPolicy = ReplayPolicy.RUN
 

@@ -4,7 +4,7 @@ A fix text is only as good as the machine it is written for: ``num_workers=4`` o
 oversubscribes it, and ``pin_memory=True`` / ``.to(device, non_blocking=True)`` / GPU decoding mean nothing
 on a CPU-only run. Rules ask this module instead of guessing::
 
-    from aiprof.rules.machine import loader_workers_reason, loader_workers_text, machine_facts
+    from aiprof.rules.views.machine import loader_workers_reason, loader_workers_text, machine_facts
 
     facts = machine_facts(ctx)          # ctx.views.machine: computed once per rank
     if facts.is_gpu: ...                # GPU advice only where the profiled device is a GPU
@@ -30,9 +30,10 @@ Everything here is read from ``ctx.inputs`` (the run directory's inputs, from
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aiprof.rules.context import RankContext, RunInputs
+if TYPE_CHECKING:
+    from aiprof.rules.context import RankContext, RunInputs
 
 MAX_LOADER_WORKERS = 4  # beyond ~4 workers per device, loaders rarely gain: the common starting point
 
