@@ -85,6 +85,7 @@ class RenderOptions:
     is_tty: bool = False
     top: int = 15
     timeline: TimelineInput | None = None  # an HTML report's interactive timeline (analyze_with_timeline)
+    rules: RuleOptions | None = None  # a memory report's findings: the memory rules' thresholds (``mem_*``)
 
 
 @dataclass(frozen=True)
@@ -485,7 +486,7 @@ def set_step_range(regex: str) -> None:
 def memory(path: PathArg, options: MemoryOptions | None = None) -> MemoryReport:
     """The memory report of an allocator snapshot, a trace with ``[memory]`` events, an
     ``export_memory_timeline`` file or a run directory (``aiprof memory``); render it with :func:`render`,
-    which adds its findings (``rules.memory_findings``)."""
+    which adds its findings (``rules.registry.memory_findings``)."""
     from aiprof.memory import analyze_memory, load_memory
 
     opts = options or MemoryOptions()
@@ -510,7 +511,7 @@ def render(
     opts = options or RenderOptions()
     mem = _as_memory(doc)
     if mem is not None:
-        return _render_memory(mem, fmt)
+        return _render_memory(mem, fmt, opts.rules)
     width = opts.width
     if width is None:
         width = min(_terminal_columns(), 100) if opts.is_tty else _columns_env(80)
@@ -602,12 +603,14 @@ def _as_memory(doc: object) -> MemoryReport | None:
     return doc if module is not None and isinstance(doc, module.MemoryReport) else None
 
 
-def _render_memory(report: MemoryReport, fmt: str) -> str:
-    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format)."""
+def _render_memory(report: MemoryReport, fmt: str, rules: RuleOptions | None = None) -> str:
+    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format), the
+    memory rules run with ``rules`` (the defaults when None)."""
     from aiprof.memory.render import RENDERERS, to_json
-    from aiprof.rules.memory_findings import memory_findings
+    from aiprof.rules.options import DEFAULT_OPTIONS
+    from aiprof.rules.registry import memory_findings
 
-    findings = memory_findings(report)
+    findings = memory_findings(report, rules or DEFAULT_OPTIONS)
     if fmt == "json":
         return to_json(report, findings).decode("utf-8")
     if fmt not in RENDERERS:

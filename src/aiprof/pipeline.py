@@ -66,14 +66,14 @@ def diagnose_hook(
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory, analysis.run_dir)
     if report is not None:
-        from aiprof.rules.memory_findings import memory_findings
+        from aiprof.rules.registry import memory_findings
 
         out.memory = report
         # A graph-capture phase (vLLM / SGLang start-up) is set-up: its memory (the KV cache reserved up front,
         # graph pools) is sized on purpose; the section shows it, no memory finding judges it
         capture = any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings)
         if not capture:
-            findings += [f.plain() for f in memory_findings(report)]
+            findings += [f.plain() for f in memory_findings(report, options)]
     out.findings = findings
     if timeline > 0:
         from aiprof.analysis.explore import rank_timeline
@@ -112,7 +112,7 @@ MemoryMode = Literal["auto", "all", "off"]
 """Which memory inputs make a rank's memory section: ``auto`` (the default) and ``all`` the allocator dumps
 an ``aiprof run --memory`` wrote, else a trace's ``[memory]`` events (``profile_memory=True``: the trace is
 read a second time, about 1-4x its load time; a leak is found only by reading them); ``off`` none."""
-MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
+MEMORY_PREFIX = "mem_"  # the ids of the memory rules (rules/memory_findings.py, registry.DEFAULT_MEMORY_RULES)
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
 

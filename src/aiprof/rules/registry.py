@@ -8,8 +8,9 @@ from functools import cached_property
 from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
+from aiprof.memory.report import MemoryReport
 from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, inference, kernel_efficiency, memory,
-                          steps, telemetry)
+                          memory_findings as memory_rules, steps, telemetry)
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.framework import in_framework_words
@@ -21,10 +22,12 @@ from aiprof.trace.model import Trace
 
 RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
+MemoryRule = Callable[[MemoryReport, RuleOptions], list[Finding]]
 
 # The modules that declare rules (``@rank_rule`` / ``@run_rule``, aiprof.rules.spec). A rule added to one of
 # them is registered by its declaration; a new module is added here.
-RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry)
+RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry,
+                memory_rules)
 
 # Every declared rule, one list: per module, in definition order. The order does not change any finding
 # (rules share views, not results: tests/rules/test_rule_order.py runs them reversed and shuffled).
@@ -32,6 +35,7 @@ RULES: list[Callable[..., list[Finding]]] = [rule for module in RULE_MODULES for
 RULE_SPECS: dict[str, RuleSpec] = {spec_of(r).name: spec_of(r) for r in RULES}
 DEFAULT_RANK_RULES: list[RankRule] = [r for r in RULES if spec_of(r).scope == "rank"]
 DEFAULT_RUN_RULES: list[RunRule] = [r for r in RULES if spec_of(r).scope == "run"]
+DEFAULT_MEMORY_RULES: list[MemoryRule] = [r for r in RULES if spec_of(r).scope == "memory"]
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -138,6 +142,14 @@ class _Gates:
             assert self.capture is not None
             self._adjusted = without_capture(self.ctx, self.capture)
         return self._adjusted
+
+
+def memory_findings(
+    report: MemoryReport, options: RuleOptions = DEFAULT_OPTIONS, rules: list[MemoryRule] | None = None
+) -> list[Finding]:
+    """The memory rules' findings on one memory report (``aiprof analyze``'s memory section, ``aiprof memory``),
+    in rule order; thresholds from ``options`` (its ``mem_*`` fields)."""
+    return [f for rule in (rules if rules is not None else DEFAULT_MEMORY_RULES) for f in rule(report, options)]
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
