@@ -54,10 +54,10 @@ def diagnose_hook(
     interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`)."""
     from aiprof.analysis.whatif.findings import predict_findings
     from aiprof.rules.registry import diagnose_rank
-    from aiprof.rules.telemetry import load_run_inputs
+    from aiprof.rules.context import load_run_inputs
 
     inputs = load_run_inputs(trace.path, analysis.run_dir)
-    found, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=inputs)
+    found, notes = diagnose_rank(trace, analysis, options, rules=rules, inputs=inputs)
     findings = [f.plain() for f in found]  # the evidence as the report holds it (what later rules read)
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)

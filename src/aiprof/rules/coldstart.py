@@ -16,13 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext
 from aiprof.rules.framework import fix_text
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import EvidenceRow, Finding
 from aiprof.rules.views.one_time import OneTimeCost
 from aiprof.trace import links
 from aiprof.trace.model import Kind
@@ -83,21 +84,31 @@ def cold_start(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def _call_evidence(ctx: RankContext, cost: OneTimeCost, origin: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": cost.name,
-        "kind": cost.kind,
-        "dur_ns": cost.dur_ns,
-        "median_ns_of_name": cost.median_ns,
-        "at_ns": cost.start_ns - origin,
-    }
+class OneTimeCall(EvidenceRow, kw_only=True):
+    """One one-time cost in ``cold_start``'s evidence: the call, what kind of cost, how long against the
+    median of its name, when after the first step's start; the event calls of a cuDNN autotuning, the op
+    that issued a runtime call, the user's line."""
+
+    name: str
+    kind: str
+    dur_ns: int
+    median_ns_of_name: int
+    at_ns: int
+    event_calls: int | UnsetType = UNSET
+    op: str | UnsetType = UNSET
+    source_line: str | UnsetType = UNSET
+
+
+def _call_evidence(ctx: RankContext, cost: OneTimeCost, origin: int) -> OneTimeCall:
+    out = OneTimeCall(name=cost.name, kind=cost.kind, dur_ns=cost.dur_ns, median_ns_of_name=cost.median_ns,
+                      at_ns=cost.start_ns - origin)
     if cost.kind == "cudnn autotuning":
-        out["event_calls"] = cost.calls
+        out.event_calls = cost.calls
     is_op = ctx.trace.columns.kind[cost.row] == int(Kind.CPU_OP)
     op = cost.row if is_op else int(links.issuing_op(ctx.trace)[cost.row])
     if op >= 0 and not is_op:
-        out["op"] = ctx.trace.name_of(op)
+        out.op = ctx.trace.name_of(op)
     line = ctx.source_line(op if op >= 0 else cost.row)
     if line:
-        out["source_line"] = line
+        out.source_line = line
     return out

@@ -15,13 +15,14 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilations, graph_breaks, graph_launch_ns,
                                      compiled_call_set, graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import EvidenceRow, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import GPU_WORK_KINDS
 
@@ -110,14 +111,15 @@ def graph_break(ctx: RankContext) -> list[Finding]:
     for b in breaks:
         per_boundary.setdefault((_region_name(ctx, b), b.index), []).append(b)
     rows = [_boundary(ctx, key, items, busy) for key, items in per_boundary.items()]
-    rows.sort(key=lambda r: -int(r["saving_ns"]))
-    saving = sum(int(r["saving_ns"]) for r in rows) / ctx.step_count
+    rows.sort(key=lambda r: -int(r.saving_ns))
+    saving = sum(int(r.saving_ns) for r in rows) / ctx.step_count
     top = rows[0]
-    where = top.get("break_at") or top.get("source_line") or (f"at {top['ops'][0]}" if top["ops"] else "")
+    where = next((w for w in (top.break_at, top.source_line) if isinstance(w, str) and w),
+                 f"at {top.ops[0]}" if top.ops else "")
     title = (f"torch.compile graph breaks: {len(per_boundary)} boundar{'y' if len(per_boundary) == 1 else 'ies'} "
              f"between compiled graphs run eager code, {ms_text(saving)} per step" + (f" ({where})" if where else ""))
     evidence = {"breaks_per_step": round(len(breaks) / ctx.step_count, 2), "boundaries": rows[:8],
-                "ops": [op for r in rows[:3] for op in r["ops"][:3]]}
+                "ops": [op for r in rows[:3] for op in r.ops[:3]]}
     fix = ("Remove the break so Dynamo compiles one graph: .item() / .tolist() / a Python `if` on a tensor's value "
            "(use torch.where or torch.cond, or keep the value a tensor; torch._dynamo.config."
            "capture_scalar_outputs = True compiles .item()), print() / logging inside forward (move it out), an "
@@ -127,7 +129,7 @@ def graph_break(ctx: RankContext) -> list[Finding]:
     return [ctx.finding("graph_break", title, saving, evidence=evidence, fix=fix,
                         formula="eager host time between consecutive compiled graphs inside one compiled-frame call"
                         + (", where the device is idle" if ctx.is_gpu else "") + " (compile time excluded), per step",
-                        confidence="high" if top.get("break_at") else "medium")]
+                        confidence="high" if top.break_at else "medium")]
 
 
 def _steady_breaks(ctx: RankContext) -> list[GraphBreak]:
@@ -155,7 +157,21 @@ def _region_name(ctx: RankContext, b: GraphBreak) -> str:
     return ctx.trace.name_of(b.region_row)
 
 
-def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], busy: iv.IntervalSet | None) -> dict[str, Any]:
+class GraphBoundary(EvidenceRow, kw_only=True):
+    """One boundary between compiled graphs of a compiled frame (``graph_break``'s evidence): its calls, the
+    eager time at it and what the fix saves, the ops run there, where Dynamo broke and the user's line."""
+
+    region: str
+    boundary: int
+    calls: int
+    eager_ns: int
+    saving_ns: int
+    ops: list[str]
+    break_at: str | UnsetType = UNSET
+    source_line: str | UnsetType = UNSET
+
+
+def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], busy: iv.IntervalSet | None) -> GraphBoundary:
     """One boundary over its calls: count, time, the ops run at it, where it broke."""
     region, index = key
     lo = np.array([b.start_ns for b in items], dtype=np.int64)
@@ -163,20 +179,14 @@ def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], b
     eager = sum(b.eager_ns for b in items)
     saving = eager - (int(iv.overlap_per_window(busy, lo, hi).sum()) if busy is not None else 0)
     names = Counter(ctx.trace.name_of(op) for b in items for op in b.ops)
-    out: dict[str, Any] = {
-        "region": region,
-        "boundary": index + 1,
-        "calls": len(items),
-        "eager_ns": eager,
-        "saving_ns": max(saving, 0),
-        "ops": [n for n, _ in names.most_common(5)],
-    }
+    out = GraphBoundary(region=region, boundary=index + 1, calls=len(items), eager_ns=eager, saving_ns=max(saving, 0),
+                        ops=[n for n, _ in names.most_common(5)])
     if items[0].resume_at:
-        out["break_at"] = items[0].resume_at
+        out.break_at = items[0].resume_at
     first_op = next((op for b in items for op in b.ops), None)
     line = ctx.source_line(first_op) if first_op is not None else None
     if line:
-        out["source_line"] = line
+        out.source_line = line
     return out
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from aiprof import arrays
+from aiprof import arrays, rundir
 from aiprof.arrays import unique
 from aiprof.analysis.health import PROFILER_FRAME
 from aiprof.analysis.run import RankAnalysis
@@ -38,30 +39,35 @@ STEADY_MIN_SHARE = 0.10
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What the run directory around a trace adds to it (:func:`aiprof.rules.telemetry.load_run_inputs`):
-    ``meta.json`` and the telemetry table (column → values). Both ``None`` for a trace found in the wild."""
+    """What the run directory around a trace adds to it (:func:`load_run_inputs`): ``meta.json``'s known
+    fields and the telemetry table (column → values). All ``None`` for a trace found in the wild."""
 
     meta: dict[str, Any] | None = None
     telemetry: dict[str, list[float]] | None = None
     telemetry_path: str | None = None
     loader_waits: dict[int, int] | None = None  # step number → ns in DataLoader.__next__, timed by the loader
-    other: Mapping[str, Any] = field(default_factory=dict)  # keys this type does not know yet
 
-    @staticmethod
-    def from_mapping(values: Mapping[str, Any] | None) -> RunInputs:
-        """From ``load_run_inputs``'s mapping (``run_meta``, ``telemetry``, ``telemetry_path``); a value of
-        the wrong type reads as missing."""
-        values = values or {}
-        meta, table, path = values.get("run_meta"), values.get("telemetry"), values.get("telemetry_path")
-        waits = values.get("loader_waits")
-        known = ("run_meta", "telemetry", "telemetry_path", "loader_waits")
-        return RunInputs(
-            meta=meta if isinstance(meta, dict) else None,
-            telemetry=table if isinstance(table, dict) else None,
-            telemetry_path=str(path) if path is not None else None,
-            loader_waits=waits if isinstance(waits, dict) else None,
-            other={k: v for k, v in values.items() if k not in known},
-        )
+
+def load_run_inputs(trace_path: Path, found: rundir.RunDir | None | Literal["find"] = "find") -> RunInputs:
+    """What the run directory ``found`` around a trace adds to the trace (found once at the analysis' root,
+    :class:`aiprof.rundir.RunContext`: aiprof's own run directories only): ``meta`` (``meta.json``'s known
+    fields: host cores, torch threads…), the telemetry table (column → list), and ``loader_waits`` (step
+    number → ns the training loop waited in ``DataLoader.__next__``, measured by the loader itself) for the
+    process that wrote this trace. ``"find"``: look the run directory up (:func:`aiprof.rundir.owner_of`),
+    for a caller without a run context."""
+    if found == "find":
+        found = rundir.owner_of(trace_path)
+    if found is None:
+        return RunInputs()
+    csv_path = found.telemetry_path
+    waits_path = found.waits_path(trace_path)
+    waits = rundir.read_waits(waits_path) if waits_path is not None else None
+    return RunInputs(
+        meta=found.meta.to_dict() or None,
+        telemetry=rundir.read_telemetry(csv_path) if csv_path is not None else None,
+        telemetry_path=str(csv_path) if csv_path is not None else None,
+        loader_waits=waits.by_step() if waits is not None and waits.steps else None,
+    )
 
 
 @dataclass

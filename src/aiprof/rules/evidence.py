@@ -9,13 +9,22 @@ import numpy as np
 import numpy.typing as npt
 
 from aiprof import arrays
+from aiprof.rules.finding import EvidenceRow
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
     from aiprof.rules.context import RankContext
 
 
-def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[dict[str, Any]]:
+class OpRow(EvidenceRow, kw_only=True):
+    """An op (or call, or kernel) by name in a finding's evidence: its calls and time per steady step."""
+
+    name: str
+    calls_per_step: float
+    ns_per_step: int
+
+
+def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[OpRow]:
     """The ops with the most total time among ``rows``, per step."""
     c = ctx.trace.columns
     if rows.size == 0:
@@ -25,11 +34,11 @@ def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[dict[str, Any]]
     counts = np.bincount(inverse)
     order = np.argsort(-totals)[:limit]
     return [
-        {
-            "name": ctx.trace.strings[int(names[i])],
-            "calls_per_step": round(float(counts[i]) / ctx.step_count, 1),
-            "ns_per_step": int(totals[i] / ctx.step_count),
-        }
+        OpRow(
+            name=ctx.trace.strings[int(names[i])],
+            calls_per_step=round(float(counts[i]) / ctx.step_count, 1),
+            ns_per_step=int(totals[i] / ctx.step_count),
+        )
         for i in order.tolist()
     ]
 

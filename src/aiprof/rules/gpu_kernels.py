@@ -22,7 +22,7 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.framework import fix_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import EvidenceRow, Finding
 from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.kernels import (alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units,
@@ -91,12 +91,12 @@ def precision(ctx: RankContext) -> list[Finding]:
     code = codes[idx]
     gain = np.array([AMP_GAIN.get(b, 0.5) for b in bound_names])
     call_gain = gain[code]
-    recheck = facts["conv_on_fp32_units"]
+    recheck = facts.conv_on_fp32_units
     if recheck.any():
         call_gain = np.where(recheck, _fp32_conv_gain(result, idx), call_gain)
     # Summed in call order in Python, as floats: the same total as a loop over the calls
     modelled = sum((calls.time_ns[idx] * call_gain).tolist()) / ctx.step_count
-    saving, was_capped = capped(ctx, modelled, facts["kernels"])
+    saving, was_capped = capped(ctx, modelled, facts.kernels)
     if ctx.share(saving) < ctx.options.precision_share:
         return []
     time_by = Counter[str]()
@@ -125,9 +125,9 @@ def precision(ctx: RankContext) -> list[Finding]:
         "tensor_core_kernels_per_step": round(tc_kernels.size / ctx.step_count, 1),
         "non_tensor_core_fp32_kernels": [
             {"kernel": name[:160], "ns_per_step": int(t / ctx.step_count)}
-            for name, t in facts["fp32_kernels"].most_common(4)
+            for name, t in facts.fp32_kernels.most_common(4)
         ],
-        "fp32_ops_already_on_tf32_ns_per_step": int(facts["tf32_tensor_core_ns"] / ctx.step_count),
+        "fp32_ops_already_on_tf32_ns_per_step": int(facts.tf32_tensor_core_ns / ctx.step_count),
         "time_by_bound_ns_per_step": {b: int(by_bound[b] / ctx.step_count) for b in sorted(by_bound)},
         "top_ops": [{"op": k, "ns_per_step": int(v / ctx.step_count)} for k, v in time_by.most_common(5)],
     }
@@ -229,12 +229,20 @@ def cpu_fp64(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def _fp64_top_ops(ctx: RankContext, idx: I64) -> list[dict[str, Any]]:
+class Fp64Op(EvidenceRow, kw_only=True):
+    """An FP64 op (name and recorded shapes) of ``cpu_fp64``'s evidence and its time per step."""
+
+    op: str
+    dtype: str
+    ns_per_step: int
+
+
+def _fp64_top_ops(ctx: RankContext, idx: I64) -> list[Fp64Op]:
     calls = ctx.views.roofline.calls
     by: Counter[str] = Counter()
     for i in idx.tolist():
         by[f"{calls.strings[int(calls.name[i])]} {calls.texts[int(calls.text_id[i])][0]}"[:120]] += int(calls.time_ns[i])
-    return [{"op": k, "dtype": "fp64", "ns_per_step": int(v / ctx.step_count)} for k, v in by.most_common(5)]
+    return [Fp64Op(op=k, dtype="fp64", ns_per_step=int(v / ctx.step_count)) for k, v in by.most_common(5)]
 
 
 # ---------------------------------------------------------------------------------------------------

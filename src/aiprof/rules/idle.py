@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.arrays import unique
@@ -18,7 +19,7 @@ from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext, first_user_frame
 from aiprof.rules.evidence import long_gaps, ms_text, spread, top_ops
 from aiprof.rules.framework import fix_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import EvidenceRow, Finding
 from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
 from aiprof.rules.views.host import (DATALOADER, SYNC_CALL, annotation_rows, host_split, ops_in, steady_set,
                                      sync_episodes)
@@ -264,9 +265,10 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
         return []
     order = np.argsort(-lengths)[:3]
     evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
-    evidence["longest_gaps"] = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    gaps = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    evidence["longest_gaps"] = gaps
     _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
-    lines = [g["source_line"] for g in evidence["longest_gaps"] if g.get("source_line")]
+    lines = [g.source_line for g in gaps if isinstance(g.source_line, str) and g.source_line]
     if not lines:
         evidence["how_to_see_the_line"] = _NO_STACKS
     where = f" at {lines[0]}" if lines else ""
@@ -404,26 +406,35 @@ def _outer_op(ctx: RankContext, row: int) -> int | None:
     return int(ops[np.argmax(c.dur[ops])])
 
 
-def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
+class LongGap(EvidenceRow, kw_only=True):
+    """One long gap of ``host_gaps``' evidence: its length, the Python function running through it (when the
+    trace has Python events) and the user's source line."""
+
+    gap_ns: int
+    python: str | UnsetType = UNSET
+    source_line: str | UnsetType = UNSET
+
+
+def _gap_evidence(ctx: RankContext, start: int, end: int) -> LongGap:
     """One long gap: its length, the Python running in it (python_function events), the source line."""
     c = ctx.trace.columns
-    out: dict[str, Any] = {"gap_ns": int(end - start)}
+    out = LongGap(gap_ns=int(end - start))
     py = ctx.python_rows
     overlap = np.minimum(c.ts[py] + c.dur[py], end) - np.maximum(c.ts[py], start)
     py = py[overlap * 2 >= end - start]  # Python frames that ran through most of the gap
     if py.size:
         innermost = py[np.argsort(c.dur[py], kind="stable")]
-        out["python"] = ctx.trace.strings[int(c.name[innermost[0]])]
+        out.python = ctx.trace.strings[int(c.name[innermost[0]])]
         line = first_user_frame(ctx.names(innermost))
         if line:
-            out["source_line"] = line
-    if "source_line" not in out:  # the op right after the gap: its stack shows the loop the gap is in
+            out.source_line = line
+    if not out.source_line:  # the op right after the gap: its stack shows the loop the gap is in
         ops = ctx.cpu_ops
         after = ops[c.ts[ops] >= end]
         if after.size:
             line = ctx.source_line(int(after[np.argmin(c.ts[after])]))
             if line:
-                out["source_line"] = line
+                out.source_line = line
     return out
 
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import EvidenceRow, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.kernels import alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units, owning_call
 from aiprof.trace.model import I64
@@ -190,15 +190,38 @@ def _groups(ctx: RankContext) -> list[_Group]:
     return out
 
 
-def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
+class OpEfficiency(EvidenceRow, kw_only=True):
+    """One op of ``kernel_efficiency``'s evidence: its time, what it achieved against its roof (FLOP/s for
+    compute-bound work, bytes/s for memory-bound: one pair of the two is set), and what a realistic fraction
+    of the roof would take."""
+
+    op: str
+    family: str
+    bound: str  # "compute-bound" or "memory-bound"
+    share_of_step: float
+    ns_per_step: int
+    calls_per_step: float
+    achieved_flops_per_s: int | UnsetType = UNSET
+    roof_flops_per_s: int | UnsetType = UNSET
+    achieved_bytes_per_s: int | UnsetType = UNSET
+    roof_bytes_per_s: int | UnsetType = UNSET
+    roof: str
+    pct_of_roof: float | None
+    expected_fraction_of_roof: float
+    expected_ns_per_step: int
+    top_input_dims: list[str]
+    top_kernels: list[str]
+
+
+def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> OpEfficiency:
     calls, peaks = result.calls, result.peaks
     n = ctx.step_count
     compute = g.compute_ns >= g.time_ns / 2
     secs = g.time_ns * 1e-9
     if compute:
-        achieved, peak, unit = g.flops / secs, float(peaks.flops_per_s.get(g.roof_key, 0.0)), "flops_per_s"
+        achieved, peak = g.flops / secs, float(peaks.flops_per_s.get(g.roof_key, 0.0))
     else:
-        achieved, peak, unit = g.bytes / secs, float(peaks.memory_bw_bytes_per_s), "bytes_per_s"
+        achieved, peak = g.bytes / secs, float(peaks.memory_bw_bytes_per_s)
     shapes = Counter[str]()
     for i in g.calls.tolist():
         shapes[calls.texts[int(calls.text_id[i])][0][:100]] += int(calls.time_ns[i])
@@ -206,22 +229,19 @@ def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
     names = Counter[str]()
     for row in kernels.tolist():
         names[ctx.trace.name_of(row)[:120]] += int(ctx.trace.columns.dur[row])
-    return {
-        "op": g.name,
-        "family": g.family,
-        "bound": "compute-bound" if compute else "memory-bound",
-        "share_of_step": round(ctx.share(g.time_ns / n), 3),
-        "ns_per_step": int(g.time_ns / n),
-        "calls_per_step": round(g.calls.size / n, 1),
-        f"achieved_{unit}": int(achieved),
-        f"roof_{unit}": int(peak),
-        "roof": g.roof_key,
-        "pct_of_roof": round(100.0 * achieved / peak, 1) if peak else None,
-        "expected_fraction_of_roof": round(g.fraction, 2),
-        "expected_ns_per_step": int(g.expected_ns / n),
-        "top_input_dims": [s for s, _ in shapes.most_common(3)],
-        "top_kernels": [k for k, _ in names.most_common(3)],
-    }
+    row = OpEfficiency(
+        op=g.name, family=g.family, bound="compute-bound" if compute else "memory-bound",
+        share_of_step=round(ctx.share(g.time_ns / n), 3), ns_per_step=int(g.time_ns / n),
+        calls_per_step=round(g.calls.size / n, 1), roof=g.roof_key,
+        pct_of_roof=round(100.0 * achieved / peak, 1) if peak else None,
+        expected_fraction_of_roof=round(g.fraction, 2), expected_ns_per_step=int(g.expected_ns / n),
+        top_input_dims=[s for s, _ in shapes.most_common(3)], top_kernels=[k for k, _ in names.most_common(3)],
+    )
+    if compute:
+        row.achieved_flops_per_s, row.roof_flops_per_s = int(achieved), int(peak)
+    else:
+        row.achieved_bytes_per_s, row.roof_bytes_per_s = int(achieved), int(peak)
+    return row
 
 
 @rank_rule(saving=Saving.TIME,
@@ -249,13 +269,13 @@ def kernel_efficiency(ctx: RankContext) -> list[Finding]:
     if was_capped:
         evidence["modelled_saving_ns_per_step"] = int(modelled)
     fix = {"attention": _ATTENTION_FIX, "gemm": _GEMM_FIX, "conv": _CONV_FIX}.get(groups[0].family, _MEMORY_FIX)
-    if top["bound"] == "memory-bound" and groups[0].family != "attention":
+    if top.bound == "memory-bound" and groups[0].family != "attention":
         fix = _MEMORY_FIX
     return [
         ctx.finding(
             "kernel_efficiency",
-            f"{top['op']} takes {top['share_of_step']:.0%} of the step at {top['pct_of_roof']}% of its "
-            f"{'compute' if top['bound'] == 'compute-bound' else 'memory'} roof ({ms_text(top['ns_per_step'])} per step)",
+            f"{top.op} takes {top.share_of_step:.0%} of the step at {top.pct_of_roof}% of its "
+            f"{'compute' if top.bound == 'compute-bound' else 'memory'} roof ({ms_text(top.ns_per_step)} per step)",
             saving,
             evidence=evidence,
             fix=fix,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.memory.report import MemoryReport
@@ -50,13 +49,13 @@ def diagnose_rank(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
-    extras: Mapping[str, Any] | None = None,
+    inputs: RunInputs | None = None,
 ) -> tuple[list[Finding], list[str]]:
-    """Run the per-rank rules on one trace (``extras``: the run directory's inputs, as
-    :func:`aiprof.rules.telemetry.load_run_inputs` returns them). What each rule is given follows its spec
+    """Run the per-rank rules on one trace (``inputs``: the run directory's, as
+    :func:`aiprof.rules.context.load_run_inputs` reads them). What each rule is given follows its spec
     (:func:`run_one`). A rule that crashes is reported as a note, never fatal: one broken rule must not hide
     the other findings."""
-    ctx = RankContext(trace, analysis, options, RunInputs.from_mapping(extras), capture_idle_rules=tuple(capture_idle_rules()))
+    ctx = RankContext(trace, analysis, options, inputs or RunInputs(), capture_idle_rules=tuple(capture_idle_rules()))
     gates = _Gates(ctx)
     findings: list[Finding] = []
     notes: list[str] = []

@@ -4,7 +4,7 @@ Telemetry is not in the trace: ``aiprof run`` / ``aiprof.profile`` write ``telem
 traces in the run directory (one row per ~100 ms: ``t_unix_ns``, ``cpu_pct`` (the machine, mean over its
 cores), ``cpuN_pct``, ``proc_cpu_pct`` (the profiled process tree: root and descendants, 100 = one core, as
 in top), ``disk_read_bytes`` cumulative since the start, optional ``cpu_iowait_pct``, ``gpuN_util_pct``…).
-:func:`load_run_inputs` reads it in the worker (``meta.json`` comes decoded, read once at the root), and the rules line it up with the steps
+:func:`aiprof.rules.context.load_run_inputs` reads it in the worker (``meta.json`` comes decoded, read once at the root), and the rules line it up with the steps
 through the trace's ``baseTimeNanoseconds`` (``ctx.inputs``, :class:`aiprof.rules.context.RunInputs`).
 
 The machine's CPU is not the run's CPU: other processes on a shared host can saturate it while the profiled
@@ -18,43 +18,13 @@ stay readable: the split is then unknown and ``cpu_saturation`` says so (confide
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from aiprof import rundir
 from aiprof.rules.context import RankContext
 from aiprof.rules.finding import Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.machine import machine_facts
 from aiprof.rules.views.telemetry import CpuView, column_values, cpu_view, mean, window_rows
-from aiprof.rundir import read_telemetry
-
-def load_run_inputs(trace_path: Path, found: rundir.RunDir | None | Literal["find"] = "find") -> dict[str, Any]:
-    """What the run directory ``found`` around a trace adds to the trace (found once at the analysis' root,
-    :class:`aiprof.rundir.RunContext`: aiprof's own run directories only): ``run_meta`` (``meta.json``'s
-    known fields: host cores, torch threads…), the telemetry table (column → list), and ``loader_waits``
-    (step number → ns the training loop waited in ``DataLoader.__next__``, measured by the loader itself)
-    for the process that wrote this trace. ``"find"``: look the run directory up (:func:`aiprof.rundir.owner_of`),
-    for a caller without a run context."""
-    if found == "find":
-        found = rundir.owner_of(trace_path)
-    if found is None:
-        return {}
-    out: dict[str, Any] = {}
-    meta = found.meta.to_dict()
-    if meta:
-        out["run_meta"] = meta
-    csv_path = found.telemetry_path
-    if csv_path is not None:
-        out["telemetry"] = read_telemetry(csv_path)
-        out["telemetry_path"] = str(csv_path)
-    waits_path = found.waits_path(trace_path)
-    waits = rundir.read_waits(waits_path) if waits_path is not None else None
-    if waits is not None and waits.steps:
-        out["loader_waits"] = waits.by_step()
-        out["loader_waits_path"] = str(waits_path)
-    return out
-
 
 def _starved_share(ctx: RankContext) -> float:
     """Share of the step the device idled for host-side reasons (data loading, host overhead)."""

@@ -10,7 +10,7 @@ A rule lists the views it reads in its spec's ``needs`` (:mod:`aiprof.rules.spec
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiprof.trace.model import I64
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from aiprof.rules.context import RankContext
     from aiprof.rules.views.shaped import Attention, ShapedOps
     from aiprof.rules.views.host import HostSplit
+    from aiprof.rules.views.kernels import Fp32Facts
     from aiprof.rules.views.machine import MachineFacts
     from aiprof.rules.views.graphs import GraphCapture, GraphReplays
     from aiprof.rules.views.telemetry import CpuView
@@ -49,7 +50,7 @@ class RankViews:
         return comm_stats(self._ctx.trace)
 
     @cached_property
-    def fp32_matrix_calls(self) -> tuple[I64, dict[str, Any]]:
+    def fp32_matrix_calls(self) -> tuple[I64, Fp32Facts]:
         """Roofline calls of FP32/FP64 matrix work not on tensor cores, and facts about them
         (:func:`aiprof.rules.views.kernels.find_fp32_matrix_calls`): ``precision``'s, left to it by others."""
         from aiprof.rules.views.kernels import find_fp32_matrix_calls

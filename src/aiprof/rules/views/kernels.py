@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from aiprof import arrays
 from aiprof.trace.model import I64, Kind
@@ -142,7 +143,18 @@ def capped(ctx: RankContext, saving_ns: float, rows: I64) -> tuple[float, bool]:
     return (cap, True) if saving_ns > cap else (saving_ns, False)
 
 
-def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
+@dataclass(frozen=True)
+class Fp32Facts:
+    """What :func:`fp32_matrix_calls` knows about the FP32/FP64 matrix calls it returns (and the others)."""
+
+    tf32_tensor_core_ns: int = 0  # time of the FP32 calls whose kernels already run on tensor cores (TF32)
+    fp32_kernels: Counter[str] = field(default_factory=Counter)  # FP32-unit kernel time by name, kept calls
+    kernels: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # kernel rows of the kept calls
+    # per kept call: an FP32 convolution the roofline measured against the TF32 roof, whose kernels do not use it
+    conv_on_fp32_units: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+
+def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, Fp32Facts]:
     """Roofline call indices of the steady steps' FP32/FP64 GEMM, conv and attention ops that do not
     already run on tensor cores, and facts about the others (what ``precision`` covers, so other rules
     can leave these calls to it).
@@ -154,7 +166,7 @@ def fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     return ctx.views.fp32_matrix_calls  # precision and kernel_efficiency both ask: one pass per rank
 
 
-def find_fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
+def find_fp32_matrix_calls(ctx: RankContext) -> tuple[I64, Fp32Facts]:
     """What :func:`fp32_matrix_calls` returns, computed."""
     from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, math_class_codes
 
@@ -165,9 +177,8 @@ def find_fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     idx = result.calls_in(lo, hi, ("gemm", "conv", "attention"))
     wide = np.array([c.dtype in ("fp32", "fp64") for c in calls.costs] + [False], dtype=bool)
     idx = idx[wide[calls.cost_id[idx]]]
-    facts: dict[str, Any] = {"tf32_tensor_core_ns": 0, "fp32_kernels": Counter[str]()}
     if not idx.size:
-        return idx, facts
+        return idx, Fp32Facts()
     kernels = kernels_of_ops(ctx, calls.op[idx])
     owner = owning_call(ctx, calls.op[idx], kernels)
     math = math_class_codes(ctx.trace, kernels)
@@ -181,12 +192,15 @@ def find_fp32_matrix_calls(ctx: RankContext) -> tuple[I64, dict[str, Any]]:
     assumed = np.array([c.assumed_dtype for c in calls.costs] + [False], dtype=bool)[calls.cost_id[idx]]
     on_tensor_cores = (tc > 0) & (fp32 == 0)
     keep = (fp32 > 0) | (~on_tensor_cores & ~conv_tf32 & ~assumed)
-    facts["tf32_tensor_core_ns"] = int(calls.time_ns[idx[on_tensor_cores]].sum())
     kept_calls = np.flatnonzero(keep)
-    _add_by_name(ctx, facts["fp32_kernels"], kernels[arrays.isin(owner, kept_calls) & (math == MATH_FP32)])
-    facts["kernels"] = kernels[arrays.isin(owner, kept_calls)]
-    # FP32 convolutions the roofline measured against the TF32 roof that their kernels show they do not use
-    facts["conv_on_fp32_units"] = (conv_tf32 & (fp32 > 0))[keep]
+    by_name: Counter[str] = Counter()
+    _add_by_name(ctx, by_name, kernels[arrays.isin(owner, kept_calls) & (math == MATH_FP32)])
+    facts = Fp32Facts(
+        tf32_tensor_core_ns=int(calls.time_ns[idx[on_tensor_cores]].sum()),
+        fp32_kernels=by_name,
+        kernels=kernels[arrays.isin(owner, kept_calls)],
+        conv_on_fp32_units=(conv_tf32 & (fp32 > 0))[keep],
+    )
     kept: I64 = idx[keep]
     return kept, facts
 
@@ -254,5 +268,5 @@ def alone_ns(ctx: RankContext, rows: I64) -> Any:
     return alone[rows]
 
 
-__all__ = ["MatrixUnits", "alone_ns", "capped", "find_fp32_matrix_calls", "fp32_matrix_calls",
+__all__ = ["Fp32Facts", "MatrixUnits", "alone_ns", "capped", "find_fp32_matrix_calls", "fp32_matrix_calls",
            "gemm_mnk", "kernels_of_ops", "matrix_units", "owning_call", "precision_fix", "removable_ns"]

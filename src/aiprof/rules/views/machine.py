@@ -30,6 +30,7 @@ Everything here is read from ``ctx.inputs`` (the run directory's inputs, from
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -61,15 +62,6 @@ class MachineFacts:
         if self.cores is None:
             return None
         return max(min(MAX_LOADER_WORKERS, self.cores - 1), 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device_kind": self.device_kind,
-            "device_name": self.device_name,
-            "cores": self.cores,
-            "cores_source": self.cores_source,
-            "torch_threads": self.torch_threads,
-        }
 
 
 def machine_facts(ctx: RankContext) -> MachineFacts:
@@ -106,7 +98,7 @@ def _cores(inputs: RunInputs) -> tuple[int | None, str]:
     return None, "unknown"
 
 
-def telemetry_core_count(table: dict[str, Any]) -> int:
+def telemetry_core_count(table: Mapping[str, list[float]]) -> int:
     """Logical cores the telemetry sampled: its ``cpu0_pct``, ``cpu1_pct``… columns (0 when none)."""
     return sum(1 for name in table if name.startswith("cpu") and name.endswith("_pct") and name[3:-4].isdecimal())
 
