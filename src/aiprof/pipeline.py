@@ -30,7 +30,9 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
 from aiprof.rules.vendor import Vendor, in_vendor_words
+from aiprof.trace.limits import LoadLimits
 from aiprof.trace.model import Kind, Trace
+from aiprof.trace.readers.base import ReaderOptions
 from aiprof.trace.runset import ProgressCallback
 
 if TYPE_CHECKING:
@@ -47,11 +49,13 @@ def diagnose_hook(
     rules: list[RankRule] | None = None,
     memory: MemoryMode = "auto",
     timeline: int = 0,
+    limits: LoadLimits | None = None,
 ) -> RankDiagnosis:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
-    interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`)."""
+    interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`). ``limits``:
+    the load limits of the memory inputs it reads (the run's ``ReaderOptions.limits``; None: the defaults)."""
     from aiprof.analysis.whatif.findings import predict_findings
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.context import load_run_inputs
@@ -64,7 +68,7 @@ def diagnose_hook(
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
     out = RankDiagnosis(notes=notes)
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
-    report = rank_memory(trace, notes, memory, analysis.run_dir)
+    report = rank_memory(trace, notes, memory, analysis.run_dir, limits)
     if report is not None:
         from aiprof.rules.registry import memory_findings
 
@@ -137,7 +141,8 @@ def memory_inputs(trace: Trace, mode: MemoryMode = "all", run_dir: RunDir | None
 
 
 def rank_memory(
-    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None
+    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None,
+    limits: LoadLimits | None = None,
 ) -> MemoryReport | None:
     """The memory report of one rank (``run_dir``: the run directory holding its trace), or None when it has
     no memory data. An input that cannot be read becomes a note (in ``notes``), never a failed analysis."""
@@ -149,7 +154,7 @@ def rank_memory(
     from aiprof.memory.model import MemoryInputError
 
     try:
-        data = load_memory(inputs[0])
+        data = load_memory(inputs[0], limits)
     except MemoryInputError as err:
         if notes is not None:
             notes.append(f"memory section left out: {err}")
@@ -176,6 +181,7 @@ def analyze_and_diagnose(
     executor: Executor | None = None,
     cache_dir: Path | None = None,
     on_failed: FailureCallback | None = None,
+    reader: ReaderOptions | None = None,
 ) -> tuple[RunAnalysis, list[Finding]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
@@ -183,14 +189,18 @@ def analyze_and_diagnose(
     up to that many of each rank's events to its diagnosis, for an HTML report's interactive timeline;
     ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine);
     ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache); ``on_failed``
-    hears of each rank file of a folder that fails, when it does (:mod:`aiprof.analysis.failures`)."""
+    hears of each rank file of a folder that fails, when it does (:mod:`aiprof.analysis.failures`); ``reader``
+    what the readers are told (the step range, the load limits; None: the defaults)."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0:
+    reader = reader or ReaderOptions()
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0 and reader == ReaderOptions():
         hook: Any = diagnose_hook
     else:
-        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline)
+        limits = reader.limits if reader.limits != LoadLimits() else None
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline,
+                                 limits=limits)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook, executor=executor,
-                        cache_dir=cache_dir, on_failed=on_failed)
+                        cache_dir=cache_dir, on_failed=on_failed, reader=reader)
     return run, diagnose_run(run, opts, run_rules)
 
 

@@ -20,17 +20,10 @@ def load(
     trace per rank; an Nsight Systems report of several CUDA processes is a :class:`RunSet` too).
     ``step_range``: Nsight Systems reports, a regular expression naming the NVTX ranges that are the
     steps. Raises :class:`aiprof.AiprofError` with a one-line message on bad input."""
-    from aiprof.trace import readers
+    from aiprof.trace.readers import ReaderOptions
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    if step_range is None:
-        return load_paths(paths, progress=progress)
-    saved = readers.DEFAULT_OPTIONS[0]
-    readers.set_default_options(readers.ReaderOptions(step_range=step_range))
-    try:
-        return load_paths(paths, progress=progress)
-    finally:
-        readers.set_default_options(saved)
+    return load_paths(paths, progress=progress, options=ReaderOptions(step_range=step_range))
 
 
 __all__ = ["DeviceInfo", "Kind", "RunSet", "Trace", "load"]
