@@ -6,7 +6,7 @@ A trace of a first pass (``export_chrome_trace`` around the first iteration, a s
 the first launch of a kernel loading its module, cuBLAS/cuDNN creating their handles (``cudaFree`` of
 seconds), and ``cudnn.benchmark`` trying every algorithm of each new convolution (hundreds of event
 records and synchronisations inside one ``cudnn_convolution``). Read as steady state they look like
-launch overhead, syncs and host overhead. :func:`one_time_costs` finds them; ``RankContext.steps`` leaves
+launch overhead, syncs and host overhead. :func:`aiprof.rules.views.one_time.one_time_costs` finds them; ``RankContext.steps`` leaves
 them out (it drops the first step that holds them, or starts a single window after the last of them),
 and :func:`cold_start` reports them, with no saving: they are paid once per process.
 """

@@ -236,7 +236,7 @@ def _chain_gain(view: ShapedOps, chain: list[tuple[int, Any]]) -> float:
 
 def _timeline_cap(ctx: RankContext, saving_ns: float, ops: I64) -> float:
     """On a GPU, a saving on these ops' kernel time never exceeds what the timeline supports: the step's
-    idle plus those kernels' exclusive time (:func:`aiprof.rules.gpu_kernels.removable_ns`). Work on other
+    idle plus those kernels' exclusive time (:func:`aiprof.rules.views.kernels.removable_ns`). Work on other
     streams that runs meanwhile does not go away when these kernels get faster."""
     if not ctx.is_gpu:
         return saving_ns

@@ -4,7 +4,7 @@
 ``precision`` and ``tensor_core_alignment`` read the per-op roofline (``aiprof.roofline``: FLOPs, bytes,
 dtype and class of every op from its recorded shapes, time = union of its kernels).
 
-Every saving on kernel time is capped by what the timeline supports (:func:`removable_ns`): speeding up
+Every saving on kernel time is capped by what the timeline supports (:func:`aiprof.rules.views.kernels.removable_ns`): speeding up
 some kernels can never shorten a step below the time the device spends on the rest of its work, so a
 saving never exceeds, per step, the step minus the union of the device's other work (= the step's idle
 time + the chosen kernels' exclusive time). ``launch_config`` counts a small-grid kernel only while no
@@ -40,20 +40,8 @@ _FOREACH = r"^aten::(_foreach_|_fused_)"
 
 
 # ---------------------------------------------------------------------------------------------------
-# What the device's matrix units support (the precision advice follows the hardware)
-# ---------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------
-# The timeline's bound on a kernel-time saving
-# ---------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------
 # precision
 # ---------------------------------------------------------------------------------------------------
-
-
 def _fp32_conv_gain(result: Any, idx: I64) -> Any:
     """AMP gain of FP32 convolutions whose kernels run on FP32 units although TF32 exists: their class
     against the FP32 roof (the roofline assumes cuDNN's TF32 default and may call them latency-bound)."""

@@ -39,6 +39,9 @@ def _cc_from_name(name: str) -> float:
     return 0.0
 
 
+# ---------------------------------------------------------------------------------------------------
+# What the device's matrix units support (the precision advice follows the hardware)
+# ---------------------------------------------------------------------------------------------------
 _AMD = re.compile(r"(?i)\bamd\b|instinct|radeon|\bmi\d{3}|gfx9")
 
 
@@ -97,6 +100,9 @@ def precision_fix(units: MatrixUnits, *, conv: bool, fp64: bool) -> str:
     return text + "."
 
 
+# ---------------------------------------------------------------------------------------------------
+# The timeline's bound on a kernel-time saving, and what a kernel row belongs to
+# ---------------------------------------------------------------------------------------------------
 def removable_ns(ctx: RankContext, rows: I64) -> float:
     """The most that speeding up the GPU rows ``rows`` can take off a steady step, per step: the step
     minus the union of the device's *other* work (kernels, copies, memsets) inside it, i.e. the step's
@@ -143,6 +149,9 @@ def capped(ctx: RankContext, saving_ns: float, rows: I64) -> tuple[float, bool]:
     return (cap, True) if saving_ns > cap else (saving_ns, False)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The fp32_matrix_calls view: precision's, left to it by the other rules
+# ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fp32Facts:
     """What :func:`fp32_matrix_calls` knows about the FP32/FP64 matrix calls it returns (and the others)."""

@@ -24,7 +24,7 @@ Where the facts come from:
 - ``torch_threads``: the intra-op thread count the profiled process used (``meta.json``), when known.
 
 Everything here is read from ``ctx.inputs`` (the run directory's inputs, from
-:func:`aiprof.rules.telemetry.load_run_inputs`) and ``ctx.device``; no file is opened.
+:func:`aiprof.rules.context.load_run_inputs`) and ``ctx.device``; no file is opened.
 """
 
 from __future__ import annotations
