@@ -1,4 +1,4 @@
-"""Typed evidence rows (``EvidenceRow`` Structs) become the plain dicts a finding holds when it is built: the
+"""Typed evidence rows (``Evidence`` Structs) become the plain dicts a finding holds when it is built: the
 same keys in the same order as a dict written by hand, unset fields left out, so the JSON report is the same
 bytes whichever way a rule wrote its evidence."""
 
@@ -12,10 +12,10 @@ from msgspec import UNSET, UnsetType
 
 from aiprof.rules.coldstart import OneTimeCall
 from aiprof.rules.evidence import OpRow
-from aiprof.rules.finding import EvidenceRow, Finding, unstruct
+from aiprof.rules.finding import Evidence, Finding, unstruct
 
 
-class _Row(EvidenceRow, kw_only=True):
+class _Row(Evidence, kw_only=True):
     name: str
     count: int
     line: str | UnsetType = UNSET

@@ -13,7 +13,6 @@ and :func:`cold_start` reports them, with no saving: they are paid once per proc
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -23,7 +22,7 @@ from aiprof.rules.context import RankContext
 from aiprof.rules.framework import fix_text
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.views.one_time import OneTimeCost
 from aiprof.trace import links
 from aiprof.trace.model import Kind
@@ -45,6 +44,16 @@ _FIX = (
 )
 
 
+class ColdStartEvidence(Evidence, kw_only=True):
+    """``cold_start``'s evidence: the one-time time (union of the costs), the ten longest costs, their kinds
+    (most time first), and what the steady-state rules judged instead."""
+
+    one_time_ns: int
+    one_time_calls: list[OneTimeCall]
+    kinds: list[str]
+    steady_state: str
+
+
 @rank_rule(saving=Saving.NONE, needs=("one_time_costs", "steps", "all_steps", "source_lines"))
 def cold_start(ctx: RankContext) -> list[Finding]:
     """One-time costs, with what they are, where, and what was left out of the steady-state rules."""
@@ -55,12 +64,12 @@ def cold_start(ctx: RankContext) -> list[Finding]:
                               np.array([c.end_ns for c in costs], dtype=np.int64)))
     kinds = sorted({c.kind for c in costs}, key=lambda k: -sum(c.dur_ns for c in costs if c.kind == k))
     origin = ctx.device.steps[0].start_ns if ctx.device.steps else 0
-    evidence: dict[str, Any] = {
-        "one_time_ns": total,
-        "one_time_calls": [_call_evidence(ctx, c, origin) for c in sorted(costs, key=lambda c: -c.dur_ns)[:10]],
-        "kinds": kinds,
-        "steady_state": ctx.steady_note or "all steps",
-    }
+    evidence = ColdStartEvidence(
+        one_time_ns=total,
+        one_time_calls=[_call_evidence(ctx, c, origin) for c in sorted(costs, key=lambda c: -c.dur_ns)[:10]],
+        kinds=kinds,
+        steady_state=ctx.steady_note or "all steps",
+    )
     steady = bool(ctx.steps)
     if steady:
         title = f"One-time start-up costs: {ms_text(total)} ({', '.join(kinds)}), left out of the steady-state analysis"
@@ -84,7 +93,7 @@ def cold_start(ctx: RankContext) -> list[Finding]:
     ]
 
 
-class OneTimeCall(EvidenceRow, kw_only=True):
+class OneTimeCall(Evidence, kw_only=True):
     """One one-time cost in ``cold_start``'s evidence: the call, what kind of cost, how long against the
     median of its name, when after the first step's start; the event calls of a cuDNN autotuning, the op
     that issued a runtime call, the user's line."""

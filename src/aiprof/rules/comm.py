@@ -11,7 +11,7 @@ from typing import Any
 from aiprof.analysis.arrival import CrossRank, RankArrival
 from aiprof.analysis.run import RunAnalysis
 from aiprof.rules.context import RankContext
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.options import RuleOptions
 from aiprof.rules.spec import Saving, rank_rule, run_rule
@@ -33,7 +33,7 @@ LINK_BUSBW_GB_PER_S: tuple[tuple[str, float], ...] = (
 _MIN_MESSAGE_BYTES = 8 << 20  # smaller collectives are latency-bound: their bandwidth says little
 
 
-class CollectiveRow(EvidenceRow, kw_only=True):
+class CollectiveRow(Evidence, kw_only=True):
     """A kind of collective (one kind, group size and message size) in the evidence: calls, time, bus bandwidth."""
 
     collective: str
@@ -44,7 +44,7 @@ class CollectiveRow(EvidenceRow, kw_only=True):
     busbw_gb_per_s: float | None
 
 
-class CpuCollectiveRow(EvidenceRow, kw_only=True):
+class CpuCollectiveRow(Evidence, kw_only=True):
     """A CPU-side collective by name in the evidence: calls and time per steady step."""
 
     collective: str

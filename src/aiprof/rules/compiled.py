@@ -12,7 +12,6 @@ the graphs' recorded inputs (:mod:`aiprof.analysis.compile`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import numpy as np
 from msgspec import UNSET, UnsetType
@@ -22,7 +21,7 @@ from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilat
                                      compiled_call_set, graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import GPU_WORK_KINDS
 
@@ -63,6 +62,30 @@ def _steady_compiles(ctx: RankContext) -> tuple[list[tuple[Compilation, int]], i
     return out, iv.total(iv.intersect(together, steady))
 
 
+class Recompile(Evidence, kw_only=True):
+    """One steady-state recompilation: its compile id, compile time, cause, spans, and Dynamo's detail and
+    guard when the run recorded them."""
+
+    compile_id: str | None
+    dur_ns: int
+    cause: str
+    spans: int
+    detail: str | UnsetType = UNSET
+    guard: str | UnsetType = UNSET
+
+
+class RecompilationEvidence(Evidence, kw_only=True):
+    """``recompilation``'s evidence: how many, their compile time per step, by cause and by frame, the eight
+    longest, and Dynamo's guard for the longest."""
+
+    recompiles: int
+    compile_ns_per_step: int
+    causes: dict[str, int]
+    frames: dict[str, int]
+    recompilations: list[Recompile]
+    guard: str | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
 def recompilation(ctx: RankContext) -> list[Finding]:
     """Dynamo compiles again in the steady steps: the compile time, how often, why, and the fix per cause."""
@@ -73,22 +96,18 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     causes = Counter(k.cause for k, _ in found)
     frames = Counter(str(k.frame) for k, _ in found if k.frame is not None)
     main = causes.most_common(1)[0][0]
-    examples = [{"compile_id": k.compile_id, "dur_ns": ns, "cause": k.cause, "spans": len(k.spans),
-                 **({"detail": k.detail} if k.detail else {}), **({"guard": k.guard} if k.guard else {})}
+    examples = [Recompile(compile_id=k.compile_id, dur_ns=ns, cause=k.cause, spans=len(k.spans),
+                          detail=k.detail or UNSET, guard=k.guard or UNSET)
                 for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
-    evidence: dict[str, Any] = {
-        "recompiles": len(found),
-        "compile_ns_per_step": int(saving),
-        "causes": dict(causes.most_common()),
-        "frames": dict(frames.most_common()),
-        "recompilations": examples,
-    }
+    evidence = RecompilationEvidence(recompiles=len(found), compile_ns_per_step=int(saving),
+                                     causes=dict(causes.most_common()), frames=dict(frames.most_common()),
+                                     recompilations=examples)
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
     title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
              f"({why}), {ms_text(saving)} of compile time per step")
     guard = next((k.guard for k, _ in sorted(found, key=lambda f: -f[1]) if k.guard), "")
     if guard:
-        evidence["guard"] = guard  # Dynamo's words for the longest recompile (the run's dynamo.rank<N>.json)
+        evidence.guard = guard  # Dynamo's words for the longest recompile (the run's dynamo.rank<N>.json)
         title += f"; Dynamo: {guard}"
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
     tail = "" if "unknown" in causes or guard else _LOGS_TAIL
@@ -157,7 +176,7 @@ def _region_name(ctx: RankContext, b: GraphBreak) -> str:
     return ctx.trace.name_of(b.region_row)
 
 
-class GraphBoundary(EvidenceRow, kw_only=True):
+class GraphBoundary(Evidence, kw_only=True):
     """One boundary between compiled graphs of a compiled frame (``graph_break``'s evidence): its calls, the
     eager time at it and what the fix saves, the ops run there, where Dynamo broke and the user's line."""
 
@@ -218,6 +237,37 @@ _GRAPH_FIX_TAIL = ("TORCH_LOGS=perf_hints prints why Inductor skipped CUDA graph
                    "TORCH_LOGS=recompiles why Dynamo compiled a new graph.")
 
 
+class GraphStep(Evidence, kw_only=True):
+    """One steady step of ``cudagraphs_not_replayed``'s evidence: its graph replays, eager launches, new graphs."""
+
+    step: str
+    graph_replays: int
+    eager_launches: int
+    new_graphs: int
+
+
+class GraphReplayEvidence(Evidence, kw_only=True):
+    """``cudagraphs_not_replayed``'s evidence: why (dynamic shapes, re-recording, not replayed), the steps
+    without a replay or with a new graph, replays and eager launches per step, the host time of the launches
+    in compiled graphs and the exposed graph-call time, what a replay costs, the recompiles behind it, and
+    the first 20 steps."""
+
+    cause: str
+    graph_trees: bool
+    steps_without_replay: int
+    steps_with_new_graph: int
+    graph_replays_per_step: float
+    eager_launches_per_step: float
+    eager_launches_in_compiled_graphs_per_step: float
+    launch_host_ns_per_step: int
+    exposed_graph_call_ns_per_step: int
+    graph_calls_per_step: float
+    replay_cost_ns: int
+    recompiles: int
+    recompile_causes: dict[str, int]
+    steps: list[GraphStep]
+
+
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
 def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
     """CUDA graphs are set up (CUDA graph trees, stream captures) but the steady steps do not replay them:
@@ -262,23 +312,23 @@ def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
                "re-recording": ": graphs recorded again instead of replayed", "not replayed": ""}[cause]
     title = (f"CUDA graphs do not replay (reduce-overhead did not take): {what}, {replayed}; "
              f"{eager / n:,.0f} eager kernel launches per step{because}")
-    evidence: dict[str, Any] = {
-        "cause": cause,
-        "graph_trees": trees,
-        "steps_without_replay": no_replay,
-        "steps_with_new_graph": new_graphs,
-        "graph_replays_per_step": round(replays / n, 2),
-        "eager_launches_per_step": round(eager / n, 2),
-        "eager_launches_in_compiled_graphs_per_step": round(sum(u.eager_in_compiled for u in use) / n, 2),
-        "launch_host_ns_per_step": int(sum(u.eager_in_compiled_ns for u in use) / n),
-        "exposed_graph_call_ns_per_step": int(sum(exposed_ns) / n),
-        "graph_calls_per_step": round(sum(u.region_calls for u in use) / n, 2),
-        "replay_cost_ns": int(replay_ns),
-        "recompiles": len(recompiles),
-        "recompile_causes": dict(causes.most_common()),
-        "steps": [{"step": s.name, "graph_replays": u.replays, "eager_launches": u.eager, "new_graphs": u.setups}
-                  for s, u in list(zip(ctx.steps, use))[:20]],
-    }
+    evidence = GraphReplayEvidence(
+        cause=cause,
+        graph_trees=trees,
+        steps_without_replay=no_replay,
+        steps_with_new_graph=new_graphs,
+        graph_replays_per_step=round(replays / n, 2),
+        eager_launches_per_step=round(eager / n, 2),
+        eager_launches_in_compiled_graphs_per_step=round(sum(u.eager_in_compiled for u in use) / n, 2),
+        launch_host_ns_per_step=int(sum(u.eager_in_compiled_ns for u in use) / n),
+        exposed_graph_call_ns_per_step=int(sum(exposed_ns) / n),
+        graph_calls_per_step=round(sum(u.region_calls for u in use) / n, 2),
+        replay_cost_ns=int(replay_ns),
+        recompiles=len(recompiles),
+        recompile_causes=dict(causes.most_common()),
+        steps=[GraphStep(step=s.name, graph_replays=u.replays, eager_launches=u.eager, new_graphs=u.setups)
+               for s, u in list(zip(ctx.steps, use))[:20]],
+    )
     fix = _GRAPH_FIXES[cause] + ". " + _GRAPH_FIX_TAIL
     return [ctx.finding("cudagraphs_not_replayed", title, saving, evidence=evidence, fix=fix,
                         formula="per step: the time inside compiled-graph calls (Torch-Compiled Region, "

@@ -23,7 +23,7 @@ from aiprof.analysis.health import PROFILER_FRAME
 from aiprof.analysis.run import RankAnalysis
 from aiprof.analysis.stacks import is_user_frame
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding, unstruct
 from aiprof.rules.options import RuleOptions
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind, Trace
@@ -284,7 +284,7 @@ class RankContext:
         title: str,
         saving_ns: float,
         *,
-        evidence: dict[str, Any],
+        evidence: dict[str, Any] | Evidence,
         fix: str,
         formula: str,
         kind: str = "upper_bound",
@@ -292,9 +292,11 @@ class RankContext:
         severity: str | None = None,
         notes: tuple[str, ...] = (),
     ) -> Finding:
-        """A finding of this rank; severity follows the share of step unless given."""
+        """A finding of this rank; severity follows the share of step unless given. ``evidence``: a dict, or the
+        rule's typed :class:`~aiprof.rules.finding.Evidence` (held as the dict of its set fields)."""
         share = self.share(saving_ns)
-        evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **evidence}
+        own = unstruct(evidence) if isinstance(evidence, Evidence) else evidence
+        evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **own}
         if self.steady_note:
             evidence.setdefault("steps_excluded", self.steady_note)
         return Finding(

@@ -9,14 +9,14 @@ import numpy as np
 import numpy.typing as npt
 
 from aiprof import arrays
-from aiprof.rules.finding import EvidenceRow
+from aiprof.rules.finding import Evidence
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
     from aiprof.rules.context import RankContext
 
 
-class OpRow(EvidenceRow, kw_only=True):
+class OpRow(Evidence, kw_only=True):
     """An op (or call, or kernel) by name in a finding's evidence: its calls and time per steady step."""
 
     name: str

@@ -98,9 +98,9 @@ class Finding:
         return out
 
 
-class EvidenceRow(msgspec.Struct, kw_only=True):
-    """A typed part of a finding's evidence (a row of ``top_ops``, a long gap, a graph break…), each a small
-    Struct next to the rule that fills it (declared ``kw_only=True``, so an optional field may come before a
+class Evidence(msgspec.Struct, kw_only=True):
+    """A finding's typed evidence, or a typed part of it (a row of ``top_ops``, a long gap, a graph break…),
+    each a small Struct next to the rule that fills it (declared ``kw_only=True``, so an optional field may come before a
     required one: the field order is the key order). A finding holds it as the plain dict its fields make,
     fields left ``UNSET`` left out (:func:`unstruct`, when the :class:`Finding` is built): the evidence the
     report holds is the same JSON whichever way the rule wrote it."""

@@ -14,11 +14,12 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.kernels import capped, kernels_of_ops
 from aiprof.rules.views.shaped import GEMM_OPS, ShapedOps, first_shape, gemm_out, is_flat, numel
@@ -144,6 +145,23 @@ def _touches(shapes: list[Any], scores: Counter[tuple[int, ...]]) -> bool:
 # ---------------------------------------------------------------------------------------------------
 # fusion_opportunity
 # ---------------------------------------------------------------------------------------------------
+class FusionChain(Evidence, kw_only=True):
+    """A kind of chain (its first ops, in order) and what fusing it saves per step."""
+
+    ops: str
+    saving_ns_per_step: int
+
+
+class FusionEvidence(Evidence, kw_only=True):
+    """``fusion_opportunity``'s evidence: chains and their ops per step, the chains that save most, the
+    user's lines that run them (when stacks were recorded)."""
+
+    chains_per_step: float
+    ops_in_chains_per_step: float
+    top_chains: list[FusionChain]
+    source_lines: list[str] | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME, options=("fusion_chain_min", "fusion_share"),
            needs=("shaped_ops", "op_costs", "source_lines", "kernels", "steps"))
 def fusion_opportunity(ctx: RankContext) -> list[Finding]:
@@ -271,17 +289,17 @@ def _fusion_finding(
         saving = _timeline_cap(ctx, saving, view.rows[[i for chain in chains for i, _ in chain]])
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
-    evidence: dict[str, Any] = {
-        "chains_per_step": round(len(chains) / ctx.step_count, 1),
-        "ops_in_chains_per_step": round(ops_in_chains / ctx.step_count, 1),
-        "top_chains": [{"ops": s, "saving_ns_per_step": int(g / ctx.step_count)} for s, g in by_signature.most_common(3)],
-    }
+    evidence = FusionEvidence(
+        chains_per_step=round(len(chains) / ctx.step_count, 1),
+        ops_in_chains_per_step=round(ops_in_chains / ctx.step_count, 1),
+        top_chains=[FusionChain(ops=s, saving_ns_per_step=int(g / ctx.step_count)) for s, g in by_signature.most_common(3)],
+    )
     if lines:
-        evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
+        evidence.source_lines = [line for line, _ in lines.most_common(3)]
     return [
         ctx.finding(
             "fusion_opportunity",
-            f"{evidence['chains_per_step']} chains of unfused elementwise ops per step",
+            f"{evidence.chains_per_step} chains of unfused elementwise ops per step",
             saving,
             evidence=evidence,
             fix=(

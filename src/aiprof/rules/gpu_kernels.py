@@ -22,7 +22,7 @@ from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.framework import fix_text
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.evidence import ms_text, top_ops
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.kernels import (alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units,
@@ -217,7 +217,7 @@ def cpu_fp64(ctx: RankContext) -> list[Finding]:
     ]
 
 
-class Fp64Op(EvidenceRow, kw_only=True):
+class Fp64Op(Evidence, kw_only=True):
     """An FP64 op (name and recorded shapes) of ``cpu_fp64``'s evidence and its time per step."""
 
     op: str

@@ -19,7 +19,7 @@ from aiprof.analysis import intervals as iv
 from aiprof.rules.context import RankContext, first_user_frame
 from aiprof.rules.evidence import long_gaps, ms_text, spread, top_ops
 from aiprof.rules.framework import fix_text
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
 from aiprof.rules.views.host import (DATALOADER, SYNC_CALL, annotation_rows, host_split, ops_in, steady_set,
                                      sync_episodes)
@@ -406,7 +406,7 @@ def _outer_op(ctx: RankContext, row: int) -> int | None:
     return int(ops[np.argmax(c.dur[ops])])
 
 
-class LongGap(EvidenceRow, kw_only=True):
+class LongGap(Evidence, kw_only=True):
     """One long gap of ``host_gaps``' evidence: its length, the Python function running through it (when the
     trace has Python events) and the user's source line."""
 

@@ -21,7 +21,7 @@ from msgspec import UNSET, UnsetType
 from aiprof import arrays
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import EvidenceRow, Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.kernels import alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units, owning_call
 from aiprof.trace.model import I64
@@ -190,7 +190,7 @@ def _groups(ctx: RankContext) -> list[_Group]:
     return out
 
 
-class OpEfficiency(EvidenceRow, kw_only=True):
+class OpEfficiency(Evidence, kw_only=True):
     """One op of ``kernel_efficiency``'s evidence: its time, what it achieved against its roof (FLOP/s for
     compute-bound work, bytes/s for memory-bound: one pair of the two is set), and what a realistic fraction
     of the roof would take."""

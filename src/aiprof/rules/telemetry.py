@@ -18,10 +18,9 @@ stay readable: the split is then unknown and ``cpu_saturation`` says so (confide
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from aiprof.rules.context import RankContext
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.rules.views.machine import machine_facts
 from aiprof.rules.views.telemetry import CpuView, column_values, cpu_view, mean, window_rows
@@ -41,6 +40,20 @@ def _noisy(view: CpuView, ctx: RankContext) -> bool:
     return others is not None and mean(others) >= ctx.options.noisy_neighbour_pct
 
 
+class CpuSaturationEvidence(Evidence, kw_only=True):
+    """``cpu_saturation``'s evidence: the steady steps' telemetry samples, the share of saturated ones, the
+    machine's mean CPU and cores, the share of the step the device starved for host work, the profiled
+    tree's CPU (100 = one core; None when the telemetry has no per-tree column)."""
+
+    samples: int
+    sampled_ns: int
+    saturated_sample_share: float
+    mean_cpu_pct: float
+    cores: int | None
+    device_starved_share: float
+    process_tree_cpu_pct: float | None
+
+
 @rank_rule(saving=Saving.NONE,
            options=("cpu_saturation_pct", "cpu_saturation_time_share", "noisy_neighbour_pct", "telemetry_min_samples"),
            needs=("cpu_view", "machine", "idle_causes", "telemetry", "run_meta"))
@@ -58,15 +71,11 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
         return []
     facts = machine_facts(ctx)
     cores = facts.cores or view.cores or None
-    evidence: dict[str, Any] = {
-        "samples": view.samples,
-        "sampled_ns": view.span_ns,
-        "saturated_sample_share": round(busy, 3),
-        "mean_cpu_pct": round(mean(view.machine_pct), 1),
-        "cores": cores,
-        "device_starved_share": round(starved, 3),
-        "process_tree_cpu_pct": round(mean(view.tree_pct) * view.cores, 1) if view.tree_pct is not None else None,
-    }
+    evidence = CpuSaturationEvidence(
+        samples=view.samples, sampled_ns=view.span_ns, saturated_sample_share=round(busy, 3),
+        mean_cpu_pct=round(mean(view.machine_pct), 1), cores=cores, device_starved_share=round(starved, 3),
+        process_tree_cpu_pct=round(mean(view.tree_pct) * view.cores, 1) if view.tree_pct is not None else None,
+    )
     notes = (view.tree_unknown,) if view.tree_unknown else ()
     if facts.is_gpu:
         fix = (
@@ -102,6 +111,20 @@ def cpu_saturation(ctx: RankContext) -> list[Finding]:
     ]
 
 
+class NoisyNeighbourEvidence(Evidence, kw_only=True):
+    """``noisy_neighbour``'s evidence: the steady steps' telemetry samples, the machine's and the other
+    processes' mean CPU, in cores the others' and the profiled tree's, the share of saturated samples."""
+
+    samples: int
+    sampled_ns: int
+    cores: int
+    mean_cpu_pct: float
+    mean_others_pct: float
+    others_cores: float
+    process_tree_cores: float
+    saturated_sample_share: float
+
+
 @rank_rule(saving=Saving.NONE, options=("noisy_neighbour_pct", "cpu_saturation_pct", "telemetry_min_samples"),
            needs=("cpu_view", "machine", "telemetry", "run_meta"))
 def noisy_neighbour(ctx: RankContext) -> list[Finding]:
@@ -113,16 +136,11 @@ def noisy_neighbour(ctx: RankContext) -> list[Finding]:
     others = view.others_pct or []
     others_cores = view.mean_others_cores() or 0.0
     tree_cores = mean(view.tree_pct or []) / 100 * view.cores
-    evidence: dict[str, Any] = {
-        "samples": view.samples,
-        "sampled_ns": view.span_ns,
-        "cores": view.cores,
-        "mean_cpu_pct": round(mean(view.machine_pct), 1),
-        "mean_others_pct": round(mean(others), 1),
-        "others_cores": round(others_cores, 2),
-        "process_tree_cores": round(tree_cores, 2),
-        "saturated_sample_share": round(_saturated_share(view, ctx), 3),
-    }
+    evidence = NoisyNeighbourEvidence(
+        samples=view.samples, sampled_ns=view.span_ns, cores=view.cores, mean_cpu_pct=round(mean(view.machine_pct), 1),
+        mean_others_pct=round(mean(others), 1), others_cores=round(others_cores, 2),
+        process_tree_cores=round(tree_cores, 2), saturated_sample_share=round(_saturated_share(view, ctx), 3),
+    )
     return [
         ctx.finding(
             "noisy_neighbour",
