@@ -363,6 +363,25 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
     return out
 
 
+class KernelVarianceEvidence(Evidence, kw_only=True):
+    """``kernel_variance``'s evidence: the kernel (name, grid, block, the op that issued it), whether its calls'
+    input shapes are known to be the same, the calls' spread (p10, median, p90, max), and the slow calls'
+    count and first start times (ms after the first steady step)."""
+
+    kernel: str
+    grid_blocks: int
+    block_threads: int
+    issuing_op: str | None
+    same_input_shapes: bool
+    calls: int
+    p10_ns: int
+    median_ns: int
+    p90_ns: int
+    max_ns: int
+    slow_calls: int
+    slow_call_starts_ms: list[float]
+
+
 @rank_rule(saving=Saving.TIME,
            options=("kernel_variance_min_calls", "tiny_kernel_ns", "kernel_variance_ratio", "kernel_variance_share"),
            needs=("kernels", "steps"))
@@ -382,20 +401,20 @@ def kernel_variance(ctx: RankContext) -> list[Finding]:
     dur = c.dur[s.rows]
     slow = s.rows[dur > 2 * s.median]
     origin = ctx.steps[0].start_ns if ctx.steps else int(c.ts[s.rows].min())
-    evidence: dict[str, Any] = {
-        "kernel": ctx.trace.name_of(row)[:160],
-        "grid_blocks": int(c.grid[row]),
-        "block_threads": int(c.block[row]),
-        "issuing_op": ctx.trace.name_of(int(ctx.issuing_op[row])) if ctx.issuing_op[row] >= 0 else None,
-        "same_input_shapes": s.shapes_known,
-        "calls": int(s.rows.size),
-        "p10_ns": int(s.p10),
-        "median_ns": int(s.median),
-        "p90_ns": int(s.p90),
-        "max_ns": int(dur.max()),
-        "slow_calls": int(slow.size),
-        "slow_call_starts_ms": [round((int(t) - origin) / 1e6, 3) for t in np.sort(c.ts[slow])[:5].tolist()],
-    }
+    evidence = KernelVarianceEvidence(
+        kernel=ctx.trace.name_of(row)[:160],
+        grid_blocks=int(c.grid[row]),
+        block_threads=int(c.block[row]),
+        issuing_op=ctx.trace.name_of(int(ctx.issuing_op[row])) if ctx.issuing_op[row] >= 0 else None,
+        same_input_shapes=s.shapes_known,
+        calls=int(s.rows.size),
+        p10_ns=int(s.p10),
+        median_ns=int(s.median),
+        p90_ns=int(s.p90),
+        max_ns=int(dur.max()),
+        slow_calls=int(slow.size),
+        slow_call_starts_ms=[round((int(t) - origin) / 1e6, 3) for t in np.sort(c.ts[slow])[:5].tolist()],
+    )
     notes = () if s.shapes_known else ("the trace has no input shapes for these calls: different shapes with the "
                                        "same grid (e.g. a GEMM's K) could explain part of the spread",)
     return [
@@ -464,6 +483,32 @@ def _attention_rows(ctx: RankContext, path: str) -> I64:
     return ctx.kernels[arrays.isin(c.name[ctx.kernels], names[mine])]
 
 
+class AttentionEfficiencyEvidence(Evidence, kw_only=True):
+    """``attention_efficiency``'s evidence: the fused attention path (its kernels, calls, time and shares), its
+    shapes and dtype, the FLOP rate it reached against the dense matrix peak, what it could attain (and the
+    shape factor in that), the time it would take there, and the modelled saving when the timeline capped it."""
+
+    path: str
+    label: str
+    kernels: list[str]
+    calls_per_step: float
+    share_of_kernel_time: float
+    share_of_step: float
+    ns_per_step: int
+    shapes: list[dict[str, object]]  # the path's AttentionShape rows, every field
+    dtype: str | UnsetType
+    achieved_flops_per_s: int
+    peak_flops_per_s: int
+    peak: str | UnsetType
+    pct_of_peak: float
+    attainable_fraction_of_peak: float
+    shape_factor: float
+    expected_ns_per_step: int
+    summary: str
+    peaks: str | UnsetType
+    modelled_saving_ns_per_step: int | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME,
            options=("roof_fraction_attention", "kernel_efficiency_share", "attention_efficiency_gap", "min_share"),
            needs=("attention_paths", "kernels", "steps"))
@@ -493,28 +538,28 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
         saving, was_capped = capped(ctx, modelled, _attention_rows(ctx, p.path))
         if ctx.share(saving) < opt.min_share:
             continue
-        evidence: dict[str, Any] = {
-            "path": p.path,
-            "label": p.label,
-            "kernels": p.kernels,
-            "calls_per_step": round(p.calls / max(len(section.steps), 1), 1),
-            "share_of_kernel_time": round(p.share, 3),
-            "share_of_step": round(ctx.share(per_step), 3),
-            "ns_per_step": int(per_step),
-            "shapes": [msgspec.structs.asdict(s) for s in p.shapes],
-            "dtype": p.dtype,
-            "achieved_flops_per_s": int(float(p.achieved_flops_per_s)),
-            "peak_flops_per_s": int(float(p.peak_flops_per_s or 0.0)),
-            "peak": p.peak_key,
-            "pct_of_peak": round(100.0 * fraction, 1),
-            "attainable_fraction_of_peak": round(attainable, 3),
-            "shape_factor": round(attainable / best, 3),
-            "expected_ns_per_step": int(per_step * fraction / attainable),
-            "summary": path_text(p, len(section.steps)),
-            "peaks": section.peaks_note,
-        }
+        evidence = AttentionEfficiencyEvidence(
+            path=p.path,
+            label=p.label,
+            kernels=p.kernels,
+            calls_per_step=round(p.calls / max(len(section.steps), 1), 1),
+            share_of_kernel_time=round(p.share, 3),
+            share_of_step=round(ctx.share(per_step), 3),
+            ns_per_step=int(per_step),
+            shapes=[msgspec.structs.asdict(s) for s in p.shapes],
+            dtype=p.dtype,
+            achieved_flops_per_s=int(float(p.achieved_flops_per_s)),
+            peak_flops_per_s=int(float(p.peak_flops_per_s or 0.0)),
+            peak=p.peak_key,
+            pct_of_peak=round(100.0 * fraction, 1),
+            attainable_fraction_of_peak=round(attainable, 3),
+            shape_factor=round(attainable / best, 3),
+            expected_ns_per_step=int(per_step * fraction / attainable),
+            summary=path_text(p, len(section.steps)),
+            peaks=section.peaks_note,
+        )
         if was_capped:
-            evidence["modelled_saving_ns_per_step"] = int(modelled)
+            evidence.modelled_saving_ns_per_step = int(modelled)
         out.append(ctx.finding(
             "attention_efficiency",
             f"{p.label} takes {ctx.share(per_step):.0%} of the step at {100 * fraction:.0f}% of the "
