@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from aiprof.rules.finding import Finding
     from aiprof.rules.options import RuleOptions
     from aiprof.trace.model import Trace
+    from aiprof.trace.readers.base import ReaderOptions
     from aiprof.trace.readers.ncu import MeasuredPoint, NcuResult
     from aiprof.analysis.failures import FailureCallback
     from aiprof.trace.runset import ProgressCallback
@@ -74,6 +75,9 @@ class AnalyzeOptions:
     # Told of each rank file of a folder that fails, when it does (file, why): the progress bar's failed count
     # (aiprof.analysis.failures). The report's summary lists them whatever this is.
     on_failed: FailureCallback | None = None
+    # What every read of a trace is told: Nsight Systems' step range, the load limits (--max-trace-mb,
+    # --max-events; reader_options builds it). None: the defaults. Carried with each file's job to its worker.
+    reader: ReaderOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class RenderOptions:
     is_tty: bool = False
     top: int = 15
     timeline: TimelineInput | None = None  # an HTML report's interactive timeline (analyze_with_timeline)
+    rules: RuleOptions | None = None  # a memory report's findings: the memory rules' thresholds (``mem_*``)
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,9 @@ def analyze_with_timeline(
 
 
 def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, TimelineInput | None]:
-    ncu = _read_ncu(opts.ncu) if opts.ncu is not None else None  # a bad file fails before the analysis
-    stop_primed = _start_loading(paths)
+    reader = _reader(opts)
+    ncu = _read_ncu(opts.ncu, reader) if opts.ncu is not None else None  # a bad file fails before the analysis
+    stop_primed = _start_loading(paths, reader)
     try:
         run, findings = _analyze_and_diagnose(paths, opts)
     finally:
@@ -137,17 +143,34 @@ def _analyze(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tuple[Report, Ti
         findings = _only_ranks(run, findings, opts.ranks)
     report = _build_report(run, findings)
     if ncu is not None and opts.ncu is not None:
-        _add_measured(report, ncu, opts.ncu)
+        _add_measured(report, ncu, opts.ncu, reader)
     return report, (_timeline_input(run) if opts.timeline else None)
 
 
-def _read_ncu(path: Path) -> list[NcuResult]:
+def _reader(opts: AnalyzeOptions) -> ReaderOptions:
+    from aiprof.trace.readers.base import ReaderOptions
+
+    return opts.reader or ReaderOptions()
+
+
+def reader_options(step_range: str | None = None, max_trace_mb: float | None = None,
+                   max_events: int | None = None) -> ReaderOptions:
+    """What the readers are told (``AnalyzeOptions.reader``): NVTX ranges matching ``step_range`` are the steps
+    of an Nsight Systems report; how much trace text (``--max-trace-mb``, MiB) and how many events
+    (``--max-events``) one file may hold (None or 0: the defaults). A bad number is a one-line error."""
+    from aiprof.trace.limits import LoadLimits
+    from aiprof.trace.readers.base import ReaderOptions
+
+    return ReaderOptions(step_range=step_range or None, limits=LoadLimits.from_options(max_trace_mb, max_events))
+
+
+def _read_ncu(path: Path, reader: ReaderOptions) -> list[NcuResult]:
     from aiprof.trace.readers.ncu import read_ncu
 
-    return read_ncu(Path(path))
+    return read_ncu(Path(path), reader.limits)
 
 
-def _add_measured(report: Report, results: list[NcuResult], source: Path) -> None:
+def _add_measured(report: Report, results: list[NcuResult], source: Path, reader: ReaderOptions) -> None:
     """Nsight Compute's measured points (:func:`aiprof.trace.readers.ncu.measured_points`) under
     ``measured`` in the roofline section of the report's first rank (``--rank`` picks it), matched to that
     rank's kernels by name, launch order, grid and block; the rank's trace is read again for that (only
@@ -157,7 +180,7 @@ def _add_measured(report: Report, results: list[NcuResult], source: Path) -> Non
     if not report.ranks:
         return
     rank = report.ranks[0]
-    points = measured_points(_rank_trace(rank.path, rank.rank), results)
+    points = measured_points(_rank_trace(rank.path, rank.rank, reader), results)
     section: dict[str, Any] = dict(rank.roofline) if isinstance(rank.roofline, dict) else {"rows": []}
     section["measured"] = [p.to_dict() for p in points]
     section["measured_source"] = f"Nsight Compute ({Path(source).name})"
@@ -165,12 +188,12 @@ def _add_measured(report: Report, results: list[NcuResult], source: Path) -> Non
     rank.roofline = section
 
 
-def _rank_trace(path: PathArg, rank: int | None) -> Trace:
+def _rank_trace(path: PathArg, rank: int | None, reader: ReaderOptions | None = None) -> Trace:
     """One rank's trace from ``path`` (a file, a folder, a multi-process report): ``rank``, else the first."""
-    import aiprof
     from aiprof.trace.model import RunSet
+    from aiprof.trace.runset import load_paths
 
-    loaded = aiprof.load(path)
+    loaded = load_paths([path], options=reader)
     if not isinstance(loaded, RunSet):
         return loaded
     if rank is None:
@@ -189,7 +212,7 @@ def _analyze_and_diagnose(paths: Sequence[PathArg], opts: AnalyzeOptions) -> tup
     budget = _timeline_budget(paths) if opts.timeline else 0
     return analyze_and_diagnose(list(paths), workers=opts.workers, progress=opts.progress, options=opts.rules,
                                 memory=opts.memory, timeline=budget, executor=executor_for(opts.executor),
-                                cache_dir=opts.cache_dir, on_failed=opts.on_failed)
+                                cache_dir=opts.cache_dir, on_failed=opts.on_failed, reader=opts.reader)
 
 
 def _only_ranks(run: RunAnalysis, findings: list[Finding], ranks: tuple[int, ...]) -> list[Finding]:
@@ -203,7 +226,7 @@ def _only_ranks(run: RunAnalysis, findings: list[Finding], ranks: tuple[int, ...
     return [f for f in findings if not f.ranks or set(f.ranks) & wanted]
 
 
-def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
+def _start_loading(paths: Sequence[PathArg], reader: ReaderOptions) -> Callable[[], None]:
     """One trace file: its decode helpers start on it now, while this process imports the analyses
     (about 30 ms of imports the second core would otherwise sit out). Returns what stops helpers that
     no load took over (called however the analysis ends)."""
@@ -216,7 +239,7 @@ def _start_loading(paths: Sequence[PathArg]) -> Callable[[], None]:
     from aiprof.trace.kineto.stream import discard_primed, prime
 
     try:
-        prime(Path(paths[0]))
+        prime(Path(paths[0]), limits=reader.limits)
         import aiprof.analysis.compat  # noqa: F401 - imported now rather than during the analysis
         import aiprof.analysis.kernels  # noqa: F401
         import aiprof.analysis.ops  # noqa: F401
@@ -364,7 +387,8 @@ def export(paths: Sequence[PathArg], output: Path, options: AnalyzeOptions | Non
         raise AiprofError(f"{output.name}: the merged trace must end in .json or .json.gz")
     check_output(output, paths, force=force)
     report = analyze(paths, options)
-    write_file(output, _merged_trace_bytes(report, gz=name.endswith(".gz")), what="merged trace")
+    reader = _reader(options or AnalyzeOptions())
+    write_file(output, _merged_trace_bytes(report, gz=name.endswith(".gz"), reader=reader), what="merged trace")
     return output
 
 
@@ -464,28 +488,13 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
     write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
 
 
-def set_load_limits(max_trace_mb: float | None, max_events: int | None) -> None:
-    """How much trace text and how many events a load may take (``--max-trace-mb``, ``--max-events``;
-    None or 0: the defaults). A process setting, inherited by the workers forked after it."""
-    from aiprof.trace.kineto import source
-
-    source.configure(source.LoadLimits.from_options(max_trace_mb, max_events))
-
-
-def set_step_range(regex: str) -> None:
-    """Nsight Systems reports: NVTX ranges matching ``regex`` are the steps (set before any worker forks)."""
-    from aiprof.trace.readers import ReaderOptions, set_default_options
-
-    set_default_options(ReaderOptions(step_range=regex))
-
-
 # ---------------------------------------------------------------------------------------------------
 # memory
 # ---------------------------------------------------------------------------------------------------
 def memory(path: PathArg, options: MemoryOptions | None = None) -> MemoryReport:
     """The memory report of an allocator snapshot, a trace with ``[memory]`` events, an
     ``export_memory_timeline`` file or a run directory (``aiprof memory``); render it with :func:`render`,
-    which adds its findings (``rules.memory_findings``)."""
+    which adds its findings (``rules.registry.memory_findings``)."""
     from aiprof.memory import analyze_memory, load_memory
 
     opts = options or MemoryOptions()
@@ -510,7 +519,7 @@ def render(
     opts = options or RenderOptions()
     mem = _as_memory(doc)
     if mem is not None:
-        return _render_memory(mem, fmt)
+        return _render_memory(mem, fmt, opts.rules)
     width = opts.width
     if width is None:
         width = min(_terminal_columns(), 100) if opts.is_tty else _columns_env(80)
@@ -602,12 +611,14 @@ def _as_memory(doc: object) -> MemoryReport | None:
     return doc if module is not None and isinstance(doc, module.MemoryReport) else None
 
 
-def _render_memory(report: MemoryReport, fmt: str) -> str:
-    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format)."""
+def _render_memory(report: MemoryReport, fmt: str, rules: RuleOptions | None = None) -> str:
+    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format), the
+    memory rules run with ``rules`` (the defaults when None)."""
     from aiprof.memory.render import RENDERERS, to_json
-    from aiprof.rules.memory_findings import memory_findings
+    from aiprof.rules.options import DEFAULT_OPTIONS
+    from aiprof.rules.registry import memory_findings
 
-    findings = memory_findings(report)
+    findings = memory_findings(report, rules or DEFAULT_OPTIONS)
     if fmt == "json":
         return to_json(report, findings).decode("utf-8")
     if fmt not in RENDERERS:
@@ -755,11 +766,11 @@ def _index_in_file(report: Report) -> list[int]:
     return out
 
 
-def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
+def _merged_trace_bytes(report: Report, gz: bool, reader: ReaderOptions | None = None) -> bytes:
     from aiprof.report.perfetto import encode, merged_trace, read_raw_trace
 
     try:
-        raws = [_safe_raw(read_raw_trace(Path(r.path), i)) for r, i in zip(report.ranks, _index_in_file(report))]
+        raws = [_safe_raw(read_raw_trace(Path(r.path), i, reader)) for r, i in zip(report.ranks, _index_in_file(report))]
     except (OSError, ValueError) as err:
         raise AiprofError(f"cannot re-read a trace for the export: {err}") from None
     merged = merged_trace(report, raws)

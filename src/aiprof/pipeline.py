@@ -30,7 +30,9 @@ from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import RankRule, RunRule
 from aiprof.rules.vendor import Vendor, in_vendor_words
+from aiprof.trace.limits import LoadLimits
 from aiprof.trace.model import Kind, Trace
+from aiprof.trace.readers.base import ReaderOptions
 from aiprof.trace.runset import ProgressCallback
 
 if TYPE_CHECKING:
@@ -48,29 +50,31 @@ def diagnose_hook(
     rules: list[RankRule] | None = None,
     memory: MemoryMode = "auto",
     timeline: int = 0,
+    limits: LoadLimits | None = None,
 ) -> RankDiagnosis:
     """The rank hook: run the per-rank rules while the trace is in memory (module level: it may cross
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
-    interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`)."""
+    interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`). ``limits``:
+    the load limits of the memory inputs it reads (the run's ``ReaderOptions.limits``; None: the defaults)."""
     from aiprof.analysis.whatif.findings import predict_findings
     from aiprof.rules.registry import diagnose_rank
-    from aiprof.rules.telemetry import load_run_inputs
+    from aiprof.rules.context import load_run_inputs
 
     inputs = load_run_inputs(trace.path, analysis.run_dir)
-    found, notes = diagnose_rank(trace, analysis, options, rules=rules, extras=inputs)
+    found, notes = diagnose_rank(trace, analysis, options, rules=rules, inputs=inputs)
     findings = [f.plain() for f in found]  # the evidence as the report holds it (what later rules read)
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
     out = RankDiagnosis(notes=notes)
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
-    data = rank_memory_data(trace, notes, memory, analysis.run_dir)
+    data = rank_memory_data(trace, notes, memory, analysis.run_dir, limits)
     if data is not None:
         from aiprof.analysis.inference_memory import trace_budget
         from aiprof.memory import analyze_memory
         from aiprof.rules.inference_memory import memory_budget_findings
-        from aiprof.rules.memory_findings import memory_findings
+        from aiprof.rules.registry import memory_findings
 
         out.memory = analyze_memory(data)
         out.memory_budget = trace_budget(trace, data, analysis.run_dir)
@@ -78,7 +82,7 @@ def diagnose_hook(
         # graph pools) is sized on purpose; the section shows it, no memory finding judges it
         capture = any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings)
         if not capture:
-            findings += [f.plain() for f in memory_findings(out.memory)]
+            findings += [f.plain() for f in memory_findings(out.memory, options)]
             findings += [f.plain() for f in memory_budget_findings(out.memory_budget)]
     out.findings = findings
     if timeline > 0:
@@ -118,7 +122,7 @@ MemoryMode = Literal["auto", "all", "off"]
 """Which memory inputs make a rank's memory section: ``auto`` (the default) and ``all`` the allocator dumps
 an ``aiprof run --memory`` wrote, else a trace's ``[memory]`` events (``profile_memory=True``: the trace is
 read a second time, about 1-4x its load time; a leak is found only by reading them); ``off`` none."""
-MEMORY_PREFIX = "mem_"  # the ids of rules.memory_findings.MEMORY_RULES
+MEMORY_PREFIX = "mem_"  # the ids of the memory rules (rules/memory_findings.py, registry.DEFAULT_MEMORY_RULES)
 MEMORY_DIR = "memory"
 STATS_FILE = "memory_stats.jsonl"
 
@@ -143,18 +147,20 @@ def memory_inputs(trace: Trace, mode: MemoryMode = "all", run_dir: RunDir | None
 
 
 def rank_memory(
-    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None
+    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None,
+    limits: LoadLimits | None = None,
 ) -> MemoryReport | None:
     """The memory report of one rank (``run_dir``: the run directory holding its trace), or None when it has
     no memory data. An input that cannot be read becomes a note (in ``notes``), never a failed analysis."""
     from aiprof.memory import analyze_memory
 
-    data = rank_memory_data(trace, notes, mode, run_dir)
+    data = rank_memory_data(trace, notes, mode, run_dir, limits)
     return analyze_memory(data) if data is not None else None
 
 
 def rank_memory_data(
-    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None
+    trace: Trace, notes: list[str] | None = None, mode: MemoryMode = "all", run_dir: RunDir | None = None,
+    limits: LoadLimits | None = None,
 ) -> MemoryData | None:
     """The memory data :func:`rank_memory` analyses (its best input, read, with the allocator statistics and the
     trace's device sizes), or None."""
@@ -166,7 +172,7 @@ def rank_memory_data(
     from aiprof.memory.model import MemoryInputError
 
     try:
-        data = load_memory(inputs[0])
+        data = load_memory(inputs[0], limits)
     except MemoryInputError as err:
         if notes is not None:
             notes.append(f"memory section left out: {err}")
@@ -193,6 +199,7 @@ def analyze_and_diagnose(
     executor: Executor | None = None,
     cache_dir: Path | None = None,
     on_failed: FailureCallback | None = None,
+    reader: ReaderOptions | None = None,
 ) -> tuple[RunAnalysis, list[Finding]]:
     """Analyse every trace behind ``paths`` and diagnose the run; findings ranked by saving.
     ``rank_rules`` / ``run_rules`` replace ``DEFAULT_RANK_RULES`` / ``DEFAULT_RUN_RULES``; ``memory`` says
@@ -200,14 +207,18 @@ def analyze_and_diagnose(
     up to that many of each rank's events to its diagnosis, for an HTML report's interactive timeline;
     ``executor`` is where the ranks are analysed (:mod:`aiprof.trace.executors`; None: this machine);
     ``cache_dir`` the rank cache's folder (:mod:`aiprof.analysis.rankcache`; None: no cache); ``on_failed``
-    hears of each rank file of a folder that fails, when it does (:mod:`aiprof.analysis.failures`)."""
+    hears of each rank file of a folder that fails, when it does (:mod:`aiprof.analysis.failures`); ``reader``
+    what the readers are told (the step range, the load limits; None: the defaults)."""
     opts = options or DEFAULT_OPTIONS
-    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0:
+    reader = reader or ReaderOptions()
+    if opts == DEFAULT_OPTIONS and rank_rules is None and memory == "auto" and timeline <= 0 and reader == ReaderOptions():
         hook: Any = diagnose_hook
     else:
-        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline)
+        limits = reader.limits if reader.limits != LoadLimits() else None
+        hook = functools.partial(diagnose_hook, options=opts, rules=rank_rules, memory=memory, timeline=timeline,
+                                 limits=limits)
     run = analyze_paths(paths, workers=workers, progress=progress, rank_hook=hook, executor=executor,
-                        cache_dir=cache_dir, on_failed=on_failed)
+                        cache_dir=cache_dir, on_failed=on_failed, reader=reader)
     return run, diagnose_run(run, opts, run_rules)
 
 

@@ -13,7 +13,7 @@ from capture_helpers import FAST, ROOT, SCRIPTS, child_env, meta_of, run_aiprof
 
 from aiprof import rundir
 from aiprof.pipeline import analyze_and_diagnose
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import load_run_inputs
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("torch_available")]
 
@@ -36,7 +36,7 @@ def test_data_loading_reads_the_loaders_own_waits(tmp_path: Path) -> None:
     waits = rundir.read_waits(out / "dataloader.rank0.csv")
     assert waits is not None
     per_step = waits.by_step()
-    assert load_run_inputs(trace)["loader_waits"] == per_step
+    assert load_run_inputs(trace).loader_waits == per_step
     recorded = meta_of(out)["ranks"][0]["recorded_steps"]
     # The steady steps are the recorded ones, or all but a first one dropped as warm-up.
     candidates = {sum(per_step[s] for s in recorded[k:]) // len(recorded[k:]) for k in (0, 1)}

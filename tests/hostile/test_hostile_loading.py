@@ -28,17 +28,10 @@ from aiprof.trace.kineto.builder import MAX_NAME_CHARS, cap_name, is_capped
 from aiprof.trace.kineto.loader import load_file, read_bytes
 
 
-@pytest.fixture(autouse=True)
-def default_limits() -> object:
-    """Each test starts, and leaves, with the default limits."""
-    source.configure(source.LoadLimits())
-    yield
-    source.configure(source.LoadLimits())
-
-
-def one_line_error(path: Path) -> str:
+def one_line_error(path: Path, limits: source.LoadLimits | None = None) -> str:
+    """The one-line error of loading ``path`` under ``limits`` (an argument of the load: None, the defaults)."""
     with pytest.raises(TraceError) as info:
-        load_file(path)
+        load_file(path, limits=limits)
     text = str(info.value)
     assert "\n" not in text and info.value.exit_code == 2, text
     return text
@@ -73,24 +66,23 @@ def test_gzip_bomb_of_zeros_stops_at_the_sniff(tmp_path: Path, monkeypatch: pyte
 def test_bomb_that_passes_the_sniff_stops_at_the_ratio_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = padded_trace_bomb(tmp_path / "pad.json.gz", 24 << 20)  # ~1000x: 24 MB from ~25 kB
     limits = source.LoadLimits(ratio_floor_bytes=4 << 20)  # the default floor scaled down for a small test
-    source.configure(limits)
     counter = CountingPieces(monkeypatch)
-    text = one_line_error(path)
+    text = one_line_error(path, limits)
     assert "--max-trace-mb" in text and "x the" in text
     allowed = limits.allowed_bytes(path.stat().st_size)
     assert allowed == 4 << 20
     # Each reader that tried stopped right after the limit (the stream, then the whole-file path).
     assert counter.total <= 2 * (allowed + source.PIECE_BYTES)
-    source.configure(source.LoadLimits.with_max_mb(32))  # the flag raises it: then it loads
-    assert load_file(path).event_count == 2
+    assert load_file(path, limits=source.LoadLimits.with_max_mb(32)).event_count == 2  # the flag raises it: it loads
 
 
 def test_size_limit_applies_to_plain_files_and_the_whole_file_path(tmp_path: Path) -> None:
     path = normal_trace(tmp_path / "t.json", 2000)
-    source.configure(source.LoadLimits.with_max_mb(0.05))
-    assert "larger than" in one_line_error(path)
+    small = source.LoadLimits.with_max_mb(0.05)
+    assert "larger than" in one_line_error(path, small)
+    assert load_file(path).event_count > 2000  # the limits are the load's, not the process's: the defaults load it
     with pytest.raises(TraceError, match="larger than"):
-        read_bytes(path)  # the whole-file reader (export's salvage path too) is bounded the same way
+        read_bytes(path, small)  # the whole-file reader (export's salvage path too) is bounded the same way
 
 
 def test_limits_from_options_are_validated() -> None:
@@ -184,12 +176,11 @@ def test_long_names_are_capped_and_stay_distinct(tmp_path: Path) -> None:
 
 def test_max_events_fails_cleanly_on_both_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = many_names(tmp_path / "x.json", 5000)
-    source.configure(source.LoadLimits(max_events=1000))
-    assert "more than 1,000 events" in one_line_error(path)
+    few = source.LoadLimits(max_events=1000)
+    assert "more than 1,000 events" in one_line_error(path, few)
     monkeypatch.setattr(stream, "stream_load", lambda *a, **k: None)
-    assert "--max-events" in one_line_error(path)
-    source.configure(source.LoadLimits(max_events=5000))
-    assert load_file(path).event_count == 5000
+    assert "--max-events" in one_line_error(path, few)
+    assert load_file(path, limits=source.LoadLimits(max_events=5000)).event_count == 5000
 
 
 def test_json_nested_deeper_than_the_decoder_allows_is_one_line(tmp_path: Path) -> None:

@@ -16,13 +16,6 @@ from aiprof.trace.readers.ncu import MAX_VALUE, number, read_ncu
 NUMERIC = [i for i, name in enumerate(NCU_HEADER) if name in ("ID", "Device", "Block Size", "Grid Size") or "__" in name]
 
 
-@pytest.fixture(autouse=True)
-def default_limits() -> object:
-    source.configure(source.LoadLimits())
-    yield
-    source.configure(source.LoadLimits())
-
-
 def test_the_number_parser() -> None:
     assert number("1,000,000") == 1e6 and number(" 12.5 ") == 12.5 and number("-3") == -3
     for text in ("1e400", "-1e400", "nan", "NaN", "inf", "-Infinity", "9" * 5000, "", "n/a", "text", "1e31"):
@@ -77,14 +70,11 @@ def test_bom_marked_exports_read_as_utf8(encoding: str, bom: bool, tmp_path: Pat
 
 def test_max_events_caps_the_rows(tmp_path: Path) -> None:
     path = ncu_csv(tmp_path / "t.csv", 50)
-    source.configure(source.LoadLimits(max_events=49))
     with pytest.raises(TraceError, match="more than 49 rows"):
-        read_ncu(path)
-    source.configure(source.LoadLimits(max_events=50))
-    assert len(read_ncu(path)) == 50
-    source.configure(source.LoadLimits.with_max_mb(0.001))
+        read_ncu(path, source.LoadLimits(max_events=49))
+    assert len(read_ncu(path, source.LoadLimits(max_events=50))) == 50
     with pytest.raises(TraceError, match="--max-trace-mb"):
-        read_ncu(path)
+        read_ncu(path, source.LoadLimits.with_max_mb(0.001))
 
 
 def test_no_header_within_the_preamble(tmp_path: Path) -> None:

@@ -18,34 +18,27 @@ from trace_compare import identical
 import aiprof
 from aiprof.errors import TraceError
 from aiprof.trace import limits
-from aiprof.trace.readers import nsys
+from aiprof.trace.readers import ReaderOptions, nsys
 
 ENV = dict(os.environ, PYTHONPATH=str(Path(aiprof.__file__).resolve().parents[1]))
 NATIVE = pytest.importorskip("aiprof.trace.readers._sqlcols", reason="native reader not built")
 
 
-@pytest.fixture(autouse=True)
-def default_limits() -> object:
-    limits.configure(limits.LoadLimits())
-    yield
-    limits.configure(limits.LoadLimits())
-
-
-def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, object]:
-    """What each path gives: its traces, or its error's text."""
+def both(path: Path, monkeypatch: pytest.MonkeyPatch, bounds: limits.LoadLimits | None = None) -> tuple[object, object]:
+    """What each path gives (read under ``bounds``, the defaults when None): its traces, or its error's text."""
     out: list[object] = []
     for native in ("1", "0"):
         monkeypatch.setenv("AIPROF_NATIVE", native)
         try:
-            out.append(nsys.read_sqlite(path))
+            out.append(nsys.read_sqlite(path, ReaderOptions(limits=bounds or limits.LoadLimits())))
         except TraceError as err:
             assert "\n" not in str(err) and err.exit_code == 2
             out.append(str(err))
     return out[0], out[1]
 
 
-def same(path: Path, monkeypatch: pytest.MonkeyPatch) -> object:
-    native, python = both(path, monkeypatch)
+def same(path: Path, monkeypatch: pytest.MonkeyPatch, bounds: limits.LoadLimits | None = None) -> object:
+    native, python = both(path, monkeypatch, bounds)
     if isinstance(native, str) or isinstance(python, str):
         assert native == python
         return native
@@ -96,12 +89,9 @@ def test_the_native_scan_refuses_a_page_reached_twice(tmp_path: Path) -> None:
 
 def test_max_events_and_max_trace_mb_apply_before_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = nsys_export(tmp_path / "t.sqlite", 50)  # 50 kernels + 50 launches
-    limits.configure(limits.LoadLimits(max_events=99))
-    assert "more than 99 events" in str(same(path, monkeypatch))
-    limits.configure(limits.LoadLimits(max_events=100))
-    assert isinstance(same(path, monkeypatch), list)
-    limits.configure(limits.LoadLimits.with_max_mb(0.001))
-    assert "--max-trace-mb" in str(same(path, monkeypatch))
+    assert "more than 99 events" in str(same(path, monkeypatch, limits.LoadLimits(max_events=99)))
+    assert isinstance(same(path, monkeypatch, limits.LoadLimits(max_events=100)), list)
+    assert "--max-trace-mb" in str(same(path, monkeypatch, limits.LoadLimits.with_max_mb(0.001)))
 
 
 # Text and out-of-range values where an integer belongs: (table, column, SQL value)

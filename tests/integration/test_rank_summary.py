@@ -19,6 +19,7 @@ from aiprof.analysis import summary
 from aiprof.analysis.run import RankAnalysis, _load_and_analyze, _Loaded, analyze_paths
 from aiprof.pipeline import diagnose_hook
 from aiprof.rules.diagnosis import RankDiagnosis
+from aiprof.trace.readers import ReaderOptions
 
 KIND = summary.hook_result_type(diagnose_hook)
 
@@ -69,7 +70,7 @@ def same(a: Any, b: Any, where: str = "result") -> None:
 def test_a_summary_reads_back_equal_to_the_result(traces_dir: Path, folder: str, encoding: str,
                                                   timeline: int) -> None:
     hook = functools.partial(diagnose_hook, timeline=timeline)
-    results = _load_and_analyze((_first(traces_dir, folder), True, hook, None))
+    results = _load_and_analyze((_first(traces_dir, folder), True, hook, None, ReaderOptions()))
     a = results[0].analysis
     assert a is not None and a.diagnosis is not None and a.diagnosis.findings and a.arrivals is not None
     assert (a.diagnosis.timeline is not None) == bool(timeline)
@@ -86,7 +87,7 @@ def test_the_tables_open_with_pyarrow_alone(traces_dir: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     import pyarrow.ipc
 
-    results = _load_and_analyze((_first(traces_dir, "astra-sim/megatron_tp8"), True, diagnose_hook, None))
+    results = _load_and_analyze((_first(traces_dir, "astra-sim/megatron_tp8"), True, diagnose_hook, None, ReaderOptions()))
     a = results[0].analysis
     assert a is not None and a.arrivals is not None
     data = summary.encode(results, KIND)
@@ -113,7 +114,7 @@ def test_the_diagnosis_is_decoded_as_the_hook_declares(traces_dir: Path) -> None
     assert KIND is RankDiagnosis
     assert summary.hook_result_type(functools.partial(diagnose_hook, timeline=5)) is RankDiagnosis
     assert summary.hook_result_type(None) is None
-    results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None))
+    results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None, ReaderOptions()))
     assert summary.encode(results) is None
     data = summary.encode(results, KIND)
     assert data is not None
@@ -131,7 +132,7 @@ def test_every_field_is_carried() -> None:
 
 
 def test_a_result_it_cannot_carry_exactly_is_not_encoded(traces_dir: Path) -> None:
-    results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None))
+    results = _load_and_analyze((_first(traces_dir, "param/dlrm_8rank"), True, diagnose_hook, None, ReaderOptions()))
     a = results[0].analysis
     assert a is not None and summary.encode(results, KIND) is not None
     kernels = a.sections["kernels"]

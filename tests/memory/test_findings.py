@@ -9,7 +9,7 @@ from snapshots import block, entry, segment, snapshot
 
 from aiprof.memory import analyze_memory, load_memory
 from aiprof.memory.report import AllocatorStats, MemoryReport
-from aiprof.rules.memory_findings import memory_findings
+from aiprof.rules.registry import memory_findings
 
 MiB = 1 << 20
 
@@ -43,6 +43,27 @@ def test_capacity_findings(tmp_path: Path) -> None:
     plain = _ids(_report(tmp_path, 600 * MiB, 50 * MiB, capacity=1000 * MiB))
     assert "mem_near_capacity" not in plain and "mem_underused" not in plain
     assert not {"mem_near_capacity", "mem_underused"} & set(_ids(_report(tmp_path, 100 * MiB, 50 * MiB)))
+
+
+def test_the_memory_thresholds_are_rule_options(tmp_path: Path) -> None:
+    """``--rule-option mem_…=`` reaches the memory rules, in ``aiprof memory`` as in the library call."""
+    from aiprof.cli import main
+    from aiprof.rules.options import RuleOptions
+
+    report = _report(tmp_path, 600 * MiB, 50 * MiB, capacity=1000 * MiB)  # 65 % of the device reserved at the peak
+    assert not {"mem_near_capacity", "mem_underused"} & set(_ids(report))
+    near = RuleOptions.from_assignments(["mem_near_capacity_fraction=0.6"])
+    assert "mem_near_capacity" in [f.id for f in memory_findings(report, near)]
+    roomy = RuleOptions.from_assignments(["mem_underused_fraction=0.9"])
+    assert "mem_underused" in [f.id for f in memory_findings(report, roomy)]
+    out = tmp_path / "m.json"
+    gib = f"{1000 / 1024:.10f}"
+    base = ["memory", str(tmp_path / "s.pickle"), "--device-memory-gib", gib, "-o"]
+    assert main([*base, str(out), "--rule-option", "mem_near_capacity_fraction=0.6"]) == 0
+    assert '"mem_near_capacity"' in out.read_text()
+    assert main([*base, str(out), "--force"]) == 0
+    assert '"mem_near_capacity"' not in out.read_text()
+    assert main([*base, str(out), "--force", "--rule-option", "mem_near_capacity_fraction=2"]) == 2  # one-line error
 
 
 def test_retries_and_non_pytorch_memory_from_captured_stats(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 from aiprof.memory import analyze_memory, load_memory
 from aiprof.memory.model import MemoryInputError
 from aiprof.memory.report import MemoryReport
-from aiprof.rules.memory_findings import memory_findings
+from aiprof.rules.registry import memory_findings
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

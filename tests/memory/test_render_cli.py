@@ -111,7 +111,7 @@ def _cpu_trace(path: Path, carried: int) -> Path:
 
 
 def test_reports_label_totals_per_step_and_what_bytes_are_freed(tmp_path: Path) -> None:
-    from aiprof.rules.memory_findings import memory_findings
+    from aiprof.rules.registry import memory_findings
 
     report = analyze_memory(load_memory(_cpu_trace(tmp_path / "t.json", carried=3 << 20)))
     (dev,) = report.devices

@@ -142,13 +142,13 @@ def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> N
     # note that saves nothing; a leak first whatever its bytes (checkpointing cannot free it), then the
     # largest saving in bytes
     from aiprof.pipeline import memory_last
-    from aiprof.rules.memory_findings import _finding
+    from aiprof.rules.memory_findings import finding
     from aiprof.rules.registry import rank_findings
 
     mem = report.ranks[0].memory
     assert isinstance(mem, MemoryReport)
-    small = _finding("mem_leak", "grows", mem.devices[0], MiB, {}, "fix", "formula", severity="medium")
-    big = _finding("mem_activation_dominant", "acts", mem.devices[0], 10 * MiB, {}, "fix", "formula")
+    small = finding("mem_leak", "grows", mem.devices[0], MiB, {}, "fix", "formula", severity="medium")
+    big = finding("mem_activation_dominant", "acts", mem.devices[0], 10 * MiB, {}, "fix", "formula")
     time = Finding(id="host_bound", title="host", severity="low", est_saving_ns_per_step=1000, share_of_step=0.01,
                    saving_kind="estimate", saving_formula="", confidence="low", evidence={}, fix="fix")
     note = Finding(id="cold_start", title="cold", severity="info", est_saving_ns_per_step=0, share_of_step=0.0,
@@ -156,7 +156,7 @@ def test_memory_findings_rank_after_findings_that_save_time(tmp_path: Path) -> N
     for order in ([small, big, note, time], [time, note, big, small]):
         ranked = [f.id for f in memory_last(rank_findings(order))]
         assert ranked == ["host_bound", "cold_start", "mem_leak", "mem_activation_dominant"]
-    bigger = _finding("mem_optimizer_dominant", "opt", mem.devices[0], 20 * MiB, {}, "fix", "formula")
+    bigger = finding("mem_optimizer_dominant", "opt", mem.devices[0], 20 * MiB, {}, "fix", "formula")
     assert [f.id for f in memory_last([big, bigger])] == ["mem_optimizer_dominant", "mem_activation_dominant"]
 
 

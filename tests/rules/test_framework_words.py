@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,10 +16,10 @@ from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.framework import (ACCELERATE, FIX_KINDS, FRAMEWORK_FIXES, LIGHTNING, TRANSFORMERS, framework_words,
                                     run_framework, trace_framework)
-from aiprof.rules.machine import MachineFacts
+from aiprof.rules.views.machine import MachineFacts
 from aiprof.rules.registry import DEFAULT_RANK_RULES
 from aiprof.rules.spec import spec_of
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import RunInputs, load_run_inputs
 from aiprof.trace import Trace
 from kineto_builder import TraceBuilder
 
@@ -45,10 +44,10 @@ def _loader_bound(marker: str | None) -> TraceBuilder:
     return b
 
 
-def _findings(path: Path, extras: dict[str, Any] | None = None) -> dict[str, Finding]:
+def _findings(path: Path, extras: RunInputs | None = None) -> dict[str, Finding]:
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, extras=extras)
+    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, inputs=extras)
     assert notes == []
     return {f.id: f for f in found}
 

@@ -13,7 +13,7 @@ from aiprof.analysis.kernels import MATH_FP32, MATH_TENSOR_CORE, MATH_UNKNOWN, e
 from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.context import RankContext
-from aiprof.rules.gpu_kernels import matrix_units, precision_fix, removable_ns
+from aiprof.rules.views.kernels import matrix_units, precision_fix, removable_ns
 from aiprof.trace import Trace
 from kineto_builder import TraceBuilder
 
@@ -148,7 +148,7 @@ def test_precision_advice_follows_the_device(tmp_path: Path, name: str, cc: tupl
 
 
 def test_precision_fix_text_per_unit_set() -> None:
-    from aiprof.rules.gpu_kernels import MatrixUnits
+    from aiprof.rules.views.kernels import MatrixUnits
 
     volta = precision_fix(MatrixUnits("nvidia", 7.0, True, False, False, False), conv=True, fp64=True)
     assert "torch.float16" in volta and "bfloat16" not in volta and "channels_last" in volta and "FP64" in volta

@@ -14,7 +14,7 @@ import pytest
 import aiprof
 from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_RANK_RULES, RankRule, diagnose_rank, rank_findings
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import load_run_inputs
 from aiprof.trace import Trace
 from test_corpus import CASES
 
@@ -53,7 +53,7 @@ def _diagnoses(path: Path) -> list[tuple[str, str]]:
         extras = load_run_inputs(trace.path)
         results = []
         for order in _orders():
-            findings, notes = diagnose_rank(trace, analysis, rules=order, extras=extras)
+            findings, notes = diagnose_rank(trace, analysis, rules=order, inputs=extras)
             results.append((json.dumps([f.to_dict() for f in rank_findings(findings)], sort_keys=True, default=str),
                             json.dumps(sorted(notes))))
         out.extend(results)

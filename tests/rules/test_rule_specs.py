@@ -46,13 +46,16 @@ def test_every_registered_rule_has_a_spec() -> None:
         assert spec.name == rule.__name__ and spec is spec_of(rule)
     assert [spec_of(r).scope for r in registry.DEFAULT_RANK_RULES] == ["rank"] * len(registry.DEFAULT_RANK_RULES)
     assert [spec_of(r).scope for r in registry.DEFAULT_RUN_RULES] == ["run"] * len(registry.DEFAULT_RUN_RULES)
-    assert len(registry.DEFAULT_RANK_RULES) + len(registry.DEFAULT_RUN_RULES) == len(RULES) == len(registry.RULE_SPECS)
+    assert [spec_of(r).scope for r in registry.DEFAULT_MEMORY_RULES] == ["memory"] * len(registry.DEFAULT_MEMORY_RULES)
+    assert len(registry.DEFAULT_RANK_RULES) + len(registry.DEFAULT_RUN_RULES) + len(registry.DEFAULT_MEMORY_RULES) == len(
+        RULES) == len(registry.RULE_SPECS)
     ids = [i for r in RULES for i in spec_of(r).ids]
     assert len(ids) == len(set(ids)), "two rules declare the same id"
 
 
 def test_declared_ids_and_documented_ids_are_the_same() -> None:
-    documented = set(re.findall(r"^## ([a-z][a-z0-9_]*)\s*$", DOCS.read_text(encoding="utf-8"), flags=re.M))
+    # a rule's entry is a "## id" heading (the memory family's: "### id" under "## Memory")
+    documented = set(re.findall(r"^###? ([a-z][a-z0-9_]*)\s*$", DOCS.read_text(encoding="utf-8"), flags=re.M))
     declared = {i for r in RULES for i in spec_of(r).ids}
     assert declared - documented == set(), "declared ids without an entry in docs/findings.md"
     assert documented - declared == set(), "docs/findings.md entries that no rule declares"
@@ -79,6 +82,18 @@ def test_declared_rules_stay_picklable_functions() -> None:
     the module-level function itself."""
     assert pickle.loads(pickle.dumps(idle.sync)) is idle.sync
     assert inspect.isfunction(idle.sync)
+
+
+def test_the_memory_rules_are_declared_in_the_registry() -> None:
+    """The 8 memory rules are in the one registry, each saving bytes (their options reaching them:
+    tests/memory/test_findings.py)."""
+    names = [spec_of(r).name for r in registry.DEFAULT_MEMORY_RULES]
+    assert names == ["mem_oom", "mem_near_capacity", "mem_fragmentation", "mem_activation_dominant",
+                     "mem_optimizer_dominant", "mem_leak", "mem_non_pytorch", "mem_underused"]
+    assert {spec_of(r).saving for r in registry.DEFAULT_MEMORY_RULES} == {Saving.BYTES}
+    assert all(spec_of(r).needs == ("memory",) for r in registry.DEFAULT_MEMORY_RULES)
+    with pytest.raises(ValueError, match="save bytes"):
+        rank_rule(saving=Saving.BYTES)(lambda ctx: [])
 
 
 def test_a_plain_function_is_still_a_rule(tmp_path: Path) -> None:

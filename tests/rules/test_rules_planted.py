@@ -180,7 +180,7 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
     other processes held a sizeable part of the cores (this machine is shared), when the run must say the
     timings are perturbed instead of blaming the CPUs; a loader that only waits (sleep, like slow storage)
     does not saturate them. Either way the advice fits a CPU-only run on this host."""
-    from aiprof.rules.telemetry import load_run_inputs
+    from aiprof.rules.context import load_run_inputs
 
     run_dir = _capture("cpu_loading", tmp_path / "cpu")
     _, findings = analyze_and_diagnose([run_dir], workers=1, options=options)
@@ -191,7 +191,7 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
         assert "cpu_saturation" not in ids, _summary(findings)
     else:
         sat = next((f for f in findings if f["id"] == "cpu_saturation"), None)
-        table = load_run_inputs(next(run_dir.glob("*.pt.trace.json*")))["telemetry"]
+        table = load_run_inputs(next(run_dir.glob("*.pt.trace.json*"))).telemetry
         seen = {k: [round(v) for v in table[k]] for k in ("cpu_pct", "proc_cpu_pct")}
         assert sat is not None, (_summary(findings), seen)
         assert sat["est_saving_ns_per_step"] == 0 and sat["severity"] == "low"
@@ -203,7 +203,7 @@ def test_cpu_saturation_from_real_telemetry(tmp_path: Path, options: RuleOptions
     quiet_dir = _capture("data_loading", tmp_path / "sleep")
     _, findings = analyze_and_diagnose([quiet_dir], workers=1, options=options)
     findings = [f.to_dict() for f in findings]  # as the JSON report holds them
-    telemetry = load_run_inputs(next(quiet_dir.glob("*.pt.trace.json*")))["telemetry"]
+    telemetry = load_run_inputs(next(quiet_dir.glob("*.pt.trace.json*"))).telemetry
     busy = sum(1 for v in telemetry["cpu_pct"] if v >= 90) / len(telemetry["cpu_pct"])
     if busy < 0.5:  # the machine itself was not saturated: nothing can blame the CPUs
         assert "cpu_saturation" not in [f["id"] for f in findings]

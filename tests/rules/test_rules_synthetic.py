@@ -17,7 +17,7 @@ from aiprof.analysis.run import analyze_trace
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.finding import FindingRecord
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import RunInputs, load_run_inputs
 from aiprof.trace import Trace
 from kineto_builder import TraceBuilder
 
@@ -25,11 +25,11 @@ US = 1000
 STEP_US = 1000
 
 
-def _findings(b: TraceBuilder, tmp_path: Path, name: str = "t.json", extras: dict[str, Any] | None = None) -> dict[str, Finding]:
+def _findings(b: TraceBuilder, tmp_path: Path, name: str = "t.json", extras: RunInputs | None = None) -> dict[str, Finding]:
     path = b.write(tmp_path / name)
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, extras=extras)
+    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, inputs=extras)
     assert notes == []
     return {f.id: f for f in found}
 
@@ -253,10 +253,10 @@ def test_telemetry_rules(tmp_path: Path, cpu: float, read_per_sample: float, exp
              "disk_read_bytes": k * read_per_sample, "proc_cpu_pct": cpu * 2} for k in range(45)]
     path = _run_dir(tmp_path, b, rows)
     extras = load_run_inputs(path)
-    assert extras["telemetry"]["cpu_pct"][0] == cpu
+    assert extras.telemetry is not None and extras.telemetry["cpu_pct"][0] == cpu
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    found, _ = diagnose_rank(trace, analyze_trace(trace), extras=extras)
+    found, _ = diagnose_rank(trace, analyze_trace(trace), inputs=extras)
     ids = {f.id for f in found}
     assert "data_loading" in ids
     assert ids & {"cpu_saturation", "io_bound"} == expect

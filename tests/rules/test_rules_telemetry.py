@@ -19,9 +19,9 @@ from aiprof.analysis.run import analyze_trace
 from aiprof.rules import DEFAULT_OPTIONS, Finding, diagnose_rank
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import FindingRecord, capped_severity
-from aiprof.rules.machine import MachineFacts, machine_facts
+from aiprof.rules.views.machine import MachineFacts, machine_facts
 from aiprof.rules.registry import rank_findings
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import load_run_inputs
 from aiprof.trace import Trace
 from kineto_builder import TraceBuilder
 
@@ -99,7 +99,7 @@ def _rows(b: TraceBuilder, machine: float, tree: float | None, count: int, every
 def _diagnose(path: Path) -> dict[str, Finding]:
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, extras=load_run_inputs(path))
+    found, notes = diagnose_rank(trace, analyze_trace(trace), DEFAULT_OPTIONS, inputs=load_run_inputs(path))
     assert not [n for n in notes if "failed" in n], notes
     return {f.id: f for f in found}
 
@@ -199,7 +199,7 @@ def _facts(tmp_path: Path, build: Callable[[TraceBuilder], None], meta: dict[str
     path = _write(tmp_path, b, meta=meta, rows=_rows(b, 50.0, 50.0, 12) if rows else None)
     trace = aiprof.load(path)
     assert isinstance(trace, Trace)
-    return machine_facts(RankContext(trace, analyze_trace(trace), DEFAULT_OPTIONS, RunInputs.from_mapping(load_run_inputs(path))))
+    return machine_facts(RankContext(trace, analyze_trace(trace), DEFAULT_OPTIONS, load_run_inputs(path)))
 
 
 def test_machine_facts_come_from_the_run_directory(tmp_path: Path) -> None:
@@ -245,6 +245,6 @@ def test_run_inputs_read_meta_without_telemetry(tmp_path: Path) -> None:
     b = TraceBuilder()
     _gpu_loader_steps(b, n=3)
     path = _write(tmp_path, b, meta=META_2, rows=None)
-    assert load_run_inputs(path) == {"run_meta": META_2}
+    assert load_run_inputs(path) == RunInputs(meta=META_2)
     (tmp_path / "run" / "meta.json").write_text("{cut mid-wri")
-    assert load_run_inputs(path) == {}
+    assert load_run_inputs(path) == RunInputs()

@@ -18,7 +18,7 @@ import pytest
 
 from aiprof import rundir
 from aiprof.report.runcontext import run_context
-from aiprof.rules.telemetry import load_run_inputs
+from aiprof.rules.context import RunInputs, load_run_inputs
 
 OWN = {"format": "aiprof-run", "format_version": 1, "mode": "run", "status": "complete", "host": {"cores_logical": 2}}
 
@@ -46,7 +46,7 @@ def test_own_run_is_found_by_every_reader(tmp_path: Path) -> None:
     trace = _run(tmp_path, OWN)
     found = rundir.owner_of(trace)
     assert found is not None and found.path == trace.parent and found.meta.host == {"cores_logical": 2}
-    assert load_run_inputs(trace)["run_meta"] == OWN
+    assert load_run_inputs(trace).meta == OWN
     ctx = run_context(rundir.find_run_dir([trace]))
     assert set(ctx) == {"run_metadata", "telemetry"} and ctx["run_metadata"] == OWN
     # A trace one folder down (a rank's subfolder) belongs to the run above it.
@@ -70,7 +70,7 @@ def test_foreign_or_bad_meta_is_ignored_with_a_note(tmp_path: Path, meta: Any, w
     trace = _run(tmp_path, meta)
     notes: list[str] = []
     assert rundir.owner_of(trace, notes) is None and why in notes[0]
-    assert load_run_inputs(trace) == {}
+    assert load_run_inputs(trace) == RunInputs()
     doc_notes: list[str] = []
     assert rundir.find_run_dir([trace], doc_notes) is None  # not even the telemetry of a folder that is not a run
     assert len(doc_notes) == 1 and why in doc_notes[0] and "hf_leak" not in doc_notes[0]
@@ -127,7 +127,7 @@ def test_waits_roundtrip_and_which_process_wrote_them(tmp_path: Path) -> None:
     assert found.waits_path(run / "rank0-pid9.pt.trace.json.gz") == run / "dataloader.rank0-pid9.csv"
     waits = rundir.read_waits(run / "dataloader.rank0.csv")
     assert waits is not None and waits.by_step() == {-1: 5, 0: 40, 1: 60} and waits.batches == (1, 1, 2)
-    assert load_run_inputs(trace)["loader_waits"] == {-1: 5, 0: 40, 1: 60}
+    assert load_run_inputs(trace).loader_waits == {-1: 5, 0: 40, 1: 60}
     assert rundir.read_waits(run / "telemetry.csv") is None
 
 

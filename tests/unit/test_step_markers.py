@@ -11,7 +11,7 @@ import aiprof
 from aiprof.analysis.run import analyze_trace
 from aiprof.analysis.steps import step_source, step_windows
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, account
-from aiprof.rules.coldstart import one_time_costs
+from aiprof.rules.views.one_time import one_time_costs
 from aiprof.rules.context import RankContext
 from aiprof.rules.options import DEFAULT_OPTIONS
 from aiprof.trace.model import Trace

@@ -32,7 +32,7 @@ from aiprof.analysis.graphs import GraphRole, attach_capture, graph_role, pair_r
 from aiprof.rundir import RunContext, RunDir
 from aiprof.trace.cycles import Identity, cycle_groups, describe, identity, merge_cycles
 from aiprof.trace.model import DeviceInfo, RunSet, Trace
-from aiprof.trace.readers import load_ranks, program_of
+from aiprof.trace.readers import ReaderOptions, load_ranks, program_of
 from aiprof.trace.executors import Watch
 from aiprof.trace.runset import ProgressCallback, assign_ranks, check_one_program, find_trace_files, map_files
 
@@ -363,15 +363,16 @@ def _failed(path: Path, error: str, stage: Stage) -> _Loaded:
     return _Loaded(path, {}, 0, "file order", None, error, [], stage=stage)
 
 
-Job = tuple[Path, bool, RankHook | None, RunDir | None]  # trace file, tolerate a bad one, hook, run directory
+# trace file, tolerate a bad one, hook, run directory, what the reader is told
+Job = tuple[Path, bool, RankHook | None, RunDir | None, ReaderOptions]
 
 
 def _load_and_analyze(args: Job) -> list[_Loaded]:
     """Load one file and analyse each rank it holds. In a folder (``tolerate``) a file that is no trace, or
     a rank whose analysis raises, is a failed rank (its error), not the end of the run."""
-    path, tolerate, hook, run_dir = args
+    path, tolerate, hook, run_dir, reader = args
     try:
-        traces = load_ranks(path)  # one per rank the file holds (an nsys report of an MPI job: several)
+        traces = load_ranks(path, reader)  # one per rank the file holds (an nsys report of an MPI job: several)
     except TraceError as err:
         if tolerate:
             return [_failed(path, str(err), "read")]
@@ -411,6 +412,7 @@ def analyze_paths(
     executor: Executor | None = None,
     cache_dir: Path | None = None,
     on_failed: FailureCallback | None = None,
+    reader: ReaderOptions | None = None,
 ) -> RunAnalysis:
     """Load and analyse every trace behind ``paths``; ranks are analysed in parallel processes.
 
@@ -420,13 +422,15 @@ def analyze_paths(
     (:mod:`aiprof.trace.executors`; None: this machine's process pool). With ``cache_dir``, each file's
     result is looked up in and stored to the rank cache there (:mod:`aiprof.analysis.rankcache`). In a folder, a
     file that fails (:mod:`aiprof.analysis.failures`) is skipped with a warning, told to ``on_failed`` as soon as
-    it is known (the progress bar's failed count) and listed in ``RunAnalysis.failed``."""
+    it is known (the progress bar's failed count) and listed in ``RunAnalysis.failed``. ``reader``: what every
+    read is told (the step range, the load limits; None: the defaults), carried with each file's job."""
+    reader = reader or ReaderOptions()
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
     files = [(found, Path(raw).is_dir()) for raw in paths for found in find_trace_files(Path(raw))]
     context = RunContext.find(found for found, _ in files)  # each folder's meta.json read once, here
-    jobs: list[Job] = [(found, tolerate, rank_hook, context.of(found)) for found, tolerate in files]
-    cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs])
+    jobs: list[Job] = [(found, tolerate, rank_hook, context.of(found), reader) for found, tolerate in files]
+    cache = _rank_cache(cache_dir, rank_hook, [job[0] for job in jobs], reader)
 
     watch: Watch[Job, list[_Loaded]] = Watch(
         progress=progress, failed=_first_error, on_failed=on_failed,
@@ -439,7 +443,7 @@ def analyze_paths(
     results = [r for rs in done for r in rs]
     loaded = [r for r in results if r.analysis is not None]
     check_one_program(loaded)
-    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor, context)
+    loaded = _cycles_as_one_rank(loaded, rank_hook, workers, progress, executor, context, reader)
     skipped = [f"skipped: {r.error}" for r in results if r.error]
     if not loaded:
         raise NoTracesError(f"{paths[0]}: none of the {len(jobs)} JSON file(s) is a readable trace")
@@ -464,16 +468,14 @@ def _first_error(results: list[_Loaded]) -> str | None:
     return next((r.error for r in results if r.error), None)
 
 
-def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path]) -> RankCache | None:
-    """The rank cache for this analysis: keyed by aiprof's code, the hook and its options, and the reader
-    settings in force (they change what a file's result is)."""
+def _rank_cache(folder: Path | None, hook: RankHook | None, traces: list[Path], reader: ReaderOptions) -> RankCache | None:
+    """The rank cache for this analysis: keyed by aiprof's code, the hook and its options, and what the
+    readers are told (it changes what a file's result is)."""
     if folder is None:
         return None
     from aiprof.analysis import summary
-    from aiprof.trace import readers
-    from aiprof.trace.readers.kineto import load_limits
 
-    context = "\0".join((code_fingerprint(), describe_fn(hook), repr(readers.DEFAULT_OPTIONS[0]), repr(load_limits())))
+    context = "\0".join((code_fingerprint(), describe_fn(hook), repr(reader)))
     kind = summary.hook_result_type(hook)
     return RankCache(folder, context, traces, encode=functools.partial(summary.encode, diagnosis=kind),
                      decode=functools.partial(summary.decode, diagnosis=kind))
@@ -489,6 +491,7 @@ def _cycles_as_one_rank(
     progress: ProgressCallback | None,
     executor: Executor | None = None,
     context: RunContext | None = None,
+    reader: ReaderOptions | None = None,
 ) -> list[_Loaded]:
     """``loaded`` with each set of cycles of one process replaced by one rank analysed over the merged
     cycles (loaded again, together, in a worker), and each graph capture that pairs with a replay
@@ -509,7 +512,8 @@ def _cycles_as_one_rank(
     if not groups:
         return loaded
     jobs = [(loaded[g[0]].path, tuple(loaded[i].path for i in g), tuple(_idents_of(idents, g)),
-             _capture_of(loaded, pairs, g), hook, context.of(loaded[g[0]].path) if context is not None else None)
+             _capture_of(loaded, pairs, g), hook, context.of(loaded[g[0]].path) if context is not None else None,
+             reader or ReaderOptions())
             for g in groups]
     merged = map_files(_load_cycles_and_analyze, jobs, workers, progress, executor)
     redone = {i for g in groups for i in g} | captures
@@ -529,19 +533,19 @@ def _idents_of(idents: list[Identity | None], group: list[int]) -> list[Identity
 
 def _load_cycles_and_analyze(
     args: tuple[Path, tuple[Path, ...], tuple[Identity, ...], tuple[Path, Identity] | None, RankHook | None,
-                RunDir | None],
+                RunDir | None, ReaderOptions],
 ) -> _Loaded:
     """Load the cycle files, merge them (in time order), attach the graph capture when one pairs with
     them, and analyse them as one rank."""
-    _, paths, idents, capture, hook, run_dir = args
-    traces = [_load_rank(path, ident) for path, ident in zip(paths, idents)]
+    _, paths, idents, capture, hook, run_dir, reader = args
+    traces = [_load_rank(path, ident, reader) for path, ident in zip(paths, idents)]
     note = describe(traces, idents[0].pid) if len(traces) > 1 else None
     trace = merge_cycles(traces)
     del traces
     if note is not None:
         trace.warnings.append(note)
     if capture is not None:
-        attach_capture(trace, _load_rank(*capture))
+        attach_capture(trace, _load_rank(*capture, reader))
     assign_ranks([trace])
     analysis = analyze_trace(trace, hook=hook, fork=True, run_dir=run_dir)
     out = _Loaded(trace.path, dict(trace.distributed), 0, "file order", analysis, None, list(trace.warnings),
@@ -550,7 +554,7 @@ def _load_cycles_and_analyze(
     return out
 
 
-def _load_rank(path: Path, ident: Identity) -> Trace:
+def _load_rank(path: Path, ident: Identity, reader: ReaderOptions) -> Trace:
     """The rank of ``path`` whose identity is ``ident`` (the file's first rank when none matches)."""
-    found = load_ranks(path)
+    found = load_ranks(path, reader)
     return next((t for t in found if identity(t) == ident), found[0])

@@ -46,13 +46,13 @@ IDLE_CAUSES = ("data_loading", "host", "sync", "launch", "collective_wait", "unk
 
 # Calls that block the host until device work finishes: every *Synchronize (runtime, driver, HIP), and
 # the implicitly synchronising blocking copies and frees.
-_SYNC_CALL = re.compile(
+SYNC_CALL = re.compile(
     r"(Synchronize|^cudaMemcpy$|^cudaMemcpy2D$|^cudaMemcpyFromSymbol$|^cudaMemcpyToSymbol$|^cudaFree$"
     r"|^cudaFreeHost$|^hipMemcpy$|^hipFree$|^hipFreeHost$|^cuMemFree)"
 )
 # Host-side collectives and waits: c10d ops, functional collectives (and their wait_tensor), the backends'
 # own ranges (gloo:all_reduce on a gloo worker thread, nccl:*, mpi:*, ucc:*), symmetric memory.
-_COLLECTIVE_OP = re.compile(
+COLLECTIVE_OP = re.compile(
     r"^(c10d::|c10d_functional::|_c10d_functional::|aten::wait|gloo:|nccl:|rccl:|hccl:|mpi:|ucc:|symm_mem::"
     r"|record_param_comms|ProcessGroup|torch.distributed|wait_tensor)"
 )
@@ -238,7 +238,7 @@ def _idle_cause_sets(
     ann = np.flatnonzero((c.kind == int(Kind.USER_ANNOTATION)) & np.isin(c.pid, procs))
     data_loading = _span_set(trace, ann[trace.name_matches(ann, _DATALOADER.pattern)])
     sync = _sync_set(trace, host_rows, launch)
-    collective = _span_set(trace, host_rows[trace.name_matches(host_rows, _COLLECTIVE_OP.pattern)])
+    collective = _span_set(trace, host_rows[trace.name_matches(host_rows, COLLECTIVE_OP.pattern)])
     steps = _span_set(trace, host_rows[trace.name_matches(host_rows, _STEP.pattern)])
     host = iv.union(_span_set(trace, host_rows), steps)
     runtime = host_rows[np.isin(c.kind[host_rows], [int(Kind.RUNTIME), int(Kind.DRIVER)])]
@@ -302,7 +302,7 @@ def _sync_set(trace: Trace, host_rows: I64, launch: I64) -> iv.IntervalSet:
     """Time inside synchronising calls, plus the time from their return to the thread's next launch."""
     c = trace.columns
     runtime = host_rows[np.isin(c.kind[host_rows], [int(Kind.RUNTIME), int(Kind.DRIVER)])]
-    syncs = runtime[trace.name_matches(runtime, _SYNC_CALL.pattern)]
+    syncs = runtime[trace.name_matches(runtime, SYNC_CALL.pattern)]
     if syncs.size == 0:
         return iv.EMPTY
     sync_end = c.ts[syncs] + c.dur[syncs]
@@ -401,7 +401,7 @@ def collective_rows(trace: Trace) -> I64:
     own ranges such as ``gloo:all_reduce``, ``record_param_comms``, waits): its ``communication`` bucket."""
     c = trace.columns
     rows = np.concatenate((np.flatnonzero(c.kind == int(Kind.CPU_OP)), np.flatnonzero(c.kind == int(Kind.USER_ANNOTATION))))
-    return rows[trace.name_matches(rows, _COLLECTIVE_OP.pattern)]
+    return rows[trace.name_matches(rows, COLLECTIVE_OP.pattern)]
 
 
 def _compute_per_thread(trace: Trace, ops: I64, coll_rows: I64) -> iv.IntervalSet:

@@ -133,18 +133,17 @@ class AnalyzeCommand:
         from aiprof import app
 
         fmt = app.output_format(args.output, args.format)
-        if args.step_range:  # set before any worker forks, so every reader sees it
-            app.set_step_range(args.step_range)
+        reader = app.reader_options(args.step_range, args.max_trace_mb, args.max_events)  # carried to every read
         output.check([args.output], [*args.paths, args.ncu], args.force)
         rules = numbers.rule_options(args.rule_option)
         said: list[str] = []  # said once the progress bar is gone
-        app.set_load_limits(args.max_trace_mb, args.max_events)
         try:
             with _DelayedProgress(enabled=sys.stderr.isatty()) as progress:
                 options = app.AnalyzeOptions(workers=args.jobs, ranks=tuple(args.rank or ()), rules=rules,
                                              progress=progress.update, on_warning=said.append,
                                              memory=args.memory, ncu=args.ncu, executor=args.executor,
-                                             cache_dir=_cache_dir(args.cache), on_failed=progress.failed)
+                                             cache_dir=_cache_dir(args.cache), on_failed=progress.failed,
+                                             reader=reader)
                 if fmt == "html":  # the interactive timeline's events are gathered only for an HTML report
                     report, timeline = app.analyze_with_timeline(args.paths, options)
                 else:

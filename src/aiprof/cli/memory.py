@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aiprof.cli import args as numbers
 from aiprof.cli import output
 from aiprof.errors import AiprofError
 
@@ -22,6 +23,9 @@ class MemoryCommand:
         output.add_force(parser)
         parser.add_argument("--device-memory-gib", type=float, default=None,
                             help="device memory in GiB, when the input does not say (enables capacity findings)")
+        parser.add_argument("--rule-option", action="append", default=[], metavar="NAME=VALUE",
+                            help="change a memory rule's threshold, e.g. mem_near_capacity_fraction=0.8 (repeatable; "
+                                 "see docs/findings.md)")
 
     def run(self, args: argparse.Namespace) -> int:
         from aiprof import app
@@ -30,10 +34,11 @@ class MemoryCommand:
         if gib is not None and not (0 < gib < 1 << 20):
             raise AiprofError(f"--device-memory-gib must be a positive number of GiB, not {gib}")
         fmt = args.format or _format_of(args.output)
+        rules = numbers.rule_options(args.rule_option)
         output.check([args.output], [args.path], args.force)
         options = app.MemoryOptions(device_memory_bytes=int(gib * (1 << 30)) if gib else None)
         report = app.memory(args.path, options)
-        app.write(report, args.output, fmt, what="memory report")
+        app.write(report, args.output, fmt, app.RenderOptions(rules=rules), what="memory report")
         if args.output is not None:
             output.wrote(f"the {fmt} memory report", args.output)
         return 0

@@ -9,21 +9,22 @@ import re
 from pathlib import Path
 
 from aiprof.memory.model import MemoryData, MemoryInputError
+from aiprof.trace.limits import LoadLimits
 
 PICKLE_SUFFIXES = (".pickle", ".pkl", ".pickle.gz")
 STATS_FILE = "memory_stats.jsonl"
 
 
-def _read(path: Path) -> tuple[bytes, list[str]]:
+def _read(path: Path, limits: LoadLimits | None = None) -> tuple[bytes, list[str]]:
     """The file's bytes, gunzipped: a pickle as it is (bounded like a trace's text), JSON through the
     trace reader's sniffing and size-bounded source."""
     from aiprof.trace.kineto.loader import read_bytes
 
     try:
-        pickled = _read_pickle(path)
+        pickled = _read_pickle(path, limits)
         if pickled is not None:
             return pickled, []
-        return read_bytes(path)
+        return read_bytes(path, limits)
     except MemoryInputError:
         raise
     except Exception as err:  # TraceError from the shared reader: re-raise as ours, one line
@@ -38,18 +39,16 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-def _read_pickle(path: Path) -> bytes | None:
+def _read_pickle(path: Path, limits: LoadLimits | None = None) -> bytes | None:
     """A pickle's bytes (protocol 2+ starts with PROTO 0x80; gzip-compressed ones too), or None when the
     file is not one. Decompression stops past the trace size limit (``trace.kineto.source``), like a trace's."""
     import zlib
-
-    from aiprof.trace.kineto.source import current
 
     with open(path, "rb") as fh:
         head = fh.read(2)
         if head != b"\x1f\x8b":
             return head + fh.read() if head[:1] == b"\x80" else None
-        allowed = current().max_bytes
+        allowed = (limits or LoadLimits()).max_bytes
         inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         first = inflate.decompress(head + fh.read(1 << 16), 1 << 16)
         if first[:1] != b"\x80":
@@ -71,17 +70,18 @@ def _read_pickle(path: Path) -> bytes | None:
         return b"".join(parts)
 
 
-def load_memory(path: Path) -> MemoryData:
-    """Read the memory input at ``path`` (a file, or a run directory: its snapshot, else its traces)."""
+def load_memory(path: Path, limits: LoadLimits | None = None) -> MemoryData:
+    """Read the memory input at ``path`` (a file, or a run directory: its snapshot, else its traces), within
+    the trace load ``limits`` (None: the defaults)."""
     if path.is_dir():
-        return _load_dir(path)
+        return _load_dir(path, limits)
     if not path.exists():
         raise MemoryInputError(f"{path}: no such file or folder; check the path")
     if _head(path) == b"\x80":  # an uncompressed pickle
         from aiprof.memory.snapshot import read_snapshot
 
         return read_snapshot(path)  # read (or streamed) there: a large snapshot is never held twice
-    data, notes = _read(path)
+    data, notes = _read(path, limits)
     stripped = data.lstrip()[:1]
     if data[:1] == b"\x80" or path.name.endswith(PICKLE_SUFFIXES):
         from aiprof.memory.snapshot import read_snapshot
@@ -103,7 +103,7 @@ def load_memory(path: Path) -> MemoryData:
     return result
 
 
-def _load_dir(folder: Path) -> MemoryData:
+def _load_dir(folder: Path, limits: LoadLimits | None = None) -> MemoryData:
     mem = folder / "memory"
     candidates = sorted(mem.glob("*.pickle")) if mem.is_dir() else []
     candidates += sorted(folder.glob("*.pickle"))
@@ -120,7 +120,7 @@ def _load_dir(folder: Path) -> MemoryData:
             f"{folder}: no memory snapshot (*.pickle) or trace (*trace*.json[.gz]) in this folder; record with "
             "aiprof run --memory"
         )
-    data = load_memory(candidates[0])
+    data = load_memory(candidates[0], limits)
     if len(candidates) > 1:
         data.warnings.append(f"{folder}: {len(candidates)} memory inputs; read {candidates[0].name}")
     stats = mem / STATS_FILE

@@ -17,6 +17,7 @@ import numpy as np
 
 from aiprof.errors import AiprofError
 from aiprof.trace.model import Kind, Trace
+from aiprof.trace.readers.base import ReaderOptions
 
 from aiprof.report.common import fmt_ms, saving_text
 from aiprof.report.model import RankReport, Report
@@ -25,24 +26,26 @@ ANNOTATION_PID = 999_999_001
 TELEMETRY_PID = 999_999_002
 
 
-def read_raw_trace(path: Path, index: int = 0) -> dict[str, Any]:
+def read_raw_trace(path: Path, index: int = 0, options: ReaderOptions | None = None) -> dict[str, Any]:
     """The Kineto JSON as written (``.json``, ``.json.gz``, or a bare event list). A file the loader had
     to salvage (cut off mid-write, a truncated gzip stream, NaN literals) is read the same way the
     analysis read it: its complete events and the header fields written before them. A file of another
     format (an Nsight Systems report) is read through the reader interface and its ``index``-th rank
-    written as Chrome-trace events (:func:`trace_events`)."""
+    written as Chrome-trace events (:func:`trace_events`). ``options``: what the reader is told (the analysis'
+    step range and load limits; None: the defaults)."""
     from aiprof.trace.kineto.loader import read_bytes
-    from aiprof.trace.readers import load_ranks, reader_for
+    from aiprof.trace.readers import ReaderOptions, load_ranks, reader_for
 
+    options = options or ReaderOptions()
     if reader_for(path).name != "kineto":
-        traces = load_ranks(path)
+        traces = load_ranks(path, options)
         return trace_events(traces[min(index, len(traces) - 1)])
 
-    data, _ = read_bytes(path)  # sniffed and size-bounded like every trace read (trace.kineto.source)
+    data, _ = read_bytes(path, options.limits)  # sniffed and size-bounded like every trace read (trace.kineto.source)
     try:
         raw = msgspec.json.decode(data)
     except (ValueError, msgspec.DecodeError):
-        return _salvaged_raw_trace(path)
+        return _salvaged_raw_trace(path, options)
     except RecursionError:
         raise AiprofError(f"{path}: JSON nested deeper than the decoder allows; not a trace") from None
     if isinstance(raw, list):
@@ -94,13 +97,13 @@ def trace_events(trace: Trace) -> dict[str, Any]:
     return {"traceEvents": events}
 
 
-def _salvaged_raw_trace(path: Path) -> dict[str, Any]:
+def _salvaged_raw_trace(path: Path, options: ReaderOptions) -> dict[str, Any]:
     """The loader's slow path (``trace.kineto.loader.decode``): every complete event before a cut, as dicts."""
     from aiprof.errors import TraceError
     from aiprof.trace.kineto.loader import decode, read_bytes
 
     try:
-        data, _ = read_bytes(path)
+        data, _ = read_bytes(path, options.limits)
         salvaged = decode(path, data)
     except TraceError as err:
         raise ValueError(str(err)) from None

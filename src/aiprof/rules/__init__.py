@@ -5,7 +5,9 @@ Two shapes of rule:
 - per-rank rules, ``rule(ctx: RankContext) -> list[Finding]``: they need the trace's events and run in
   the worker process that holds the trace (through ``analyze_paths(..., rank_hook=...)``);
 - run rules, ``rule(run: RunAnalysis, findings: list[Finding], options) -> list[Finding]``: they compare
-  ranks (``straggler``) and run in the parent.
+  ranks (``straggler``) and run in the parent;
+- memory rules, ``rule(report: MemoryReport, options) -> list[Finding]``: they read a rank's memory report
+  (:func:`memory_findings`) and save bytes.
 
 Each rule declares what it is next to its code (``@rank_rule`` / ``@run_rule``, :mod:`aiprof.rules.spec`):
 the finding ids it emits, its saving kind, the options it reads, the analyses and shared views it needs.
@@ -19,21 +21,26 @@ from __future__ import annotations
 from aiprof.rules.finding import Finding
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.registry import (
+    DEFAULT_MEMORY_RULES,
     DEFAULT_RANK_RULES,
     DEFAULT_RUN_RULES,
     RULE_SPECS,
+    MemoryRule,
     RankRule,
     RunRule,
     diagnose_rank,
+    memory_findings,
     rank_findings,
 )
-from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, rank_rule, run_rule, spec_of
+from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, memory_rule, rank_rule, run_rule, spec_of
 
 __all__ = [
+    "DEFAULT_MEMORY_RULES",
     "DEFAULT_OPTIONS",
     "DEFAULT_RANK_RULES",
     "DEFAULT_RUN_RULES",
     "Finding",
+    "MemoryRule",
     "RULE_SPECS",
     "RankRule",
     "ReplayPolicy",
@@ -42,6 +49,8 @@ __all__ = [
     "RunRule",
     "Saving",
     "diagnose_rank",
+    "memory_findings",
+    "memory_rule",
     "rank_findings",
     "rank_rule",
     "run_rule",

@@ -11,7 +11,7 @@ from typing import Any
 from aiprof.analysis.arrival import CrossRank, RankArrival
 from aiprof.analysis.run import RunAnalysis
 from aiprof.rules.context import RankContext
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.evidence import ms_text
 from aiprof.rules.options import RuleOptions
 from aiprof.rules.spec import Saving, rank_rule, run_rule
@@ -33,18 +33,31 @@ LINK_BUSBW_GB_PER_S: tuple[tuple[str, float], ...] = (
 _MIN_MESSAGE_BYTES = 8 << 20  # smaller collectives are latency-bound: their bandwidth says little
 
 
-def _top_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
-    out = []
-    for s in sorted(ctx.views.comm.summary, key=lambda s: -s.total_ns)[:limit]:
-        out.append({
-            "collective": s.collective,
-            "group_size": s.group_size,
-            "message_bytes": s.message_bytes,
-            "count": s.count,
-            "total_ns": s.total_ns,
-            "busbw_gb_per_s": None if s.busbw_gb_per_s is None else round(s.busbw_gb_per_s, 1),
-        })
-    return out
+class CollectiveRow(Evidence, kw_only=True):
+    """A kind of collective (one kind, group size and message size) in the evidence: calls, time, bus bandwidth."""
+
+    collective: str
+    group_size: int | None
+    message_bytes: int | None
+    count: int
+    total_ns: int
+    busbw_gb_per_s: float | None
+
+
+class CpuCollectiveRow(Evidence, kw_only=True):
+    """A CPU-side collective by name in the evidence: calls and time per steady step."""
+
+    collective: str
+    calls_per_step: float
+    ns_per_step: int
+
+
+def _top_collectives(ctx: RankContext, limit: int = 3) -> list[CollectiveRow]:
+    return [
+        CollectiveRow(collective=s.collective, group_size=s.group_size, message_bytes=s.message_bytes, count=s.count,
+                      total_ns=s.total_ns, busbw_gb_per_s=None if s.busbw_gb_per_s is None else round(s.busbw_gb_per_s, 1))
+        for s in sorted(ctx.views.comm.summary, key=lambda s: -s.total_ns)[:limit]
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -105,12 +118,12 @@ def exposed_communication(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def _cpu_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
+def _cpu_collectives(ctx: RankContext, limit: int = 3) -> list[CpuCollectiveRow]:
     """The CPU-side collectives of the steady steps by total time: name, calls and time per step."""
-    from aiprof.analysis.timeline import _COLLECTIVE_OP
+    from aiprof.analysis.timeline import COLLECTIVE_OP
 
     rows = ctx.in_window(ctx.trace.rows_of(Kind.CPU_OP, Kind.USER_ANNOTATION))
-    rows = rows[ctx.trace.name_matches(rows, _COLLECTIVE_OP.pattern)]
+    rows = rows[ctx.trace.name_matches(rows, COLLECTIVE_OP.pattern)]
     totals: dict[str, list[int]] = {}
     dur = ctx.trace.columns.dur
     for name, d in zip(ctx.names(rows), dur[rows].tolist()):
@@ -118,8 +131,8 @@ def _cpu_collectives(ctx: RankContext, limit: int = 3) -> list[dict[str, Any]]:
         entry[0] += 1
         entry[1] += int(d)
     top = sorted(totals.items(), key=lambda kv: -kv[1][1])[:limit]
-    return [{"collective": name, "calls_per_step": round(n / ctx.step_count, 1), "ns_per_step": int(t / ctx.step_count)}
-            for name, (n, t) in top]
+    return [CpuCollectiveRow(collective=name, calls_per_step=round(n / ctx.step_count, 1),
+                             ns_per_step=int(t / ctx.step_count)) for name, (n, t) in top]
 
 
 # ---------------------------------------------------------------------------------------------------

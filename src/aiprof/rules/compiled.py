@@ -12,16 +12,16 @@ the graphs' recorded inputs (:mod:`aiprof.analysis.compile`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.compile import (Compilation, GraphBreak, GraphUse, compilations, graph_breaks, graph_launch_ns,
                                      compiled_call_set, graph_use, uses_graph_trees)
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
 from aiprof.trace.model import GPU_WORK_KINDS
 
@@ -62,6 +62,30 @@ def _steady_compiles(ctx: RankContext) -> tuple[list[tuple[Compilation, int]], i
     return out, iv.total(iv.intersect(together, steady))
 
 
+class Recompile(Evidence, kw_only=True):
+    """One steady-state recompilation: its compile id, compile time, cause, spans, and Dynamo's detail and
+    guard when the run recorded them."""
+
+    compile_id: str | None
+    dur_ns: int
+    cause: str
+    spans: int
+    detail: str | UnsetType = UNSET
+    guard: str | UnsetType = UNSET
+
+
+class RecompilationEvidence(Evidence, kw_only=True):
+    """``recompilation``'s evidence: how many, their compile time per step, by cause and by frame, the eight
+    longest, and Dynamo's guard for the longest."""
+
+    recompiles: int
+    compile_ns_per_step: int
+    causes: dict[str, int]
+    frames: dict[str, int]
+    recompilations: list[Recompile]
+    guard: str | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
 def recompilation(ctx: RankContext) -> list[Finding]:
     """Dynamo compiles again in the steady steps: the compile time, how often, why, and the fix per cause."""
@@ -72,22 +96,18 @@ def recompilation(ctx: RankContext) -> list[Finding]:
     causes = Counter(k.cause for k, _ in found)
     frames = Counter(str(k.frame) for k, _ in found if k.frame is not None)
     main = causes.most_common(1)[0][0]
-    examples = [{"compile_id": k.compile_id, "dur_ns": ns, "cause": k.cause, "spans": len(k.spans),
-                 **({"detail": k.detail} if k.detail else {}), **({"guard": k.guard} if k.guard else {})}
+    examples = [Recompile(compile_id=k.compile_id, dur_ns=ns, cause=k.cause, spans=len(k.spans),
+                          detail=k.detail or UNSET, guard=k.guard or UNSET)
                 for k, ns in sorted(found, key=lambda f: -f[1])[:8]]
-    evidence: dict[str, Any] = {
-        "recompiles": len(found),
-        "compile_ns_per_step": int(saving),
-        "causes": dict(causes.most_common()),
-        "frames": dict(frames.most_common()),
-        "recompilations": examples,
-    }
+    evidence = RecompilationEvidence(recompiles=len(found), compile_ns_per_step=int(saving),
+                                     causes=dict(causes.most_common()), frames=dict(frames.most_common()),
+                                     recompilations=examples)
     why = ", ".join(f"{n} {cause}" for cause, n in causes.most_common())
     title = (f"torch.compile recompiles in the steady steps: {len(found)} recompilation{'s' * (len(found) != 1)} "
              f"({why}), {ms_text(saving)} of compile time per step")
     guard = next((k.guard for k, _ in sorted(found, key=lambda f: -f[1]) if k.guard), "")
     if guard:
-        evidence["guard"] = guard  # Dynamo's words for the longest recompile (the run's dynamo.rank<N>.json)
+        evidence.guard = guard  # Dynamo's words for the longest recompile (the run's dynamo.rank<N>.json)
         title += f"; Dynamo: {guard}"
     text = "; ".join(_FIXES[c] for c, _ in causes.most_common() if c in _FIXES)
     tail = "" if "unknown" in causes or guard else _LOGS_TAIL
@@ -110,14 +130,15 @@ def graph_break(ctx: RankContext) -> list[Finding]:
     for b in breaks:
         per_boundary.setdefault((_region_name(ctx, b), b.index), []).append(b)
     rows = [_boundary(ctx, key, items, busy) for key, items in per_boundary.items()]
-    rows.sort(key=lambda r: -int(r["saving_ns"]))
-    saving = sum(int(r["saving_ns"]) for r in rows) / ctx.step_count
+    rows.sort(key=lambda r: -int(r.saving_ns))
+    saving = sum(int(r.saving_ns) for r in rows) / ctx.step_count
     top = rows[0]
-    where = top.get("break_at") or top.get("source_line") or (f"at {top['ops'][0]}" if top["ops"] else "")
+    where = next((w for w in (top.break_at, top.source_line) if isinstance(w, str) and w),
+                 f"at {top.ops[0]}" if top.ops else "")
     title = (f"torch.compile graph breaks: {len(per_boundary)} boundar{'y' if len(per_boundary) == 1 else 'ies'} "
              f"between compiled graphs run eager code, {ms_text(saving)} per step" + (f" ({where})" if where else ""))
     evidence = {"breaks_per_step": round(len(breaks) / ctx.step_count, 2), "boundaries": rows[:8],
-                "ops": [op for r in rows[:3] for op in r["ops"][:3]]}
+                "ops": [op for r in rows[:3] for op in r.ops[:3]]}
     fix = ("Remove the break so Dynamo compiles one graph: .item() / .tolist() / a Python `if` on a tensor's value "
            "(use torch.where or torch.cond, or keep the value a tensor; torch._dynamo.config."
            "capture_scalar_outputs = True compiles .item()), print() / logging inside forward (move it out), an "
@@ -127,7 +148,7 @@ def graph_break(ctx: RankContext) -> list[Finding]:
     return [ctx.finding("graph_break", title, saving, evidence=evidence, fix=fix,
                         formula="eager host time between consecutive compiled graphs inside one compiled-frame call"
                         + (", where the device is idle" if ctx.is_gpu else "") + " (compile time excluded), per step",
-                        confidence="high" if top.get("break_at") else "medium")]
+                        confidence="high" if top.break_at else "medium")]
 
 
 def _steady_breaks(ctx: RankContext) -> list[GraphBreak]:
@@ -155,7 +176,21 @@ def _region_name(ctx: RankContext, b: GraphBreak) -> str:
     return ctx.trace.name_of(b.region_row)
 
 
-def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], busy: iv.IntervalSet | None) -> dict[str, Any]:
+class GraphBoundary(Evidence, kw_only=True):
+    """One boundary between compiled graphs of a compiled frame (``graph_break``'s evidence): its calls, the
+    eager time at it and what the fix saves, the ops run there, where Dynamo broke and the user's line."""
+
+    region: str
+    boundary: int
+    calls: int
+    eager_ns: int
+    saving_ns: int
+    ops: list[str]
+    break_at: str | UnsetType = UNSET
+    source_line: str | UnsetType = UNSET
+
+
+def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], busy: iv.IntervalSet | None) -> GraphBoundary:
     """One boundary over its calls: count, time, the ops run at it, where it broke."""
     region, index = key
     lo = np.array([b.start_ns for b in items], dtype=np.int64)
@@ -163,20 +198,14 @@ def _boundary(ctx: RankContext, key: tuple[str, int], items: list[GraphBreak], b
     eager = sum(b.eager_ns for b in items)
     saving = eager - (int(iv.overlap_per_window(busy, lo, hi).sum()) if busy is not None else 0)
     names = Counter(ctx.trace.name_of(op) for b in items for op in b.ops)
-    out: dict[str, Any] = {
-        "region": region,
-        "boundary": index + 1,
-        "calls": len(items),
-        "eager_ns": eager,
-        "saving_ns": max(saving, 0),
-        "ops": [n for n, _ in names.most_common(5)],
-    }
+    out = GraphBoundary(region=region, boundary=index + 1, calls=len(items), eager_ns=eager, saving_ns=max(saving, 0),
+                        ops=[n for n, _ in names.most_common(5)])
     if items[0].resume_at:
-        out["break_at"] = items[0].resume_at
+        out.break_at = items[0].resume_at
     first_op = next((op for b in items for op in b.ops), None)
     line = ctx.source_line(first_op) if first_op is not None else None
     if line:
-        out["source_line"] = line
+        out.source_line = line
     return out
 
 
@@ -206,6 +235,37 @@ _GRAPH_FIXES = {
 }
 _GRAPH_FIX_TAIL = ("TORCH_LOGS=perf_hints prints why Inductor skipped CUDA graphs ('skipping cudagraphs due to …'), "
                    "TORCH_LOGS=recompiles why Dynamo compiled a new graph.")
+
+
+class GraphStep(Evidence, kw_only=True):
+    """One steady step of ``cudagraphs_not_replayed``'s evidence: its graph replays, eager launches, new graphs."""
+
+    step: str
+    graph_replays: int
+    eager_launches: int
+    new_graphs: int
+
+
+class GraphReplayEvidence(Evidence, kw_only=True):
+    """``cudagraphs_not_replayed``'s evidence: why (dynamic shapes, re-recording, not replayed), the steps
+    without a replay or with a new graph, replays and eager launches per step, the host time of the launches
+    in compiled graphs and the exposed graph-call time, what a replay costs, the recompiles behind it, and
+    the first 20 steps."""
+
+    cause: str
+    graph_trees: bool
+    steps_without_replay: int
+    steps_with_new_graph: int
+    graph_replays_per_step: float
+    eager_launches_per_step: float
+    eager_launches_in_compiled_graphs_per_step: float
+    launch_host_ns_per_step: int
+    exposed_graph_call_ns_per_step: int
+    graph_calls_per_step: float
+    replay_cost_ns: int
+    recompiles: int
+    recompile_causes: dict[str, int]
+    steps: list[GraphStep]
 
 
 @rank_rule(saving=Saving.TIME, needs=("steps", "trace"))
@@ -252,23 +312,23 @@ def cudagraphs_not_replayed(ctx: RankContext) -> list[Finding]:
                "re-recording": ": graphs recorded again instead of replayed", "not replayed": ""}[cause]
     title = (f"CUDA graphs do not replay (reduce-overhead did not take): {what}, {replayed}; "
              f"{eager / n:,.0f} eager kernel launches per step{because}")
-    evidence: dict[str, Any] = {
-        "cause": cause,
-        "graph_trees": trees,
-        "steps_without_replay": no_replay,
-        "steps_with_new_graph": new_graphs,
-        "graph_replays_per_step": round(replays / n, 2),
-        "eager_launches_per_step": round(eager / n, 2),
-        "eager_launches_in_compiled_graphs_per_step": round(sum(u.eager_in_compiled for u in use) / n, 2),
-        "launch_host_ns_per_step": int(sum(u.eager_in_compiled_ns for u in use) / n),
-        "exposed_graph_call_ns_per_step": int(sum(exposed_ns) / n),
-        "graph_calls_per_step": round(sum(u.region_calls for u in use) / n, 2),
-        "replay_cost_ns": int(replay_ns),
-        "recompiles": len(recompiles),
-        "recompile_causes": dict(causes.most_common()),
-        "steps": [{"step": s.name, "graph_replays": u.replays, "eager_launches": u.eager, "new_graphs": u.setups}
-                  for s, u in list(zip(ctx.steps, use))[:20]],
-    }
+    evidence = GraphReplayEvidence(
+        cause=cause,
+        graph_trees=trees,
+        steps_without_replay=no_replay,
+        steps_with_new_graph=new_graphs,
+        graph_replays_per_step=round(replays / n, 2),
+        eager_launches_per_step=round(eager / n, 2),
+        eager_launches_in_compiled_graphs_per_step=round(sum(u.eager_in_compiled for u in use) / n, 2),
+        launch_host_ns_per_step=int(sum(u.eager_in_compiled_ns for u in use) / n),
+        exposed_graph_call_ns_per_step=int(sum(exposed_ns) / n),
+        graph_calls_per_step=round(sum(u.region_calls for u in use) / n, 2),
+        replay_cost_ns=int(replay_ns),
+        recompiles=len(recompiles),
+        recompile_causes=dict(causes.most_common()),
+        steps=[GraphStep(step=s.name, graph_replays=u.replays, eager_launches=u.eager, new_graphs=u.setups)
+               for s, u in list(zip(ctx.steps, use))[:20]],
+    )
     fix = _GRAPH_FIXES[cause] + ". " + _GRAPH_FIX_TAIL
     return [ctx.finding("cudagraphs_not_replayed", title, saving, evidence=evidence, fix=fix,
                         formula="per step: the time inside compiled-graph calls (Torch-Compiled Region, "

@@ -11,24 +11,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from aiprof import arrays
+from aiprof import arrays, rundir
 from aiprof.arrays import unique
 from aiprof.analysis.health import PROFILER_FRAME
 from aiprof.analysis.run import RankAnalysis
 from aiprof.analysis.stacks import is_user_frame
 from aiprof.analysis.timeline import DeviceAccount, StepAccount
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding, unstruct
 from aiprof.rules.options import RuleOptions
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind, Trace
 
 if TYPE_CHECKING:
-    from aiprof.rules.coldstart import OneTimeCost
+    from aiprof.rules.views.one_time import OneTimeCost
     from aiprof.rules.views import RankViews
 
 
@@ -38,42 +39,50 @@ STEADY_MIN_SHARE = 0.10
 
 @dataclass(frozen=True)
 class RunInputs:
-    """What the run directory around a trace adds to it (:func:`aiprof.rules.telemetry.load_run_inputs`):
-    ``meta.json`` and the telemetry table (column → values). Both ``None`` for a trace found in the wild."""
+    """What the run directory around a trace adds to it (:func:`load_run_inputs`): ``meta.json``'s known
+    fields and the telemetry table (column → values). All ``None`` for a trace found in the wild."""
 
     meta: dict[str, Any] | None = None
     telemetry: dict[str, list[float]] | None = None
     telemetry_path: str | None = None
     loader_waits: dict[int, int] | None = None  # step number → ns in DataLoader.__next__, timed by the loader
-    other: Mapping[str, Any] = field(default_factory=dict)  # keys this type does not know yet
 
-    @staticmethod
-    def from_mapping(values: Mapping[str, Any] | None) -> RunInputs:
-        """From ``load_run_inputs``'s mapping (``run_meta``, ``telemetry``, ``telemetry_path``); a value of
-        the wrong type reads as missing."""
-        values = values or {}
-        meta, table, path = values.get("run_meta"), values.get("telemetry"), values.get("telemetry_path")
-        waits = values.get("loader_waits")
-        known = ("run_meta", "telemetry", "telemetry_path", "loader_waits")
-        return RunInputs(
-            meta=meta if isinstance(meta, dict) else None,
-            telemetry=table if isinstance(table, dict) else None,
-            telemetry_path=str(path) if path is not None else None,
-            loader_waits=waits if isinstance(waits, dict) else None,
-            other={k: v for k, v in values.items() if k not in known},
-        )
+
+def load_run_inputs(trace_path: Path, found: rundir.RunDir | None | Literal["find"] = "find") -> RunInputs:
+    """What the run directory ``found`` around a trace adds to the trace (found once at the analysis' root,
+    :class:`aiprof.rundir.RunContext`: aiprof's own run directories only): ``meta`` (``meta.json``'s known
+    fields: host cores, torch threads…), the telemetry table (column → list), and ``loader_waits`` (step
+    number → ns the training loop waited in ``DataLoader.__next__``, measured by the loader itself) for the
+    process that wrote this trace. ``"find"``: look the run directory up (:func:`aiprof.rundir.owner_of`),
+    for a caller without a run context."""
+    if found == "find":
+        found = rundir.owner_of(trace_path)
+    if found is None:
+        return RunInputs()
+    csv_path = found.telemetry_path
+    waits_path = found.waits_path(trace_path)
+    waits = rundir.read_waits(waits_path) if waits_path is not None else None
+    return RunInputs(
+        meta=found.meta.to_dict() or None,
+        telemetry=rundir.read_telemetry(csv_path) if csv_path is not None else None,
+        telemetry_path=str(csv_path) if csv_path is not None else None,
+        loader_waits=waits.by_step() if waits is not None and waits.steps else None,
+    )
 
 
 @dataclass
 class RankContext:
     """One rank under diagnosis. ``device`` is the primary device's account (the busiest one). ``base`` is the
-    context this one adjusts (:func:`aiprof.rules.steps.without_capture`): they share their views."""
+    context this one adjusts (:func:`aiprof.rules.views.graphs.without_capture`): they share their views."""
 
     trace: Trace
     analysis: RankAnalysis
     options: RuleOptions
     inputs: RunInputs = field(default_factory=RunInputs)
     base: RankContext | None = field(default=None, repr=False)
+    # The rules that see the steps' idle causes without the captured idle (spec ``capture_idle``), named by
+    # the registry that runs them (``graph_capture`` says which): a rule module never reads the registry.
+    capture_idle_rules: tuple[str, ...] = ()
 
     @cached_property
     def views(self) -> RankViews:
@@ -105,10 +114,10 @@ class RankContext:
 
     @cached_property
     def one_time_costs(self) -> list[OneTimeCost]:
-        """One-time start-up costs of the trace (:func:`aiprof.rules.coldstart.one_time_costs`)."""
+        """One-time start-up costs of the trace (:func:`aiprof.rules.views.one_time.one_time_costs`)."""
         if self.base is not None:
             return self.base.one_time_costs  # the same trace and windows
-        from aiprof.rules.coldstart import one_time_costs
+        from aiprof.rules.views.one_time import one_time_costs
 
         return one_time_costs(self.trace, self.analysis.windows)
 
@@ -275,7 +284,7 @@ class RankContext:
         title: str,
         saving_ns: float,
         *,
-        evidence: dict[str, Any],
+        evidence: dict[str, Any] | Evidence,
         fix: str,
         formula: str,
         kind: str = "upper_bound",
@@ -286,9 +295,11 @@ class RankContext:
     ) -> Finding:
         """A finding of this rank; severity follows the share of step unless given. ``step_ns``: the step its
         share is taken of, when not the measured mean (host rules: the step less what with_stack's recording
-        added to it)."""
+        added to it). ``evidence``: a dict, or the rule's typed :class:`~aiprof.rules.finding.Evidence` (held as
+        the dict of its set fields)."""
         share = self.share(saving_ns) if step_ns is None else (saving_ns / step_ns if step_ns > 0 else 0.0)
-        evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **evidence}
+        own = unstruct(evidence) if isinstance(evidence, Evidence) else evidence
+        evidence = {"mean_step_ns": int(self.mean_step_ns), "steps_used": len(self.steps), **own}
         if self.steady_note:
             evidence.setdefault("steps_excluded", self.steady_note)
         return Finding(
@@ -311,7 +322,7 @@ class RankContext:
         """The innermost user Python frame of an op, when the trace recorded stacks (``with_stack``)."""
         stack = self.trace.stacks.get(int(row))
         if stack:
-            return _first_user_frame(stack.split(";"))
+            return first_user_frame(stack.split(";"))
         return self._python_frame(int(row))
 
     def _python_frame(self, row: int) -> str | None:
@@ -326,7 +337,7 @@ class RankContext:
         cand = rows[:k][ends[:k] >= ts]
         innermost_first = c.name[cand[np.argsort(-c.ts[cand], kind="stable")]].tolist()
         strings = self.trace.strings
-        return _first_user_frame(strings[n] for n in innermost_first)  # names looked up until one is found
+        return first_user_frame(strings[n] for n in innermost_first)  # names looked up until one is found
 
     @cached_property
     def _python_by_thread(self) -> dict[int, tuple[I64, I64, I64]]:
@@ -391,7 +402,7 @@ def _first_step_outlier(steps: list[StepAccount]) -> float:
     return 0.0
 
 
-def _first_user_frame(frames: Iterable[str]) -> str | None:
+def first_user_frame(frames: Iterable[str]) -> str | None:
     """The innermost frame of the user's own code (``file.py(12): fn``), else None. One definition of a user
     frame for the rules and the source-lines section: :func:`aiprof.analysis.stacks.is_user_frame`."""
     for frame in frames:

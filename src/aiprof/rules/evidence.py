@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from aiprof import arrays
-from aiprof.analysis import intervals as iv
-from aiprof.rules.context import RankContext
+from aiprof.rules.finding import Evidence
 from aiprof.trace.model import I64
 
+if TYPE_CHECKING:
+    from aiprof.rules.context import RankContext
 
-def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[dict[str, Any]]:
+
+class OpRow(Evidence, kw_only=True):
+    """An op (or call, or kernel) by name in a finding's evidence: its calls and time per steady step."""
+
+    name: str
+    calls_per_step: float
+    ns_per_step: int
+
+
+def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[OpRow]:
     """The ops with the most total time among ``rows``, per step."""
     c = ctx.trace.columns
     if rows.size == 0:
@@ -24,11 +34,11 @@ def top_ops(ctx: RankContext, rows: I64, limit: int = 5) -> list[dict[str, Any]]
     counts = np.bincount(inverse)
     order = np.argsort(-totals)[:limit]
     return [
-        {
-            "name": ctx.trace.strings[int(names[i])],
-            "calls_per_step": round(float(counts[i]) / ctx.step_count, 1),
-            "ns_per_step": int(totals[i] / ctx.step_count),
-        }
+        OpRow(
+            name=ctx.trace.strings[int(names[i])],
+            calls_per_step=round(float(counts[i]) / ctx.step_count, 1),
+            ns_per_step=int(totals[i] / ctx.step_count),
+        )
         for i in order.tolist()
     ]
 
@@ -87,22 +97,3 @@ def long_gaps(lengths_ns: I64, floor_ns: int, factor: float) -> npt.NDArray[np.b
     return mask
 
 
-def idle_sets(ctx: RankContext) -> dict[str, iv.IntervalSet]:
-    """Each idle cause of the primary device as an interval set clipped to the steady time (plus
-    ``launch_stall``): ``ctx.views.idle_sets``, computed once per rank."""
-    return ctx.views.idle_sets
-
-
-def find_idle_sets(ctx: RankContext) -> dict[str, iv.IntervalSet]:
-    """What :func:`idle_sets` returns, computed."""
-    from aiprof.analysis.timeline import idle_cause_sets
-
-    windows = ctx.analysis.windows
-    sets = idle_cause_sets(ctx.trace, windows, ctx.device.device_index)
-    # the steady steps less any one-time costs cut out of them (cold_start reports those); the causes lie
-    # inside the windows, so where the steady time holds every window they are already clipped
-    window_set = iv.merge(np.array([w.start_ns for w in windows], dtype=np.int64),
-                          np.array([w.end_ns for w in windows], dtype=np.int64))
-    if iv.total(iv.intersect(window_set, ctx.steady_set)) == iv.total(window_set):
-        return dict(sets)
-    return {name: iv.intersect(s, ctx.steady_set) for name, s in sets.items()}

@@ -64,6 +64,9 @@ class Finding:
         capped = capped_severity(self.severity, self.est_saving_ns_per_step)
         if capped != self.severity:
             object.__setattr__(self, "severity", capped)  # frozen: set once, while being built
+        evidence = unstruct(self.evidence)
+        if evidence is not self.evidence:
+            object.__setattr__(self, "evidence", evidence)
 
     def to_record(self) -> FindingRecord:
         """The finding as the report holds it (:class:`FindingRecord`): plain types, docs link filled in."""
@@ -93,6 +96,31 @@ class Finding:
         """JSON-ready: the :class:`FindingRecord`'s fields, plain types only, units in the key names."""
         out: dict[str, Any] = msgspec.to_builtins(self.to_record())
         return out
+
+
+class Evidence(msgspec.Struct, kw_only=True):
+    """A finding's typed evidence, or a typed part of it (a row of ``top_ops``, a long gap, a graph break…),
+    each a small Struct next to the rule that fills it (declared ``kw_only=True``, so an optional field may come before a
+    required one: the field order is the key order). A finding holds it as the plain dict its fields make,
+    fields left ``UNSET`` left out (:func:`unstruct`, when the :class:`Finding` is built): the evidence the
+    report holds is the same JSON whichever way the rule wrote it."""
+
+
+def unstruct(value: Any) -> Any:
+    """``value`` with every msgspec Struct in it (nested in dicts, lists, tuples) as a dict of its set fields;
+    ``value`` itself when it holds none. Numbers are left as they are (:func:`_plain` makes them JSON's)."""
+    if isinstance(value, msgspec.Struct):
+        return {name: unstruct(v) for name in value.__struct_fields__
+                if (v := getattr(value, name)) is not msgspec.UNSET}
+    if isinstance(value, dict):
+        items = {k: unstruct(v) for k, v in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if isinstance(value, (list, tuple)):
+        parts = [unstruct(v) for v in value]
+        if all(a is b for a, b in zip(parts, value)):
+            return value
+        return parts if isinstance(value, list) else tuple(parts)
+    return value
 
 
 def _plain(value: Any) -> Any:

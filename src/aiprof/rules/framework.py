@@ -41,7 +41,7 @@ from aiprof.trace.model import Kind
 if TYPE_CHECKING:
     from aiprof.rules.context import RankContext
     from aiprof.rules.finding import Finding
-    from aiprof.rules.machine import MachineFacts
+    from aiprof.rules.views.machine import MachineFacts
     from aiprof.trace.model import Trace
 
 PYTORCH = "pytorch"
@@ -292,7 +292,7 @@ def framework_words(framework: str, finding_id: str, default: str, evidence: dic
 
 
 def _fix_values(framework: str, default: str, facts: MachineFacts) -> dict[str, str]:
-    from aiprof.rules.machine import loader_workers_reason
+    from aiprof.rules.views.machine import loader_workers_reason
 
     workers = facts.loader_workers
     fp16_only = "GradScaler" in default and "bfloat16" not in default  # precision_fix's Volta/Turing wording

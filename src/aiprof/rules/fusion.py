@@ -10,141 +10,25 @@ CPU time on CPU-only traces.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
-from aiprof.trace import links
-from aiprof.trace.model import I64, Kind
-
-_GEMM = {"aten::bmm", "aten::matmul", "aten::baddbmm", "aten::einsum", "aten::mm"}
-_SOFTMAX = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
-_MIN_SCORE_DIM = 32  # Sq, Sk below this are not worth a fused kernel
-
-
-@dataclass
-class _Op:
-    row: int
-    name: str
-    shapes: list[Any]
-    time_ns: int
-
-
-class ShapedOps:
-    """Outermost shaped ops of the steady steps, in time order per thread, with their time."""
-
-    def __init__(self, ctx: RankContext) -> None:
-        self.ctx = ctx
-
-    @cached_property
-    def rows(self) -> I64:
-        ctx = self.ctx
-        c = ctx.trace.columns
-        ops = ctx.cpu_ops
-        if ops.size == 0:
-            return ops
-        par = links.parent(ctx.trace)
-        p = par[ops]
-        # Outermost aten op: the parent is not an aten op (autograd wrappers and annotations are fine).
-        parent_aten = (p >= 0) & ctx.trace.name_matches(np.maximum(p, 0), r"^aten::") & (c.kind[np.maximum(p, 0)] == int(Kind.CPU_OP))
-        rows = ops[~parent_aten & ctx.trace.name_matches(ops, r"^aten::")]
-        order = np.lexsort((c.ts[rows], c.tid[rows], c.pid[rows]))
-        kept: I64 = rows[order]
-        return kept
-
-    @cached_property
-    def names(self) -> list[str]:
-        """The name of each row of ``rows``."""
-        return self.ctx.names(self.rows)
-
-    @cached_property
-    def time_ns(self) -> I64:
-        """Per row of ``rows``: GPU time of the kernels it launched (GPU), else its CPU duration."""
-        c = self.ctx.trace.columns
-        if self.ctx.is_gpu:
-            from aiprof.analysis.ops import gpu_ns_per_op
-
-            return gpu_ns_per_op(self.ctx.trace)[1][self.rows]
-        out: I64 = c.dur[self.rows]
-        return out
-
-    def op(self, i: int) -> _Op:
-        row = int(self.rows[i])
-        return _Op(row, self.ctx.trace.name_of(row), self.shapes(i), int(self.time_ns[i]))
-
-    def shapes(self, i: int) -> list[Any]:
-        return list(self.ctx.trace.op_inputs(int(self.rows[i])).dims)
-
-    def thread(self, i: int) -> tuple[int, int]:
-        c = self.ctx.trace.columns
-        row = int(self.rows[i])
-        return int(c.pid[row]), int(c.tid[row])
-
-
-def _gemm_out(name: str, shapes: list[Any]) -> list[int] | None:
-    """Output shape of a batched GEMM from its input shapes (None when not a [.., M, K] @ [.., K, N])."""
-    tensors = [s for s in shapes if isinstance(s, list) and len(s) >= 2]
-    if name == "aten::baddbmm" and len(tensors) >= 3:
-        tensors = tensors[1:]
-    if len(tensors) < 2:
-        return None
-    a, b = tensors[0], tensors[1]
-    if a[-1] != b[-2]:
-        return None
-    batch = a[:-2] if len(a) >= len(b) else b[:-2]
-    return [*batch, a[-2], b[-1]]
+from aiprof.rules.views.kernels import capped, kernels_of_ops
+from aiprof.rules.views.shaped import GEMM_OPS, ShapedOps, first_shape, gemm_out, is_flat, numel
+from aiprof.trace.model import I64
 
 
 # ---------------------------------------------------------------------------------------------------
 # unfused_attention
 # ---------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Attention:
-    """Unfused attentions of the steady steps (``ctx.views.attention``): softmaxes over [.., Sq, Sk] scores
-    between the GEMM that made them and the GEMM that consumes them."""
-
-    scores: Counter[tuple[int, ...]]  # score shapes, calls of each
-    fwd_flops: float  # QK^T and PV of every call: 4·Sq·Sk·D per batch·head
-    lines: Counter[str]  # user source lines of the softmaxes
-
-    @cached_property
-    def score_dims(self) -> frozenset[tuple[int, ...]]:
-        """The (Sq, Sk) of every score shape: GEMMs on these are unfused_attention's, other rules skip them."""
-        return frozenset(tuple(sc[-2:]) for sc in self.scores)
-
-
-def find_attention(ctx: RankContext) -> Attention:
-    """The steady steps' matmul → softmax → matmul chains (what :attr:`RankViews.attention` holds)."""
-    view = ctx.views.shaped_ops
-    names = view.names
-    scores: Counter[tuple[int, ...]] = Counter()
-    lines: Counter[str] = Counter()
-    fwd_flops = 0.0
-    for i, name in enumerate(names):
-        if name not in _SOFTMAX:
-            continue
-        shape = _first_shape(view.shapes(i))
-        if shape is None or len(shape) < 3 or min(shape[-2:]) < _MIN_SCORE_DIM:
-            continue
-        before, after = _gemm_before(view, names, i, shape), _gemm_after(view, names, i, shape)
-        if before < 0 or after < 0:
-            continue
-        scores[tuple(shape)] += 1
-        head_dim = _inner_dim(names[before], view.shapes(before))
-        fwd_flops += 4.0 * _numel(shape) * head_dim  # QK^T and PV: 2·Sq·Sk·D each, per batch·head
-        line = ctx.source_line(int(view.rows[i]))
-        if line:
-            lines[line] += 1
-    return Attention(scores, fwd_flops, lines)
 
 
 @rank_rule(saving=Saving.TIME, options=("attention_efficiency_gpu", "attention_efficiency_cpu", "attention_share"),
@@ -161,13 +45,13 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
     touches: dict[int, bool] = {}  # per signature: whether an input has a score shape
     shaped = []
     for i, n in enumerate(names):
-        if n in _GEMM:
+        if n in GEMM_OPS:
             continue
         if sigs[i] not in touches:
             touches[sigs[i]] = _touches(view.shapes(i), scores)
         if touches[sigs[i]]:
             shaped.append(i)
-    gemms = [i for i, n in enumerate(names) if n in _GEMM and _attention_gemm(view, i, n, scores)]
+    gemms = [i for i, n in enumerate(names) if n in GEMM_OPS and _attention_gemm(view, i, n, scores)]
     t_attn = float(view.time_ns[shaped + gemms].sum())
     training = any(names[i] == "aten::_softmax_backward_data" for i in shaped)
     flops = fwd_flops * (3.5 if training else 1.0)  # backward of a fused kernel: 2.5x the forward FLOPs
@@ -218,20 +102,12 @@ def unfused_attention(ctx: RankContext) -> list[Finding]:
     ]
 
 
-def _inner_dim(name: str, shapes: list[Any]) -> int:
-    """D of the QK^T GEMM: the contraction dimension (last dim of its first operand)."""
-    tensors = [s for s in shapes if _is_flat(s) and len(s) >= 2]
-    if name == "aten::baddbmm" and len(tensors) >= 3:
-        tensors = tensors[1:]
-    return int(tensors[0][-1]) if tensors else 0
-
-
 def _attention_gemm(view: ShapedOps, i: int, name: str, scores: Counter[tuple[int, ...]]) -> bool:
     """A GEMM that reads or writes a score-shaped tensor (QK^T, PV, and their backward GEMMs)."""
     shapes = view.shapes(i)
     if _touches(shapes, scores):
         return True
-    out = _gemm_out(name, shapes)
+    out = gemm_out(name, shapes)
     return out is not None and tuple(out) in scores
 
 
@@ -244,7 +120,7 @@ def _gemm_rate(ctx: RankContext, view: ShapedOps, names: list[str], exclude: set
     dims_text: dict[int, str] = {}  # per signature
     sigs = ctx.trace.op_signatures(view.rows).tolist()
     for i, name in enumerate(names):
-        if name not in _GEMM and name not in ("aten::linear", "aten::addmm") or i in exclude:
+        if name not in GEMM_OPS and name not in ("aten::linear", "aten::addmm") or i in exclude:
             continue
         row = int(view.rows[i])
         cost = cached_op_cost(ctx.trace, row)  # op_cost of the recorded inputs, once per signature
@@ -262,52 +138,30 @@ def _gemm_rate(ctx: RankContext, view: ShapedOps, names: list[str], exclude: set
     return flops / t, f"{name} {dims}: {flops / t:.1f} GFLOP/s"
 
 
-def _first_shape(shapes: list[Any]) -> list[int] | None:
-    for s in shapes:
-        if s and _is_flat(s):
-            return list(s)
-    return None
-
-
-def _gemm_before(view: ShapedOps, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
-    """Index of the GEMM that produced the scores (a few ops before the softmax), else -1."""
-    thread = view.thread(i)
-    for j in range(i - 1, max(i - window, -1) - 1, -1):
-        if j < 0 or view.thread(j) != thread:
-            return -1
-        if names[j] in _GEMM:
-            out = _gemm_out(names[j], view.shapes(j))
-            return j if out is not None and _numel(out) == _numel(shape) and out[-1] == shape[-1] else -1
-    return -1
-
-
-def _gemm_after(view: ShapedOps, names: list[str], i: int, shape: list[int], window: int = 6) -> int:
-    """Index of the GEMM that consumes the probabilities (a few ops after the softmax), else -1."""
-    thread = view.thread(i)
-    for j in range(i + 1, min(i + window + 1, len(names))):
-        if view.thread(j) != thread:
-            return -1
-        if names[j] in _GEMM:
-            first = _first_shape(view.shapes(j) if names[j] != "aten::baddbmm" else view.shapes(j)[1:])
-            return j if first is not None and _numel(first) == _numel(shape) else -1
-    return -1
-
-
 def _touches(shapes: list[Any], scores: Counter[tuple[int, ...]]) -> bool:
-    return any(_is_flat(s) and tuple(s) in scores for s in shapes)
-
-
-def _is_flat(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int) for v in value)
-
-
-def _numel(shape: list[int]) -> int:
-    return math.prod(shape)
+    return any(is_flat(s) and tuple(s) in scores for s in shapes)
 
 
 # ---------------------------------------------------------------------------------------------------
 # fusion_opportunity
 # ---------------------------------------------------------------------------------------------------
+class FusionChain(Evidence, kw_only=True):
+    """A kind of chain (its first ops, in order) and what fusing it saves per step."""
+
+    ops: str
+    saving_ns_per_step: int
+
+
+class FusionEvidence(Evidence, kw_only=True):
+    """``fusion_opportunity``'s evidence: chains and their ops per step, the chains that save most, the
+    user's lines that run them (when stacks were recorded)."""
+
+    chains_per_step: float
+    ops_in_chains_per_step: float
+    top_chains: list[FusionChain]
+    source_lines: list[str] | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME, options=("fusion_chain_min", "fusion_share"),
            needs=("shaped_ops", "op_costs", "source_lines", "kernels", "steps"))
 def fusion_opportunity(ctx: RankContext) -> list[Finding]:
@@ -336,7 +190,7 @@ def fusion_opportunity(ctx: RankContext) -> list[Finding]:
         if cost is None:
             k = sigs[i]
             if k not in largest:
-                largest[k] = max((_numel(s) for s in view.shapes(i) if _is_flat(s)), default=-1)
+                largest[k] = max((numel(s) for s in view.shapes(i) if is_flat(s)), default=-1)
             if largest[k] * 4 * 64 < max(current[-1][1].bytes_written, 1):
                 continue  # a scalar conversion (aten::to of a Python number) does not break a chain
         linked = False
@@ -383,8 +237,8 @@ def _elementwise_costs(ctx: RankContext, view: ShapedOps) -> list[Any]:
 
 def _consumes(shapes: list[Any], prev_shapes: list[Any]) -> bool:
     """The op reads a tensor the size of the previous op's output (shapes only: tensor ids are not traced)."""
-    prev = _first_shape(prev_shapes)
-    return prev is not None and any(isinstance(s, list) and _numel(s) == _numel(prev) for s in shapes)
+    prev = first_shape(prev_shapes)
+    return prev is not None and any(isinstance(s, list) and numel(s) == numel(prev) for s in shapes)
 
 
 def _chain_gain(view: ShapedOps, chain: list[tuple[int, Any]]) -> float:
@@ -400,11 +254,10 @@ def _chain_gain(view: ShapedOps, chain: list[tuple[int, Any]]) -> float:
 
 def _timeline_cap(ctx: RankContext, saving_ns: float, ops: I64) -> float:
     """On a GPU, a saving on these ops' kernel time never exceeds what the timeline supports: the step's
-    idle plus those kernels' exclusive time (:func:`aiprof.rules.gpu_kernels.removable_ns`). Work on other
+    idle plus those kernels' exclusive time (:func:`aiprof.rules.views.kernels.removable_ns`). Work on other
     streams that runs meanwhile does not go away when these kernels get faster."""
     if not ctx.is_gpu:
         return saving_ns
-    from aiprof.rules.gpu_kernels import capped, kernels_of_ops
 
     return capped(ctx, saving_ns, kernels_of_ops(ctx, ops))[0]
 
@@ -436,17 +289,17 @@ def _fusion_finding(
         saving = _timeline_cap(ctx, saving, view.rows[[i for chain in chains for i, _ in chain]])
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
-    evidence: dict[str, Any] = {
-        "chains_per_step": round(len(chains) / ctx.step_count, 1),
-        "ops_in_chains_per_step": round(ops_in_chains / ctx.step_count, 1),
-        "top_chains": [{"ops": s, "saving_ns_per_step": int(g / ctx.step_count)} for s, g in by_signature.most_common(3)],
-    }
+    evidence = FusionEvidence(
+        chains_per_step=round(len(chains) / ctx.step_count, 1),
+        ops_in_chains_per_step=round(ops_in_chains / ctx.step_count, 1),
+        top_chains=[FusionChain(ops=s, saving_ns_per_step=int(g / ctx.step_count)) for s, g in by_signature.most_common(3)],
+    )
     if lines:
-        evidence["source_lines"] = [line for line, _ in lines.most_common(3)]
+        evidence.source_lines = [line for line, _ in lines.most_common(3)]
     return [
         ctx.finding(
             "fusion_opportunity",
-            f"{evidence['chains_per_step']} chains of unfused elementwise ops per step",
+            f"{evidence.chains_per_step} chains of unfused elementwise ops per step",
             saving,
             evidence=evidence,
             fix=(

@@ -8,32 +8,27 @@ Python between them; per-element ``.item()`` round trips).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.analysis import intervals as iv
-from aiprof.analysis.compile import compile_set
-from aiprof.analysis.timeline import _SYNC_CALL as _TIMELINE_SYNC
-from aiprof.rules.context import RankContext, _first_user_frame
-from aiprof.rules.evidence import Spread, idle_sets, long_gaps, ms_text, spread, top_ops
+from aiprof.rules.context import RankContext, first_user_frame
+from aiprof.rules.evidence import long_gaps, ms_text, spread, top_ops
 from aiprof.rules.framework import fix_text
-from aiprof.rules.finding import Finding
-from aiprof.rules.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
+from aiprof.rules.views.host import (DATALOADER, SYNC_CALL, annotation_rows, host_split, ops_in, steady_set,
+                                     sync_episodes)
+from aiprof.rules.views.idle import idle_sets
+from aiprof.rules.views.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
 from aiprof.trace import links
 from aiprof.trace.model import I64, Kind
 
-_DATALOADER = r"^enumerate\(DataLoader\)"
 _MULTI_WORKER = "MultiProcessing"
-_SYNC_OP = r"^aten::(item|_local_scalar_dense|nonzero|tolist)$|^aten::(masked_select|unique|_unique2)$"
-_SYNC_OP_CPU = r"^aten::(item|_local_scalar_dense)$"
-_OPTIMIZER_SPANS = r"^Optimizer\.(step|zero_grad)#"
-# The synchronising calls of the timeline's ``sync`` cause (blocking copies and frees too), plus driver copies.
-_SYNC_CALL = f"{_TIMELINE_SYNC.pattern}|^cuMemcpyDtoH"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -51,7 +46,7 @@ def data_loading(ctx: RankContext) -> list[Finding]:
         exposed = float(measured)
     if ctx.share(exposed) < ctx.options.data_loading_share:
         return []
-    rows = _annotations(ctx, _DATALOADER)
+    rows = annotation_rows(ctx, DATALOADER)
     names = Counter(ctx.names(rows))
     multi = any(_MULTI_WORKER in n for n in names)
     total = int(ctx.trace.columns.dur[rows].sum()) / ctx.step_count
@@ -145,13 +140,7 @@ def _has_loader(ctx: RankContext) -> bool:
     """The loop iterates a DataLoader (its ``enumerate(DataLoader)`` spans are in the trace): only then do fixes
     speak of its workers."""
     rows = ctx.trace.rows_of(Kind.USER_ANNOTATION)
-    return bool(rows.size and ctx.trace.name_matches(rows, _DATALOADER).any())
-
-
-def _annotations(ctx: RankContext, pattern: str) -> I64:
-    rows = ctx.in_window(ctx.trace.rows_of(Kind.USER_ANNOTATION))
-    selected: I64 = rows[ctx.trace.name_matches(rows, pattern)]
-    return selected
+    return bool(rows.size and ctx.trace.name_matches(rows, DATALOADER).any())
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -167,19 +156,6 @@ _NO_STACKS = (
     "no stacks in this trace: record them with `aiprof run --with-stack` or "
     "torch.profiler.profile(with_stack=True) to see the source line"
 )
-
-
-@dataclass(frozen=True)
-class HostSplit:
-    """The host's share of the steady steps, by kind: overhead (short gaps / tiny ops), long gaps inside
-    one host call (with that call's row), long gaps outside any op."""
-
-    overhead_ns: float  # total over the steady steps
-    overhead: Spread
-    stalls: list[tuple[int, int, int]]  # (start, end, row of the innermost call covering it)
-    gaps: list[tuple[int, int]]
-    evidence: dict[str, Any]
-    overhead_set: iv.IntervalSet | None = None  # the time overhead_ns counts (before any per-op netting)
 
 
 def stack_cost_ns(ctx: RankContext, starts: I64, ends: I64) -> I64:
@@ -206,7 +182,7 @@ def find_uninflated_step(ctx: RankContext) -> float:
     findings take their share of this step: recording the stacks lengthened the step as much as their gaps."""
     found = ctx.mean_step_ns
     if ctx.trace.rows_of(Kind.PYTHON).size and ctx.step_count:
-        starts, ends = idle_sets(ctx)["host"] if ctx.is_gpu else _steady_set(ctx)
+        starts, ends = idle_sets(ctx)["host"] if ctx.is_gpu else steady_set(ctx)
         cost = float(stack_cost_ns(ctx, starts, ends).sum()) / ctx.step_count
         found = max(ctx.mean_step_ns - cost, 0.0)
     return found
@@ -248,7 +224,7 @@ def _stack_note(evidence: dict[str, Any], cost_ns: float, steps: int, measured_n
 def host_bound(ctx: RankContext) -> list[Finding]:
     """The device (or, on CPU-only traces, the run) is slowed by many small host costs: framework dispatch
     of tiny ops and the Python between them. Long gaps are not counted here (host_stall, host_gaps)."""
-    split = _host_split(ctx)
+    split = host_split(ctx)
     stack_ns = 0.0
     if split.overhead_set is not None and split.overhead_ns > 0:
         stack_ns = float(min(stack_cost_ns(ctx, *split.overhead_set).sum(), split.overhead_ns))
@@ -306,7 +282,7 @@ def host_bound(ctx: RankContext) -> list[Finding]:
 def host_gaps(ctx: RankContext) -> list[Finding]:
     """Long stretches of Python outside any op (a sleep, logging, metric bookkeeping, data munging): the
     device (or the run) waits for the script itself, not for the framework."""
-    split = _host_split(ctx)
+    split = host_split(ctx)
     if not split.gaps:
         return []
     lengths = np.array([b - a for a, b in split.gaps], dtype=np.int64)
@@ -318,10 +294,11 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
         return []
     order = np.argsort(-lengths)[:3]
     evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
-    evidence["longest_gaps"] = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    gaps = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]
+    evidence["longest_gaps"] = gaps
     _stack_note(evidence, float(stack.sum()), ctx.step_count, float(lengths.sum()))
     step_ns = _step_note(ctx, evidence)
-    lines = [g["source_line"] for g in evidence["longest_gaps"] if g.get("source_line")]
+    lines = [g.source_line for g in gaps if isinstance(g.source_line, str) and g.source_line]
     if not lines:
         evidence["how_to_see_the_line"] = _NO_STACKS
     where = f" at {lines[0]}" if lines else ""
@@ -363,7 +340,7 @@ def host_stall(ctx: RankContext) -> list[Finding]:
     a slow allocation, a CPU-heavy op): a stall with its own cause, named with the call and source line."""
     if not ctx.is_gpu:
         return []
-    stalls = _host_split(ctx).stalls
+    stalls = host_split(ctx).stalls
     if not stalls:
         return []
     lengths = np.array([b - a for a, b, _ in stalls], dtype=np.int64)
@@ -462,135 +439,36 @@ def _outer_op(ctx: RankContext, row: int) -> int | None:
     return int(ops[np.argmax(c.dur[ops])])
 
 
-def _gap_evidence(ctx: RankContext, start: int, end: int) -> dict[str, Any]:
+class LongGap(Evidence, kw_only=True):
+    """One long gap of ``host_gaps``' evidence: its length, the Python function running through it (when the
+    trace has Python events) and the user's source line."""
+
+    gap_ns: int
+    python: str | UnsetType = UNSET
+    source_line: str | UnsetType = UNSET
+
+
+def _gap_evidence(ctx: RankContext, start: int, end: int) -> LongGap:
     """One long gap: its length, the Python running in it (python_function events), the source line."""
     c = ctx.trace.columns
-    out: dict[str, Any] = {"gap_ns": int(end - start)}
+    out = LongGap(gap_ns=int(end - start))
     py = ctx.python_rows
     overlap = np.minimum(c.ts[py] + c.dur[py], end) - np.maximum(c.ts[py], start)
     py = py[overlap * 2 >= end - start]  # Python frames that ran through most of the gap
     if py.size:
         innermost = py[np.argsort(c.dur[py], kind="stable")]
-        out["python"] = ctx.trace.strings[int(c.name[innermost[0]])]
-        line = _first_user_frame(ctx.names(innermost))
+        out.python = ctx.trace.strings[int(c.name[innermost[0]])]
+        line = first_user_frame(ctx.names(innermost))
         if line:
-            out["source_line"] = line
-    if "source_line" not in out:  # the op right after the gap: its stack shows the loop the gap is in
+            out.source_line = line
+    if not out.source_line:  # the op right after the gap: its stack shows the loop the gap is in
         ops = ctx.cpu_ops
         after = ops[c.ts[ops] >= end]
         if after.size:
             line = ctx.source_line(int(after[np.argmin(c.ts[after])]))
             if line:
-                out["source_line"] = line
+                out.source_line = line
     return out
-
-
-def _host_split(ctx: RankContext) -> HostSplit:
-    """``ctx.views.host_split``; on a GPU whose host idle is under ``host_bound_share`` of the step, an empty
-    split without computing it (no host finding can reach the threshold)."""
-    if ctx.is_gpu and ctx.share(ctx.per_step("idle_causes_ns", "host")) < ctx.options.host_bound_share:
-        return HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
-    return ctx.views.host_split
-
-
-def find_host_split(ctx: RankContext) -> HostSplit:
-    """The host's share of the steady steps (``ctx.views.host_split``): GPU from the ``host`` idle gaps, CPU
-    from tiny ops and the gaps between ops."""
-    return _gpu_host_split(ctx) if ctx.is_gpu else _cpu_host_split(ctx)
-
-
-def _gpu_host_split(ctx: RankContext) -> HostSplit:
-    """GPU: the ``host`` idle gaps, short (overhead) vs long inside one call (stall) vs long outside."""
-    host = idle_sets(ctx)["host"]
-    lengths = host[1] - host[0]
-    long = long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor)
-    short = lengths[~long]
-    stalls: list[tuple[int, int, int]] = []
-    gaps: list[tuple[int, int]] = []
-    for a, b in zip(host[0][long].tolist(), host[1][long].tolist()):
-        row = _covering_call(ctx, a, b)
-        if row >= 0:
-            stalls.append((a, b, row))
-        else:
-            gaps.append((a, b))
-    evidence = {
-        "host_idle_ns_per_step": int(lengths.sum() / ctx.step_count),
-        "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
-    }
-    return HostSplit(float(short.sum()), spread(short), stalls, gaps, evidence,
-                     (host[0][~long], host[1][~long]))
-
-
-def _covering_call(ctx: RankContext, start: int, end: int) -> int:
-    """The innermost CPU op or runtime call that covers at least half of [start, end), else -1."""
-    c = ctx.trace.columns
-    rows = ctx.views.long_calls
-    overlap = np.minimum(c.ts[rows] + c.dur[rows], end) - np.maximum(c.ts[rows], start)
-    ok = rows[overlap * 2 >= end - start]
-    return int(ok[np.argmin(c.dur[ok])]) if ok.size else -1
-
-
-def find_long_calls(ctx: RankContext) -> I64:
-    """CPU ops and runtime calls long enough to cover a stall (``ctx.views.long_calls``), by start time."""
-    c = ctx.trace.columns
-    # only calls long enough to cover a stall (filtered before the time sort, which keeps their order)
-    rows = np.flatnonzero(ctx.trace.kind_mask(Kind.CPU_OP, Kind.RUNTIME, Kind.DRIVER) & (c.dur * 2 >= ctx.options.stall_min_ns))
-    found: I64 = rows[np.argsort(c.ts[rows], kind="stable")]
-    return found
-
-
-def _cpu_host_split(ctx: RankContext) -> HostSplit:
-    """CPU-only traces: tiny top-level ops and short gaps outside any op (overhead) vs long gaps outside
-    any op (host_gaps), net of data loading, collectives and sync round trips (their own rules)."""
-    from aiprof.analysis.timeline import _COLLECTIVE_OP
-
-    c = ctx.trace.columns
-    ops = _top_level(ctx)
-    if ops.size == 0:
-        return HostSplit(0.0, spread(np.zeros(0, dtype=np.int64)), [], [], {})
-    tiny = ops[c.dur[ops] < ctx.options.tiny_cpu_op_ns]
-    windows = _steady_set(ctx)
-    outside = iv.subtract(windows, _span_set(ctx, ops))
-    outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _COLLECTIVE_OP.pattern)))
-    outside = iv.subtract(outside, _span_set(ctx, _annotations(ctx, _DATALOADER)))
-    outside = iv.subtract(outside, _sync_episodes(ctx)[0])
-    outside = iv.subtract(outside, compile_set(ctx.trace))  # compiling is the compile bucket's, not a gap
-    lengths = outside[1] - outside[0]
-    long = long_gaps(lengths, ctx.options.stall_min_ns, ctx.options.stall_factor)
-    short_set = (outside[0][~long], outside[1][~long])
-    overhead = iv.union(_span_set(ctx, tiny), short_set)
-    overhead = iv.subtract(overhead, _span_set(ctx, _annotations(ctx, _DATALOADER)))
-    overhead = iv.subtract(overhead, _sync_episodes(ctx)[0])
-    overhead = iv.intersect(overhead, windows)
-    net = iv.total(overhead) - _ops_in(ctx, overhead, every=True) * ctx.options.profiler_ns_per_op
-    events = np.concatenate((c.dur[tiny], lengths[~long]))
-    evidence = {
-        "tiny_ops_per_step": round(tiny.size / ctx.step_count, 1),
-        "tiny_op_ns_per_step": int(c.dur[tiny].sum() / ctx.step_count),
-        "short_gap_ns_per_step": int(lengths[~long].sum() / ctx.step_count),
-        "long_gap_ns_per_step": int(lengths[long].sum() / ctx.step_count),
-        "tiny_op_threshold_ns": ctx.options.tiny_cpu_op_ns,
-    }
-    gaps = list(zip(outside[0][long].tolist(), outside[1][long].tolist()))
-    return HostSplit(float(max(net, 0)), spread(events), [], gaps, evidence, overhead)
-
-
-def _top_level(ctx: RankContext) -> I64:
-    """CPU ops with no CPU op above them (annotations such as ProfilerStep do not count)."""
-    from aiprof.analysis.ops import top_level_ops
-
-    mask = top_level_ops(ctx.trace)
-    rows: I64 = ctx.cpu_ops[mask[ctx.cpu_ops]]
-    return rows
-
-
-def _steady_set(ctx: RankContext) -> iv.IntervalSet:
-    return ctx.steady_set  # the steady steps less any one-time costs cut out of them
-
-
-def _span_set(ctx: RankContext, rows: I64) -> iv.IntervalSet:
-    c = ctx.trace.columns
-    return iv.merge(c.ts[rows], c.ts[rows] + c.dur[rows])
 
 
 def _hot_line(ctx: RankContext) -> str | None:
@@ -755,15 +633,15 @@ def _blocking_fix(ctx: RankContext, call: str) -> str:
 
 
 def _sync_cpu(ctx: RankContext) -> list[Finding]:
-    cover, rows = _sync_episodes(ctx)
+    cover, rows = sync_episodes(ctx)
     if rows.size == 0:
         return []
-    spans = iv.total(iv.intersect(cover, _steady_set(ctx)))
+    spans = iv.total(iv.intersect(cover, steady_set(ctx)))
     capped = _capped_loops(ctx, cover, rows)
     # The profiler inflates the loop: each recorded op costs it; view / scalar ops about
     # sync_profiler_cost_share of the per-op cost calibrated on allocating ops.
     cost = ctx.options.profiler_ns_per_op * ctx.options.sync_profiler_cost_share
-    per_step = [max(iv.total(iv.intersect(capped, step)) - _ops_in(ctx, iv.intersect(cover, step), every=True) * cost, 0)
+    per_step = [max(iv.total(iv.intersect(capped, step)) - ops_in(ctx, iv.intersect(cover, step), every=True) * cost, 0)
                 for step in _step_sets(ctx)]
     # The median step, not the mean: one loop the scheduler pre-empted for 9 ms is not every step's cost
     saving = arrays.median(np.array(per_step, dtype=np.float64)) if per_step else 0.0
@@ -811,7 +689,7 @@ def _add_lines(ctx: RankContext, evidence: dict[str, Any], callers: I64) -> None
 
 def _sync_calls(ctx: RankContext) -> I64:
     rows = ctx.in_window(ctx.trace.rows_of(Kind.RUNTIME, Kind.DRIVER))
-    selected: I64 = rows[ctx.trace.name_matches(rows, _SYNC_CALL)]
+    selected: I64 = rows[ctx.trace.name_matches(rows, SYNC_CALL)]
     return selected
 
 
@@ -824,12 +702,12 @@ def _callers(ctx: RankContext, calls: I64) -> I64:
 
 def _step_sets(ctx: RankContext) -> list[iv.IntervalSet]:
     """Each steady step's window, as an interval set cut to the steady time (one-time costs left out)."""
-    steady = _steady_set(ctx)
+    steady = steady_set(ctx)
     return [iv.intersect(steady, iv.as_set([s.start_ns], [s.start_ns + s.duration_ns])) for s in ctx.steps]
 
 
 def _capped_loops(ctx: RankContext, cover: iv.IntervalSet, rows: I64) -> iv.IntervalSet:
-    """Each loop of :func:`_sync_episodes` cut to at most its calls x 2 x the median call period (start to
+    """Each loop of :func:`sync_episodes` cut to at most its calls x 2 x the median call period (start to
     next start within the loop): a loop stretched by one call the scheduler pre-empted counts as the loop."""
     c = ctx.trace.columns
     ts = c.ts[rows]
@@ -840,51 +718,6 @@ def _capped_loops(ctx: RankContext, cover: iv.IntervalSet, rows: I64) -> iv.Inte
     calls = np.bincount(loop[loop >= 0], minlength=cover[0].size)
     ends = np.minimum(cover[1], cover[0] + (calls * 2 * typical).astype(np.int64))
     return cover[0], np.maximum(ends, cover[0])
-
-
-def _sync_episodes(ctx: RankContext) -> tuple[iv.IntervalSet, I64]:
-    """CPU traces: runs of ``.item()``-like ops (top-level) as an interval set, and their rows. Two
-    consecutive round trips belong to one episode (the Python loop around them) when no substantial op
-    (≥ tiny_cpu_op_ns) runs between them and they are closer than ``sync_cluster_gap_ns`` — or closer than
-    10 ms with only tiny ops between (a loop the scheduler paused). Calls inside ``Optimizer.step`` /
-    ``zero_grad`` are the optimizer's own (AdamW reads its per-parameter step counters with ``.item()``), not
-    the script's: left out."""
-    c = ctx.trace.columns
-    ops = _top_level(ctx)
-    rows = ops[ctx.trace.name_matches(ops, _SYNC_OP_CPU)]
-    optimizer = _annotations(ctx, _OPTIMIZER_SPANS)
-    if rows.size and optimizer.size:
-        inside = iv.merge(c.ts[optimizer], c.ts[optimizer] + c.dur[optimizer])
-        k = np.searchsorted(inside[0], c.ts[rows], side="right") - 1
-        rows = rows[~((k >= 0) & (c.ts[rows] < inside[1][np.maximum(k, 0)]))]
-    if rows.size == 0:
-        return iv.EMPTY, rows
-    starts, ends = c.ts[rows], c.ts[rows] + c.dur[rows]
-    big = np.sort(c.ts[ops[(c.dur[ops] >= ctx.options.tiny_cpu_op_ns) & ~ctx.trace.name_matches(ops, _SYNC_OP_CPU)]])
-    prev_end = np.concatenate((starts[:1], ends[:-1]))
-    gap = starts - prev_end
-    nothing_between = np.searchsorted(big, prev_end) == np.searchsorted(big, starts)
-    close = (gap <= ctx.options.sync_cluster_gap_ns) | (nothing_between & (gap <= 10_000_000))
-    close[0] = False
-    stretched = np.where(close, prev_end, starts)
-    return iv.merge(stretched, ends), rows
-
-
-def _ops_in(ctx: RankContext, cover: iv.IntervalSet, every: bool = False) -> int:
-    """Ops (top-level, or ``every`` recorded op and memory event) that start inside the interval set: what
-    the profiler's own per-event cost applies to."""
-    c = ctx.trace.columns
-    # Every event the profiler recorded on the host costs it time: ops and [memory] instants alike.
-    ops = np.sort(np.concatenate((ctx.cpu_ops, ctx.in_window(ctx.trace.rows_of(Kind.MEMORY))))) if every else _top_level(ctx)
-    ops = ops[np.argsort(c.ts[ops], kind="stable")]
-    if ops.size == 0 or cover[0].size == 0:
-        return 0
-    ts = c.ts[ops]
-    idx = np.searchsorted(cover[0], ts, side="right") - 1
-    ok = idx >= 0
-    return int((ts[ok] < cover[1][idx[ok]]).sum())
-
-
 
 
 __all__ = ["data_loading", "host_bound", "host_gaps", "host_stall", "launch_bound", "sync"]

@@ -3,7 +3,7 @@ below its roofline) and ``kernel_variance`` (one kernel whose calls with the sam
 
 ``kernel_efficiency`` reads the per-op roofline (``aiprof.roofline``): only modelled ops (FLOPs and bytes
 known from their recorded shapes and dtypes, a known device) can be judged; unmodelled ones get no claim.
-Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.gpu_kernels.removable_ns`).
+Both rules cap their saving by what the timeline supports (:func:`aiprof.rules.views.kernels.removable_ns`).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from aiprof import arrays
 from aiprof.rules.context import RankContext
 from aiprof.rules.evidence import ms_text
-from aiprof.rules.finding import Finding
+from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import Saving, rank_rule
-from aiprof.rules.gpu_kernels import _mnk, capped, fp32_matrix_calls, kernels_of_ops, matrix_units
+from aiprof.rules.views.kernels import alone_ns, capped, fp32_matrix_calls, gemm_mnk, kernels_of_ops, matrix_units, owning_call
 from aiprof.trace.model import I64
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
         dims = json.loads(dims_text)
     except ValueError:
         return False
-    mnk = _mnk(name, dims) if isinstance(dims, list) else None
+    mnk = gemm_mnk(name, dims) if isinstance(dims, list) else None
     if mnk is not None:
         m, n, k, _ = mnk
         if (m, n) in scores or (m, k) in scores or (k, n) in scores:
@@ -129,7 +129,6 @@ def _on_scores(ctx: RankContext, name: str, dims_text: str) -> bool:
 
 def _has_copies(ctx: RankContext, ops: I64) -> Any:
     """For each op, whether memcpy / memset activity of the steady steps belongs to it."""
-    from aiprof.rules.gpu_kernels import _owning_call
     from aiprof.trace.model import Kind
 
     c = ctx.trace.columns
@@ -137,7 +136,7 @@ def _has_copies(ctx: RankContext, ops: I64) -> Any:
     copies = copies[(c.device[copies] == ctx.device.device_index) & (ctx.issuing_op[copies] >= 0)]
     out = np.zeros(ops.size, dtype=bool)
     if copies.size and ops.size:
-        owner = _owning_call(ctx, ops, copies)
+        owner = owning_call(ctx, ops, copies)
         out[owner[owner >= 0]] = True
     return out
 
@@ -191,15 +190,38 @@ def _groups(ctx: RankContext) -> list[_Group]:
     return out
 
 
-def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
+class OpEfficiency(Evidence, kw_only=True):
+    """One op of ``kernel_efficiency``'s evidence: its time, what it achieved against its roof (FLOP/s for
+    compute-bound work, bytes/s for memory-bound: one pair of the two is set), and what a realistic fraction
+    of the roof would take."""
+
+    op: str
+    family: str
+    bound: str  # "compute-bound" or "memory-bound"
+    share_of_step: float
+    ns_per_step: int
+    calls_per_step: float
+    achieved_flops_per_s: int | UnsetType = UNSET
+    roof_flops_per_s: int | UnsetType = UNSET
+    achieved_bytes_per_s: int | UnsetType = UNSET
+    roof_bytes_per_s: int | UnsetType = UNSET
+    roof: str
+    pct_of_roof: float | None
+    expected_fraction_of_roof: float
+    expected_ns_per_step: int
+    top_input_dims: list[str]
+    top_kernels: list[str]
+
+
+def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> OpEfficiency:
     calls, peaks = result.calls, result.peaks
     n = ctx.step_count
     compute = g.compute_ns >= g.time_ns / 2
     secs = g.time_ns * 1e-9
     if compute:
-        achieved, peak, unit = g.flops / secs, float(peaks.flops_per_s.get(g.roof_key, 0.0)), "flops_per_s"
+        achieved, peak = g.flops / secs, float(peaks.flops_per_s.get(g.roof_key, 0.0))
     else:
-        achieved, peak, unit = g.bytes / secs, float(peaks.memory_bw_bytes_per_s), "bytes_per_s"
+        achieved, peak = g.bytes / secs, float(peaks.memory_bw_bytes_per_s)
     shapes = Counter[str]()
     for i in g.calls.tolist():
         shapes[calls.texts[int(calls.text_id[i])][0][:100]] += int(calls.time_ns[i])
@@ -207,22 +229,19 @@ def _group_evidence(ctx: RankContext, g: _Group, result: Any) -> dict[str, Any]:
     names = Counter[str]()
     for row in kernels.tolist():
         names[ctx.trace.name_of(row)[:120]] += int(ctx.trace.columns.dur[row])
-    return {
-        "op": g.name,
-        "family": g.family,
-        "bound": "compute-bound" if compute else "memory-bound",
-        "share_of_step": round(ctx.share(g.time_ns / n), 3),
-        "ns_per_step": int(g.time_ns / n),
-        "calls_per_step": round(g.calls.size / n, 1),
-        f"achieved_{unit}": int(achieved),
-        f"roof_{unit}": int(peak),
-        "roof": g.roof_key,
-        "pct_of_roof": round(100.0 * achieved / peak, 1) if peak else None,
-        "expected_fraction_of_roof": round(g.fraction, 2),
-        "expected_ns_per_step": int(g.expected_ns / n),
-        "top_input_dims": [s for s, _ in shapes.most_common(3)],
-        "top_kernels": [k for k, _ in names.most_common(3)],
-    }
+    row = OpEfficiency(
+        op=g.name, family=g.family, bound="compute-bound" if compute else "memory-bound",
+        share_of_step=round(ctx.share(g.time_ns / n), 3), ns_per_step=int(g.time_ns / n),
+        calls_per_step=round(g.calls.size / n, 1), roof=g.roof_key,
+        pct_of_roof=round(100.0 * achieved / peak, 1) if peak else None,
+        expected_fraction_of_roof=round(g.fraction, 2), expected_ns_per_step=int(g.expected_ns / n),
+        top_input_dims=[s for s, _ in shapes.most_common(3)], top_kernels=[k for k, _ in names.most_common(3)],
+    )
+    if compute:
+        row.achieved_flops_per_s, row.roof_flops_per_s = int(achieved), int(peak)
+    else:
+        row.achieved_bytes_per_s, row.roof_bytes_per_s = int(achieved), int(peak)
+    return row
 
 
 @rank_rule(saving=Saving.TIME,
@@ -250,13 +269,13 @@ def kernel_efficiency(ctx: RankContext) -> list[Finding]:
     if was_capped:
         evidence["modelled_saving_ns_per_step"] = int(modelled)
     fix = {"attention": _ATTENTION_FIX, "gemm": _GEMM_FIX, "conv": _CONV_FIX}.get(groups[0].family, _MEMORY_FIX)
-    if top["bound"] == "memory-bound" and groups[0].family != "attention":
+    if top.bound == "memory-bound" and groups[0].family != "attention":
         fix = _MEMORY_FIX
     return [
         ctx.finding(
             "kernel_efficiency",
-            f"{top['op']} takes {top['share_of_step']:.0%} of the step at {top['pct_of_roof']}% of its "
-            f"{'compute' if top['bound'] == 'compute-bound' else 'memory'} roof ({ms_text(top['ns_per_step'])} per step)",
+            f"{top.op} takes {top.share_of_step:.0%} of the step at {top.pct_of_roof}% of its "
+            f"{'compute' if top.bound == 'compute-bound' else 'memory'} roof ({ms_text(top.ns_per_step)} per step)",
             saving,
             evidence=evidence,
             fix=fix,
@@ -294,7 +313,6 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
     recorded inputs) whose p90 / p10 ≥ ``kernel_variance_ratio``, with enough calls, slow calls in more
     than one step, and slow calls not explained by other kernels running beside them."""
     from aiprof.analysis.comm import is_comm_kernel
-    from aiprof.rules.gpu_kernels import _alone_ns
 
     c, opt = ctx.trace.columns, ctx.options
     k = ctx.kernels[~is_comm_kernel(ctx.trace)[ctx.kernels]]
@@ -336,13 +354,32 @@ def _spreads(ctx: RankContext) -> list[_Spread]:
         if len(set(np.searchsorted(starts, c.ts[rows[slow]], side="right").tolist())) < min(2, len(starts)):
             continue  # one slow step, not a kernel that varies: step_variance's business
         if alone_all is None:
-            alone_all = _alone_ns(ctx, k)
+            alone_all = alone_ns(ctx, k)
         alone = alone_all[pos[slow]]
         if alone.sum() < 0.5 * dur[slow].sum():
             continue  # most of the slow calls' time shares the GPU with other kernels: contention, not this kernel
         out.append(_Spread(rows, median, p10, p90, float(np.maximum(dur - median, 0).sum()), bool((sig[pos] >= 0).all())))
     out.sort(key=lambda s: -s.saving)
     return out
+
+
+class KernelVarianceEvidence(Evidence, kw_only=True):
+    """``kernel_variance``'s evidence: the kernel (name, grid, block, the op that issued it), whether its calls'
+    input shapes are known to be the same, the calls' spread (p10, median, p90, max), and the slow calls'
+    count and first start times (ms after the first steady step)."""
+
+    kernel: str
+    grid_blocks: int
+    block_threads: int
+    issuing_op: str | None
+    same_input_shapes: bool
+    calls: int
+    p10_ns: int
+    median_ns: int
+    p90_ns: int
+    max_ns: int
+    slow_calls: int
+    slow_call_starts_ms: list[float]
 
 
 @rank_rule(saving=Saving.TIME,
@@ -364,20 +401,20 @@ def kernel_variance(ctx: RankContext) -> list[Finding]:
     dur = c.dur[s.rows]
     slow = s.rows[dur > 2 * s.median]
     origin = ctx.steps[0].start_ns if ctx.steps else int(c.ts[s.rows].min())
-    evidence: dict[str, Any] = {
-        "kernel": ctx.trace.name_of(row)[:160],
-        "grid_blocks": int(c.grid[row]),
-        "block_threads": int(c.block[row]),
-        "issuing_op": ctx.trace.name_of(int(ctx.issuing_op[row])) if ctx.issuing_op[row] >= 0 else None,
-        "same_input_shapes": s.shapes_known,
-        "calls": int(s.rows.size),
-        "p10_ns": int(s.p10),
-        "median_ns": int(s.median),
-        "p90_ns": int(s.p90),
-        "max_ns": int(dur.max()),
-        "slow_calls": int(slow.size),
-        "slow_call_starts_ms": [round((int(t) - origin) / 1e6, 3) for t in np.sort(c.ts[slow])[:5].tolist()],
-    }
+    evidence = KernelVarianceEvidence(
+        kernel=ctx.trace.name_of(row)[:160],
+        grid_blocks=int(c.grid[row]),
+        block_threads=int(c.block[row]),
+        issuing_op=ctx.trace.name_of(int(ctx.issuing_op[row])) if ctx.issuing_op[row] >= 0 else None,
+        same_input_shapes=s.shapes_known,
+        calls=int(s.rows.size),
+        p10_ns=int(s.p10),
+        median_ns=int(s.median),
+        p90_ns=int(s.p90),
+        max_ns=int(dur.max()),
+        slow_calls=int(slow.size),
+        slow_call_starts_ms=[round((int(t) - origin) / 1e6, 3) for t in np.sort(c.ts[slow])[:5].tolist()],
+    )
     notes = () if s.shapes_known else ("the trace has no input shapes for these calls: different shapes with the "
                                        "same grid (e.g. a GEMM's K) could explain part of the spread",)
     return [
@@ -446,6 +483,32 @@ def _attention_rows(ctx: RankContext, path: str) -> I64:
     return ctx.kernels[arrays.isin(c.name[ctx.kernels], names[mine])]
 
 
+class AttentionEfficiencyEvidence(Evidence, kw_only=True):
+    """``attention_efficiency``'s evidence: the fused attention path (its kernels, calls, time and shares), its
+    shapes and dtype, the FLOP rate it reached against the dense matrix peak, what it could attain (and the
+    shape factor in that), the time it would take there, and the modelled saving when the timeline capped it."""
+
+    path: str
+    label: str
+    kernels: list[str]
+    calls_per_step: float
+    share_of_kernel_time: float
+    share_of_step: float
+    ns_per_step: int
+    shapes: list[dict[str, object]]  # the path's AttentionShape rows, every field
+    dtype: str | UnsetType
+    achieved_flops_per_s: int
+    peak_flops_per_s: int
+    peak: str | UnsetType
+    pct_of_peak: float
+    attainable_fraction_of_peak: float
+    shape_factor: float
+    expected_ns_per_step: int
+    summary: str
+    peaks: str | UnsetType
+    modelled_saving_ns_per_step: int | UnsetType = UNSET
+
+
 @rank_rule(saving=Saving.TIME,
            options=("roof_fraction_attention", "kernel_efficiency_share", "attention_efficiency_gap", "min_share"),
            needs=("attention_paths", "kernels", "steps"), ids=("attention_efficiency", "attention_efficiency_unknown"))
@@ -480,28 +543,28 @@ def attention_efficiency(ctx: RankContext) -> list[Finding]:
         saving, was_capped = capped(ctx, modelled, _attention_rows(ctx, p.path))
         if ctx.share(saving) < opt.min_share:
             continue
-        evidence: dict[str, Any] = {
-            "path": p.path,
-            "label": p.label,
-            "kernels": p.kernels,
-            "calls_per_step": round(p.calls / max(len(section.steps), 1), 1),
-            "share_of_kernel_time": round(p.share, 3),
-            "share_of_step": round(ctx.share(per_step), 3),
-            "ns_per_step": int(per_step),
-            "shapes": [msgspec.structs.asdict(s) for s in p.shapes],
-            "dtype": p.dtype,
-            "achieved_flops_per_s": int(float(p.achieved_flops_per_s)),
-            "peak_flops_per_s": int(float(p.peak_flops_per_s or 0.0)),
-            "peak": p.peak_key,
-            "pct_of_peak": round(100.0 * fraction, 1),
-            "attainable_fraction_of_peak": round(attainable, 3),
-            "shape_factor": round(attainable / best, 3),
-            "expected_ns_per_step": int(per_step * fraction / attainable),
-            "summary": path_text(p, len(section.steps)),
-            "peaks": section.peaks_note,
-        }
+        evidence = AttentionEfficiencyEvidence(
+            path=p.path,
+            label=p.label,
+            kernels=p.kernels,
+            calls_per_step=round(p.calls / max(len(section.steps), 1), 1),
+            share_of_kernel_time=round(p.share, 3),
+            share_of_step=round(ctx.share(per_step), 3),
+            ns_per_step=int(per_step),
+            shapes=[msgspec.structs.asdict(s) for s in p.shapes],
+            dtype=p.dtype,
+            achieved_flops_per_s=int(float(p.achieved_flops_per_s)),
+            peak_flops_per_s=int(float(p.peak_flops_per_s or 0.0)),
+            peak=p.peak_key,
+            pct_of_peak=round(100.0 * fraction, 1),
+            attainable_fraction_of_peak=round(attainable, 3),
+            shape_factor=round(attainable / best, 3),
+            expected_ns_per_step=int(per_step * fraction / attainable),
+            summary=path_text(p, len(section.steps)),
+            peaks=section.peaks_note,
+        )
         if was_capped:
-            evidence["modelled_saving_ns_per_step"] = int(modelled)
+            evidence.modelled_saving_ns_per_step = int(modelled)
         out.append(ctx.finding(
             "attention_efficiency",
             f"{p.label} takes {ctx.share(per_step):.0%} of the step at {100 * fraction:.0f}% of the "

@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
 from aiprof.arrays import unique
 from aiprof.rules.context import RankContext
 from aiprof.rules.spec import Saving, rank_rule
-from aiprof.rules.finding import Finding
-from aiprof.rules.evidence import ms_text, top_ops
+from aiprof.rules.finding import Evidence, Finding
+from aiprof.rules.evidence import OpRow, ms_text, top_ops
 from aiprof.rules.framework import fix_text
 from aiprof.trace.model import I64, Kind
 
@@ -37,6 +36,19 @@ def _direction(name: str) -> str:
 # ---------------------------------------------------------------------------------------------------
 # pageable_memcpy
 # ---------------------------------------------------------------------------------------------------
+class PageableEvidence(Evidence, kw_only=True):
+    """``pageable_memcpy``'s evidence: the pageable copies per step (count, bytes, time, rate), what pinned
+    copies would reach (measured in the trace, or assumed), their directions and the ops that issued them."""
+
+    pageable_copies_per_step: float
+    pageable_bytes_per_step: int
+    pageable_copy_ns_per_step: int
+    pageable_gb_per_s: float | None
+    pinned_basis: str
+    directions: list[str]
+    issuing_ops: list[OpRow]
+
+
 @rank_rule(saving=Saving.TIME, options=("pageable_min_bytes", "min_share"), needs=("steps", "trace"))
 def pageable_memcpy(ctx: RankContext) -> list[Finding]:
     """Host↔device copies from pageable memory: slower, and they block the host while staged."""
@@ -59,19 +71,19 @@ def pageable_memcpy(ctx: RankContext) -> list[Finding]:
     saving = float(np.maximum(dur - ideal, 0).sum()) / ctx.step_count
     if ctx.share(saving) < ctx.options.min_share:
         return []
-    evidence: dict[str, Any] = {
-        "pageable_copies_per_step": round(pageable.size / ctx.step_count, 1),
-        "pageable_bytes_per_step": int(nbytes.sum() / ctx.step_count),
-        "pageable_copy_ns_per_step": int(dur.sum() / ctx.step_count),
-        "pageable_gb_per_s": round(float(nbytes.sum() / dur.sum()), 2) if dur.sum() > 0 else None,
-        "pinned_basis": basis,
-        "directions": sorted({_direction(n) for n in ctx.names(pageable)}),
-        "issuing_ops": top_ops(ctx, _issuers(ctx, pageable), 3),
-    }
+    evidence = PageableEvidence(
+        pageable_copies_per_step=round(pageable.size / ctx.step_count, 1),
+        pageable_bytes_per_step=int(nbytes.sum() / ctx.step_count),
+        pageable_copy_ns_per_step=int(dur.sum() / ctx.step_count),
+        pageable_gb_per_s=round(float(nbytes.sum() / dur.sum()), 2) if dur.sum() > 0 else None,
+        pinned_basis=basis,
+        directions=sorted({_direction(n) for n in ctx.names(pageable)}),
+        issuing_ops=top_ops(ctx, _issuers(ctx, pageable), 3),
+    )
     return [
         ctx.finding(
             "pageable_memcpy",
-            f"{evidence['pageable_copies_per_step']} pageable copies per step ({ms_text(saving)} to gain from pinning)",
+            f"{evidence.pageable_copies_per_step} pageable copies per step ({ms_text(saving)} to gain from pinning)",
             saving,
             evidence=evidence,
             fix=fix_text(ctx.trace, "pageable_memcpy", (

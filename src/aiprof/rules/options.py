@@ -91,6 +91,15 @@ class RuleOptions:
     # samples): the timings are perturbed (noisy_neighbour) and saturation is not the run's own.
     noisy_neighbour_pct: float = 20.0
     eta: float = 0.8  # attainable fraction of a peak (roofline gains)
+    # Memory rules (rules/memory_findings.py: they read the rank's memory report, docs/findings.md "Memory")
+    mem_near_capacity_fraction: float = 0.90  # reserved peak / device memory (the TensorBoard plugin's 90 %)
+    mem_fragmentation_fraction: float = 0.20  # (reserved − allocated) at the peak / reserved …
+    mem_fragmentation_min_bytes: int = 256 << 20  # … and at least this much
+    mem_activation_fraction: float = 0.50  # activations / peak
+    mem_optimizer_fraction: float = 0.30  # optimizer state / peak
+    mem_leak_min_growth_run: int = 3  # consecutive steps whose end-of-step allocated grew
+    mem_non_pytorch_bytes: int = 1 << 30  # device memory outside PyTorch's allocator
+    mem_underused_fraction: float = 0.50  # peak reserved / device memory
 
     def severity(self, share: float) -> str:
         """high / medium / low from the share of the step a fix would save."""

@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
+from aiprof.memory.report import MemoryReport
 from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, inference, kernel_efficiency, memory,
-                          steps, telemetry)
+                          memory_findings as memory_rules, steps, telemetry)
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.framework import in_framework_words
 from aiprof.rules.vendor import in_vendor_words, vendor_of
 from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
 from aiprof.rules.spec import ReplayPolicy, RuleSpec, Saving, declared_in, spec_of
-from aiprof.rules.steps import GraphCapture, GraphReplays
+from aiprof.rules.views.graphs import GraphCapture, GraphReplays, without_capture
 from aiprof.trace.model import Trace
 
 RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
+MemoryRule = Callable[[MemoryReport, RuleOptions], list[Finding]]
 
 # The modules that declare rules (``@rank_rule`` / ``@run_rule``, aiprof.rules.spec). A rule added to one of
 # them is registered by its declaration; a new module is added here.
-RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry)
+RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry,
+                memory_rules)
 
 # Every declared rule, one list: per module, in definition order. The order does not change any finding
 # (rules share views, not results: tests/rules/test_rule_order.py runs them reversed and shuffled).
@@ -32,6 +34,7 @@ RULES: list[Callable[..., list[Finding]]] = [rule for module in RULE_MODULES for
 RULE_SPECS: dict[str, RuleSpec] = {spec_of(r).name: spec_of(r) for r in RULES}
 DEFAULT_RANK_RULES: list[RankRule] = [r for r in RULES if spec_of(r).scope == "rank"]
 DEFAULT_RUN_RULES: list[RunRule] = [r for r in RULES if spec_of(r).scope == "run"]
+DEFAULT_MEMORY_RULES: list[MemoryRule] = [r for r in RULES if spec_of(r).scope == "memory"]
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -46,13 +49,13 @@ def diagnose_rank(
     analysis: RankAnalysis,
     options: RuleOptions = DEFAULT_OPTIONS,
     rules: list[RankRule] | None = None,
-    extras: Mapping[str, Any] | None = None,
+    inputs: RunInputs | None = None,
 ) -> tuple[list[Finding], list[str]]:
-    """Run the per-rank rules on one trace (``extras``: the run directory's inputs, as
-    :func:`aiprof.rules.telemetry.load_run_inputs` returns them). What each rule is given follows its spec
+    """Run the per-rank rules on one trace (``inputs``: the run directory's, as
+    :func:`aiprof.rules.context.load_run_inputs` reads them). What each rule is given follows its spec
     (:func:`run_one`). A rule that crashes is reported as a note, never fatal: one broken rule must not hide
     the other findings."""
-    ctx = RankContext(trace, analysis, options, RunInputs.from_mapping(extras))
+    ctx = RankContext(trace, analysis, options, inputs or RunInputs(), capture_idle_rules=tuple(capture_idle_rules()))
     gates = _Gates(ctx)
     findings: list[Finding] = []
     notes: list[str] = []
@@ -136,8 +139,16 @@ class _Gates:
         """The context with the captured idle moved out of the idle causes (made once)."""
         if self._adjusted is None:
             assert self.capture is not None
-            self._adjusted = steps.without_capture(self.ctx, self.capture)
+            self._adjusted = without_capture(self.ctx, self.capture)
         return self._adjusted
+
+
+def memory_findings(
+    report: MemoryReport, options: RuleOptions = DEFAULT_OPTIONS, rules: list[MemoryRule] | None = None
+) -> list[Finding]:
+    """The memory rules' findings on one memory report (``aiprof analyze``'s memory section, ``aiprof memory``),
+    in rule order; thresholds from ``options`` (its ``mem_*`` fields)."""
+    return [f for rule in (rules if rules is not None else DEFAULT_MEMORY_RULES) for f in rule(report, options)]
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

@@ -30,6 +30,7 @@ class Saving(enum.Enum):
     TIME = "time"  # step time a fix takes off (kernel, copy, host or communication time)
     IDLE = "idle"  # device idle time of one idle cause: false where graph replays hide kernels or captures run
     NONE = "none"  # nothing of its own: it explains other findings, flags a risk or says what the trace is
+    BYTES = "bytes"  # device memory (memory rules: evidence ``est_saving_bytes``; no step time)
 
 
 class ReplayPolicy(enum.Enum):
@@ -70,6 +71,7 @@ NEEDS: dict[str, str] = {
     "inference": "RankViews.inference",
     "telemetry": "telemetry.csv of the run directory (RankContext.inputs.telemetry)",
     "run_meta": "meta.json of the run directory (RankContext.inputs.meta)",
+    "memory": "memory rules: the rank's memory report (aiprof.memory.report.MemoryReport)",
     "ranks": "run rules: every rank's analysis",
     "findings": "run rules: the ranks' merged findings",
 }
@@ -84,13 +86,13 @@ class RuleSpec:
     """A rule's declaration (see the module docstring)."""
 
     name: str  # the function's name
-    scope: Literal["rank", "run"]
+    scope: Literal["rank", "run", "memory"]
     ids: tuple[str, ...]  # finding ids it can emit
     saving: Saving
     options: tuple[str, ...] = ()  # RuleOptions fields it reads (besides GLOBAL_OPTIONS)
     needs: tuple[str, ...] = ()  # keys of NEEDS
     # It reads the steps' idle causes: where graph capture covers part of the steps, the captured idle is
-    # moved out of its causes (into ``unknown``) for this rule (:func:`aiprof.rules.steps.without_capture`).
+    # moved out of its causes (into ``unknown``) for this rule (:func:`aiprof.rules.views.graphs.without_capture`).
     capture_idle: bool = False
     graph_replays: ReplayPolicy = ReplayPolicy.RUN
 
@@ -105,6 +107,8 @@ class RuleSpec:
             raise ValueError(f"rule {self.name}: only idle savings depend on graph captures and replays")
         if not self.ids:
             raise ValueError(f"rule {self.name}: declares no finding id")
+        if (self.scope == "memory") != (self.saving is Saving.BYTES):
+            raise ValueError(f"rule {self.name}: memory rules, and only they, save bytes")
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -143,6 +147,18 @@ def run_rule(
     return mark
 
 
+def memory_rule(*, options: tuple[str, ...] = (), ids: tuple[str, ...] | None = None) -> Callable[[F], F]:
+    """Declare a memory rule ``rule(report: MemoryReport, options: RuleOptions) -> list[Finding]`` (runs where
+    a rank has a memory report: :func:`aiprof.rules.registry.memory_findings`); it saves bytes."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, SPEC_ATTRIBUTE, RuleSpec(fn.__name__, "memory", ids or (fn.__name__,), Saving.BYTES, options,
+                                             ("memory",)))
+        return fn
+
+    return mark
+
+
 def spec_of(rule: Callable[..., Any]) -> RuleSpec:
     """A rule's declared spec; a plain function of the user's (no declaration) is a rank rule with a time
     saving whose id is its name."""
@@ -169,6 +185,7 @@ __all__ = [
     "RuleSpec",
     "Saving",
     "declared_in",
+    "memory_rule",
     "rank_rule",
     "run_rule",
     "spec_of",

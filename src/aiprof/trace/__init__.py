@@ -24,17 +24,10 @@ def load(
     steps. ``merge``: how the loaded traces become ranks (:func:`load_paths`; ``aiprof.load`` is
     :func:`aiprof.analysis.load.load`, which also folds graph captures into their replays). Raises
     :class:`aiprof.AiprofError` with a one-line message on bad input."""
-    from aiprof.trace import readers
+    from aiprof.trace.readers import ReaderOptions
 
     paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-    if step_range is None:
-        return load_paths(paths, progress=progress, merge=merge)
-    saved = readers.DEFAULT_OPTIONS[0]
-    readers.set_default_options(readers.ReaderOptions(step_range=step_range))
-    try:
-        return load_paths(paths, progress=progress, merge=merge)
-    finally:
-        readers.set_default_options(saved)
+    return load_paths(paths, progress=progress, merge=merge, options=ReaderOptions(step_range=step_range))
 
 
 __all__ = ["DeviceInfo", "Kind", "RunSet", "Trace", "load"]

@@ -215,27 +215,18 @@ def _run_on(client: Any, distributed: Any, fn: Callable[[J], O], jobs: Sequence[
 
 
 class _OnWorker:
-    """``fn`` as a Dask task. The process-wide reader settings of this process (``--max-trace-mb`` /
-    ``--max-events``, ``--step-range``) travel with it: a forked pool inherits them, a Dask worker does not.
-    On the worker, decode helpers and forked halves are off (the worker is one of several processes sharing
-    the node's cores, and forking a process that runs an event loop in another thread is not safe)."""
+    """``fn`` as a Dask task (what the readers are told, ``--max-trace-mb`` / ``--max-events`` /
+    ``--step-range``, travels in each job: no process setting to carry). On the worker, decode helpers and
+    forked halves are off (the worker is one of several processes sharing the node's cores, and forking a
+    process that runs an event loop in another thread is not safe)."""
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
-        from aiprof.trace import readers
-        from aiprof.trace.readers.kineto import load_limits
-
         self.fn = fn
-        self.limits = load_limits()
-        self.reader_options = readers.DEFAULT_OPTIONS[0]
 
     def __call__(self, job: Any) -> Any:
-        from aiprof.trace import readers
         from aiprof.trace.cores import share_cores
-        from aiprof.trace.readers.kineto import set_load_limits
 
         share_cores(1)
-        set_load_limits(self.limits)
-        readers.set_default_options(self.reader_options)
         return self.fn(job)
 
 

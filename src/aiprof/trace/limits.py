@@ -1,8 +1,9 @@
 """How much one trace file may cost before loading stops with a one-line error: the limits every reader
 applies (Kineto JSON, Nsight Systems SQLite, Nsight Compute CSV), whatever its format.
 
-The limits in force are a process setting (:func:`configure`), read by every load: the CLI sets them
-once from its options (``--max-trace-mb``, ``--max-events``) and the worker processes it forks inherit them.
+The limits are an argument of every load (``ReaderOptions.limits``, :mod:`aiprof.trace.readers.base`): the CLI
+builds them from its options (``--max-trace-mb``, ``--max-events``) and they travel with each file's job to
+the worker that reads it; a load given none applies the defaults (``LoadLimits()``).
 """
 
 from __future__ import annotations
@@ -54,20 +55,6 @@ class LoadLimits:
         return min(self.max_bytes, by_ratio)
 
 
-_limits = LoadLimits()
-
-
-def configure(limits: LoadLimits) -> None:
-    """Set the limits every later load in this process (and the processes it forks) applies."""
-    global _limits
-    _limits = limits
-
-
-def current() -> LoadLimits:
-    """The limits in force (:func:`configure`; the defaults otherwise)."""
-    return _limits
-
-
 def too_large(path: Path, limits: LoadLimits, file_bytes: int) -> TraceError:
     """The one-line error past the size limit."""
     allowed = limits.allowed_bytes(file_bytes)
@@ -84,4 +71,4 @@ def too_many_events(path: Path, limit: int) -> TraceError:
     return TraceError(f"{path}: more than {limit:,} events (the --max-events limit); raise it to load this trace")
 
 
-__all__ = ["LoadLimits", "configure", "current", "too_large", "too_many_events"]
+__all__ = ["LoadLimits", "too_large", "too_many_events"]

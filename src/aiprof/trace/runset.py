@@ -19,7 +19,7 @@ from aiprof.trace.cycles import MergeRanks, merge_cycle_sets
 from aiprof.trace.executors import Executor, Watch, local_map
 
 from aiprof.trace.model import RunSet, Trace
-from aiprof.trace.readers import load_ranks
+from aiprof.trace.readers import ReaderOptions, load_ranks
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz", ".sqlite", ".nsys-rep")
 # Files an aiprof run directory (or a peer tool's output folder) holds that are not traces.
@@ -79,10 +79,10 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def _load_one(args: tuple[Path, bool]) -> list[Trace] | str:
-    path, tolerate = args
+def _load_one(args: tuple[Path, bool, ReaderOptions]) -> list[Trace] | str:
+    path, tolerate, options = args
     try:
-        return load_ranks(path)  # the reader its content asks for; an nsys report may hold several ranks
+        return load_ranks(path, options)  # the reader its content asks for; an nsys report may hold several ranks
     except TraceError as err:
         if tolerate:
             return str(err)
@@ -95,8 +95,10 @@ def load_paths(
     workers: int | None = None,
     progress: ProgressCallback | None = None,
     merge: MergeRanks = merge_cycle_sets,
+    options: ReaderOptions | None = None,
 ) -> Trace | RunSet:
-    """Load traces. One file → a :class:`Trace`; a folder or several files → a :class:`RunSet`.
+    """Load traces. One file → a :class:`Trace`; a folder or several files → a :class:`RunSet`. ``options``:
+    what the readers are told (None: the defaults).
 
     In a folder, files that are not traces are skipped with a warning; a named file that is not a
     trace is an error. ``merge`` makes ranks of the loaded traces (default: the cycles of one process are one
@@ -104,12 +106,13 @@ def load_paths(
     """
     if not paths:
         raise NoTracesError("no path given; pass a trace file or a folder of traces")
-    files: list[tuple[Path, bool]] = []
+    reader = options or ReaderOptions()
+    files: list[tuple[Path, bool, ReaderOptions]] = []
     single_file = len(paths) == 1 and Path(paths[0]).is_file()
     for raw in paths:
         path = Path(raw)
         for found in find_trace_files(path):
-            files.append((found, path.is_dir()))
+            files.append((found, path.is_dir(), reader))
     results = _load_all(files, workers, progress)
     traces: list[Trace] = []
     skipped: list[str] = []
@@ -162,7 +165,7 @@ def check_one_program(traces: Sequence[Trace] | Sequence[_Programmed]) -> None:
 
 
 def _load_all(
-    files: list[tuple[Path, bool]], workers: int | None, progress: ProgressCallback | None
+    files: list[tuple[Path, bool, ReaderOptions]], workers: int | None, progress: ProgressCallback | None
 ) -> list[list[Trace] | str]:
     return map_files(_load_one, files, workers, progress)
 

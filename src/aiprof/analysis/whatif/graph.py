@@ -40,7 +40,7 @@ from aiprof import arrays
 from aiprof.analysis import intervals as iv
 from aiprof.analysis.comm import is_comm_kernel
 from aiprof.analysis.steps import WHOLE_TRACE, StepWindow, step_rows, step_windows
-from aiprof.analysis.timeline import _DATALOADER, _SYNC_CALL
+from aiprof.analysis.timeline import _DATALOADER, SYNC_CALL
 from aiprof.trace import links, suspect
 from aiprof.trace.model import GPU_WORK_KINDS, I8, I64, Bool, Kind, Trace
 
@@ -230,7 +230,7 @@ def _blocking_calls(trace: Trace, host: _Host, device_rows: I64, launch: I64) ->
     pos = np.flatnonzero(host.is_runtime)
     rows = host.rows[pos]
     slow_copy = trace.name_matches(rows, _ASYNC_COPY) & (c.dur[rows] >= BLOCKING_COPY_MIN_NS)
-    pos = pos[trace.name_matches(rows, _SYNC_CALL.pattern) | slow_copy]
+    pos = pos[trace.name_matches(rows, SYNC_CALL.pattern) | slow_copy]
     if pos.size == 0 or device_rows.size == 0:
         return
     pos = _outermost(pos, host.thread[pos], c.ts[host.rows[pos]], (c.ts + c.dur)[host.rows[pos]])

@@ -28,7 +28,6 @@ from aiprof.trace.kineto import stream
 from aiprof.trace.kineto.builder import HEADER_DECODER, Builder, RawTrace, encode_json, short_error, typed_header
 from aiprof.trace.kineto.schema import Header, TraceFile
 from aiprof.trace.kineto.source import GZIP_TRUNCATED, LoadLimits, not_a_trace, read_all, too_many_events
-from aiprof.trace.kineto.source import current as current_limits
 
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 
@@ -193,15 +192,15 @@ def _salvage_header(path: Path, prefix: bytes) -> TraceFile:
         return TraceFile()
 
 
-def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
+def load_file(path: Path, rank: int = 0, rank_source: str = "file order", limits: LoadLimits | None = None) -> Trace:
     """Load one trace file. Raises :class:`TraceError` with a one-line message on bad input.
 
     The streaming reader handles well-formed Kineto files in bounded memory; anything it does not
     recognise (a bare list, a truncated or corrupt file, NaN literals…) goes through the whole-file path
     below, which salvages and explains. Both read through :mod:`aiprof.trace.kineto.source` (sniffed,
-    size-bounded) under the limits in force (:func:`aiprof.trace.kineto.source.configure`)."""
+    size-bounded) under ``limits`` (:class:`~aiprof.trace.limits.LoadLimits`; None: the defaults)."""
     try:
-        return _load_file(path, rank, rank_source)
+        return _load_file(path, rank, rank_source, limits or LoadLimits())
     except RecursionError:
         raise TraceError(
             f"{path}: JSON nested deeper than the decoder allows; this is not a trace aiprof can read"
@@ -212,18 +211,18 @@ def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Tra
         ) from None
 
 
-def _load_file(path: Path, rank: int, rank_source: str) -> Trace:
-    streamed = stream.stream_load(path, rank, rank_source)  # looked up at call time (tests swap it)
+def _load_file(path: Path, rank: int, rank_source: str, limits: LoadLimits) -> Trace:
+    streamed = stream.stream_load(path, rank, rank_source, limits=limits)  # looked up at call time (tests swap it)
     if streamed is not None:
         release_free_memory()
         return streamed
-    data, notes = read_bytes(path)
+    data, notes = read_bytes(path, limits)
     raw = decode(path, data)
     del data
     raw.warnings[:0] = notes
     if not raw.events:
         raise TraceError(f"{path}: the trace holds no events; re-record it (is the profiler schedule active?)")
-    limit = current_limits().max_events
+    limit = limits.max_events
     if limit and len(raw.events) > limit:
         raise too_many_events(path, limit)
     builder = Builder(raw, path)

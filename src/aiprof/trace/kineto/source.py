@@ -17,7 +17,7 @@ known to look like a trace or past the limits:
   inflates 200x or more; Kineto JSON compresses 10-40x). Past it, a one-line :class:`TraceError` names
   the limit and the option that raises it (``--max-trace-mb``).
 
-The limits (:class:`LoadLimits`, the process setting :func:`configure`) are those of every reader
+The limits (:class:`LoadLimits`, an argument: the defaults when none is given) are those of every reader
 (:mod:`aiprof.trace.limits`, re-exported here).
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aiprof.errors import TraceError
-from aiprof.trace.limits import LoadLimits, configure, current, too_large, too_many_events
+from aiprof.trace.limits import LoadLimits, too_large, too_many_events
 
 BLOCK_BYTES = 1 << 18  # compressed bytes read at a time
 PIECE_BYTES = 1 << 20  # decompressed bytes produced at a time
@@ -104,7 +104,7 @@ def pieces(
     Raises OSError as ``open`` does, :class:`TraceError` for a file that is not JSON, empty, or too large,
     :class:`Truncated` / :class:`TrailingData` after the last piece for a gzip stream cut short or
     followed by more data, and the decompressor's error for corrupt data."""
-    limits = limits or current()
+    limits = limits or LoadLimits()
     with open(path, "rb") as fh:
         size = _file_size(fh)
         sniff = _Sniff(path, limits, size)
@@ -139,11 +139,11 @@ class Fallback(Exception):
     path reads it, and salvages and explains."""
 
 
-def stream_pieces(path: Path) -> Iterator[bytes]:
+def stream_pieces(path: Path, limits: LoadLimits | None = None) -> Iterator[bytes]:
     """The text as the streaming reader and its helper processes read it: :func:`pieces`, ``PIECE_BYTES``
     at a time; raises :class:`Fallback` if a gzip stream is incomplete or followed by more data."""
     try:
-        yield from pieces(path, None, PIECE_BYTES, BLOCK_BYTES)
+        yield from pieces(path, limits, PIECE_BYTES, BLOCK_BYTES)
     except Truncated:
         raise Fallback from None  # the whole-file path salvages it with a warning
     except TrailingData:
@@ -230,6 +230,6 @@ def _size(path: Path) -> int:
 
 
 __all__ = [
-    "GZIP_TRUNCATED", "Fallback", "LoadLimits", "Truncated", "TrailingData", "configure", "current", "not_a_trace",
+    "GZIP_TRUNCATED", "Fallback", "LoadLimits", "Truncated", "TrailingData", "not_a_trace",
     "pieces", "read_all", "stream_pieces", "too_large", "too_many_events",
 ]  # fmt: skip

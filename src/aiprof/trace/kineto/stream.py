@@ -31,7 +31,7 @@ from aiprof.trace.kineto import source
 from aiprof.trace.kineto.builder import HEADER_DECODER, Builder, RawTrace, typed_header
 from aiprof.trace.kineto.parallel import Helper, Helpers, WorkerError, absorb
 from aiprof.trace.kineto.schema import TraceFile
-from aiprof.trace.kineto.source import Fallback, too_many_events
+from aiprof.trace.kineto.source import Fallback, LoadLimits, too_many_events
 
 CHUNK_BYTES = 1 << 20  # decompressed text decoded at a time (small: less memory per process, finer sharing)
 MAX_PREFIX_BYTES = 64 << 20  # give up streaming if "traceEvents" is not found within this
@@ -60,12 +60,12 @@ def _fallback_errors() -> tuple[type[BaseException], ...]:
 _primed: dict[str, _Stream] = {}  # path → a load started by prime()
 
 
-def prime(path: Path, runs: int = PRIME_RUNS) -> None:
+def prime(path: Path, runs: int = PRIME_RUNS, limits: LoadLimits | None = None) -> None:
     """Start loading ``path`` now, in the helpers only: fork them and hand them the first ``runs`` runs,
     then return. The load that :func:`stream_load` later does of the same path continues from there,
     so the helpers decode while this process does other work first (the CLI imports its analyses).
     Does nothing without helpers; anything unusual is left to the later load."""
-    stream = _Stream(path, None)
+    stream = _Stream(path, None, limits)
     try:
         stream.prime(runs)
     except _fallback_errors():
@@ -77,7 +77,7 @@ def prime(path: Path, runs: int = PRIME_RUNS) -> None:
     if stream.helpers is None:
         stream.close()
         return
-    _primed[os.path.realpath(path)] = stream
+    _primed[os.path.realpath(path)] = stream  # taken over by a load of the same path under the same limits
 
 
 def discard_primed() -> None:
@@ -88,12 +88,18 @@ def discard_primed() -> None:
         stream.close()
 
 
-def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None) -> Trace | None:
+def stream_load(path: Path, rank: int = 0, rank_source: str = "file order", workers: int | None = None,
+                limits: LoadLimits | None = None) -> Trace | None:
     """Load ``path`` by streaming, or return None when the whole-file path must handle it. ``workers``
-    helper processes decode runs in parallel (default: :func:`aiprof.trace.cores.worker_count`)."""
+    helper processes decode runs in parallel (default: :func:`aiprof.trace.cores.worker_count`); ``limits``:
+    the load limits (None: the defaults)."""
+    limits = limits or LoadLimits()
     stream = _primed.pop(os.path.realpath(path), None) if workers is None else None
+    if stream is not None and stream.limits != limits:  # primed under other limits: start again under these
+        stream.close()
+        stream = None
     if stream is None:
-        stream = _Stream(path, workers)
+        stream = _Stream(path, workers, limits)
     try:
         return stream.load(rank, rank_source)
     except _fallback_errors():
@@ -119,8 +125,9 @@ def _last_cuts(buf: bytearray, lo: int, limit: int) -> list[int]:
 
 
 class _Stream:
-    def __init__(self, path: Path, workers: int | None = 0) -> None:
+    def __init__(self, path: Path, workers: int | None = 0, limits: LoadLimits | None = None) -> None:
         self.path = path
+        self.limits = limits or LoadLimits()
         self.buf = bytearray()
         self.builder = Builder(RawTrace([], TraceFile(), []), path)
         self.count = 0
@@ -137,7 +144,7 @@ class _Stream:
 
     def _start(self) -> Iterator[bytes]:
         if self.pieces is None:
-            self.pieces = source.stream_pieces(self.path)
+            self.pieces = source.stream_pieces(self.path, self.limits)
             self.prefix = self._find_events(self.pieces)
         return self.pieces
 
@@ -250,7 +257,7 @@ class _Stream:
         self.retry_at = 2 * len(self.buf)
 
     def _check_count(self) -> None:
-        limit = source.current().max_events
+        limit = self.limits.max_events
         if limit and self.count > limit:
             raise too_many_events(self.path, limit)
 

@@ -3,8 +3,8 @@ picked by the file's content (its first bytes), not its name: Nsight Systems SQL
 ``SQLite format 3\\0``, Kineto traces with ``{`` / ``[`` or the gzip magic. A file no reader claims goes
 to the Kineto loader, whose messages say what is wrong with it.
 
-``READERS`` is the list tried, in order (a list users can edit). :data:`DEFAULT_OPTIONS` are the options
-``aiprof.load`` / ``aiprof analyze`` use when none are given (the CLI sets them before any worker forks).
+``READERS`` is the list tried, in order (a list users can edit). A read is given its
+:class:`ReaderOptions` (the step range, the load limits) as an argument; none: the defaults.
 """
 
 from __future__ import annotations
@@ -40,12 +40,6 @@ class _Nsys:
 READERS: list[Reader] = [_Nsys(), KinetoReader()]
 FALLBACK: Reader = READERS[-1]
 HEAD_BYTES = 64
-DEFAULT_OPTIONS = [ReaderOptions()]  # one slot, replaced by set_default_options
-
-
-def set_default_options(options: ReaderOptions) -> None:
-    """The options every later load uses when it is given none (e.g. ``--step-range`` from the CLI)."""
-    DEFAULT_OPTIONS[0] = options
 
 
 def reader_for(path: Path) -> Reader:
@@ -74,16 +68,16 @@ def reader_for(path: Path) -> Reader:
 
 def load_ranks(path: Path, options: ReaderOptions | None = None) -> list[Trace]:
     """Every rank a file holds (most formats: one), read by the reader its content asks for."""
-    traces = reader_for(path).read(path, options or DEFAULT_OPTIONS[0])
+    traces = reader_for(path).read(path, options or ReaderOptions())
     if not traces:
         raise TraceError(f"{path}: the file holds no trace")
     return traces
 
 
-def load_file(path: Path, rank: int = 0, rank_source: str = "file order") -> Trace:
+def load_file(path: Path, rank: int = 0, rank_source: str = "file order", options: ReaderOptions | None = None) -> Trace:
     """One file's trace (its first rank, for a file holding several). Same contract as
     :func:`aiprof.trace.kineto.loader.load_file`."""
-    trace = load_ranks(path)[0]
+    trace = load_ranks(path, options)[0]
     if trace.rank == 0 and rank:
         trace.rank, trace.rank_source = rank, rank_source
     return trace
@@ -97,5 +91,4 @@ def program_of(trace: Trace) -> str:
     return f"nsys:{names[0]}" if names else "nsys"
 
 
-__all__ = ["DEFAULT_OPTIONS", "READERS", "Reader", "ReaderOptions", "load_file", "load_ranks", "program_of",
-           "reader_for", "set_default_options"]
+__all__ = ["READERS", "Reader", "ReaderOptions", "load_file", "load_ranks", "program_of", "reader_for"]

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from aiprof.trace.limits import LoadLimits
 from aiprof.trace.model import ArgsStore, Columns, DeviceInfo, Flows, Trace
 
 # dtype and "absent" value of every column of :class:`Columns`.
@@ -34,10 +35,12 @@ _DTYPES: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class ReaderOptions:
-    """What a user can tell a reader. ``step_range``: a regular expression; NVTX ranges whose name
-    matches it become the steps (``ProfilerStep#N`` annotations over the same spans)."""
+    """What a user can tell a reader, passed to every read (never a process setting). ``step_range``: a
+    regular expression; NVTX ranges whose name matches it become the steps (``ProfilerStep#N`` annotations
+    over the same spans). ``limits``: how much one file may cost (``--max-trace-mb``, ``--max-events``)."""
 
     step_range: str | None = None
+    limits: LoadLimits = field(default_factory=LoadLimits)
 
 
 class Reader(Protocol):

@@ -25,7 +25,7 @@ class KinetoReader:
     def read(self, path: Path, options: ReaderOptions) -> list[Trace]:
         from aiprof.trace.kineto.loader import is_cut_off, load_file  # here: imported on the first Kineto file only
 
-        trace = load_file(path)
+        trace = load_file(path, limits=options.limits)
         from aiprof.rundir import is_cycle_file, why_uncombined
 
         if is_cycle_file(path.name):  # a cycle aiprof run left uncombined (killed, a full disk): say so, and how much
@@ -35,19 +35,4 @@ class KinetoReader:
         return [trace]
 
 
-def load_limits() -> object:
-    """The process's Kineto load limits (``--max-trace-mb`` / ``--max-events``), to carry to another process."""
-    from aiprof.trace.kineto import source
-
-    return source.current()
-
-
-def set_load_limits(limits: object) -> None:
-    """Apply limits :func:`load_limits` returned in another process."""
-    from aiprof.trace.kineto import source
-
-    if isinstance(limits, source.LoadLimits):
-        source.configure(limits)
-
-
-__all__ = ["KinetoReader", "load_limits", "set_load_limits"]
+__all__ = ["KinetoReader"]

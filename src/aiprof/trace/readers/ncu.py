@@ -27,6 +27,7 @@ from typing import Any
 
 
 from aiprof.errors import TraceError
+from aiprof.trace.limits import LoadLimits
 from aiprof.trace.model import Kind, Trace
 
 NCU_REP_MAGIC = b"NVR\x00"
@@ -89,8 +90,9 @@ class NcuResult:
 # ---------------------------------------------------------------------------------------------------
 # Reading
 # ---------------------------------------------------------------------------------------------------
-def read_ncu(path: Path) -> list[NcuResult]:
-    """An ``.ncu-rep`` report or an ``ncu --csv`` export (raw or details page), told apart by content."""
+def read_ncu(path: Path, limits: LoadLimits | None = None) -> list[NcuResult]:
+    """An ``.ncu-rep`` report or an ``ncu --csv`` export (raw or details page), told apart by content;
+    ``limits``: the load limits (None: the defaults)."""
     try:
         with path.open("rb") as fh:
             head = fh.read(4)
@@ -98,7 +100,7 @@ def read_ncu(path: Path) -> list[NcuResult]:
         raise TraceError(f"{path}: cannot read ({err.strerror})") from None
     if head == NCU_REP_MAGIC or path.suffix == ".ncu-rep":
         return read_report(path)
-    return read_csv(path)
+    return read_csv(path, limits)
 
 
 # Every number of an export goes through number(): a counter of 10^30 of anything is no measurement, and
@@ -174,15 +176,13 @@ def _encoding(head: bytes) -> str:
     return "utf-8-sig"
 
 
-def read_csv(path: Path) -> list[NcuResult]:
+def read_csv(path: Path, limits: LoadLimits | None = None) -> list[NcuResult]:
     """An ``ncu --csv`` export: the raw page (a column per metric) or the details page (a row per metric).
 
     Streamed: the file is read a line at a time (never whole), each row turned into its result as it comes;
     UTF-8 (with or without a BOM) or BOM-marked UTF-16; ``--max-events`` caps the rows and
     ``--max-trace-mb`` the file's size."""
-    from aiprof.trace import limits as source
-
-    limits = source.current()
+    limits = limits or LoadLimits()
     try:
         with path.open("rb") as raw:
             head = raw.read(4)

@@ -43,6 +43,7 @@ import numpy.typing as npt
 from aiprof.arrays import unique
 from aiprof.errors import TraceError
 from aiprof.trace.cores import fork_safe, thread_count
+from aiprof.trace.limits import LoadLimits
 from aiprof.trace.model import I64, DeviceInfo, Kind, Trace
 from aiprof.trace.readers.base import Block, ReaderOptions, Strings, TraceParts, assemble, block
 
@@ -618,7 +619,7 @@ def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]
         except sqlite3.Error as err:
             raise TraceError(f"{path}: cannot open the SQLite database ({err})") from None
         try:
-            db = _open(path, con, file)
+            db = _open(path, con, file, options.limits)
             traces = _read(db, options)
         except (sqlite3.DatabaseError, UnicodeDecodeError) as err:  # a damaged schema page: undecodable text
             raise TraceError(
@@ -636,7 +637,7 @@ def read_sqlite(path: Path, options: ReaderOptions | None = None) -> list[Trace]
         file.close()
 
 
-def _open(path: Path, con: sqlite3.Connection, file: SqliteFile) -> _Db:
+def _open(path: Path, con: sqlite3.Connection, file: SqliteFile, limits: LoadLimits) -> _Db:
     tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     file.check()  # SQLite has opened the file by now: the one held open
     columns = {t: {row[1] for row in con.execute(f'PRAGMA table_info("{t}")')} for t in tables
@@ -657,19 +658,18 @@ def _open(path: Path, con: sqlite3.Connection, file: SqliteFile) -> _Db:
                          "re-export it with `nsys export --type sqlite`")
     _require(path, columns)
     db = _Db(path, con, file, columns, {}, native_reader())
-    _check_limits(db)
+    _check_limits(db, limits)
     db.names = {int(i): str(v) for i, v in con.execute(  # an id that is not an integer names nothing
         "SELECT id, CAST(value AS TEXT) FROM StringIds WHERE typeof(id) = 'integer' AND value IS NOT NULL")}
     return db
 
 
-def _check_limits(db: _Db) -> None:
+def _check_limits(db: _Db, limits: LoadLimits) -> None:
     """Before any table is read: every table's rows within what its pages hold (:meth:`_Db.bounded`), the
     file within ``--max-trace-mb`` and the events within ``--max-events``, as the Kineto reader applies
     them (the same one-line errors)."""
     from aiprof.trace import limits as source
 
-    limits = source.current()
     size = os.fstat(db.file.fd).st_size
     if size > limits.max_bytes:
         raise source.too_large(db.path, limits, size)

@@ -3,14 +3,14 @@
 ``ctx.views.roofline`` is the same value whichever rule asks first, so rules never depend on their order
 in the list. A view is built by a function next to the rules that own its meaning (this module only names
 and caches them); it depends on the trace, the windows and the steady span, never on the steps' idle
-causes, so a capture-adjusted context (:func:`aiprof.rules.steps.without_capture`) shares its base's views.
+causes, so a capture-adjusted context (:func:`aiprof.rules.views.graphs.without_capture`) shares its base's views.
 A rule lists the views it reads in its spec's ``needs`` (:mod:`aiprof.rules.spec`).
 """
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiprof.trace.model import I64
 
@@ -21,11 +21,12 @@ if TYPE_CHECKING:
     from aiprof.roofline.analysis import RooflineResult
     from aiprof.roofline.attention import AttentionReport
     from aiprof.rules.context import RankContext
-    from aiprof.rules.fusion import Attention, ShapedOps
-    from aiprof.rules.idle import HostSplit
-    from aiprof.rules.machine import MachineFacts
-    from aiprof.rules.steps import GraphCapture, GraphReplays
-    from aiprof.rules.telemetry import CpuView
+    from aiprof.rules.views.shaped import Attention, ShapedOps
+    from aiprof.rules.views.host import HostSplit
+    from aiprof.rules.views.kernels import Fp32Facts
+    from aiprof.rules.views.machine import MachineFacts
+    from aiprof.rules.views.graphs import GraphCapture, GraphReplays
+    from aiprof.rules.views.telemetry import CpuView
 
 
 class RankViews:
@@ -49,17 +50,17 @@ class RankViews:
         return comm_stats(self._ctx.trace)
 
     @cached_property
-    def fp32_matrix_calls(self) -> tuple[I64, dict[str, Any]]:
+    def fp32_matrix_calls(self) -> tuple[I64, Fp32Facts]:
         """Roofline calls of FP32/FP64 matrix work not on tensor cores, and facts about them
-        (:func:`aiprof.rules.gpu_kernels.find_fp32_matrix_calls`): ``precision``'s, left to it by others."""
-        from aiprof.rules.gpu_kernels import find_fp32_matrix_calls
+        (:func:`aiprof.rules.views.kernels.find_fp32_matrix_calls`): ``precision``'s, left to it by others."""
+        from aiprof.rules.views.kernels import find_fp32_matrix_calls
 
         return find_fp32_matrix_calls(self._ctx)
 
     @cached_property
     def shaped_ops(self) -> ShapedOps:
         """Outermost shaped aten ops of the steady steps, per thread in time order, with their time."""
-        from aiprof.rules.fusion import ShapedOps
+        from aiprof.rules.views.shaped import ShapedOps
 
         return ShapedOps(self._ctx)
 
@@ -67,7 +68,7 @@ class RankViews:
     def attention(self) -> Attention:
         """Unfused attentions (matmul → softmax → matmul on [.., Sq, Sk] scores): ``unfused_attention``'s
         evidence; other rules leave GEMMs on these scores to it."""
-        from aiprof.rules.fusion import find_attention
+        from aiprof.rules.views.shaped import find_attention
 
         return find_attention(self._ctx)
 
@@ -83,14 +84,14 @@ class RankViews:
     def idle_sets(self) -> dict[str, iv.IntervalSet]:
         """Each idle cause of the primary device as an interval set clipped to the steady time (plus
         ``launch_stall``)."""
-        from aiprof.rules.evidence import find_idle_sets
+        from aiprof.rules.views.idle import find_idle_sets
 
         return find_idle_sets(self._ctx)
 
     @cached_property
     def host_split(self) -> HostSplit:
         """The host's share of the steady steps: short gaps / tiny ops, stalls inside one call, long gaps."""
-        from aiprof.rules.idle import find_host_split
+        from aiprof.rules.views.host import find_host_split
 
         return find_host_split(self._ctx)
 
@@ -104,14 +105,14 @@ class RankViews:
     @cached_property
     def long_calls(self) -> I64:
         """CPU ops and runtime calls long enough to cover a host stall, by start time."""
-        from aiprof.rules.idle import find_long_calls
+        from aiprof.rules.views.host import find_long_calls
 
         return find_long_calls(self._ctx)
 
     @cached_property
     def machine(self) -> MachineFacts:
         """What the rules may assume about the machine (device kind, usable cores, torch threads)."""
-        from aiprof.rules.machine import find_machine_facts
+        from aiprof.rules.views.machine import find_machine_facts
 
         return find_machine_facts(self._ctx)
 
@@ -119,21 +120,21 @@ class RankViews:
     def cpu_view(self) -> CpuView | None:
         """The steady steps' telemetry CPU samples split between the run and other processes (None without
         enough samples)."""
-        from aiprof.rules.telemetry import find_cpu_view
+        from aiprof.rules.views.telemetry import find_cpu_view
 
         return find_cpu_view(self._ctx)
 
     @cached_property
     def graph_capture(self) -> GraphCapture:
         """CUDA/HIP graph capture ranges in the trace, and whether they cover enough of the steps to report."""
-        from aiprof.rules.steps import find_graph_capture
+        from aiprof.rules.views.graphs import find_graph_capture
 
         return find_graph_capture(self._ctx)
 
     @cached_property
     def graph_replays(self) -> GraphReplays | None:
         """CUDA/HIP graph replays in the trace and how many kernels the trace attributes to them."""
-        from aiprof.rules.steps import find_graph_replays
+        from aiprof.rules.views.graphs import find_graph_replays
 
         return find_graph_replays(self._ctx)
 

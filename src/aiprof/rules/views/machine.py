@@ -4,7 +4,7 @@ A fix text is only as good as the machine it is written for: ``num_workers=4`` o
 oversubscribes it, and ``pin_memory=True`` / ``.to(device, non_blocking=True)`` / GPU decoding mean nothing
 on a CPU-only run. Rules ask this module instead of guessing::
 
-    from aiprof.rules.machine import loader_workers_reason, loader_workers_text, machine_facts
+    from aiprof.rules.views.machine import loader_workers_reason, loader_workers_text, machine_facts
 
     facts = machine_facts(ctx)          # ctx.views.machine: computed once per rank
     if facts.is_gpu: ...                # GPU advice only where the profiled device is a GPU
@@ -24,15 +24,17 @@ Where the facts come from:
 - ``torch_threads``: the intra-op thread count the profiled process used (``meta.json``), when known.
 
 Everything here is read from ``ctx.inputs`` (the run directory's inputs, from
-:func:`aiprof.rules.telemetry.load_run_inputs`) and ``ctx.device``; no file is opened.
+:func:`aiprof.rules.context.load_run_inputs`) and ``ctx.device``; no file is opened.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from aiprof.rules.context import RankContext, RunInputs
+if TYPE_CHECKING:
+    from aiprof.rules.context import RankContext, RunInputs
 
 MAX_LOADER_WORKERS = 4  # beyond ~4 workers per device, loaders rarely gain: the common starting point
 
@@ -60,15 +62,6 @@ class MachineFacts:
         if self.cores is None:
             return None
         return max(min(MAX_LOADER_WORKERS, self.cores - 1), 0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device_kind": self.device_kind,
-            "device_name": self.device_name,
-            "cores": self.cores,
-            "cores_source": self.cores_source,
-            "torch_threads": self.torch_threads,
-        }
 
 
 def machine_facts(ctx: RankContext) -> MachineFacts:
@@ -105,7 +98,7 @@ def _cores(inputs: RunInputs) -> tuple[int | None, str]:
     return None, "unknown"
 
 
-def telemetry_core_count(table: dict[str, Any]) -> int:
+def telemetry_core_count(table: Mapping[str, list[float]]) -> int:
     """Logical cores the telemetry sampled: its ``cpu0_pct``, ``cpu1_pct``… columns (0 when none)."""
     return sum(1 for name in table if name.startswith("cpu") and name.endswith("_pct") and name[3:-4].isdecimal())
 
