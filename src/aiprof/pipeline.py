@@ -73,8 +73,7 @@ def diagnose_hook(
     if data is not None:
         from aiprof.analysis.inference_memory import trace_budget
         from aiprof.memory import analyze_memory
-        from aiprof.rules.inference_memory import memory_budget_findings
-        from aiprof.rules.registry import memory_findings
+        from aiprof.rules.registry import budget_findings, memory_findings
 
         out.memory = analyze_memory(data)
         out.memory_budget = trace_budget(trace, data, analysis.run_dir)
@@ -83,7 +82,7 @@ def diagnose_hook(
         capture = any(f.id == "graph_capture" and not f.evidence.get("steady_state", True) for f in findings)
         if not capture:
             findings += [f.plain() for f in memory_findings(out.memory, options)]
-            findings += [f.plain() for f in memory_budget_findings(out.memory_budget)]
+            findings += [f.plain() for f in budget_findings(out.memory_budget, options)]
     out.findings = findings
     if timeline > 0:
         from aiprof.analysis.explore import rank_timeline

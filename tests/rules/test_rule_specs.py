@@ -47,8 +47,9 @@ def test_every_registered_rule_has_a_spec() -> None:
     assert [spec_of(r).scope for r in registry.DEFAULT_RANK_RULES] == ["rank"] * len(registry.DEFAULT_RANK_RULES)
     assert [spec_of(r).scope for r in registry.DEFAULT_RUN_RULES] == ["run"] * len(registry.DEFAULT_RUN_RULES)
     assert [spec_of(r).scope for r in registry.DEFAULT_MEMORY_RULES] == ["memory"] * len(registry.DEFAULT_MEMORY_RULES)
-    assert len(registry.DEFAULT_RANK_RULES) + len(registry.DEFAULT_RUN_RULES) + len(registry.DEFAULT_MEMORY_RULES) == len(
-        RULES) == len(registry.RULE_SPECS)
+    assert [spec_of(r).scope for r in registry.DEFAULT_BUDGET_RULES] == ["budget"] * len(registry.DEFAULT_BUDGET_RULES)
+    assert (len(registry.DEFAULT_RANK_RULES) + len(registry.DEFAULT_RUN_RULES) + len(registry.DEFAULT_MEMORY_RULES)
+            + len(registry.DEFAULT_BUDGET_RULES)) == len(RULES) == len(registry.RULE_SPECS)
     ids = [i for r in RULES for i in spec_of(r).ids]
     assert len(ids) == len(set(ids)), "two rules declare the same id"
 

@@ -21,7 +21,7 @@ import pytest
 RULES_DIR = Path(__file__).resolve().parents[2] / "src" / "aiprof" / "rules"
 PACKAGE = "aiprof.rules"
 REGISTRY = "aiprof.rules.registry"
-DECORATORS = {"rank_rule", "run_rule", "memory_rule"}
+DECORATORS = {"rank_rule", "run_rule", "memory_rule", "budget_rule"}
 
 
 def _module_name(path: Path) -> str:

@@ -21,8 +21,8 @@ from aiprof.rules.evidence import long_gaps, ms_text, spread, top_ops
 from aiprof.rules.framework import fix_text
 from aiprof.rules.finding import Evidence, Finding
 from aiprof.rules.spec import ReplayPolicy, Saving, rank_rule
-from aiprof.rules.views.host import (DATALOADER, SYNC_CALL, annotation_rows, host_split, ops_in, steady_set,
-                                     sync_episodes)
+from aiprof.rules.views.host import (DATALOADER, SYNC_CALL, annotation_rows, host_split, ops_in,
+                                     stack_cost_ns, steady_set, sync_episodes)
 from aiprof.rules.views.idle import idle_sets
 from aiprof.rules.views.machine import MachineFacts, loader_workers_reason, loader_workers_text, machine_facts
 from aiprof.trace import links
@@ -156,36 +156,6 @@ _NO_STACKS = (
     "no stacks in this trace: record them with `aiprof run --with-stack` or "
     "torch.profiler.profile(with_stack=True) to see the source line"
 )
-
-
-def stack_cost_ns(ctx: RankContext, starts: I64, ends: I64) -> I64:
-    """Per interval [start, end): the time with_stack's own recording took inside it, the ``python_function``
-    events that start in it × :data:`~aiprof.analysis.stacks.WITH_STACK_NS_PER_CALL`, at most its length (zeros
-    for a trace without Python stacks). Host savings subtract it: the fix removes the user's time, not the
-    profiler's."""
-    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
-
-    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
-    py = ctx.trace.rows_of(Kind.PYTHON)
-    if py.size == 0 or starts.size == 0:
-        return np.zeros(starts.size, dtype=np.int64)
-    ts = np.sort(ctx.trace.columns.ts[py])
-    count = np.searchsorted(ts, ends, side="left") - np.searchsorted(ts, starts, side="left")
-    cost: I64 = np.minimum(count * WITH_STACK_NS_PER_CALL, np.maximum(ends - starts, 0)).astype(np.int64)
-    return cost
-
-
-def find_uninflated_step(ctx: RankContext) -> float:
-    """The mean steady step less what with_stack's own recording added to it: its cost (:func:`stack_cost_ns`)
-    inside the steady steps on a CPU-only trace, inside the device's host-caused idle on a GPU one (while the
-    device ran, the host's recording was hidden behind it). The measured mean without Python stacks. Host
-    findings take their share of this step: recording the stacks lengthened the step as much as their gaps."""
-    found = ctx.mean_step_ns
-    if ctx.trace.rows_of(Kind.PYTHON).size and ctx.step_count:
-        starts, ends = idle_sets(ctx)["host"] if ctx.is_gpu else steady_set(ctx)
-        cost = float(stack_cost_ns(ctx, starts, ends).sum()) / ctx.step_count
-        found = max(ctx.mean_step_ns - cost, 0.0)
-    return found
 
 
 def _host_share(ctx: RankContext, saving: float) -> float:

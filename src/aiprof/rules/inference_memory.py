@@ -13,6 +13,8 @@ from __future__ import annotations
 from aiprof.analysis.inference_memory import BUDGET_FRACTION, MemoryBudget
 from aiprof.memory.units import binary
 from aiprof.rules.finding import Finding
+from aiprof.rules.options import DEFAULT_OPTIONS, RuleOptions
+from aiprof.rules.spec import budget_rule
 
 RULE_ID = "mem_inference_budget"
 KV_FIX = ("Make each request's KV cache smaller: quantise it (Transformers `cache_implementation=\"quantized\"`, "
@@ -25,8 +27,10 @@ POOL_FIX = ("Capture fewer CUDA graph sizes: vLLM `cudagraph_capture_sizes` / `m
             "`--cuda-graph-max-bs`; each size keeps its own memory.")
 
 
-def memory_budget_findings(budget: MemoryBudget | None) -> list[Finding]:
-    """The finding when the budget limits concurrency (module doc), else none."""
+@budget_rule(ids=("mem_inference_budget",))
+def memory_budget_findings(budget: MemoryBudget | None, options: RuleOptions = DEFAULT_OPTIONS) -> list[Finding]:
+    """The finding when the budget limits concurrency (module doc), else none (``options``: no threshold of its
+    own is configurable yet; the signature of every budget rule)."""
     if budget is None or not budget.capacity_bytes or budget.weights_bytes is None:
         return []
     per_request = budget.request_bytes if budget.request_bytes is not None else budget.kv_cache_bytes
@@ -54,7 +58,7 @@ def memory_budget_findings(budget: MemoryBudget | None) -> list[Finding]:
         "weights_kv_share": share, "largest": largest,
     }
     return [Finding(
-        id=RULE_ID, title=title, severity="medium", est_saving_ns_per_step=0, share_of_step=0.0,
+        id="mem_inference_budget", title=title, severity="medium", est_saving_ns_per_step=0, share_of_step=0.0,
         saving_kind="estimate",
         saving_formula="half the largest part (an 8-bit KV cache or 8-bit weights for 16-bit ones), or the graph pool",
         confidence="medium", evidence=evidence, fix=fix, device=budget.device,

@@ -8,8 +8,9 @@ from functools import cached_property
 
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.memory.report import MemoryReport
-from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, inference, kernel_efficiency, memory,
-                          memory_findings as memory_rules, steps, telemetry)
+from aiprof.analysis.inference_memory import MemoryBudget
+from aiprof.rules import (coldstart, comm, compiled, fusion, gpu_kernels, idle, inference, inference_memory,
+                          kernel_efficiency, memory, memory_findings as memory_rules, steps, telemetry)
 from aiprof.rules.context import RankContext, RunInputs
 from aiprof.rules.finding import Finding
 from aiprof.rules.framework import in_framework_words
@@ -22,11 +23,12 @@ from aiprof.trace.model import Trace
 RankRule = Callable[[RankContext], list[Finding]]
 RunRule = Callable[[RunAnalysis, list[Finding], RuleOptions], list[Finding]]
 MemoryRule = Callable[[MemoryReport, RuleOptions], list[Finding]]
+BudgetRule = Callable[[MemoryBudget | None, RuleOptions], list[Finding]]
 
 # The modules that declare rules (``@rank_rule`` / ``@run_rule``, aiprof.rules.spec). A rule added to one of
 # them is registered by its declaration; a new module is added here.
 RULE_MODULES = (coldstart, steps, compiled, idle, inference, memory, fusion, gpu_kernels, kernel_efficiency, comm, telemetry,
-                memory_rules)
+                memory_rules, inference_memory)
 
 # Every declared rule, one list: per module, in definition order. The order does not change any finding
 # (rules share views, not results: tests/rules/test_rule_order.py runs them reversed and shuffled).
@@ -35,6 +37,7 @@ RULE_SPECS: dict[str, RuleSpec] = {spec_of(r).name: spec_of(r) for r in RULES}
 DEFAULT_RANK_RULES: list[RankRule] = [r for r in RULES if spec_of(r).scope == "rank"]
 DEFAULT_RUN_RULES: list[RunRule] = [r for r in RULES if spec_of(r).scope == "run"]
 DEFAULT_MEMORY_RULES: list[MemoryRule] = [r for r in RULES if spec_of(r).scope == "memory"]
+DEFAULT_BUDGET_RULES: list[BudgetRule] = [r for r in RULES if spec_of(r).scope == "budget"]
 
 _SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -149,6 +152,13 @@ def memory_findings(
     """The memory rules' findings on one memory report (``aiprof analyze``'s memory section, ``aiprof memory``),
     in rule order; thresholds from ``options`` (its ``mem_*`` fields)."""
     return [f for rule in (rules if rules is not None else DEFAULT_MEMORY_RULES) for f in rule(report, options)]
+
+
+def budget_findings(
+    budget: MemoryBudget | None, options: RuleOptions = DEFAULT_OPTIONS, rules: list[BudgetRule] | None = None
+) -> list[Finding]:
+    """The inference memory-budget rules' findings on one rank's budget (``ranks[].inference.memory_budget``)."""
+    return [f for rule in (rules if rules is not None else DEFAULT_BUDGET_RULES) for f in rule(budget, options)]
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

@@ -86,7 +86,7 @@ class RuleSpec:
     """A rule's declaration (see the module docstring)."""
 
     name: str  # the function's name
-    scope: Literal["rank", "run", "memory"]
+    scope: Literal["rank", "run", "memory", "budget"]
     ids: tuple[str, ...]  # finding ids it can emit
     saving: Saving
     options: tuple[str, ...] = ()  # RuleOptions fields it reads (besides GLOBAL_OPTIONS)
@@ -107,7 +107,7 @@ class RuleSpec:
             raise ValueError(f"rule {self.name}: only idle savings depend on graph captures and replays")
         if not self.ids:
             raise ValueError(f"rule {self.name}: declares no finding id")
-        if (self.scope == "memory") != (self.saving is Saving.BYTES):
+        if (self.scope in ("memory", "budget")) != (self.saving is Saving.BYTES):
             raise ValueError(f"rule {self.name}: memory rules, and only they, save bytes")
 
 
@@ -153,6 +153,19 @@ def memory_rule(*, options: tuple[str, ...] = (), ids: tuple[str, ...] | None = 
 
     def mark(fn: F) -> F:
         setattr(fn, SPEC_ATTRIBUTE, RuleSpec(fn.__name__, "memory", ids or (fn.__name__,), Saving.BYTES, options,
+                                             ("memory",)))
+        return fn
+
+    return mark
+
+
+def budget_rule(*, options: tuple[str, ...] = (), ids: tuple[str, ...] | None = None) -> Callable[[F], F]:
+    """Declare an inference memory-budget rule ``rule(budget: MemoryBudget | None, options: RuleOptions) ->
+    list[Finding]`` (runs where a rank has an inference memory budget:
+    :func:`aiprof.rules.registry.budget_findings`); a memory rule: it saves bytes."""
+
+    def mark(fn: F) -> F:
+        setattr(fn, SPEC_ATTRIBUTE, RuleSpec(fn.__name__, "budget", ids or (fn.__name__,), Saving.BYTES, options,
                                              ("memory",)))
         return fn
 

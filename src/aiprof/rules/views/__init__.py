@@ -98,7 +98,7 @@ class RankViews:
     @cached_property
     def uninflated_step(self) -> float:
         """The mean steady step less what with_stack's recording added to it (ns)."""
-        from aiprof.rules.idle import find_uninflated_step
+        from aiprof.rules.views.host import find_uninflated_step
 
         return find_uninflated_step(self._ctx)
 

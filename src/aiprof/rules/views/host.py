@@ -1,6 +1,7 @@
 """The ``host_split`` and ``long_calls`` views: the host's share of the steady steps split by the shape
 of its gaps (short gaps and tiny ops; long gaps inside one call; long gaps outside any op), with the span
-helpers the idle rules share (annotations, sync episodes on CPU traces, ops inside an interval set).
+helpers the idle rules share (annotations, sync episodes on CPU traces, ops inside an interval set), and the
+step with_stack did not lengthen (``uninflated_step``: the recording's own cost taken out).
 """
 
 from __future__ import annotations
@@ -200,3 +201,33 @@ def ops_in(ctx: RankContext, cover: iv.IntervalSet, every: bool = False) -> int:
 
 __all__ = ["DATALOADER", "SYNC_CALL", "HostSplit", "annotation_rows", "find_host_split", "find_long_calls", "host_split",
            "ops_in", "steady_set", "sync_episodes"]
+
+
+def stack_cost_ns(ctx: RankContext, starts: I64, ends: I64) -> I64:
+    """Per interval [start, end): the time with_stack's own recording took inside it, the ``python_function``
+    events that start in it × :data:`~aiprof.analysis.stacks.WITH_STACK_NS_PER_CALL`, at most its length (zeros
+    for a trace without Python stacks). Host savings subtract it: the fix removes the user's time, not the
+    profiler's."""
+    from aiprof.analysis.stacks import WITH_STACK_NS_PER_CALL
+
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    py = ctx.trace.rows_of(Kind.PYTHON)
+    if py.size == 0 or starts.size == 0:
+        return np.zeros(starts.size, dtype=np.int64)
+    ts = np.sort(ctx.trace.columns.ts[py])
+    count = np.searchsorted(ts, ends, side="left") - np.searchsorted(ts, starts, side="left")
+    cost: I64 = np.minimum(count * WITH_STACK_NS_PER_CALL, np.maximum(ends - starts, 0)).astype(np.int64)
+    return cost
+
+
+def find_uninflated_step(ctx: RankContext) -> float:
+    """The mean steady step less what with_stack's own recording added to it: its cost (:func:`stack_cost_ns`)
+    inside the steady steps on a CPU-only trace, inside the device's host-caused idle on a GPU one (while the
+    device ran, the host's recording was hidden behind it). The measured mean without Python stacks. Host
+    findings take their share of this step: recording the stacks lengthened the step as much as their gaps."""
+    found = ctx.mean_step_ns
+    if ctx.trace.rows_of(Kind.PYTHON).size and ctx.step_count:
+        starts, ends = idle_sets(ctx)["host"] if ctx.is_gpu else steady_set(ctx)
+        cost = float(stack_cost_ns(ctx, starts, ends).sum()) / ctx.step_count
+        found = max(ctx.mean_step_ns - cost, 0.0)
+    return found
