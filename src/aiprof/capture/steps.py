@@ -207,20 +207,35 @@ def hook_forward_begins(module: Any, on_begin: StepFn) -> Callable[[], None]:
 def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2) -> Callable[[], None]:
     """Find the model of an inference loop without a marker: the module whose forward runs at the top level
     (inside no other module's forward) with gradients off, ``repeats`` times. ``on_found(module)`` is called
-    once; the global hooks (which slow every module call) are removed then. Returns the remover."""
+    once; the global hooks (which slow every module call) are removed then. Returns the remover.
+
+    The detector stands down (removes its hooks) at the first top-level forward that begins with gradients
+    on: that is a training loop, or inference without ``no_grad``, which it would never count. It does so
+    in that forward's pre-hook, before the forward runs: for a ``torch.compile(model)`` the pre-hook runs
+    eagerly in the compiled wrapper's call, before Dynamo traces the model, so the compiled code never has
+    the hooks in it (Dynamo inlines global hooks and guards on them: compiled code pays for them on every
+    call, and removing them after compilation recompiles every compiled frame once). Where the hook itself
+    runs inside a region Dynamo is tracing (``model.compile()`` in place, a compiled function that calls
+    the model), the hook set is left as it is, for the same reason."""
     import torch
     from torch.nn.modules import module as module_mod
 
     depth = _Depth()
     counts: dict[int, int] = {}
     handles: list[Any] = []
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
     def pre(mod: Any, args: Any) -> None:
+        if not depth.value and torch.is_grad_enabled() and not compiling():
+            remove()  # a grad-enabled top-level forward: not an inference loop
+            return
         depth.value += 1
 
     def post(mod: Any, args: Any, output: Any) -> None:
+        if not handles:
+            return  # removed by this forward's pre-hook: its depth was not counted
         depth.value -= 1
-        if depth.value or torch.is_grad_enabled() or not handles:
+        if depth.value or torch.is_grad_enabled():
             return
         key = id(mod)
         counts[key] = counts.get(key, 0) + 1
