@@ -12,6 +12,7 @@ other side's numbers absent (``None``). MFU values are fractions of the peak (0.
 
 from __future__ import annotations
 
+import textwrap
 from typing import Literal
 
 import msgspec
@@ -174,12 +175,19 @@ def peak_lines(cmp: MfuComparison) -> list[str]:
             "(each side against its own peak)"]
 
 
-def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{100 * v:.2f}%"
+def pct_text(v: float | None) -> str:
+    """A fraction of the peak as a percentage (4 decimals below 0.1 %); ``–`` for a side without it."""
+    if v is None:
+        return "–"
+    pct = 100 * v
+    return f"{pct:.2f}%" if abs(pct) >= 0.1 or pct == 0 else f"{pct:.4f}%"
 
 
 def _pt(v: float | None) -> str:
-    return "" if v is None else f"{100 * v:+.2f} pt"
+    if v is None:
+        return ""
+    pt = 100 * v
+    return f"{pt:+.2f} pt" if abs(pt) >= 0.1 or pt == 0 else f"{pt:+.4f} pt"
 
 
 def _gflop(b: int, a: int) -> str:
@@ -191,49 +199,66 @@ def _class_name(c: MfuClassDelta) -> str:
 
 
 def rows(cmp: MfuComparison) -> list[tuple[str, str, str, str, str]]:
-    """(what, before, after, change, GFLOP per step before → after) for the total, each class, top modules."""
-    out = [("MFU (total)", _pct(cmp.before_mfu), _pct(cmp.after_mfu), _pt(cmp.delta), "")]
-    out += [(_class_name(c), _pct(c.before_mfu), _pct(c.after_mfu), _pt(c.delta),
-             _gflop(c.before_flops_per_step, c.after_flops_per_step)) for c in cmp.by_op_class]
+    """(what, before, after, change, GFLOP per step before → after) for the total and each op class."""
+    out = [("MFU (total)", pct_text(cmp.before_mfu), pct_text(cmp.after_mfu), _pt(cmp.delta), "")]
+    return out + [(_class_name(c), pct_text(c.before_mfu), pct_text(c.after_mfu), _pt(c.delta),
+                   _gflop(c.before_flops_per_step, c.after_flops_per_step)) for c in cmp.by_op_class]
+
+
+def module_rows(cmp: MfuComparison) -> list[tuple[str, str, str, str, str, str]]:
+    """(path, before, after, change, while it runs before → after, GFLOP per step) for the top modules."""
+    out = []
     for m in cmp.by_module[:TOP_MODULES]:
-        what = f"module {m.path}" + ("" if m.status == "matched" else f" ({m.status})")
-        out.append((what, _pct(m.before_mfu), _pct(m.after_mfu), _pt(m.delta),
+        path = m.path + ("" if m.status == "matched" else f" ({m.status})")
+        out.append((path, pct_text(m.before_mfu), pct_text(m.after_mfu), _pt(m.delta),
+                    f"{pct_text(m.before_busy_mfu)} → {pct_text(m.after_busy_mfu)}",
                     _gflop(m.before_flops_per_step, m.after_flops_per_step)))
     return out
 
 
-def _busy_lines(cmp: MfuComparison) -> list[str]:
-    return [f"module {m.path} while it runs: {_pct(m.before_busy_mfu)} → {_pct(m.after_busy_mfu)}"
-            for m in cmp.by_module[:TOP_MODULES] if m.status == "matched"]
+def _left_cut(text: str, width: int) -> str:
+    """The end of a module path (its own name) when the whole does not fit."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
 
 
 def terminal_text(cmp: MfuComparison | None) -> str:
-    """Lines to append to the terminal comparison ("" unless both sides have an MFU)."""
+    """Lines to append to the terminal comparison ("" unless both sides have an MFU), within 80 columns
+    (module paths are cut from the left, so each keeps its own name; the peaks' lines are wrapped)."""
     if cmp is None:
         return ""
     lines = ["", "Model FLOPs utilisation (slowest rank; share of the step's peak, before → after)"]
-    lines += [f"  {line}" for line in peak_lines(cmp)]
-    table = rows(cmp)
-    width = min(max(len(r[0]) for r in table), 44)
-    for what, b, a, change, gflop in table:
-        name = what if len(what) <= width else what[: width - 1] + "…"
-        lines.append(f"  {name:<{width}} {b:>8} → {a:>8}  {change:>10}" + (f"  {gflop} GFLOP/step" if gflop else ""))
-    lines += [f"  {line}" for line in _busy_lines(cmp)]
+    lines += [wrapped for line in peak_lines(cmp)
+              for wrapped in textwrap.wrap(line, 78, initial_indent="  ", subsequent_indent="    ")]
+    for what, b, a, change, gflop in rows(cmp):
+        lines.append(f"  {_left_cut(what, 38):<38} {b:>9} → {a:>9} {change:>11}")
+        if gflop:
+            lines.append(f"  {'':<38} {gflop} GFLOP per step")
+    mods = module_rows(cmp)
+    if mods:
+        lines.append("  per nn.Module (share of the step's peak; while the module runs):")
+    for path, b, a, change, busy, _ in mods:
+        lines.append(f"    {_left_cut(path, 36):<36} {b:>9} → {a:>9} {change:>11}")
+        lines.append(f"    {'':<36} while it runs {busy}")
     if cmp.modules_note:
         lines.append(f"  {cmp.modules_note}")
     return "\n".join(terminal(line) for line in lines) + "\n"
 
 
 def markdown_text(cmp: MfuComparison | None) -> str:
-    """A ``### Model FLOPs utilisation`` table to append to the Markdown comparison."""
+    """A ``### Model FLOPs utilisation`` section to append to the Markdown comparison: the peaks, a table
+    of the op classes, one of the top modules."""
     if cmp is None:
         return ""
     lines = ["", "### Model FLOPs utilisation", ""] + [f"- {markdown(line)}" for line in peak_lines(cmp)]
-    lines += ["", "| what | before | after | change | GFLOP per step |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "| op class | before | after | change | GFLOP per step |", "|---|---:|---:|---:|---:|"]
     lines += [f"| {markdown(w)} | {b} | {a} | {c} | {g} |" for w, b, a, c, g in rows(cmp)]
-    extra = _busy_lines(cmp) + ([cmp.modules_note] if cmp.modules_note else [])
-    if extra:
-        lines += [""] + [f"- {markdown(line)}" for line in extra]
+    mods = module_rows(cmp)
+    if mods:
+        lines += ["", "| nn.Module | before | after | change | while it runs | GFLOP per step |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {markdown(p)} | {b} | {a} | {c} | {r} | {g} |" for p, b, a, c, r, g in mods]
+    if cmp.modules_note:
+        lines += ["", f"- {markdown(cmp.modules_note)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -242,17 +267,22 @@ def html(text: object) -> str:
     return _html(terminal(text))
 
 
+def _html_table(head: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+    cells = "".join("<tr>" + "".join(f"<td>{html(v)}</td>" for v in row) + "</tr>" for row in body)
+    return "<table><thead><tr>" + "".join(f"<th>{html(h)}</th>" for h in head) + f"</tr></thead><tbody>{cells}</tbody></table>"
+
+
 def html_section(cmp: MfuComparison | None) -> str:
     """A ``<section id="mfu">`` for the HTML comparison ("" unless both sides have an MFU)."""
     if cmp is None:
         return ""
     peaks = "".join(f"<li>{html(line)}</li>" for line in peak_lines(cmp))
-    body = "".join(f"<tr><td>{html(w)}</td><td>{html(b)}</td><td>{html(a)}</td><td>{html(c)}</td><td>{html(g)}</td></tr>"
-                   for w, b, a, c, g in rows(cmp))
-    extra = "".join(f"<li>{html(line)}</li>" for line in _busy_lines(cmp) + ([cmp.modules_note] if cmp.modules_note else []))
-    return ('<section id="mfu"><h2>Model FLOPs utilisation</h2>' f"<ul>{peaks}</ul>"
-            "<table><thead><tr><th>what</th><th>before</th><th>after</th><th>change</th><th>GFLOP per step</th></tr>"
-            f"</thead><tbody>{body}</tbody></table>" + (f"<ul>{extra}</ul>" if extra else "") + "</section>")
+    classes = _html_table(("op class", "before", "after", "change", "GFLOP per step"), list(rows(cmp)))
+    mods = module_rows(cmp)
+    modules = _html_table(("nn.Module", "before", "after", "change", "while it runs", "GFLOP per step"),
+                          list(mods)) if mods else ""
+    note = f"<p>{html(cmp.modules_note)}</p>" if cmp.modules_note else ""
+    return f'<section id="mfu"><h2>Model FLOPs utilisation</h2><ul>{peaks}</ul>{classes}{modules}{note}</section>'
 
 
 def with_html_section(page: str, cmp: MfuComparison | None) -> str:
