@@ -130,6 +130,9 @@ def test_two_devices_each_against_its_own_peak(traces_dir: Path) -> None:
     # One model on both: every module did the same FLOPs per step; its MFU differs by the device and its peak
     assert d.by_module and not d.modules_note
     assert all(m.status == "matched" and m.before_flops_per_step == m.after_flops_per_step for m in d.by_module)
+    mm = next(c for c in d.by_op_class if c.op_class == "matmul")  # the numbers docs/reports.md quotes
+    assert mm.before_flops_per_step == mm.after_flops_per_step and round(mm.before_flops_per_step / 1e9, 2) == 8.04
+    assert (round(100 * (mm.before_mfu or 0), 2), round(100 * (mm.after_mfu or 0), 2)) == (0.18, 0.15)
     top = next(m for m in d.by_module if m.path == "BertLMHeadModel_0")
     assert top.before_flops_per_step == before.ranks[0].mfu.flops_per_step
     text = app.render(cmp, "terminal")
