@@ -67,7 +67,7 @@ class CaptureSession:
         self._explicit_seen = False
         self._last_source = ""
         self._first_optimizer: int | None = None
-        self._remove_forward_hook: Callable[[], None] | None = None
+        self._next_forward: steps.NextForward | None = None  # made with the optimizer hook
         self._uninstall: list[Callable[[], None]] = []
         self._busy = False
         self._deferred_signal: int | None = None
@@ -200,7 +200,9 @@ class CaptureSession:
         if id(optimizer) != self._first_optimizer or self._pending:
             return
         self._pending = True
-        self._remove_forward_hook = steps.one_shot_forward_pre_hook(self.apply_pending)
+        if self._next_forward is None:
+            self._next_forward = steps.NextForward(self.apply_pending)
+        self._next_forward.arm()
 
     def apply_pending(self) -> None:
         if self._pending:
@@ -217,9 +219,8 @@ class CaptureSession:
 
     def _drop_pending(self) -> None:
         self._pending = False
-        if self._remove_forward_hook is not None:
-            self._remove_forward_hook()
-            self._remove_forward_hook = None
+        if self._next_forward is not None:
+            self._next_forward.disarm()
 
     def _note_rank(self) -> None:
         """The rank, looked up at each step until torch.distributed gives it (it may be initialised after the

@@ -93,24 +93,37 @@ def install_optimizer_hook(on_step: Callable[[Any], None], on_zero_grad: StepFn)
     return uninstall
 
 
-def one_shot_forward_pre_hook(callback: StepFn) -> Callable[[], None]:
-    """A global module forward pre-hook that fires once; returns its remover (idempotent)."""
-    from torch.nn.modules import module as module_mod
+class NextForward:
+    """Call ``callback`` at the next module forward after :meth:`arm`, once (a global forward pre-hook).
 
-    handle: Any = None
+    Armed after each optimizer step and disarmed at the next clean point, so it is set and cleared once per
+    training step: it keeps one hook function and one slot in torch's global pre-hook dict (reserved through
+    a ``RemovableHandle`` when made) and arming or disarming is a dict store or pop, as the handle's own
+    ``remove()`` is, instead of a new closure and handle per step (~2 µs and four GC-tracked objects)."""
 
-    def hook(mod: Any, args: Any) -> None:
-        remove()
-        callback()
+    def __init__(self, callback: StepFn) -> None:
+        from torch.nn.modules import module as module_mod
 
-    def remove() -> None:
-        nonlocal handle
-        if handle is not None:
-            handle.remove()
-            handle = None
+        self._callback = callback
+        self._hooks: dict[Any, Any] = module_mod._global_forward_pre_hooks
+        handle = module_mod.register_module_forward_pre_hook(self._fire)
+        self._key = handle.id
+        self._hook = self._hooks[self._key]
+        handle.remove()
+        self.armed = False
 
-    handle = module_mod.register_module_forward_pre_hook(hook)
-    return remove
+    def arm(self) -> None:
+        self._hooks[self._key] = self._hook
+        self.armed = True
+
+    def disarm(self) -> None:
+        if self.armed:
+            self._hooks.pop(self._key, None)
+            self.armed = False
+
+    def _fire(self, mod: Any, args: Any) -> None:
+        self.disarm()
+        self._callback()
 
 
 class _Depth(threading.local):
