@@ -70,13 +70,17 @@ def test_detector_stands_down_at_a_grad_enabled_top_level_forward() -> None:
 
 
 def test_detector_finds_the_model_of_a_no_grad_loop_and_leaves() -> None:
+    """An inference loop whose inputs go through a parameterless module with gradients on (an image
+    transform) before the no-grad model: the transform does not make the detector stand down."""
     before = _global_hooks()
     found: list[Any] = []
     steps.install_inference_detector(found.append)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-    with torch.no_grad():
-        for _ in range(3):
-            model(torch.randn(2, 4))
+    transform = torch.nn.Tanh()
+    for _ in range(3):
+        x = transform(torch.randn(2, 4))
+        with torch.no_grad():
+            model(x)
     assert found == [model] and _global_hooks() == before
 
 

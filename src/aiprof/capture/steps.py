@@ -223,7 +223,9 @@ def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2
     once; the global hooks (which slow every module call) are removed then. Returns the remover.
 
     The detector stands down (removes its hooks) at the first top-level forward that begins with gradients
-    on: that is a training loop, or inference without ``no_grad``, which it would never count. It does so
+    on in a module with a parameter that requires them: that is a training loop, or inference without
+    ``no_grad``, which it would never count (a parameterless module run with gradients on, such as an
+    image transform before a no-grad model, is not). It does so
     in that forward's pre-hook, before the forward runs: for a ``torch.compile(model)`` the pre-hook runs
     eagerly in the compiled wrapper's call, before Dynamo traces the model, so the compiled code never has
     the hooks in it (Dynamo inlines global hooks and guards on them: compiled code pays for them on every
@@ -239,8 +241,8 @@ def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
     def pre(mod: Any, args: Any) -> None:
-        if not depth.value and torch.is_grad_enabled() and not compiling():
-            remove()  # a grad-enabled top-level forward: not an inference loop
+        if not depth.value and torch.is_grad_enabled() and not compiling() and _has_trainable(mod):
+            remove()  # a top-level forward that can train: not an inference loop
             return
         depth.value += 1
 
@@ -263,3 +265,11 @@ def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2
     handles.append(module_mod.register_module_forward_pre_hook(pre))
     handles.append(module_mod.register_module_forward_hook(post, always_call=True))
     return remove
+
+
+def _has_trainable(module: Any) -> bool:
+    """Whether the module (children included) has a parameter that requires a gradient."""
+    try:
+        return any(p.requires_grad for p in module.parameters())
+    except Exception:  # noqa: BLE001 - a module whose parameters() fails is not ours to judge
+        return False
