@@ -225,10 +225,9 @@ def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2
     The detector stands down (removes its hooks) at the first top-level forward that begins with gradients
     on in a module with a parameter that requires them: that is a training loop, or inference without
     ``no_grad``, which it would never count (a parameterless module run with gradients on, such as an
-    image transform before a no-grad model, is not). It does so
-    in that forward's pre-hook, before the forward runs: for a ``torch.compile(model)`` the pre-hook runs
-    eagerly in the compiled wrapper's call, before Dynamo traces the model, so the compiled code never has
-    the hooks in it (Dynamo inlines global hooks and guards on them: compiled code pays for them on every
+    image transform before a no-grad model, is not). It does so in that forward's pre-hook, before the
+    forward runs: for a ``torch.compile(model)`` the pre-hook runs eagerly in the compiled wrapper's call,
+    before Dynamo traces the model, so the compiled code never has the hooks in it (Dynamo inlines global hooks and guards on them: compiled code pays for them on every
     call, and removing them after compilation recompiles every compiled frame once). Where the hook itself
     runs inside a region Dynamo is tracing (``model.compile()`` in place, a compiled function that calls
     the model), the hook set is left as it is, for the same reason."""
