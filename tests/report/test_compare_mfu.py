@@ -153,3 +153,20 @@ def test_without_modules_on_one_side_the_comparison_says_so(cpu_runs: tuple[Any,
     assert d is not None and d.by_op_class and not d.by_module
     assert d.modules_note.startswith("no module view on the after side")
     assert "no module view on the after side" in app.render(compare_reports(before, after), "md")
+
+
+def test_module_paths_are_data_in_every_format() -> None:
+    """A module path from a trace is escaped in each sink (a table pipe, HTML, a terminal escape sequence)."""
+    from aiprof.report.compare_mfu import MfuComparison, MfuModuleDelta, MfuPeak, html_section, markdown_text, terminal_text
+
+    hostile = "Net_0/<script>x</script>|\x1b[31mred"
+    peak = MfuPeak(flops_per_s=int(1e12), key="matrix_bf16", device="GPU <b>", source="spec", dtype="bf16")
+    cmp = MfuComparison(before_peak=peak, after_peak=peak, same_peak=True, before_mfu=0.1, after_mfu=0.2, delta=0.1,
+                        by_op_class=[], by_module=[MfuModuleDelta(
+                            path=hostile, status="matched", before_mfu=0.1, after_mfu=0.2, delta=0.1,
+                            before_busy_mfu=0.3, after_busy_mfu=0.4, before_flops_per_step=1, after_flops_per_step=2)])
+    assert "<script>" not in html_section(cmp) and "&lt;script&gt;" in html_section(cmp) and "GPU &lt;b&gt;" in html_section(cmp)
+    md = markdown_text(cmp)
+    assert "\x1b" not in md and "x</script>|" not in md
+    term = terminal_text(cmp)
+    assert "\x1b" not in term and "red" in term
