@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +56,17 @@ class Schedule:
             if k % self.cycle >= self.wait + self.warmup:
                 out.append(step)
         return out
+
+    def idle_until(self, step: int) -> float:
+        """The first step number >= ``step`` at which the schedule warms up or records (``math.inf`` when it
+        never does again): ``torch.profiler.schedule``'s arithmetic, for the steps it answers NONE."""
+        k = step - self.skip_first
+        if k < 0:
+            return self.skip_first + self.wait
+        if self.repeat and k >= self.repeat * self.cycle:
+            return math.inf
+        mod = k % self.cycle
+        return step if mod >= self.wait else step + self.wait - mod
 
     def describe(self) -> str:
         first = self.recorded_steps(self.steps_needed())

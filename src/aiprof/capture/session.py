@@ -58,13 +58,16 @@ class CaptureSession:
         self.status = "running"
         self.reason: str | None = None
         self.rank: int | None = None
+        self._rank_from_dist = False
+        self._env_rank = env_rank()  # read again at the flush (a script may set $RANK itself)
+        self._dist_initialized: Callable[[], bool] | None = None  # torch.distributed.is_initialized, once imported
         self.trace_files: list[str] = []
         self.write_errors: list[str] = []  # files of this process that could not be written (a full disk)
         self._pending = False
         self._explicit_seen = False
         self._last_source = ""
         self._first_optimizer: int | None = None
-        self._remove_forward_hook: Callable[[], None] | None = None
+        self._next_forward: steps.NextForward | None = None  # made with the optimizer hook
         self._uninstall: list[Callable[[], None]] = []
         self._busy = False
         self._deferred_signal: int | None = None
@@ -197,7 +200,9 @@ class CaptureSession:
         if id(optimizer) != self._first_optimizer or self._pending:
             return
         self._pending = True
-        self._remove_forward_hook = steps.one_shot_forward_pre_hook(self.apply_pending)
+        if self._next_forward is None:
+            self._next_forward = steps.NextForward(self.apply_pending)
+        self._next_forward.arm()
 
     def apply_pending(self) -> None:
         if self._pending:
@@ -214,13 +219,31 @@ class CaptureSession:
 
     def _drop_pending(self) -> None:
         self._pending = False
-        if self._remove_forward_hook is not None:
-            self._remove_forward_hook()
-            self._remove_forward_hook = None
+        if self._next_forward is not None:
+            self._next_forward.disarm()
 
     def _note_rank(self) -> None:
-        if self.rank is None or self.rank == 0:
-            self.rank = current_rank()
+        """The rank, looked up at each step until torch.distributed gives it (it may be initialised after the
+        first steps, and destroyed before the process ends); from then on it is this process's rank."""
+        if self._rank_from_dist:
+            return
+        initialized = self._dist_initialized
+        if initialized is None:
+            dist = sys.modules.get("torch.distributed")
+            try:
+                if dist is not None and dist.is_available():
+                    initialized = self._dist_initialized = dist.is_initialized
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            ready = initialized is not None and bool(initialized())
+        except Exception:  # noqa: BLE001
+            ready = False
+        rank = distributed_rank() if ready else None
+        if rank is not None:
+            self.rank, self._rank_from_dist = rank, True
+        elif self.rank is None or self.rank == 0:
+            self.rank = self._env_rank
 
     # --- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -284,7 +307,9 @@ class CaptureSession:
         if self.memory is not None:
             _quietly(lambda: self.memory.finish(self.recorder.steps) if self.memory else None)
         _quietly(self.recorder.stop)
-        if self.rank is None:
+        if not self._rank_from_dist:
+            self._env_rank = env_rank()
+        if self.rank is None or not self._rank_from_dist:
             self._note_rank()
         if self.sampler is not None:
             _quietly(self.sampler.stop)
@@ -415,8 +440,11 @@ def distributed_rank() -> int | None:
 def current_rank() -> int:
     """torch.distributed's rank when initialised, else $RANK (torchrun), else 0."""
     rank = distributed_rank()
-    if rank is not None:
-        return rank
+    return rank if rank is not None else env_rank()
+
+
+def env_rank() -> int:
+    """$RANK (torchrun), else 0."""
     try:
         return int(os.environ.get("RANK", "0"))
     except ValueError:

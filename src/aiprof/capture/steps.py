@@ -93,24 +93,37 @@ def install_optimizer_hook(on_step: Callable[[Any], None], on_zero_grad: StepFn)
     return uninstall
 
 
-def one_shot_forward_pre_hook(callback: StepFn) -> Callable[[], None]:
-    """A global module forward pre-hook that fires once; returns its remover (idempotent)."""
-    from torch.nn.modules import module as module_mod
+class NextForward:
+    """Call ``callback`` at the next module forward after :meth:`arm`, once (a global forward pre-hook).
 
-    handle: Any = None
+    Armed after each optimizer step and disarmed at the next clean point, so it is set and cleared once per
+    training step: it keeps one hook function and one slot in torch's global pre-hook dict (reserved through
+    a ``RemovableHandle`` when made) and arming or disarming is a dict store or pop, as the handle's own
+    ``remove()`` is, instead of a new closure and handle per step (~2 µs and four GC-tracked objects)."""
 
-    def hook(mod: Any, args: Any) -> None:
-        remove()
-        callback()
+    def __init__(self, callback: StepFn) -> None:
+        from torch.nn.modules import module as module_mod
 
-    def remove() -> None:
-        nonlocal handle
-        if handle is not None:
-            handle.remove()
-            handle = None
+        self._callback = callback
+        self._hooks: dict[Any, Any] = module_mod._global_forward_pre_hooks
+        handle = module_mod.register_module_forward_pre_hook(self._fire)
+        self._key = handle.id
+        self._hook = self._hooks[self._key]
+        handle.remove()
+        self.armed = False
 
-    handle = module_mod.register_module_forward_pre_hook(hook)
-    return remove
+    def arm(self) -> None:
+        self._hooks[self._key] = self._hook
+        self.armed = True
+
+    def disarm(self) -> None:
+        if self.armed:
+            self._hooks.pop(self._key, None)
+            self.armed = False
+
+    def _fire(self, mod: Any, args: Any) -> None:
+        self.disarm()
+        self._callback()
 
 
 class _Depth(threading.local):
@@ -207,20 +220,36 @@ def hook_forward_begins(module: Any, on_begin: StepFn) -> Callable[[], None]:
 def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2) -> Callable[[], None]:
     """Find the model of an inference loop without a marker: the module whose forward runs at the top level
     (inside no other module's forward) with gradients off, ``repeats`` times. ``on_found(module)`` is called
-    once; the global hooks (which slow every module call) are removed then. Returns the remover."""
+    once; the global hooks (which slow every module call) are removed then. Returns the remover.
+
+    The detector stands down (removes its hooks) at the first top-level forward that begins with gradients
+    on in a module with a parameter that requires them: that is a training loop, or inference without
+    ``no_grad``, which it would never count (a parameterless module run with gradients on, such as an
+    image transform before a no-grad model, is not). It does so in that forward's pre-hook, before the
+    forward runs: for a ``torch.compile(model)`` the pre-hook runs eagerly in the compiled wrapper's call,
+    before Dynamo traces the model, so the compiled code never has the hooks in it (Dynamo inlines global hooks and guards on them: compiled code pays for them on every
+    call, and removing them after compilation recompiles every compiled frame once). Where the hook itself
+    runs inside a region Dynamo is tracing (``model.compile()`` in place, a compiled function that calls
+    the model), the hook set is left as it is, for the same reason."""
     import torch
     from torch.nn.modules import module as module_mod
 
     depth = _Depth()
     counts: dict[int, int] = {}
     handles: list[Any] = []
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
     def pre(mod: Any, args: Any) -> None:
+        if not depth.value and torch.is_grad_enabled() and not compiling() and _has_trainable(mod):
+            remove()  # a top-level forward that can train: not an inference loop
+            return
         depth.value += 1
 
     def post(mod: Any, args: Any, output: Any) -> None:
+        if not handles:
+            return  # removed by this forward's pre-hook: its depth was not counted
         depth.value -= 1
-        if depth.value or torch.is_grad_enabled() or not handles:
+        if depth.value or torch.is_grad_enabled():
             return
         key = id(mod)
         counts[key] = counts.get(key, 0) + 1
@@ -235,3 +264,11 @@ def install_inference_detector(on_found: Callable[[Any], None], repeats: int = 2
     handles.append(module_mod.register_module_forward_pre_hook(pre))
     handles.append(module_mod.register_module_forward_hook(post, always_call=True))
     return remove
+
+
+def _has_trainable(module: Any) -> bool:
+    """Whether the module (children included) has a parameter that requires a gradient."""
+    try:
+        return any(p.requires_grad for p in module.parameters())
+    except Exception:  # noqa: BLE001 - a module whose parameters() fails is not ours to judge
+        return False

@@ -32,6 +32,7 @@ from aiprof.analysis.ops import OpGroupStats
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.errors import AiprofError
 from aiprof.report.compare_memory import MemoryComparison, compare_memory
+from aiprof.report.compare_mfu import MfuComparison, compare_mfu
 from aiprof.report.compare_inference import InferenceComparison, compare_inference
 from aiprof.report.compare_stats import (CONFIDENCE, MIN_STEPS, MedianChange, VerdictResult, change_text, median_change,
                                          paired_change, verdict_result)
@@ -206,6 +207,9 @@ class Comparison(msgspec.Struct, kw_only=True):
     # Model FLOPs utilisation of each side's slowest rank (both sides must have one), and the peak it used.
     mfu: Utilization | None = None
     mfu_peak: str = ""
+    # The same MFU per op class and per nn.Module, before -> after, with each side's peak
+    # (report.compare_mfu); None unless both sides have an MFU.
+    mfu_detail: MfuComparison | None = None
     # The sides ("before", "after") that shared the machine with other processes (``shared_sides``): the
     # verdict is then "inconclusive", and so is the CI gate.
     shared_machine: list[str] = msgspec.field(default_factory=list)
@@ -307,6 +311,7 @@ def compare_reports(
         pair_changes_pct=list(stats.pair_changes_pct),
         shared_machine=[name for name, _ in shared],
         **_mfu_change(before, after),
+        mfu_detail=compare_mfu(before, after),
     )
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
 from aiprof.fsutil import HTML_GENERATOR
 from aiprof.report.common import fmt_ms
-from aiprof.report import compare_inference, compare_memory
+from aiprof.report import compare_inference, compare_memory, compare_mfu
 from aiprof.report.compare import Comparison, DeltaRow, FindingBrief, Side
 from aiprof.report.escape import html as esc
 from aiprof.report.escape import markdown, terminal_text
@@ -41,12 +41,14 @@ def render_comparison(cmp: Comparison, fmt: str, width: int = 80, is_tty: bool =
     if fmt == "json":
         return JsonRenderer().render(cmp)
     if fmt == "md":
-        return _markdown(cmp) + compare_memory.markdown_text(cmp.memory) + compare_inference.markdown_text(cmp.inference)
+        return (_markdown(cmp) + compare_mfu.markdown_text(cmp.mfu_detail) + compare_memory.markdown_text(cmp.memory)
+                + compare_inference.markdown_text(cmp.inference))
     if fmt == "html":
-        page = compare_memory.with_html_section(_html(cmp), cmp.memory)
+        page = compare_mfu.with_html_section(_html(cmp), cmp.mfu_detail)
+        page = compare_memory.with_html_section(page, cmp.memory)
         return compare_inference.with_html_section(page, cmp.inference)
-    return (_terminal(cmp, width, is_tty) + compare_memory.terminal_text(cmp.memory)
-            + compare_inference.terminal_text(cmp.inference))
+    return (_terminal(cmp, width, is_tty) + compare_mfu.terminal_text(cmp.mfu_detail)
+            + compare_memory.terminal_text(cmp.memory) + compare_inference.terminal_text(cmp.inference))
 
 
 def _rows(cmp: Comparison) -> list[tuple[str, str, str, str, str]]:
