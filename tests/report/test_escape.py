@@ -132,6 +132,7 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
     from aiprof.analysis.comm import CommunicationSection
     from aiprof.analysis.comm_exposure import DeviceCommExposure, ExposureRow, GroupExposure, PhaseExposure
     from aiprof.report.model import IncompleteStep
+    from aiprof.roofline.section import RooflinePeaks, RooflineRowRecord, RooflineSection
 
     doc = _evil_report(name)
     ranks = []
@@ -148,10 +149,11 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
             summary=[{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
                       "total_ns": 1000, "busbw_gb_per_s": 1.0}],
             overlap=[{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}], exposure=[exposure])
-        roof = {"peaks": {"name": name, "memory_bw_bytes_per_s": 1e12, "flops_per_s": {name: 1e14}}, "peaks_note": name,
-                "notes": [name], "rows": [{"name": name, "input_dims": name, "count": 1, "time_ns": 1000, "bound": name,
-                                          "roof_key": name, "drawn": True, "arithmetic_intensity_flops_per_byte": 10.0,
-                                          "achieved_flops_per_s": 1e12, "pct_of_roof": 1.0, "saving_ns": 1}]}
+        roof = RooflineSection(
+            peaks=RooflinePeaks(name=name, memory_bw_bytes_per_s=10**12, flops_per_s={name: 10**14}), peaks_note=name,
+            notes=[name], rows=[RooflineRowRecord(name=name, input_dims=name, count=1, time_ns=1000, bound=name,
+                                                  roof_key=name, drawn=True, arithmetic_intensity_flops_per_byte=10.0,
+                                                  achieved_flops_per_s=10**12, pct_of_roof=1.0, saving_ns=1)])
         incomplete = [IncompleteStep(name=name, number=9, start_ns=0, duration_ns=10, reason=name, detail=name)]
         ranks.append(msgspec.structs.replace(r, steps=steps, communication=comm, roofline=roof, incomplete_steps=incomplete,
                                              trace_metadata={name: name}, distributed={"backend": name}))

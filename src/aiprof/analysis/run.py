@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from aiprof.analysis.ops import OpGroupStats, OpStats
     from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
+    from aiprof.roofline.section import RooflineSection
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
 
@@ -109,10 +110,10 @@ def _compile_section(trace: Trace) -> CompileReport:
     return compile_section(trace)
 
 
-def _roofline_section(trace: Trace) -> dict[str, Any]:
+def _roofline_section(trace: Trace) -> RooflineSection:
     from aiprof.roofline.analysis import roofline
 
-    return roofline(trace).to_dict(max_instances=TOP_N)
+    return roofline(trace).section(max_instances=TOP_N)
 
 
 def _graph_capture_section(trace: Trace) -> GraphCaptureSection:

@@ -41,6 +41,7 @@ from aiprof.report.attention_section import html_section as attention_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
 from aiprof.roofline.chart import chart_svg
+from aiprof.roofline.section import RooflineSection
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
 
@@ -500,24 +501,24 @@ class HtmlRenderer:
     # -------------------------------------------------------------------------------------------
     def _roofline(self, rank: RankReport) -> str:
         roof = rank.roofline
-        if not isinstance(roof, dict):
+        if isinstance(roof, UnsetType):
             return ""
         chart = chart_svg(roof)
         rows = []
-        for r in sorted(roof.get("rows") or [], key=lambda r: -(r.get("time_ns") or 0))[: self.top]:
-            pct = r.get("pct_of_roof")
+        for r in sorted(roof.rows, key=lambda r: -r.time_ns)[: self.top]:
+            pct, ai = r.pct_of_roof, r.arithmetic_intensity_flops_per_byte
             rows.append(
                 [
-                    (_name_cell(r.get("name"), r.get("input_dims")), str(r.get("name"))),
-                    (f"{int(r.get('count') or 0):,}", r.get("count") or 0),
-                    (fmt_ms(r.get("time_ns") or 0), r.get("time_ns") or 0),
-                    (esc(r.get("bound") or "?"), str(r.get("bound"))),
-                    (_num_text(r.get("arithmetic_intensity_flops_per_byte"), "{:.1f}"), r.get("arithmetic_intensity_flops_per_byte") or 0),
-                    (f"{pct:.0f}%" if isinstance(pct, (int, float)) else "?", pct or 0),
-                    (fmt_ms(r.get("saving_ns") or 0), r.get("saving_ns") or 0),
+                    (_name_cell(r.name, r.input_dims), r.name),
+                    (f"{r.count:,}", r.count),
+                    (fmt_ms(r.time_ns), r.time_ns),
+                    (esc(r.bound or "?"), r.bound),
+                    (_num_text(ai, "{:.1f}"), ai or 0),
+                    (f"{pct:.0f}%" if pct is not None else "?", pct or 0),
+                    (fmt_ms(r.saving_ns), r.saving_ns),
                 ]
             )
-        note = roof.get("peaks_note") or ""
+        note = roof.peaks_note
         head = ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")]
         table = self._sortable(
             head,
@@ -527,41 +528,38 @@ class HtmlRenderer:
         measured = self._roofline_measured(roof)
         if not chart and not table and not measured:
             return ""
-        extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.get("notes") or [])  # assumed dtypes, no-ops
+        extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.notes)  # assumed dtypes, no-ops
         if measured and table:  # two kinds of numbers side by side: say which is which
             table = '<p class="mute">Ops: estimated from shapes.</p>' + table
         return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table + measured
 
-    def _roofline_measured(self, roof: dict[str, Any]) -> str:
+    def _roofline_measured(self, roof: RooflineSection) -> str:
         """Nsight Compute's measured points (``analyze --ncu``): one row per profiled kernel, measured (ncu)
         beside the launching op's estimate from shapes."""
-        points = [p for p in roof.get("measured") or [] if isinstance(p, dict)]
+        points = [] if isinstance(roof.measured, UnsetType) else roof.measured
         if not points:
             return ""
 
-        def num(value: Any, scale: float, pattern: str) -> tuple[str, Any]:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return (pattern.format(value / scale) if ok else "?", value if ok else -1)
+        def num(value: float | None, scale: float, pattern: str) -> tuple[str, float]:
+            return ("?", -1) if value is None else (pattern.format(value / scale), value)
 
         rows = []
         for p in points[: self.top]:
-            est = p.get("est_flops")
+            est = p.est_flops
             rows.append([
-                (f'<td class=name title="{esc(p.get("kernel"))}">{esc(_short(str(p.get("kernel") or "?")))}',
-                 str(p.get("kernel"))),
-                (esc(p.get("op") or ("(not on the timeline)" if int(p.get("row", -1)) < 0 else "—")),
-                 str(p.get("op") or "")),
-                num(p.get("duration_ns"), 1e3, "{:,.1f} µs"),
-                num(p.get("achieved_flops_per_s"), 1e9, "{:,.1f}"),
-                num(p.get("achieved_bytes_per_s"), 1e9, "{:,.1f}"),
-                num(p.get("flop_per_byte"), 1.0, "{:.2f}"),
-                num(p.get("sm_sol_pct"), 1.0, "{:.0f}%"),
-                num(p.get("memory_sol_pct"), 1.0, "{:.0f}%"),
-                (f"{num(est, 1e9, '{:,.3f}')[0]} / {num(p.get('flops'), 1e9, '{:,.3f}')[0]}",
-                 est if isinstance(est, (int, float)) else -1),
+                (f'<td class=name title="{esc(p.kernel)}">{esc(_short(p.kernel or "?"))}', p.kernel),
+                (esc(p.op or ("(not on the timeline)" if p.row < 0 else "—")), p.op or ""),
+                num(p.duration_ns, 1e3, "{:,.1f} µs"),
+                num(p.achieved_flops_per_s, 1e9, "{:,.1f}"),
+                num(p.achieved_bytes_per_s, 1e9, "{:,.1f}"),
+                num(p.flop_per_byte, 1.0, "{:.2f}"),
+                num(p.sm_sol_pct, 1.0, "{:.0f}%"),
+                num(p.memory_sol_pct, 1.0, "{:.0f}%"),
+                (f"{num(est, 1e9, '{:,.3f}')[0]} / {num(p.flops, 1e9, '{:,.3f}')[0]}", est if est is not None else -1),
             ])
-        matched = sum(1 for p in points if int(p.get("row", -1)) >= 0)
-        head = (f'<p class="mute">Kernels: measured (ncu) by {esc(roof.get("measured_source") or "Nsight Compute")}, '
+        matched = sum(1 for p in points if p.row >= 0)
+        source = roof.measured_source if isinstance(roof.measured_source, str) and roof.measured_source else "Nsight Compute"
+        head = (f'<p class="mute">Kernels: measured (ncu) by {esc(source)}, '
                 f"{matched:,} of {len(points):,} matched to the timeline by name, launch order, grid and block; "
                 "FLOPs from the FP32/FP64/FP16 pipe counters (tensor-core FLOPs are not counted), bytes from "
                 "DRAM.</p>")

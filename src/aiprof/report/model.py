@@ -7,7 +7,7 @@ types: fields added since have defaults. A field that is ``UNSET`` is left out o
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
 Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
-``roofline/``, ``memory/``) and used here as is; ``roofline`` and the free-form metadata (``distributed``,
+``roofline/``, ``memory/``) and used here as is; the free-form metadata (``distributed``,
 ``trace_metadata``, ``run_metadata``, ``telemetry``) are still ``dict[str, Any]``. ``communication``'s
 per-collective rows are still the analysis' dicts.
 
@@ -39,6 +39,7 @@ from aiprof.analysis.stacks import StackProfile
 from aiprof.memory.report import MemoryReport
 from aiprof.roofline.attention import AttentionReport
 from aiprof.roofline.mfu import MfuReport
+from aiprof.roofline.section import RooflineSection
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
 from aiprof.trace.model import DeviceInfo
@@ -136,7 +137,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     communication: CommunicationSection | UnsetType = UNSET
     # The peers' numbers of the rank: HTA, TraceLens, the TensorBoard plugin (analysis/compat; docs/peer-conventions.md).
     compat: Compat | UnsetType = UNSET
-    roofline: dict[str, Any] | UnsetType = UNSET
+    # FLOPs and bytes per op from shapes against the device's peaks, the longest calls, and with ``analyze
+    # --ncu`` the kernels Nsight Compute measured (roofline/section.py; docs/roofline.md).
+    roofline: RooflineSection | UnsetType = UNSET
     # Each device's buckets in 240 time bins over the analysed span (analysis/overview.py): the HTML strips.
     timeline_overview: TimelineOverview | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.

@@ -7,6 +7,8 @@ import html
 import json
 import re
 
+import msgspec
+
 from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.roofline.analysis import RooflineResult
 from aiprof.roofline.render import header_lines, table_rows
@@ -15,7 +17,8 @@ _COLUMNS = ("op and input shapes", "dtype", "time µs", "%", "bound", "roof")
 
 
 def roofline_json(result: RooflineResult) -> str:
-    return json.dumps({"generator": JSON_GENERATOR, **result.to_dict()}, indent=1, allow_nan=False) + "\n"
+    section = msgspec.to_builtins(result.section())
+    return json.dumps({"generator": JSON_GENERATOR, **section}, indent=1, allow_nan=False) + "\n"
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~@])")
