@@ -1,7 +1,9 @@
-"""``meta.json`` as types: :class:`RunMeta` and its per-process :class:`RankMeta` (read through
-:func:`aiprof.rundir.read_run_meta`). Every field has a default, so files written by older versions decode;
-keys this version does not know are ignored, so they never reach a report: the fields are the allow-list
-of what a report may show of a run directory.
+"""A run directory's data as types: ``meta.json`` as :class:`RunMeta` and its per-process :class:`RankMeta`
+(read through :func:`aiprof.rundir.read_run_meta`), and the telemetry counters a report carries
+(:class:`RunTelemetry`). Every field of ``meta.json`` has a default, so files written by older versions
+decode; keys this version does not know are ignored, so they never reach a report: the fields are the
+allow-list of what a report may show of a run directory. The report embeds both as they are
+(``Report.run_metadata``, ``Report.telemetry``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,44 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from msgspec import UNSET, UnsetType
+
+
+class HostInfo(msgspec.Struct, kw_only=True):
+    """The machine the run ran on (:func:`aiprof.capture.meta.host_info`): a field the capture could not
+    learn is absent (``UNSET``), one it learnt as unknown is null (``os.cpu_count()`` may be None)."""
+
+    hostname: str | UnsetType = UNSET
+    os: str | UnsetType = UNSET
+    python: str | UnsetType = UNSET
+    cpu_model: str | UnsetType = UNSET
+    cores_logical: int | None | UnsetType = UNSET
+    cores_available: int | None | UnsetType = UNSET  # the process' CPU affinity
+    cores_physical: int | None | UnsetType = UNSET  # with psutil
+    memory_bytes: int | None | UnsetType = UNSET  # with psutil
+
+
+class DeviceMeta(msgspec.Struct, kw_only=True):
+    """One device as torch saw it in a profiled process (:func:`aiprof.capture.meta.torch_info`): the CPU
+    (``type`` and ``name``), then each CUDA device with its index, memory, compute capability and SMs."""
+
+    type: str = ""  # "cpu" or "cuda"
+    index: int | UnsetType = UNSET
+    name: str | UnsetType = UNSET
+    memory_bytes: int | UnsetType = UNSET
+    capability: str | UnsetType = UNSET  # "9.0"
+    sms: int | UnsetType = UNSET
+
+
+class TorchInfo(msgspec.Struct, kw_only=True):
+    """Versions and devices as torch saw them in a profiled process (its ``meta.json`` entry, lifted to the
+    run's top level from the first process that has them)."""
+
+    torch: str
+    cuda: str | None
+    cudnn: int | None
+    torch_threads: int
+    devices: list[DeviceMeta]
 
 
 class RankMeta(msgspec.Struct, omit_defaults=True):
@@ -35,7 +75,7 @@ class RankMeta(msgspec.Struct, omit_defaults=True):
     cuda: str | None = None
     cudnn: int | None = None
     torch_threads: int | None = None
-    devices: list[dict[str, Any]] = []
+    devices: list[DeviceMeta] = []
     torch_info_error: str | None = None
 
 
@@ -75,7 +115,7 @@ class RunMeta(msgspec.Struct, omit_defaults=True):
     schedule: dict[str, Any] = {}
     schedule_text: str = ""
     options: dict[str, Any] = {}
-    host: dict[str, Any] = {}
+    host: HostInfo | UnsetType = UNSET
     env: dict[str, str] = {}
     telemetry: dict[str, Any] = {}
     ranks: list[RankMeta] = []
@@ -86,7 +126,7 @@ class RunMeta(msgspec.Struct, omit_defaults=True):
     torch: str | None = None
     cuda: str | None = None
     cudnn: int | None = None
-    devices: list[dict[str, Any]] = []
+    devices: list[DeviceMeta] = []
     torch_threads: int | None = None
     job: str | None = None
     framework: FrameworkMeta | None = None
@@ -95,3 +135,15 @@ class RunMeta(msgspec.Struct, omit_defaults=True):
         """The fields that are set, as plain JSON data."""
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
+
+
+class RunTelemetry(msgspec.Struct, kw_only=True):
+    """The report's ``telemetry``: the run directory's counters (``telemetry.csv``) as columns over time,
+    at most a few hundred samples (means over equal chunks; :func:`aiprof.report.runcontext.read_telemetry`).
+    ``series`` maps a counter (``cpu_pct``, ``proc_rss_bytes``, ``gpu0_util_pct``, ``disk_read_bytes_per_s``…)
+    to one value per time of ``t_unix_ns`` (null: no finite sample in that chunk)."""
+
+    path: str
+    samples: int  # rows of the file, before downsampling
+    t_unix_ns: list[int]
+    series: dict[str, list[float | None]]

@@ -133,6 +133,7 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
     from aiprof.analysis.comm_exposure import DeviceCommExposure, ExposureRow, GroupExposure, PhaseExposure
     from aiprof.report.model import IncompleteStep
     from aiprof.roofline.section import RooflinePeaks, RooflineRowRecord, RooflineSection
+    from aiprof.runmeta import RunMeta, RunTelemetry
 
     doc = _evil_report(name)
     ranks = []
@@ -157,8 +158,9 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
         incomplete = [IncompleteStep(name=name, number=9, start_ns=0, duration_ns=10, reason=name, detail=name)]
         ranks.append(msgspec.structs.replace(r, steps=steps, communication=comm, roofline=roof, incomplete_steps=incomplete,
                                              trace_metadata={name: name}, distributed={"backend": name}))
-    telemetry = {"path": name, "samples": 2, "t_unix_ns": [0, 1], "series": {"cpu_pct": [1.0, 2.0]}}
-    return msgspec.structs.replace(doc, ranks=ranks, run_metadata={name: name}, telemetry=telemetry)
+    telemetry = RunTelemetry(path=name, samples=2, t_unix_ns=[0, 1], series={"cpu_pct": [1.0, 2.0]})
+    return msgspec.structs.replace(doc, ranks=ranks, run_metadata=RunMeta(command=[name], cwd=name, job=name),
+                                   telemetry=telemetry)
 
 
 @pytest.mark.parametrize("name", HTML_EVIL, ids=repr)

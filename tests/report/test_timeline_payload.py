@@ -22,6 +22,7 @@ from aiprof.analysis.steps import step_windows
 from aiprof.report.escape import json_script
 from aiprof.report.html_report import CSP
 from aiprof.report.timeline import TimelineInput, csp, payload, script_hash, script_text, section
+from aiprof.runmeta import RunTelemetry
 
 # The house's hostile strings (tests/report/test_escape.py: controls, bidi, terminal sequences, markup,
 # Markdown, HTML) and a few aimed at a script element: every one is a kernel and an op of one trace.
@@ -277,7 +278,7 @@ def test_telemetry_counters_become_tracks(tmp_path: Path) -> None:
     assert data is not None
     origin = payload(report, data)["origin_ns"]
     samples = [origin - 500_000 + 400_000 * i for i in range(12)]
-    telemetry = {"t_unix_ns": samples, "series": {"cpu_pct": [float(10 * i) for i in range(12)]}}
+    telemetry = RunTelemetry(path="", samples=12, t_unix_ns=samples, series={"cpu_pct": [float(10 * i) for i in range(12)]})
     p = payload(report, TimelineInput(data.ranks, telemetry))
     (counter,) = p["counters"]
     assert counter["label"] == "cpu_pct" and counter["unit"] == "%"

@@ -403,11 +403,9 @@ def program_differences(before: Report, after: Report, b: StepSample | None = No
 
 
 def _command(doc: Report) -> str | None:
-    meta = doc.run_metadata or {}
-    cmd = meta.get("command")
-    if isinstance(cmd, list):
-        return " ".join(str(c) for c in cmd)
-    return str(cmd) if isinstance(cmd, str) else None
+    if doc.run_metadata is None or not doc.run_metadata.command:
+        return None
+    return " ".join(doc.run_metadata.command)
 
 
 def _shorten(text: str, limit: int = 120) -> str:
@@ -420,14 +418,8 @@ def _device_names(doc: Report) -> set[str]:
     names = {d.name for r in doc.ranks for d in r.devices if d.kind != "cpu" and d.name}
     if names:
         return names
-    meta = doc.run_metadata or {}
-    out: set[str] = set()
-    for rank in meta.get("ranks") or []:
-        devices = rank.get("devices") if isinstance(rank, dict) else None
-        for dev in devices if isinstance(devices, list) else []:
-            if isinstance(dev, dict) and dev.get("type") != "cpu" and dev.get("name"):
-                out.add(str(dev["name"]))
-    return out
+    ranks = doc.run_metadata.ranks if doc.run_metadata is not None else []
+    return {dev.name for rank in ranks for dev in rank.devices if dev.type != "cpu" and isinstance(dev.name, str) and dev.name}
 
 
 def _is_partial(doc: Report) -> bool:

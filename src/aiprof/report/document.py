@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -33,7 +33,11 @@ from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
 from aiprof.rundir import RunDir
+from aiprof.runmeta import RunMeta
 from aiprof.rules.finding import Finding, FindingRecord, as_record
+
+if TYPE_CHECKING:
+    from aiprof.report.runcontext import RunContext
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
 
@@ -57,8 +61,8 @@ def build_document(
         raise AiprofError(f"a finding does not fit the report: {err}") from None
     warnings = list(run.warnings) + list(run.run_notes)
     context = run_context(run.run_dir)
-    status = _run_status(context.get("run_metadata"), ranks)
-    whole = _whole_run(run.run_dir, ranks) if "run_metadata" in context else None
+    status = _run_status(context.run_metadata, ranks)
+    whole = _whole_run(run.run_dir, ranks) if context.run_metadata is not None else None
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -68,8 +72,8 @@ def build_document(
         findings=records,
         warnings=warnings,
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
-        run_metadata=context.get("run_metadata"),
-        telemetry=context.get("telemetry"),
+        run_metadata=context.run_metadata,
+        telemetry=context.telemetry,
         run_status=status if status is not None else UNSET,
         whole_run=whole if whole is not None else UNSET,
         cross_rank=run.cross_rank if run.cross_rank is not None else UNSET,
@@ -77,7 +81,7 @@ def build_document(
     )
 
 
-def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
+def _health(run: RunAnalysis, context: RunContext) -> Health | UnsetType:
     """The run's trace health: the diagnosis' (with the findings it changed), else built from the ranks' facts;
     a run directory's whole-run telemetry that shows a shared machine says so when the steps' did not."""
     from aiprof.analysis.health import clock_offsets, run_health, shared_item, with_item
@@ -87,7 +91,7 @@ def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
     if run.health is None and not facts:
         return UNSET
     health = run.health if run.health is not None else run_health(facts, clock_offsets(run.cross_rank))
-    cores = shared_cores(context.get("telemetry"), context.get("run_metadata"))
+    cores = shared_cores(context.telemetry, context.run_metadata)
     found = health.item("shared_machine")
     if cores is not None and (found is None or found.status == "ok"):
         health = with_item(health, shared_item(cores, "aiprof run telemetry over the whole run"))
@@ -104,7 +108,7 @@ def _whole_run(found: RunDir | None, ranks: list[RankReport]) -> WholeRun | None
     return whole_run_of(found.path, {s.number for r in ranks for s in r.steps} | {s.number for r in ranks for s in r.incomplete_steps})
 
 
-def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStatus | None:
+def _run_status(meta: RunMeta | None, ranks: list[RankReport]) -> RunStatus | None:
     """The banner's facts: how the run ended (``meta.json``) and how many recorded steps are complete (the
     rank with the fewest complete steps speaks for the run)."""
     from aiprof.report.runstatus import run_status

@@ -363,14 +363,14 @@ class HtmlRenderer:
         unit and scale, and a share of the machine never shares an axis with a share of one core."""
         tel = doc.telemetry
         ov = focus.timeline_overview
-        if not isinstance(tel, dict) or isinstance(ov, UnsetType) or not ov.bins:
+        if tel is None or isinstance(ov, UnsetType) or not ov.bins:
             return ""
         base = ov.base_time_ns
         total = max(ov.end_ns - ov.start_ns, 1)
-        xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.get("t_unix_ns") or []]
+        xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.t_unix_ns]
         inside = sum(1 for x in xs if 0 <= x <= 1)
-        series: dict[str, list[float | None]] = tel.get("series") or {}
-        source = f"from <code>{esc(tel.get('path', ''))}</code>"
+        series = tel.series
+        source = f"from <code>{esc(tel.path)}</code>"
         if inside < 2:
             return (
                 f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside '
@@ -632,9 +632,8 @@ class HtmlRenderer:
         prop = next((p for p in focus.device_properties if p.index == index), None)
         for k, v in (msgspec.structs.asdict(prop) if prop is not None else {}).items():
             pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
-        run = doc.run_metadata
-        if isinstance(run, dict):
-            for k, v in run.items():
+        if doc.run_metadata is not None:  # every field meta.json sets, as the JSON holds it
+            for k, v in msgspec.to_builtins(doc.run_metadata).items():
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
         # The generic block renderer reads plain data: the section as its JSON holds it.

@@ -7,8 +7,9 @@ types: fields added since have defaults. A field that is ``UNSET`` is left out o
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
 Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
-``roofline/``, ``memory/``) and used here as is; the free-form metadata (``distributed``,
-``trace_metadata``, ``run_metadata``, ``telemetry``) are still ``dict[str, Any]``. ``communication``'s
+``roofline/``, ``memory/``) and used here as is; the free-form trace metadata (``distributed``,
+``trace_metadata``) stays ``dict[str, Any]``; the run directory's ``run_metadata`` and ``telemetry`` are
+:mod:`aiprof.runmeta`'s types. ``communication``'s
 per-collective rows are still the analysis' dicts.
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
@@ -42,6 +43,7 @@ from aiprof.roofline.mfu import MfuReport
 from aiprof.roofline.section import RooflineSection
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
+from aiprof.runmeta import RunMeta, RunTelemetry
 from aiprof.trace.model import DeviceInfo
 
 SCHEMA_VERSION = "1.1"
@@ -202,8 +204,8 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     findings: list[FindingRecord]
     warnings: list[str]
     # Run context of an ``aiprof run`` directory (report.runcontext); absent for bare traces.
-    run_metadata: dict[str, Any] | None = None
-    telemetry: dict[str, Any] | None = None
+    run_metadata: RunMeta | None = None  # meta.json: the fields it sets (aiprof.runmeta)
+    telemetry: RunTelemetry | None = None  # the run's counters over time, downsampled
     # A crashed, stopped or incomplete run, or a cut-off trace (report.runstatus): absent when it ended well.
     run_status: RunStatus | UnsetType = UNSET
     # Step time and throughput over every step of an ``aiprof run`` (analysis.wholerun): run directories only.

@@ -34,6 +34,7 @@ from aiprof.report.escape import json_script
 from aiprof.report.model import Report
 from aiprof.rules.finding import FindingRecord
 from aiprof.rundir import RunDir
+from aiprof.runmeta import RunTelemetry
 
 __all__ = ["MAX_EVENTS", "TIMELINE_CSS", "TimelineInput", "csp", "payload", "script_hash", "script_text", "section",
            "timeline_input"]
@@ -51,7 +52,7 @@ class TimelineInput:
     ``runcontext.read_telemetry`` returns them (None without a run directory)."""
 
     ranks: list[RankTimeline]
-    telemetry: dict[str, Any] | None = None
+    telemetry: RunTelemetry | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -244,12 +245,12 @@ def _b64(values: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(values).tobytes()).decode("ascii")
 
 
-def _counters(telemetry: dict[str, Any] | None, origin: int, end: int) -> list[dict[str, Any]]:
+def _counters(telemetry: RunTelemetry | None, origin: int, end: int) -> list[dict[str, Any]]:
     """Telemetry series over the timeline's span (plus one sample either side), as offsets from the run's
     start."""
-    if not isinstance(telemetry, dict):
+    if telemetry is None:
         return []
-    t = np.array(telemetry.get("t_unix_ns") or [], dtype=np.int64) - origin
+    t = np.array(telemetry.t_unix_ns, dtype=np.int64) - origin
     if not t.size:
         return []
     lo = max(int(np.searchsorted(t, 0, side="right")) - 1, 0)
@@ -257,7 +258,7 @@ def _counters(telemetry: dict[str, Any] | None, origin: int, end: int) -> list[d
     if hi - lo < 1:
         return []
     out = []
-    for name, values in (telemetry.get("series") or {}).items():
+    for name, values in telemetry.series.items():
         window = list(values[lo:hi])
         if not any(v is not None for v in window):
             continue
