@@ -129,7 +129,7 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
     ops, collectives, roofline, incomplete steps, trace and run metadata, telemetry."""
     import msgspec
 
-    from aiprof.analysis.comm import CommunicationSection
+    from aiprof.analysis.comm import CollectiveSummary, CommOverlap, CommunicationSection
     from aiprof.analysis.comm_exposure import DeviceCommExposure, ExposureRow, GroupExposure, PhaseExposure
     from aiprof.report.model import IncompleteStep
     from aiprof.roofline.section import RooflinePeaks, RooflineRowRecord, RooflineSection
@@ -147,9 +147,11 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
             rows=[ExposureRow(group=name, phase="forward", collective=name, **n)])
         comm = CommunicationSection(
             collectives=[], collective_count=1,
-            summary=[{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
-                      "total_ns": 1000, "busbw_gb_per_s": 1.0}],
-            overlap=[{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}], exposure=[exposure])
+            summary=[CollectiveSummary(collective=name, process_group_name=name, group_size=2, dtype=name,
+                                       message_bytes=1024, count=1, total_ns=1000, mean_ns=1000.0,
+                                       algbw_gb_per_s=1.0, busbw_gb_per_s=1.0)],
+            overlap=[CommOverlap(device=0, comm_ns=1000, overlapped_ns=990, exposed_ns=10, overlap_pct=99.0)],
+            exposure=[exposure])
         roof = RooflineSection(
             peaks=RooflinePeaks(name=name, memory_bw_bytes_per_s=10**12, flops_per_s={name: 10**14}), peaks_note=name,
             notes=[name], rows=[RooflineRowRecord(name=name, input_dims=name, count=1, time_ns=1000, bound=name,

@@ -443,25 +443,25 @@ class HtmlRenderer:
             if not comm:
                 continue
             for s in comm.summary:
-                key = (s.get("collective"), s.get("group_size"), s.get("dtype"), s.get("message_bytes"))
+                key = (s.collective, s.group_size, s.dtype, s.message_bytes)
                 g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
-                g["count"] += int(s.get("count") or 0)
-                g["total_ns"] += int(s.get("total_ns") or 0)
+                g["count"] += s.count
+                g["total_ns"] += s.total_ns
                 g["ranks"].add(r.rank)
-                if isinstance(s.get("busbw_gb_per_s"), (int, float)):
-                    g["busbw"].append(float(s["busbw_gb_per_s"]))
+                if s.busbw_gb_per_s is not None:
+                    g["busbw"].append(float(s.busbw_gb_per_s))
             for o in comm.overlap:
-                if o.get("comm_ns"):
+                if o.comm_ns:
                     if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
                         hidden_overlap += 1
                         continue
                     overlap_rows.append(
                         [
                             (str(r.rank), r.rank),
-                            (esc(o.get("device")), o.get("device")),
-                            (fmt_ms(o["comm_ns"]), o["comm_ns"]),
-                            (fmt_ms(o.get("exposed_ns", 0)), o.get("exposed_ns", 0)),
-                            (f"{float(o.get('overlap_pct', 0)):.1f}%", o.get("overlap_pct", 0)),
+                            (esc(o.device), o.device),
+                            (fmt_ms(o.comm_ns), o.comm_ns),
+                            (fmt_ms(o.exposed_ns), o.exposed_ns),
+                            (f"{o.overlap_pct:.1f}%", o.overlap_pct),
                         ]
                     )
         if not groups:

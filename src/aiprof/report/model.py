@@ -9,8 +9,8 @@ the analysis did not compute, run context of traces that are not in an ``aiprof 
 Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
 ``roofline/``, ``memory/``) and used here as is; the free-form trace metadata (``distributed``,
 ``trace_metadata``) stays ``dict[str, Any]``; the run directory's ``run_metadata`` and ``telemetry`` are
-:mod:`aiprof.runmeta`'s types. ``communication``'s
-per-collective rows are still the analysis' dicts.
+:mod:`aiprof.runmeta`'s types (a collective's raw Kineto args, ``communication.collectives[].metadata``, are
+free-form trace metadata too).
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
 :class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
