@@ -196,7 +196,7 @@ class RankAnalysis:
         """The device whose steps represent the rank: the busiest one."""
         return max(
             self.devices,
-            key=lambda d: d.totals["breakdown_ns"]["compute"] + d.totals["breakdown_ns"]["communication"],
+            key=lambda d: d.totals.breakdown_ns["compute"] + d.totals.breakdown_ns["communication"],
         )
 
 

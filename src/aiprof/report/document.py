@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.coverage import Coverage as AnalysedCoverage
+from aiprof.analysis.coverage import IncompleteStep as AnalysedIncompleteStep
 from aiprof.analysis.health import Health
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, StepAccount, Totals
 from aiprof.errors import AiprofError
 from aiprof.report.model import (
     SCHEMA_VERSION,
@@ -27,7 +29,6 @@ from aiprof.report.model import (
     Report,
     Step,
     Summary,
-    Totals,
 )
 from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
@@ -124,26 +125,14 @@ def _run_status(meta: RunMeta | None, ranks: list[RankReport]) -> RunStatus | No
     )
 
 
-def _step(d: dict[str, Any]) -> Step:
+def _step(s: StepAccount) -> Step:
     return Step(
-        name=d["name"],
-        number=d["number"],
-        start_ns=d["start_ns"],
-        duration_ns=d["duration_ns"],
-        breakdown_ns=d["breakdown_ns"],
-        idle_causes_ns=d["idle_causes_ns"],
-    )
-
-
-def _totals(t: dict[str, Any]) -> Totals:
-    return Totals(
-        steps=t["steps"],
-        duration_ns=t["duration_ns"],
-        mean_step_ns=t["mean_step_ns"],
-        median_step_ns=t["median_step_ns"],
-        breakdown_ns=t["breakdown_ns"],
-        idle_causes_ns=t["idle_causes_ns"],
-        gpu_utilization=t["gpu_utilization"],
+        name=s.name,
+        number=s.number,
+        start_ns=s.start_ns,
+        duration_ns=s.duration_ns,
+        breakdown_ns=dict(s.breakdown_ns),
+        idle_causes_ns=dict(s.idle_causes_ns),
     )
 
 
@@ -163,20 +152,36 @@ def _rank(r: RankAnalysis) -> RankReport:
         primary_device=primary.device,
         devices=[
             Device(device=d.device, index=d.device_index, kind=d.kind, name=d.name,
-                   steps=[_step(s.to_dict()) for s in d.steps], totals=_totals(d.totals))
+                   steps=[_step(s) for s in d.steps], totals=d.totals)
             for d in r.devices
         ],
         step_source=r.step_source,
-        steps=[_step(s.to_dict()) for s in primary.steps],
-        totals=_totals(primary.totals),
+        steps=[_step(s) for s in primary.steps],
+        totals=primary.totals,
         notes=list(r.notes),
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
-        incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
-        coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
+        incomplete_steps=[_incomplete(s) for s in r.incomplete_steps],
+        coverage=_coverage(r.coverage) if r.coverage is not None else Coverage(partial=False),
         memory=_unset_if_none(r.diagnosis.memory if r.diagnosis is not None else None),
         stacks=_unset_if_none(r.diagnosis.stacks if r.diagnosis is not None else None),
         modules=_unset_if_none(r.diagnosis.modules if r.diagnosis is not None else None),
         **r.sections,
+    )
+
+
+def _incomplete(s: AnalysedIncompleteStep) -> IncompleteStep:
+    """A step of a partial trace left out of every number, as the report lists it (its duration, why in words)."""
+    return IncompleteStep(
+        name=s.name, number=s.number, start_ns=s.start_ns, duration_ns=s.end_ns - s.start_ns, reason=s.reason,
+        detail=s.detail, launches=s.launches, launches_recorded=s.launches_recorded, cpu_ops=s.cpu_ops,
+    )
+
+
+def _coverage(c: AnalysedCoverage) -> Coverage:
+    """The span the device record covers and whether the trace is partial, with the steps counted."""
+    return Coverage(
+        partial=c.partial, cut_off=c.cut_off, device_start_ns=c.device_start_ns, device_end_ns=c.device_end_ns,
+        clipped_ns=c.clipped_ns, complete_steps=len(c.complete), incomplete_steps=len(c.incomplete),
     )
 
 

@@ -34,6 +34,7 @@ from aiprof.analysis.inference import InferenceReport
 from aiprof.analysis.kernels import KernelStats
 from aiprof.analysis.ops import OpStats
 from aiprof.analysis.overview import TimelineOverview
+from aiprof.analysis.timeline import Totals as Totals  # the report's totals are the analysis' (re-exported)
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
@@ -60,18 +61,6 @@ class Step(msgspec.Struct, kw_only=True):
     duration_ns: NonNegative
     breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, compile, idle
     idle_causes_ns: dict[str, int]  # data_loading, host, sync, launch, collective_wait, unknown
-
-
-class Totals(msgspec.Struct, kw_only=True):
-    """Sums over a device's steps; ``gpu_utilization`` is (compute + communication) / window in [0, 1]."""
-
-    steps: NonNegative
-    duration_ns: NonNegative
-    mean_step_ns: NonNegative
-    median_step_ns: NonNegative
-    breakdown_ns: dict[str, int]
-    idle_causes_ns: dict[str, int]
-    gpu_utilization: float
 
 
 class Device(msgspec.Struct, kw_only=True):
