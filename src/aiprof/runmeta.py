@@ -51,6 +51,63 @@ class TorchInfo(msgspec.Struct, kw_only=True):
     devices: list[DeviceMeta]
 
 
+Num = int | float  # a number as the file holds it (an int stays an int when the report is written again)
+
+
+class ScheduleMeta(msgspec.Struct, kw_only=True):
+    """The capture's torch.profiler schedule (:class:`aiprof.capture.options.Schedule`), in steps."""
+
+    wait: int | UnsetType = UNSET
+    warmup: int | UnsetType = UNSET
+    active: int | UnsetType = UNSET
+    repeat: int | UnsetType = UNSET
+    skip_first: int | UnsetType = UNSET
+
+
+class OptionsMeta(msgspec.Struct, kw_only=True):
+    """The capture's other options (:class:`aiprof.capture.options.CaptureOptions` but its schedule)."""
+
+    record_shapes: bool | UnsetType = UNSET
+    profile_memory: bool | UnsetType = UNSET
+    with_stack: bool | UnsetType = UNSET
+    telemetry: bool | UnsetType = UNSET
+    telemetry_interval_s: Num | UnsetType = UNSET
+    step_marker: str | None | UnsetType = UNSET
+    auto_step: bool | UnsetType = UNSET
+    memory: bool | UnsetType = UNSET
+
+
+class TelemetryMeta(msgspec.Struct, kw_only=True):
+    """How the run's telemetry was sampled (``aiprof run``): whether, into which file, how often, from which
+    sources, which columns; when the run ended, how many samples and the sampler's errors."""
+
+    enabled: bool | UnsetType = UNSET
+    file: str | None | UnsetType = UNSET
+    interval_s: Num | UnsetType = UNSET
+    sources: dict[str, str] | UnsetType = UNSET
+    columns: list[str] | UnsetType = UNSET
+    samples: int | UnsetType = UNSET
+    errors: list[str] | UnsetType = UNSET
+
+
+class IdleProcess(msgspec.Struct, kw_only=True):
+    """A process that imported torch under the run but never trained (a launcher, a pool worker)."""
+
+    pid: int | UnsetType = UNSET
+    argv0: str | None | UnsetType = UNSET
+    flushed: bool | UnsetType = UNSET  # False: it was still running when the run ended
+
+
+class DataloaderMeta(msgspec.Struct, kw_only=True):
+    """One process's data loading (:meth:`aiprof.capture.dataloader.DataLoaderTracker.summary`): the loaders' settings
+    (as the user's DataLoader objects give them: free-form), batches, and the training loop's waits."""
+
+    loaders: list[dict[str, Any]] | UnsetType = UNSET
+    batches: int | UnsetType = UNSET
+    wait_total_ms: Num | UnsetType = UNSET
+    wait_median_ms_per_step: Num | None | UnsetType = UNSET
+
+
 class RankMeta(msgspec.Struct, omit_defaults=True):
     """One profiled process's part of ``meta.json``."""
 
@@ -67,7 +124,7 @@ class RankMeta(msgspec.Struct, omit_defaults=True):
     export_errors: list[str] = []
     partial_cycle_files: list[str] = []  # cycles torch.profiler's write left cut off (a full disk): kept
     write_errors: list[str] = []  # this process's files that could not be written
-    dataloader: dict[str, Any] = {}
+    dataloader: DataloaderMeta | UnsetType = UNSET
     started_unix_ns: int | None = None
     finished_unix_ns: int | None = None
     telemetry_rows: int | None = None
@@ -112,14 +169,14 @@ class RunMeta(msgspec.Struct, omit_defaults=True):
     finished_unix_ns: int | None = None
     command: list[str] = []
     cwd: str = ""
-    schedule: dict[str, Any] = {}
+    schedule: ScheduleMeta | UnsetType = UNSET
     schedule_text: str = ""
-    options: dict[str, Any] = {}
+    options: OptionsMeta | UnsetType = UNSET
     host: HostInfo | UnsetType = UNSET
     env: dict[str, str] = {}
-    telemetry: dict[str, Any] = {}
+    telemetry: TelemetryMeta | UnsetType = UNSET
     ranks: list[RankMeta] = []
-    idle_processes: list[dict[str, Any]] = []
+    idle_processes: list[IdleProcess] = []
     trace_files: list[str] = []
     write_errors: list[str] = []  # every failed write of the run (a full disk); the first is the reason
     uncombined_cycle_files: list[str] = []  # cycle files kept uncombined (aiprof analyze salvages them)
