@@ -275,6 +275,7 @@ def compare_reports(
     stats = _median_change(sample_b, sample_a, step, more_pairs)
     differences = program_differences(before, after, sample_b, sample_a)
     shared = shared_sides(before, after)
+    mfu = _mfu_change(before, after)
     return Comparison(
         comparison_schema_version=COMPARISON_SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -306,22 +307,23 @@ def compare_reports(
         pairs=stats.pairs,
         pair_changes_pct=list(stats.pair_changes_pct),
         shared_machine=[name for name, _ in shared],
-        **_mfu_change(before, after),
+        mfu=mfu[0] if mfu is not None else None,
+        mfu_peak=mfu[1] if mfu is not None else "",
     )
 
 
-def _mfu_change(before: Report, after: Report) -> dict[str, Any]:
-    """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section)."""
+def _mfu_change(before: Report, after: Report) -> tuple[Utilization, str] | None:
+    """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section), else None."""
     found: list[MfuReport] = []
     for doc in (before, after):
         rank = next((r for r in doc.ranks if r.rank == doc.summary.slowest_rank), doc.ranks[0] if doc.ranks else None)
         sec = rank.mfu if rank is not None else UNSET
         if not sec or not sec.available:
-            return {}
+            return None
         found.append(sec)
     b, a = float(found[0].mfu or 0.0), float(found[1].mfu or 0.0)
     peaks = {f"{s.peak_key or ''} {s.device or ''}".strip() for s in found}
-    return {"mfu": Utilization(before=b, after=a, delta=a - b), "mfu_peak": " / ".join(sorted(peaks))}
+    return Utilization(before=b, after=a, delta=a - b), " / ".join(sorted(peaks))
 
 
 def _median_change(

@@ -195,9 +195,9 @@ def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) ->
     rank files that failed (absent when none did)."""
     if not ranks:
         return Summary()
-    lost: dict[str, Any] = {"failed_rank_count": len(failed), "failed_ranks": list(failed)} if failed else {}
     slowest = max(ranks, key=lambda r: r.totals.median_step_ns)
     partial, left_out, note = _partial(ranks)
+    capture_note = _capture_note(ranks)
     return Summary(
         rank_count=len(ranks),
         step_count=ranks[0].totals.steps,
@@ -209,19 +209,21 @@ def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) ->
         partial=partial,
         incomplete_step_count=left_out,
         partial_note=note,
-        **_capture_kind(ranks),
-        **lost,
+        trace_kind="graph_capture" if capture_note is not None else UNSET,
+        capture_note=capture_note if capture_note is not None else UNSET,
+        failed_rank_count=len(failed) if failed else UNSET,
+        failed_ranks=list(failed) if failed else UNSET,
     )
 
 
-def _capture_kind(ranks: list[RankReport]) -> dict[str, Any]:
-    """``trace_kind`` and ``capture_note`` of the summary: a capture when every rank's trace is one (the
-    first rank's note speaks for them)."""
+def _capture_note(ranks: list[RankReport]) -> str | None:
+    """The summary's ``capture_note`` (its ``trace_kind`` is then ``graph_capture``): a capture when every
+    rank's trace is one (the first rank's note speaks for them); None otherwise."""
     notes = [None if isinstance(r.graph_capture, UnsetType) else r.graph_capture.note for r in ranks]
     if not notes or not all(notes):
-        return {}
+        return None
     prefix = "" if len(ranks) == 1 else f"Every rank ({len(ranks)}): "
-    return {"trace_kind": "graph_capture", "capture_note": prefix + str(notes[0])}
+    return prefix + str(notes[0])
 
 
 def _partial(ranks: list[RankReport]) -> tuple[bool, int, str | None]:

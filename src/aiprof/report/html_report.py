@@ -788,7 +788,7 @@ def _overview_x(ov: TimelineOverview, t_ns: int) -> float | None:
     return (done + t_ns - int(segments[-1][1])) / length
 
 
-def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, str, float | None]]:
+def _telemetry_groups(series: dict[str, list[float | None]]) -> list[tuple[str, list[str], str, str, float | None]]:
     """Which counters share a chart, with the chart's unit (``svg`` formats), the y-axis label and a
     fixed top of scale (None: from the data): counters share a chart only when they share a unit and a
     meaning of 100 % (the machine's ``cpu_pct``, 100 = every core, and the process tree's
