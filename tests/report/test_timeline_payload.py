@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from kineto_builder import TraceBuilder
@@ -21,7 +22,8 @@ from aiprof.analysis.explore import Category, rank_timeline
 from aiprof.analysis.steps import step_windows
 from aiprof.report.escape import json_script
 from aiprof.report.html_report import CSP
-from aiprof.report.timeline import TimelineInput, csp, payload, script_hash, script_text, section
+from aiprof.report.timeline import TimelineInput, csp, script_hash, script_text, section
+from aiprof.report.timeline import payload as typed_payload
 from aiprof.runmeta import RunTelemetry
 
 # The house's hostile strings (tests/report/test_escape.py: controls, bidi, terminal sequences, markup,
@@ -37,6 +39,11 @@ HOSTILE = tuple(dict.fromkeys((
 )))
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
+
+def payload(doc: Any, data: Any, **kwargs: Any) -> dict[str, Any]:
+    """The page payload as its JSON script block holds it (plain data)."""
+    plain: dict[str, Any] = msgspec.to_builtins(typed_payload(doc, data, **kwargs))
+    return plain
 
 def build_trace(
     path: Path, *, base_time_ns: int = 1_700_000_000_000_000_000, rank: int | None = None, names: tuple[str, ...] = (),
