@@ -572,8 +572,8 @@ def write(
 
 def write_chart(result: RooflineResult, output: Path, *, title: str = "Roofline") -> None:
     """The roofline chart: SVG written atomically, or PNG (needs cairosvg) when ``output`` ends in .png."""
-    from aiprof.roofline.chart import render_svg
-    from aiprof.roofline.chart import write_chart as write_png
+    from aiprof.report.roofline_chart import render_svg
+    from aiprof.report.roofline_chart import write_chart as write_png
 
     if output.suffix.lower() == ".png":
         write_png(result, output, title=title)
@@ -626,8 +626,8 @@ def _as_memory(doc: object) -> MemoryReport | None:
 
 
 def _render_memory(report: MemoryReport, fmt: str) -> str:
-    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format)."""
-    from aiprof.memory.render import RENDERERS, to_json
+    """``aiprof memory``'s output: the report and its findings (report/memory_render.py, escaped per format)."""
+    from aiprof.report.memory_render import RENDERERS, to_json
     from aiprof.rules.memory_findings import memory_findings
 
     findings = memory_findings(report)
@@ -792,8 +792,8 @@ def _merged_trace_bytes(report: Report, gz: bool) -> bytes:
 
 
 def _render_roofline(result: RooflineResult, fmt: str, width: int, opts: RenderOptions) -> str:
-    from aiprof.roofline.formats import roofline_html, roofline_json, roofline_markdown
-    from aiprof.roofline.render import render_plain, render_rich
+    from aiprof.report.roofline_formats import roofline_html, roofline_json, roofline_markdown
+    from aiprof.report.roofline_terminal import render_plain, render_rich
 
     if fmt == "json":
         return roofline_json(result)

@@ -182,7 +182,7 @@ def test_roofline_terminal_output_escapes_op_names(tmp_path, name: str) -> None:
     from kineto_builder import TraceBuilder
 
     from aiprof.roofline.analysis import roofline
-    from aiprof.roofline.render import render_plain, render_rich
+    from aiprof.report.roofline_terminal import render_plain, render_rich
 
     b = TraceBuilder()
     b.step(0, ts=0, dur=100)

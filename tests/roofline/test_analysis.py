@@ -12,7 +12,7 @@ import pytest
 from aiprof import load
 from aiprof.cli import main
 from aiprof.roofline.analysis import RooflineResult, roofline
-from aiprof.roofline.chart import render_svg
+from aiprof.report.roofline_chart import render_svg
 from aiprof.roofline.peaks import DevicePeaks, load_measured, resolve, save_measured, spec_for
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

@@ -12,7 +12,7 @@ import pytest
 
 from aiprof import load
 from aiprof.roofline.analysis import ABOVE_ROOF_PCT, RooflineResult, fp32_matrix_math, roofline
-from aiprof.roofline.chart import render_svg
+from aiprof.report.roofline_chart import render_svg
 from aiprof.roofline.cost import op_cost
 from aiprof.roofline.peaks import DevicePeaks, scale_cpu_threads, spec_for
 from aiprof.trace.model import Trace

@@ -40,7 +40,7 @@ from aiprof.report.compile_section import mfu_details, mfu_line
 from aiprof.report.attention_section import html_section as attention_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
-from aiprof.roofline.chart import chart_svg
+from aiprof.report.roofline_chart import chart_svg
 from aiprof.roofline.section import RooflineSection
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord

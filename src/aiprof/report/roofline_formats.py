@@ -11,7 +11,7 @@ import msgspec
 
 from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.roofline.analysis import RooflineResult
-from aiprof.roofline.render import header_lines, table_rows
+from aiprof.report.roofline_terminal import header_lines, table_rows
 
 _COLUMNS = ("op and input shapes", "dtype", "time µs", "%", "bound", "roof")
 
@@ -41,7 +41,7 @@ def roofline_markdown(result: RooflineResult, top: int = 15) -> str:
 
 
 def roofline_html(result: RooflineResult, top: int = 15, title: str = "Roofline") -> str:
-    from aiprof.roofline.chart import render_svg
+    from aiprof.report.roofline_chart import render_svg
 
     head = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(result))
     cells = "".join(
