@@ -635,7 +635,7 @@ def _render_memory(report: MemoryReport, fmt: str) -> str:
         return to_json(report, findings).decode("utf-8")
     if fmt not in RENDERERS:
         raise AiprofError(f"unknown format {fmt!r} for a memory report; use terminal, json, md or html")
-    return str(RENDERERS[fmt](report, findings))
+    return RENDERERS[fmt](report, findings)
 
 
 def _columns_env(default: int) -> int:

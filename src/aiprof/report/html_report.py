@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -435,7 +436,7 @@ class HtmlRenderer:
         )
 
     def _collectives(self, doc: Report) -> str:
-        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        groups: dict[tuple[str, int | None, str | None, int | None], _CollectiveGroup] = {}
         overlap_rows: list[list[tuple[str, Any]]] = []
         hidden_overlap = 0
         for r in doc.ranks:
@@ -444,12 +445,12 @@ class HtmlRenderer:
                 continue
             for s in comm.summary:
                 key = (s.collective, s.group_size, s.dtype, s.message_bytes)
-                g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
-                g["count"] += s.count
-                g["total_ns"] += s.total_ns
-                g["ranks"].add(r.rank)
+                g = groups.setdefault(key, _CollectiveGroup())
+                g.count += s.count
+                g.total_ns += s.total_ns
+                g.ranks.add(r.rank)
                 if s.busbw_gb_per_s is not None:
-                    g["busbw"].append(float(s.busbw_gb_per_s))
+                    g.busbw.append(float(s.busbw_gb_per_s))
             for o in comm.overlap:
                 if o.comm_ns:
                     if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
@@ -467,19 +468,19 @@ class HtmlRenderer:
         if not groups:
             return exposure_html(doc)  # a CPU run's host-side collectives have no kernel rows above
         rows = []
-        for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1]["total_ns"]):
-            bw = sum(g["busbw"]) / len(g["busbw"]) if g["busbw"] else None
+        for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1].total_ns):
+            bw = sum(g.busbw) / len(g.busbw) if g.busbw else None
             rows.append(
                 [
                     (esc(name), str(name)),
                     (esc(size if size is not None else "?"), size or 0),
                     (esc(dtype or "?"), str(dtype)),
                     (fmt_bytes(nbytes) if isinstance(nbytes, (int, float)) else "?", nbytes or 0),
-                    (f"{g['count']:,}", g["count"]),
-                    (fmt_ms(g["total_ns"]), g["total_ns"]),
-                    (fmt_ms(g["total_ns"] / max(g["count"], 1)), g["total_ns"] / max(g["count"], 1)),
+                    (f"{g.count:,}", g.count),
+                    (fmt_ms(g.total_ns), g.total_ns),
+                    (fmt_ms(g.total_ns / max(g.count, 1)), g.total_ns / max(g.count, 1)),
                     (f"{bw:.2f}" if bw is not None else "?", bw or 0),
-                    (str(len(g["ranks"])), len(g["ranks"])),
+                    (str(len(g.ranks)), len(g.ranks)),
                 ]
             )
         head = ["collective", "group", "dtype", "message", "calls", c.total("time"), "mean /call", "busbw GB/s", "ranks"]
@@ -833,6 +834,16 @@ def _without_empty(value: Any) -> Any:
         keep = [k for k in dict.fromkeys(k for r in value for k in r) if not all(_empty(r.get(k)) for r in value)]
         return [{k: r.get(k) for k in keep} for r in value]
     return value
+
+
+@dataclass
+class _CollectiveGroup:
+    """One row of the collectives table: a collective, group size, dtype and size summed over the ranks."""
+
+    count: int = 0
+    total_ns: int = 0
+    ranks: set[int] = field(default_factory=set)
+    busbw: list[float] = field(default_factory=list)
 
 
 def _short(name: str, n: int = 110) -> str:
