@@ -43,13 +43,18 @@ if TYPE_CHECKING:
     from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis.kernels import KernelStats
     from aiprof.analysis.ops import OpGroupStats, OpStats
+    from aiprof.analysis.overview import TimelineOverview
     from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
     from aiprof.roofline.section import RooflineSection
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
 
-Section = Callable[[Trace], Any]
+    # What a section computes: one of the report's per-rank section types (report/model.py RankReport).
+    SectionValue = (KernelStats | OpStats | CommunicationSection | Compat | RooflineSection | TimelineOverview
+                    | GraphCaptureSection | CompileReport | MfuReport | AttentionReport | InferenceReport)
+
+Section = Callable[[Trace], "SectionValue"]
 
 
 TOP_N = 50  # rows per table kept in the report (the full tables stay available through the Python API)
@@ -158,7 +163,7 @@ class RankAnalysis:
     event_count: int
     windows: list[StepWindow]
     devices: list[DeviceAccount]
-    sections: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, SectionValue] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # What the diagnosis (the rank hook: the per-rank rules) computed from the trace while it was in memory.
     diagnosis: RankDiagnosis | None = None
@@ -270,7 +275,7 @@ def analyze_trace(
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
-    pending: forked.Pending[dict[str, Any]] | None = None
+    pending: forked.Pending[dict[str, SectionValue]] | None = None
     try:
         if fork and len(in_child) < len(chosen):
             _shared_views(trace)  # computed once, before the fork, for both halves

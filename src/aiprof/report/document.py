@@ -13,9 +13,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.comm import CommunicationSection
+from aiprof.analysis.compat import Compat
+from aiprof.analysis.compile import CompileReport
 from aiprof.analysis.coverage import Coverage as AnalysedCoverage
 from aiprof.analysis.coverage import IncompleteStep as AnalysedIncompleteStep
+from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.analysis.health import Health
+from aiprof.analysis.inference import InferenceReport
+from aiprof.analysis.kernels import KernelStats
+from aiprof.analysis.ops import OpStats
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
 from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, StepAccount, Totals
 from aiprof.errors import AiprofError
@@ -33,6 +41,9 @@ from aiprof.report.model import (
 from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
+from aiprof.roofline.attention import AttentionReport
+from aiprof.roofline.mfu import MfuReport
+from aiprof.roofline.section import RooflineSection
 from aiprof.rundir import RunDir
 from aiprof.runmeta import RunMeta
 from aiprof.rules.finding import Finding, FindingRecord, as_record
@@ -165,8 +176,29 @@ def _rank(r: RankAnalysis) -> RankReport:
         memory=_unset_if_none(r.diagnosis.memory if r.diagnosis is not None else None),
         stacks=_unset_if_none(r.diagnosis.stacks if r.diagnosis is not None else None),
         modules=_unset_if_none(r.diagnosis.modules if r.diagnosis is not None else None),
-        **r.sections,
+        kernels=_section(r, "kernels", KernelStats),
+        ops=_section(r, "ops", OpStats),
+        communication=_section(r, "communication", CommunicationSection),
+        compat=_section(r, "compat", Compat),
+        roofline=_section(r, "roofline", RooflineSection),
+        timeline_overview=_section(r, "timeline_overview", TimelineOverview),
+        graph_capture=_section(r, "graph_capture", GraphCaptureSection),
+        compile=_section(r, "compile", CompileReport),
+        mfu=_section(r, "mfu", MfuReport),
+        attention=_section(r, "attention", AttentionReport),
+        inference=_section(r, "inference", InferenceReport),
     )
+
+
+def _section(r: RankAnalysis, key: str, cls: type[T]) -> T | UnsetType:
+    """The rank's section ``key`` (``analysis.run.DEFAULT_SECTIONS``), UNSET when it was not computed; a value
+    of another type is a section function that returns the wrong thing, said at once."""
+    value = r.sections.get(key)
+    if value is None:
+        return UNSET
+    if not isinstance(value, cls):
+        raise TypeError(f"the {key!r} section is a {type(value).__name__}, not a {cls.__name__}")
+    return value
 
 
 def _incomplete(s: AnalysedIncompleteStep) -> IncompleteStep:
