@@ -44,12 +44,6 @@ KNOWN_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("aiprof.trace.readers.ncu", "aiprof.roofline.analysis"):
         "Nsight Compute points are matched to the roofline's per-call FLOPs/bytes (in a function); "
         "the matching belongs in roofline/ or analysis/, the reader should only read",
-    ("aiprof.roofline.render", "aiprof.report.escape"):
-        "the roofline's terminal renderer escapes trace strings with the report's escapes; "
-        "it belongs in report/ with the other renderers",
-    ("aiprof.memory.render", "aiprof.rules.finding"):
-        "the memory report's renderer prints memory findings (rules.finding.Finding); "
-        "it belongs in report/ (or the memory findings' type below rules)",
 }
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from aiprof.report.model import Report
     from aiprof.report.timeline import TimelineInput
     from aiprof.roofline.analysis import RooflineResult
+    from aiprof.roofline.section import MeasuredPointRecord
     from aiprof.rules.finding import Finding
     from aiprof.rules.options import RuleOptions
     from aiprof.trace.model import Trace
@@ -175,17 +176,22 @@ def _add_measured(report: Report, results: list[NcuResult], source: Path, reader
     ``measured`` in the roofline section of the report's first rank (``--rank`` picks it), matched to that
     rank's kernels by name, launch order, grid and block; the rank's trace is read again for that (only
     with ``--ncu``)."""
+    import msgspec
+
+    from aiprof.roofline.section import RooflineSection
     from aiprof.trace.readers.ncu import measured_points
 
     if not report.ranks:
         return
     rank = report.ranks[0]
     points = measured_points(_rank_trace(rank.path, rank.rank, reader), results)
-    section: dict[str, Any] = dict(rank.roofline) if isinstance(rank.roofline, dict) else {"rows": []}
-    section["measured"] = [p.to_dict() for p in points]
-    section["measured_source"] = f"Nsight Compute ({Path(source).name})"
-    section["basis"] = {"rows": "estimated from shapes", "measured": "measured (ncu)"}
-    rank.roofline = section
+    section = rank.roofline if isinstance(rank.roofline, RooflineSection) else RooflineSection()
+    rank.roofline = msgspec.structs.replace(
+        section,
+        measured=measured_records(points),
+        measured_source=f"Nsight Compute ({Path(source).name})",
+        basis={"rows": "estimated from shapes", "measured": "measured (ncu)"},
+    )
 
 
 def _rank_trace(path: PathArg, rank: int | None, reader: ReaderOptions | None = None) -> Trace:
@@ -482,10 +488,27 @@ def write_roofline_json(result: RooflineResult, points: list[MeasuredPoint] | No
 
     from aiprof.fsutil import JSON_GENERATOR
 
-    section = {"generator": JSON_GENERATOR, **result.to_dict()}
+    import msgspec
+
+    section = result.section()
     if points is not None:
-        section["measured"] = [p.to_dict() for p in points]
-    write_file(output, json.dumps(section, indent=1, allow_nan=False) + "\n", what="roofline")
+        section = msgspec.structs.replace(section, measured=measured_records(points))
+    text = json.dumps({"generator": JSON_GENERATOR, **msgspec.to_builtins(section)}, indent=1, allow_nan=False)
+    write_file(output, text + "\n", what="roofline")
+
+
+def measured_records(points: list[MeasuredPoint]) -> list[MeasuredPointRecord]:
+    """Nsight Compute's measured points as the roofline section holds them (``RooflineSection.measured``)."""
+    from aiprof.roofline.section import MeasuredPointRecord
+
+    return [
+        MeasuredPointRecord(
+            kernel=p.kernel, row=p.row, op=p.op, duration_ns=p.duration_ns, flops=p.flops, dram_bytes=p.dram_bytes,
+            sm_sol_pct=p.sm_sol_pct, memory_sol_pct=p.memory_sol_pct, achieved_flops_per_s=p.achieved_flops_per_s,
+            achieved_bytes_per_s=p.achieved_bytes_per_s, flop_per_byte=p.intensity, est_flops=p.est_flops,
+            est_bytes=p.est_bytes)
+        for p in points
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -558,8 +581,8 @@ def write(
 
 def write_chart(result: RooflineResult, output: Path, *, title: str = "Roofline") -> None:
     """The roofline chart: SVG written atomically, or PNG (needs cairosvg) when ``output`` ends in .png."""
-    from aiprof.roofline.chart import render_svg
-    from aiprof.roofline.chart import write_chart as write_png
+    from aiprof.report.roofline_chart import render_svg
+    from aiprof.report.roofline_chart import write_chart as write_png
 
     if output.suffix.lower() == ".png":
         write_png(result, output, title=title)
@@ -612,9 +635,9 @@ def _as_memory(doc: object) -> MemoryReport | None:
 
 
 def _render_memory(report: MemoryReport, fmt: str, rules: RuleOptions | None = None) -> str:
-    """``aiprof memory``'s output: the report and its findings (memory/render.py, escaped per format), the
+    """``aiprof memory``'s output: the report and its findings (report/memory_render.py, escaped per format), the
     memory rules run with ``rules`` (the defaults when None)."""
-    from aiprof.memory.render import RENDERERS, to_json
+    from aiprof.report.memory_render import RENDERERS, to_json
     from aiprof.rules.options import DEFAULT_OPTIONS
     from aiprof.rules.registry import memory_findings
 
@@ -623,7 +646,7 @@ def _render_memory(report: MemoryReport, fmt: str, rules: RuleOptions | None = N
         return to_json(report, findings).decode("utf-8")
     if fmt not in RENDERERS:
         raise AiprofError(f"unknown format {fmt!r} for a memory report; use terminal, json, md or html")
-    return str(RENDERERS[fmt](report, findings))
+    return RENDERERS[fmt](report, findings)
 
 
 def _columns_env(default: int) -> int:
@@ -780,8 +803,8 @@ def _merged_trace_bytes(report: Report, gz: bool, reader: ReaderOptions | None =
 
 
 def _render_roofline(result: RooflineResult, fmt: str, width: int, opts: RenderOptions) -> str:
-    from aiprof.roofline.formats import roofline_html, roofline_json, roofline_markdown
-    from aiprof.roofline.render import render_plain, render_rich
+    from aiprof.report.roofline_formats import roofline_html, roofline_json, roofline_markdown
+    from aiprof.report.roofline_terminal import render_plain, render_rich
 
     if fmt == "json":
         return roofline_json(result)

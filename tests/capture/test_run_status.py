@@ -14,6 +14,7 @@ from capture_helpers import FAST, ROOT, SCRIPTS, aiprof_cmd, child_env, meta_of
 
 from aiprof import app
 from aiprof.report.runstatus import run_status
+from aiprof.runmeta import RankMeta, RunMeta
 
 pytestmark = [pytest.mark.usefixtures("torch_available"), pytest.mark.torch]
 
@@ -53,20 +54,20 @@ def test_killed_run_has_a_banner_in_every_format(tmp_path: Path) -> None:
 
 
 def test_run_status_sentences() -> None:
-    crashed = run_status({"status": "incomplete", "exit_code": 137}, complete_steps=3, incomplete_steps=2,
+    crashed = run_status(RunMeta(status="incomplete", exit_code=137), complete_steps=3, incomplete_steps=2,
                          partial=True, cut_off=True)
     assert crashed is not None
     assert crashed.banner == ("This run crashed (exit 137, killed by SIGKILL) — 3 of 5 recorded steps complete; "
                               "numbers cover complete steps only")
-    stopped = run_status({"status": "incomplete", "exit_code": 130}, complete_steps=2, incomplete_steps=0,
+    stopped = run_status(RunMeta(status="incomplete", exit_code=130), complete_steps=2, incomplete_steps=0,
                          partial=False, cut_off=False)
     assert stopped is not None and stopped.state == "interrupted" and "SIGINT" in stopped.banner
-    assert run_status({"status": "complete", "exit_code": 0}, complete_steps=2, incomplete_steps=0,
+    assert run_status(RunMeta(status="complete", exit_code=0), complete_steps=2, incomplete_steps=0,
                       partial=False, cut_off=False) is None
     assert run_status(None, complete_steps=2, incomplete_steps=0, partial=False, cut_off=False) is None
     cut = run_status(None, complete_steps=1, incomplete_steps=1, partial=True, cut_off=True)
     assert cut is not None and cut.state == "partial" and cut.banner.startswith("This trace is cut off mid-write")
     # meta.json counts more recorded steps than the trace holds: its count is the denominator
-    lost = run_status({"status": "incomplete", "exit_code": 1, "ranks": [{"recorded_steps": [2, 3, 4, 5]}]},
+    lost = run_status(RunMeta(status="incomplete", exit_code=1, ranks=[RankMeta(recorded_steps=[2, 3, 4, 5])]),
                       complete_steps=2, incomplete_steps=0, partial=False, cut_off=False)
     assert lost is not None and "2 of 4 recorded steps complete" in lost.banner

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from corpus import Case, case
 from kineto_builder import TraceBuilder
 
@@ -15,7 +16,7 @@ BIG = [1024, 1024]
 
 
 def _roof_rows(run: Any, name: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = run.ranks[0].sections["roofline"]["rows"]
+    rows: list[dict[str, Any]] = msgspec.to_builtins(run.ranks[0].sections["roofline"].rows)  # as the JSON holds them
     return [r for r in rows if r["name"] == name]
 
 
@@ -34,7 +35,7 @@ def _legacy_untyped(tmp: Path) -> Path:
 def _check_legacy(run: Any, findings: list[dict[str, Any]]) -> None:
     mm = _roof_rows(run, "aten::mm")
     assert mm and all(r["family"] == "gemm" and r["dtype"] == "fp32" and r["dtype_assumed"] for r in mm)
-    notes = run.ranks[0].sections["roofline"]["notes"]
+    notes = run.ranks[0].sections["roofline"].notes
     assert any("without dtypes" in n for n in notes), notes
 
 

@@ -46,8 +46,8 @@ def test_a_clock_glitch_neither_stretches_steps_nor_fills_the_accounting(
         for step in device.steps:
             assert sum(step.breakdown_ns[b] for b in BUCKETS) == step.duration_ns
             assert sum(step.idle_causes_ns[c] for c in IDLE_CAUSES) == step.breakdown_ns["idle"]
-        assert device.totals["median_step_ns"] > 0
-        assert device.totals["breakdown_ns"]["compute"] == STEPS * 100_000  # the glitch is not compute
+        assert device.totals.median_step_ns > 0
+        assert device.totals.breakdown_ns["compute"] == STEPS * 100_000  # the glitch is not compute
 
 
 def test_ordinary_device_lag_is_not_suspect(tmp_path: Path) -> None:

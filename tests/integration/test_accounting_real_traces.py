@@ -44,8 +44,8 @@ def test_buckets_add_up_to_the_window_and_causes_to_idle(path: Path) -> None:
             assert sum(step.breakdown_ns.values()) == step.duration_ns
             assert sum(step.idle_causes_ns.values()) == step.breakdown_ns["idle"]
         totals = device.totals
-        assert sum(totals["breakdown_ns"].values()) == totals["duration_ns"]
-        assert 0.0 <= totals["gpu_utilization"] <= 1.0
+        assert sum(totals.breakdown_ns.values()) == totals.duration_ns
+        assert 0.0 <= totals.gpu_utilization <= 1.0
 
 
 RESNET = "kineto-tbplugin/samples"
@@ -70,10 +70,10 @@ def test_resnet_utilization_and_data_loading_match_the_tensorboard_plugin(
     assert isinstance(trace, Trace)
     (gpu,) = account(trace)
     totals = gpu.totals
-    assert totals["gpu_utilization"] == pytest.approx(util, abs=0.01)
-    per_step_us = totals["idle_causes_ns"]["data_loading"] / totals["steps"] / 1000
+    assert totals.gpu_utilization == pytest.approx(util, abs=0.01)
+    per_step_us = totals.idle_causes_ns["data_loading"] / totals.steps / 1000
     assert per_step_us == pytest.approx(dataloader_us, rel=0.05, abs=200)
-    top_cause = max(IDLE_CAUSES, key=lambda k: totals["idle_causes_ns"][k])
+    top_cause = max(IDLE_CAUSES, key=lambda k: totals.idle_causes_ns[k])
     if "workers_0" in name:
         assert top_cause == "data_loading"
 

@@ -79,5 +79,5 @@ def test_megatron_late_ranks_are_the_ones_with_host_gaps(traces_dir: Path) -> No
     assert x is not None
     top = sorted(x.per_rank, key=lambda r: -r.caused_ns)[:2]
     assert {r.rank for r in top} == {0, 6}
-    idle = {r.rank: r.primary.totals["breakdown_ns"]["idle"] / r.primary.totals["duration_ns"] for r in run.ranks}
+    idle = {r.rank: r.primary.totals.breakdown_ns["idle"] / r.primary.totals.duration_ns for r in run.ranks}
     assert min(idle[0], idle[6]) > 2 * max(v for k, v in idle.items() if k not in (0, 6))

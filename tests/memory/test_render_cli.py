@@ -11,7 +11,7 @@ from snapshots import block, entry, segment, snapshot
 
 from aiprof.cli import main
 from aiprof.memory import analyze_memory, load_memory
-from aiprof.memory.render import render_html, render_markdown, render_terminal
+from aiprof.report.memory_render import render_html, render_markdown, render_terminal
 from aiprof.memory.units import binary
 
 EVIL = "<script>alert(1)</script>|[x](http://e)\x1b[31m\u202e"

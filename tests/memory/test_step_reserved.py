@@ -11,7 +11,7 @@ from typing import Any
 from snapshots import block, entry, segment, snapshot
 
 from aiprof.memory import analyze_memory, load_memory
-from aiprof.memory.render import render_markdown, render_terminal
+from aiprof.report.memory_render import render_markdown, render_terminal
 
 MiB = 1 << 20
 BASE = 0x10_0000

@@ -32,7 +32,7 @@ def test_an_nsight_report_exports_and_loads_back_the_same(name: str, traces_dir:
         assert int(original.columns.dur[a].sum()) == int(exported.columns.dur[b].sum()), kind
         assert sorted(original.name_of(int(r)) for r in a) == sorted(exported.name_of(int(r)) for r in b), kind
     before, after = analyze(original).ranks[0], analyze(exported).ranks[0]
-    assert before.primary.totals["breakdown_ns"] == after.primary.totals["breakdown_ns"]
+    assert before.primary.totals.breakdown_ns == after.primary.totals.breakdown_ns
     # launches still reach their kernels: the correlation ids travelled
     assert np.count_nonzero(exported.columns.correlation[exported.rows_of(Kind.KERNEL)] >= 0) == len(
         exported.rows_of(Kind.KERNEL))

@@ -117,8 +117,8 @@ def test_run_directory_telemetry_reaches_every_format(tmp_path: Path) -> None:
     doc: Report = document_for_paths((str(run_dir),))
     jsonschema.validate(json.loads(render(doc, "json")), schema())
     assert doc.telemetry is not None and doc.run_metadata is not None
-    assert doc.telemetry["samples"] == n and doc.run_metadata["mode"] == "run"
-    assert len(doc.telemetry["series"]["cpu_pct"]) == n
+    assert doc.telemetry.samples == n and doc.run_metadata.mode == "run"
+    assert len(doc.telemetry.series["cpu_pct"]) == n
 
     html = render(doc, "html")
     assert "<h3 style=\"margin-top:1em\">Telemetry</h3>" in html and f"{n} of {n} samples" in html

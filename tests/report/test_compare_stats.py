@@ -19,6 +19,7 @@ from aiprof.report.compare_stats import MIN_STEPS, median_change, paired_change
 from aiprof.report.compare_steps import StepSample, recorded_steps, step_samples, whole_run_steps
 from aiprof.report.model import Device, RankReport, Report
 from aiprof.rules.finding import FindingRecord
+from aiprof.runmeta import HostInfo, RunMeta, RunTelemetry
 from typed_builders import report, step, totals
 
 MS = 1_000_000
@@ -45,7 +46,7 @@ def run_report(durations: list[int], *, ranks: int = 1, device_name: str = "GPU"
     doc = report(out, findings=findings, sources=sources)
     doc.summary.step_source = step_source
     if command is not None:
-        doc.run_metadata = {"command": command.split()}
+        doc.run_metadata = RunMeta(command=command.split())
     return doc
 
 
@@ -289,12 +290,14 @@ def test_renderers_show_the_interval_and_the_verdict_wording(fmt: str) -> None:
 def test_a_run_on_a_shared_machine_is_warned_about() -> None:
     durations = noisy(10, 100, seed=16)
     busy = run_report(durations)
-    busy.run_metadata = {"host": {"cores_logical": 2}}
+    busy.run_metadata = RunMeta(host=HostInfo(cores_logical=2))
     # machine 90 % of 2 cores, the profiled tree one core (100 % of one core): others ~0.8 cores
-    busy.telemetry = {"series": {"cpu_pct": [90.0, 90.0, None], "proc_cpu_pct": [100.0, 100.0, 100.0]}}
+    busy.telemetry = RunTelemetry(path="", samples=3, t_unix_ns=[0, 1, 2],
+                                  series={"cpu_pct": [90.0, 90.0, None], "proc_cpu_pct": [100.0, 100.0, 100.0]})
     quiet = run_report(durations)
-    quiet.run_metadata = {"host": {"cores_logical": 2}}
-    quiet.telemetry = {"series": {"cpu_pct": [52.0, 51.0], "proc_cpu_pct": [100.0, 100.0]}}
+    quiet.run_metadata = RunMeta(host=HostInfo(cores_logical=2))
+    quiet.telemetry = RunTelemetry(path="", samples=2, t_unix_ns=[0, 1],
+                                   series={"cpu_pct": [52.0, 51.0], "proc_cpu_pct": [100.0, 100.0]})
     warnings = compare_reports(quiet, busy).warnings
     shared = [w for w in warnings if "the machine was shared" in w]
     assert len(shared) == 1 and shared[0].startswith("after:") and "0.8 cores" in shared[0]

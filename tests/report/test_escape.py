@@ -129,9 +129,11 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
     ops, collectives, roofline, incomplete steps, trace and run metadata, telemetry."""
     import msgspec
 
-    from aiprof.analysis.comm import CommunicationSection
+    from aiprof.analysis.comm import CollectiveSummary, CommOverlap, CommunicationSection
     from aiprof.analysis.comm_exposure import DeviceCommExposure, ExposureRow, GroupExposure, PhaseExposure
     from aiprof.report.model import IncompleteStep
+    from aiprof.roofline.section import RooflinePeaks, RooflineRowRecord, RooflineSection
+    from aiprof.runmeta import RunMeta, RunTelemetry
 
     doc = _evil_report(name)
     ranks = []
@@ -145,18 +147,22 @@ def _evil_everywhere(name: str):  # type: ignore[no-untyped-def]
             rows=[ExposureRow(group=name, phase="forward", collective=name, **n)])
         comm = CommunicationSection(
             collectives=[], collective_count=1,
-            summary=[{"collective": name, "group_size": 2, "dtype": name, "message_bytes": 1024, "count": 1,
-                      "total_ns": 1000, "busbw_gb_per_s": 1.0}],
-            overlap=[{"device": name, "comm_ns": 1000, "exposed_ns": 10, "overlap_pct": 99.0}], exposure=[exposure])
-        roof = {"peaks": {"name": name, "memory_bw_bytes_per_s": 1e12, "flops_per_s": {name: 1e14}}, "peaks_note": name,
-                "notes": [name], "rows": [{"name": name, "input_dims": name, "count": 1, "time_ns": 1000, "bound": name,
-                                          "roof_key": name, "drawn": True, "arithmetic_intensity_flops_per_byte": 10.0,
-                                          "achieved_flops_per_s": 1e12, "pct_of_roof": 1.0, "saving_ns": 1}]}
+            summary=[CollectiveSummary(collective=name, process_group_name=name, group_size=2, dtype=name,
+                                       message_bytes=1024, count=1, total_ns=1000, mean_ns=1000.0,
+                                       algbw_gb_per_s=1.0, busbw_gb_per_s=1.0)],
+            overlap=[CommOverlap(device=0, comm_ns=1000, overlapped_ns=990, exposed_ns=10, overlap_pct=99.0)],
+            exposure=[exposure])
+        roof = RooflineSection(
+            peaks=RooflinePeaks(name=name, memory_bw_bytes_per_s=10**12, flops_per_s={name: 10**14}), peaks_note=name,
+            notes=[name], rows=[RooflineRowRecord(name=name, input_dims=name, count=1, time_ns=1000, bound=name,
+                                                  roof_key=name, drawn=True, arithmetic_intensity_flops_per_byte=10.0,
+                                                  achieved_flops_per_s=10**12, pct_of_roof=1.0, saving_ns=1)])
         incomplete = [IncompleteStep(name=name, number=9, start_ns=0, duration_ns=10, reason=name, detail=name)]
         ranks.append(msgspec.structs.replace(r, steps=steps, communication=comm, roofline=roof, incomplete_steps=incomplete,
                                              trace_metadata={name: name}, distributed={"backend": name}))
-    telemetry = {"path": name, "samples": 2, "t_unix_ns": [0, 1], "series": {"cpu_pct": [1.0, 2.0]}}
-    return msgspec.structs.replace(doc, ranks=ranks, run_metadata={name: name}, telemetry=telemetry)
+    telemetry = RunTelemetry(path=name, samples=2, t_unix_ns=[0, 1], series={"cpu_pct": [1.0, 2.0]})
+    return msgspec.structs.replace(doc, ranks=ranks, run_metadata=RunMeta(command=[name], cwd=name, job=name),
+                                   telemetry=telemetry)
 
 
 @pytest.mark.parametrize("name", HTML_EVIL, ids=repr)
@@ -176,7 +182,7 @@ def test_roofline_terminal_output_escapes_op_names(tmp_path, name: str) -> None:
     from kineto_builder import TraceBuilder
 
     from aiprof.roofline.analysis import roofline
-    from aiprof.roofline.render import render_plain, render_rich
+    from aiprof.report.roofline_terminal import render_plain, render_rich
 
     b = TraceBuilder()
     b.step(0, ts=0, dur=100)

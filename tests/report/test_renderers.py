@@ -124,7 +124,7 @@ def test_roofline_section_from_a_real_roofline() -> None:
     import aiprof
 
     trace = aiprof.load(shared_path("resnet50_nw0"))
-    roof = roofline.roofline(trace).to_dict()
+    roof = msgspec.to_builtins(roofline.roofline(trace).section())
     doc = as_dict(document_of("resnet50_nw0"))
     doc["ranks"][0]["roofline"] = roof
     html = render(as_report(doc), "html")

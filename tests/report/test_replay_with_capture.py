@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import msgspec
 import pytest
 from corpus.cases_comm import H100
 from kineto_builder import TraceBuilder
@@ -17,7 +18,7 @@ from report_docs import SHARED, document_for_paths
 from test_renderers import schema
 
 import aiprof
-from aiprof.analysis.graphs import GraphCaptureSection, paired_capture, pair_replays, pair_traces
+from aiprof.analysis.graphs import GraphCaptureSection, ReplayAttributionSection, paired_capture, pair_replays, pair_traces
 from aiprof.report.render import render
 
 VLLM_PAIR = SHARED / "tracelens/inference/vllm_prefilldecode_piecewise"
@@ -56,8 +57,8 @@ def _attribution(doc: object) -> dict[str, object]:
     ranks = getattr(doc, "ranks")
     assert len(ranks) == 1
     section = ranks[0].graph_capture
-    assert isinstance(section, GraphCaptureSection) and isinstance(section.replay_attribution, dict)
-    found: dict[str, object] = section.replay_attribution
+    assert isinstance(section, GraphCaptureSection) and isinstance(section.replay_attribution, ReplayAttributionSection)
+    found: dict[str, object] = msgspec.to_builtins(section.replay_attribution)
     return found
 
 
@@ -126,8 +127,8 @@ def test_a_steady_run_and_a_capture_of_other_processes_stay_apart(tmp_path: Path
     for rank in doc.ranks:
         assert isinstance(rank.graph_capture, GraphCaptureSection)
         a = rank.graph_capture.replay_attribution
-        assert isinstance(a, dict)
-        assert a["matched_launches"] == 3 and Path(rank.path).parent.name in ("p1", "p2")
+        assert isinstance(a, ReplayAttributionSection)
+        assert a.matched_launches == 3 and Path(rank.path).parent.name in ("p1", "p2")
 
 
 def test_the_shared_vllm_replay_with_its_capture_as_one_rank(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from report_docs import document_of
 from aiprof import app
 from aiprof.report import svg
 from aiprof.report.model import Report
+from aiprof.runmeta import RunTelemetry
 
 SVG = re.compile(r'<svg class="chart line" viewBox="0 0 (\d+) (\d+)"[^>]*>(.*?)</svg>', re.S)
 
@@ -34,21 +35,21 @@ def _span(doc: Report) -> tuple[int, int]:
 
 def _inside(doc: Report) -> list[int]:
     start, end = _span(doc)
-    tel: Any = doc.telemetry
+    tel: Any = msgspec.to_builtins(doc.telemetry)
     return [i for i, t in enumerate(tel["t_unix_ns"]) if start <= t <= end]
 
 
 @pytest.fixture(scope="module")
 def cpu_doc(cpu_run: Path) -> Report:  # noqa: F811
     doc = app.analyze([cpu_run])
-    assert isinstance(doc.telemetry, dict) and len(_inside(doc)) >= 2, "the run's span must hold samples"
+    assert isinstance(doc.telemetry, RunTelemetry) and len(_inside(doc)) >= 2, "the run's span must hold samples"
     return doc
 
 
 def test_only_samples_inside_the_span(cpu_doc: Report) -> None:
     page = app.render(cpu_doc, "html")
     inside = _inside(cpu_doc)
-    tel: Any = cpu_doc.telemetry
+    tel: Any = msgspec.to_builtins(cpu_doc.telemetry)
     assert f"The {len(inside)} of {len(tel['t_unix_ns'])} samples" in page
     charts = _charts(page)
     assert charts
@@ -67,7 +68,7 @@ def test_outside_samples_do_not_set_the_scale(cpu_doc: Report) -> None:
     tel["t_unix_ns"] = [start - 10**9] + tel["t_unix_ns"]
     for name, values in tel["series"].items():
         tel["series"][name] = [1e15] + values
-    doc = msgspec.structs.replace(cpu_doc, telemetry=tel)
+    doc = msgspec.structs.replace(cpu_doc, telemetry=msgspec.convert(tel, RunTelemetry))
     page = app.render(doc, "html")
     for _, _, body in _charts(page):
         assert "1000.0 TB" not in body and "peak 1000" not in body
@@ -111,7 +112,7 @@ def test_too_few_samples_say_so(cpu_doc: Report) -> None:
     keep = _inside(cpu_doc)[:1]
     tel["t_unix_ns"] = [tel["t_unix_ns"][i] for i in keep]
     tel["series"] = {k: [v[i] for i in keep] for k, v in tel["series"].items()}
-    page = app.render(msgspec.structs.replace(cpu_doc, telemetry=tel), "html")
+    page = app.render(msgspec.structs.replace(cpu_doc, telemetry=msgspec.convert(tel, RunTelemetry)), "html")
     assert not _charts(page) and "1 of 1 samples fall inside" in page and "too few to chart" in page
 
 

@@ -40,7 +40,7 @@ def write_page(paths: list[Path], out: Path, findings: list[FindingRecord] | Non
     if findings is not None:
         report = msgspec.structs.replace(report, findings=findings)
     out.write_text(app.render(report, "html", app.RenderOptions(timeline=data)), encoding="utf-8")
-    return out, payload(report, data)
+    return out, msgspec.to_builtins(payload(report, data))
 
 
 def canvas_point(b: Browser, x: float, y: float) -> tuple[float, float]:

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 from kineto_builder import TraceBuilder
@@ -21,7 +22,9 @@ from aiprof.analysis.explore import Category, rank_timeline
 from aiprof.analysis.steps import step_windows
 from aiprof.report.escape import json_script
 from aiprof.report.html_report import CSP
-from aiprof.report.timeline import TimelineInput, csp, payload, script_hash, script_text, section
+from aiprof.report.timeline import TimelineInput, csp, script_hash, script_text, section
+from aiprof.report.timeline import payload as typed_payload
+from aiprof.runmeta import RunTelemetry
 
 # The house's hostile strings (tests/report/test_escape.py: controls, bidi, terminal sequences, markup,
 # Markdown, HTML) and a few aimed at a script element: every one is a kernel and an op of one trace.
@@ -36,6 +39,11 @@ HOSTILE = tuple(dict.fromkeys((
 )))
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 
+
+def payload(doc: Any, data: Any, **kwargs: Any) -> dict[str, Any]:
+    """The page payload as its JSON script block holds it (plain data)."""
+    plain: dict[str, Any] = msgspec.to_builtins(typed_payload(doc, data, **kwargs))
+    return plain
 
 def build_trace(
     path: Path, *, base_time_ns: int = 1_700_000_000_000_000_000, rank: int | None = None, names: tuple[str, ...] = (),
@@ -277,7 +285,7 @@ def test_telemetry_counters_become_tracks(tmp_path: Path) -> None:
     assert data is not None
     origin = payload(report, data)["origin_ns"]
     samples = [origin - 500_000 + 400_000 * i for i in range(12)]
-    telemetry = {"t_unix_ns": samples, "series": {"cpu_pct": [float(10 * i) for i in range(12)]}}
+    telemetry = RunTelemetry(path="", samples=12, t_unix_ns=samples, series={"cpu_pct": [float(10 * i) for i in range(12)]})
     p = payload(report, TimelineInput(data.ranks, telemetry))
     (counter,) = p["counters"]
     assert counter["label"] == "cpu_pct" and counter["unit"] == "%"

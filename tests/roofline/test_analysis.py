@@ -6,12 +6,13 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from aiprof import load
 from aiprof.cli import main
 from aiprof.roofline.analysis import RooflineResult, roofline
-from aiprof.roofline.chart import render_svg
+from aiprof.report.roofline_chart import render_svg
 from aiprof.roofline.peaks import DevicePeaks, load_measured, resolve, save_measured, spec_for
 
 QWEN = "tracelens/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -51,7 +52,7 @@ def test_owlv2_softmax_modelled_and_memory_bound(traces_dir: Path) -> None:
     assert norms and all(r.bound == "memory-bound" for r in norms)
     big_gemm = [r for r in result.rows if r.name == "aten::addmm" and r.time_ns > 5_000_000]
     assert big_gemm and all(r.bound == "compute-bound" for r in big_gemm)
-    data = json.loads(json.dumps(result.to_dict()))
+    data = json.loads(json.dumps(msgspec.to_builtins(result.section())))
     assert data["peaks"]["name"] == "NVIDIA H100 SXM"
     assert isinstance(data["rows"][0]["flops"], int) and isinstance(data["rows"][0]["time_ns"], int)
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from aiprof import load
 from aiprof.roofline.analysis import ABOVE_ROOF_PCT, RooflineResult, fp32_matrix_math, roofline
-from aiprof.roofline.chart import render_svg
+from aiprof.report.roofline_chart import render_svg
 from aiprof.roofline.cost import op_cost
 from aiprof.roofline.peaks import DevicePeaks, scale_cpu_threads, spec_for
 from aiprof.trace.model import Trace
@@ -56,7 +57,7 @@ def test_legacy_trace_roofline_modelled_with_a_note(tmp_path: Path) -> None:
     result = roofline(_load(b.write(tmp_path / "legacy.json")), measured={})
     mm = next(r for r in result.rows if r.name == "aten::mm")
     assert mm.family == "gemm" and mm.dtype == "fp32" and mm.assumed_fp32 and mm.bound == "compute-bound"
-    assert mm.to_dict()["dtype_assumed"] and mm.to_dict()["assumed_dtype"]
+    assert mm.record().dtype_assumed and mm.record().assumed_dtype
     assert any("without dtypes" in n and "fp32" in n for n in result.notes)
     assert result.modelled_time_ns == result.total_time_ns
 
@@ -143,7 +144,7 @@ def test_noop_dropout_and_to_not_drawn(tmp_path: Path) -> None:
     assert any("return their input" in n for n in result.notes)
     svg = render_svg(result)
     assert "aten::dropout" not in svg and "aten::to " not in svg and "aten::copy_" in svg
-    data = json.loads(json.dumps(result.to_dict()))
+    data = json.loads(json.dumps(msgspec.to_builtins(result.section())))
     assert all(not r["drawn"] for r in data["rows"] if r["bound"] == "no-op")
 
 
@@ -196,7 +197,7 @@ def test_point_above_its_roof_is_flagged_and_not_drawn(tmp_path: Path) -> None:
     result = roofline(_load(b.write(tmp_path / "above.json")), CPU_PEAKS)
     add, mul = _row(result, "aten::add"), _row(result, "aten::mul")
     assert add.bound == "above-roof" and add.pct_of_roof > ABOVE_ROOF_PCT  # type: ignore[attr-defined]
-    assert not add.drawn and add.saving_ns == 0 and add.to_dict()["above_roof"]  # type: ignore[attr-defined]
+    assert not add.drawn and add.saving_ns == 0 and add.record().above_roof  # type: ignore[attr-defined]
     assert mul.bound == "memory-bound" and mul.drawn  # type: ignore[attr-defined]
     codes, names = result.call_bounds
     assert "above-roof" in [names[c] for c in codes.tolist()]

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -92,7 +93,7 @@ def _profile(name: str, fixed: bool, out: Path, **kw: Any) -> tuple[str, int]:
 
     with _Watch(out / "telemetry.csv"):
         trace, cost = isolated.profile_with_cost(name, fixed, str(out), **kw)
-    (out / "meta.json").write_text(json.dumps({"format": "aiprof-run", "mode": "run", "host": host_info()}))
+    (out / "meta.json").write_text(json.dumps({"format": "aiprof-run", "mode": "run", "host": msgspec.to_builtins(host_info())}))
     return trace, cost
 
 

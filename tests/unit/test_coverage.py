@@ -43,7 +43,7 @@ def test_steps_whose_launches_lost_their_kernels_are_incomplete(tmp_path: Path) 
     assert rank.partial and len(rank.windows) == 4 and len(rank.primary.steps) == 4
     step = rank.incomplete_steps[0]
     assert (step.launches, step.launches_recorded, step.cpu_ops) == (4, 0, 4)
-    assert rank.primary.totals["gpu_utilization"] > 0.9  # the 4 recorded steps, not 2 steps of "idle"
+    assert rank.primary.totals.gpu_utilization > 0.9  # the 4 recorded steps, not 2 steps of "idle"
     assert any("partial trace" in n and "ProfilerStep#4, ProfilerStep#5" in n for n in rank.notes)
 
 
@@ -127,7 +127,7 @@ def test_a_trace_without_steps_is_clipped_where_the_device_record_ends(tmp_path:
     assert cov.partial and cov.incomplete == []
     assert cov.complete[0].end_ns == cov.device_end_ns and cov.clipped_ns > 300_000
     rank = analyze_trace(trace)
-    assert rank.primary.totals["gpu_utilization"] > 0.85
+    assert rank.primary.totals.gpu_utilization > 0.85
 
 
 def test_all_steps_without_device_side_is_not_a_partial_device_trace(tmp_path: Path) -> None:

@@ -49,7 +49,8 @@ def test_same_as_asdict_on_nested_values() -> None:
 
 
 def test_same_as_asdict_on_real_statistics() -> None:
-    from aiprof.analysis.comm import comm_stats
+    from aiprof.analysis.coverage import device_coverage
+    from aiprof.analysis.steps import step_windows
     from aiprof.trace.kineto.loader import load_file
 
     path = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "hta" / "amd_trace"
@@ -57,5 +58,6 @@ def test_same_as_asdict_on_real_statistics() -> None:
     if not files:
         pytest.skip("shared traces not found")
     trace = load_file(files[0])
-    for result in (comm_stats(trace),):  # kernel and op statistics are msgspec Structs
+    # the statistics (kernels, ops, communication) are msgspec Structs: the step coverage is still dataclasses
+    for result in (device_coverage(trace, step_windows(trace)),):
         assert repr(as_dict(result)) == repr(dataclasses.asdict(result))

@@ -16,6 +16,7 @@ from aiprof import rundir
 from aiprof.cli import main
 from aiprof.pipeline import analyze_and_diagnose
 from aiprof.report.document import build_document
+from aiprof.runmeta import HostInfo
 
 META = {"format": "aiprof-run", "format_version": 1, "mode": "run", "status": "complete",
         "command": ["python", "train.py"], "host": {"cores_logical": 4}}
@@ -57,7 +58,7 @@ def test_each_folder_is_read_once(tmp_path: Path, reads: list[Path]) -> None:
     context = rundir.RunContext.find(traces + traces)
     assert len(reads) == 1
     found = context.common(traces)
-    assert found is not None and found.path == run.resolve() and found.meta.host == {"cores_logical": 4}
+    assert found is not None and found.path == run.resolve() and found.meta.host == HostInfo(cores_logical=4)
     assert all(context.of(t) is found for t in traces) and len(reads) == 1
     assert context.of(tmp_path / "elsewhere.json") is None
 
@@ -70,7 +71,7 @@ def test_the_report_is_built_without_reading_meta_json(tmp_path: Path, reads: li
     before = len(reads)
     doc = build_document(analysis, findings)
     assert len(reads) == before  # no I/O for the run context while building the report
-    assert doc.run_metadata is not None and doc.run_metadata["command"] == ["python", "train.py"]
+    assert doc.run_metadata is not None and doc.run_metadata.command == ["python", "train.py"]
     assert doc.run_status is not None
 
 

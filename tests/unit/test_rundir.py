@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from aiprof import rundir
-from aiprof.report.runcontext import run_context
+from aiprof.report.runcontext import RunContext, run_context
 from aiprof.rules.context import RunInputs, load_run_inputs
+from aiprof.runmeta import HostInfo
 
 OWN = {"format": "aiprof-run", "format_version": 1, "mode": "run", "status": "complete", "host": {"cores_logical": 2}}
 
@@ -45,10 +47,10 @@ def test_import_needs_no_torch_numpy_or_msgspec() -> None:
 def test_own_run_is_found_by_every_reader(tmp_path: Path) -> None:
     trace = _run(tmp_path, OWN)
     found = rundir.owner_of(trace)
-    assert found is not None and found.path == trace.parent and found.meta.host == {"cores_logical": 2}
-    assert load_run_inputs(trace).meta == OWN
+    assert found is not None and found.path == trace.parent and found.meta.host == HostInfo(cores_logical=2)
+    assert msgspec.to_builtins(load_run_inputs(trace).meta) == OWN
     ctx = run_context(rundir.find_run_dir([trace]))
-    assert set(ctx) == {"run_metadata", "telemetry"} and ctx["run_metadata"] == OWN
+    assert ctx.telemetry is not None and msgspec.to_builtins(ctx.run_metadata) == OWN
     # A trace one folder down (a rank's subfolder) belongs to the run above it.
     sub = trace.parent / "traces"
     sub.mkdir()
@@ -82,7 +84,7 @@ def test_reports_embed_only_known_fields_redacted(tmp_path: Path) -> None:
             "env": {"OMP_NUM_THREADS": "4", "HF_TOKEN": "hf_leak"},
             "ranks": [{"rank": 0, "pid": 5, "trace_files": ["rank0.pt.trace.json.gz"], "future_field": 1}]}
     trace = _run(tmp_path, meta)
-    embedded = run_context(rundir.find_run_dir([trace]))["run_metadata"]
+    embedded = msgspec.to_builtins(run_context(rundir.find_run_dir([trace])).run_metadata)
     assert embedded["command"] == ["python", "t.py", "wandb.api_key=<redacted>", "--lr", "1"]
     assert embedded["env"] == {"OMP_NUM_THREADS": "4"} and "secret_blob" not in embedded
     assert embedded["ranks"] == [{"rank": 0, "pid": 5, "trace_files": ["rank0.pt.trace.json.gz"]}]
@@ -96,8 +98,9 @@ def test_older_meta_decodes_with_defaults(tmp_path: Path) -> None:
 
 def test_traces_of_two_runs_have_no_single_run_directory(tmp_path: Path) -> None:
     a, b = _run(tmp_path, OWN, name="a"), _run(tmp_path, OWN, name="b")
-    assert rundir.find_run_dir([a, b]) is None and run_context(None) == {}
-    assert set(run_context(rundir.find_run_dir([a]))) == {"run_metadata", "telemetry"}
+    assert rundir.find_run_dir([a, b]) is None and run_context(None) == RunContext()
+    ctx = run_context(rundir.find_run_dir([a]))
+    assert ctx.run_metadata is not None and ctx.telemetry is not None
 
 
 def test_one_telemetry_reader(tmp_path: Path) -> None:
@@ -110,7 +113,7 @@ def test_one_telemetry_reader(tmp_path: Path) -> None:
     assert table["cpu_pct"][0] == 50 and math.isnan(table["cpu_pct"][1]) and math.isnan(table["proc_cpu_pct"][0])
     assert list(read_rows(trace.parent / "telemetry.csv", 150)) == [{"proc_cpu_pct": 25.0, "t_unix_ns": 200}]
     plotted = read_telemetry(trace.parent / "telemetry.csv")
-    assert plotted is not None and plotted["samples"] == 2 and plotted["series"]["cpu_pct"] == [50.0, None]
+    assert plotted is not None and plotted.samples == 2 and plotted.series["cpu_pct"] == [50.0, None]
     (trace.parent / "other.csv").write_text("a,b\n1,2\n")
     assert rundir.read_telemetry(trace.parent / "other.csv") == {}
 

@@ -59,7 +59,7 @@ def test_every_bucket_and_cause_on_a_planted_step(tmp_path: Path, schema: str) -
         "collective_wait": 0,
         "unknown": 0,
     }
-    assert device.totals["gpu_utilization"] == pytest.approx(46 / 100)
+    assert device.totals.gpu_utilization == pytest.approx(46 / 100)
 
 
 def test_steps_are_stretched_to_their_gpu_work_and_never_overlap(tmp_path: Path) -> None:

@@ -24,7 +24,6 @@ Never communication: ``at::native::reduce_kernel`` (a reduction), ``cub::DeviceR
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -36,7 +35,6 @@ from aiprof.analysis.steps import StepWindow
 from aiprof.analysis import intervals as iv
 from aiprof.trace import links
 from aiprof.trace.model import Bool, Kind, Trace
-from aiprof.plain import as_dict
 
 # Searched, case-insensitive. Library prefixes must start a word (``void ncclKernel_…`` and
 # ``ncclDevKernel_Generic`` match; ``foo_nccl_like`` would too, which is what we want). Always communication.
@@ -213,9 +211,9 @@ def bus_factor(collective: str, group_size: int | None) -> float | None:
     return 1.0 if kind == 0 else kind * (n - 1) / n
 
 
-@dataclass(frozen=True)
-class Collective:
-    """One communication kernel and what it moved. ``*_source`` says where a value came from."""
+class Collective(msgspec.Struct, frozen=True, kw_only=True):
+    """One communication kernel and what it moved (a row of the report's ``communication.collectives``).
+    ``*_source`` says where a value came from."""
 
     row: int
     device: int
@@ -237,16 +235,10 @@ class Collective:
     message_bytes: int | None  # NCCL-tests' size: max(in, out) elements × dtype bytes
     algbw_gb_per_s: float | None  # message_bytes / dur (1 GB = 1e9 bytes)
     busbw_gb_per_s: float | None  # algbw × bus factor
-    metadata: dict[str, Any] = field(default_factory=dict)  # Kineto's raw collective args on the kernel
-
-    def to_dict(self) -> dict[str, Any]:
-        out = as_dict(self)
-        out["process_group_ranks"] = list(self.process_group_ranks) if self.process_group_ranks else None
-        return out
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)  # Kineto's raw collective args on the kernel
 
 
-@dataclass(frozen=True)
-class CommOverlap:
+class CommOverlap(msgspec.Struct, frozen=True, kw_only=True):
     """Communication vs compute on one device (ns; union of intervals, streams merged)."""
 
     device: int
@@ -255,12 +247,8 @@ class CommOverlap:
     exposed_ns: int  # comm_ns - overlapped_ns
     overlap_pct: float  # overlapped / comm (0 when no communication)
 
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
-
-@dataclass(frozen=True)
-class CollectiveSummary:
+class CollectiveSummary(msgspec.Struct, frozen=True, kw_only=True):
     """Collectives of one kind in one process group with one message size."""
 
     collective: str
@@ -274,22 +262,13 @@ class CollectiveSummary:
     algbw_gb_per_s: float | None  # count × bytes / total time
     busbw_gb_per_s: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return as_dict(self)
 
+class CommStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Every collective of a trace, their summary per kind / group / size, and the overlap per device."""
 
-@dataclass(frozen=True)
-class CommStats:
     collectives: tuple[Collective, ...]
     summary: tuple[CollectiveSummary, ...]
     overlap: tuple[CommOverlap, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "collectives": [c.to_dict() for c in self.collectives],
-            "summary": [s.to_dict() for s in self.summary],
-            "overlap": [o.to_dict() for o in self.overlap],
-        }
 
 
 class CommunicationSection(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -298,9 +277,9 @@ class CommunicationSection(msgspec.Struct, kw_only=True, omit_defaults=True):
     and exposed vs hidden communication per process group and phase inside the analysed steps
     (:mod:`aiprof.analysis.comm_exposure`; absent without communication kernels in the steps)."""
 
-    collectives: list[dict[str, Any]]  # Collective.to_dict(), longest first
-    summary: list[dict[str, Any]]  # CollectiveSummary.to_dict()
-    overlap: list[dict[str, Any]]  # CommOverlap.to_dict()
+    collectives: list[Collective]  # longest first
+    summary: list[CollectiveSummary]  # most time first
+    overlap: list[CommOverlap]
     collective_count: int
     exposure: list[DeviceCommExposure] = msgspec.field(default_factory=list)
 
@@ -308,12 +287,11 @@ class CommunicationSection(msgspec.Struct, kw_only=True, omit_defaults=True):
 def comm_section(trace: Trace, windows: list[StepWindow], top: int) -> CommunicationSection:
     """The report's communication section of a rank whose analysed steps are ``windows``."""
     stats = comm_stats(trace)
-    out = stats.to_dict()
-    colls = out["collectives"]
+    colls = stats.collectives
     return CommunicationSection(
-        collectives=sorted(colls, key=lambda c: -c["dur_ns"])[: 4 * top],
-        summary=out["summary"],
-        overlap=out["overlap"],
+        collectives=sorted(colls, key=lambda c: -c.dur_ns)[: 4 * top],
+        summary=list(stats.summary),
+        overlap=list(stats.overlap),
         collective_count=len(colls),
         exposure=comm_exposure(trace, windows, stats.collectives),
     )

@@ -71,20 +71,6 @@ class IncompleteStep:
             )
         return f"none of its {self.launches:,} launch call(s) has device activity in the trace"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "number": self.number,
-            "start_ns": self.start_ns,
-            "duration_ns": self.end_ns - self.start_ns,
-            "incomplete": True,
-            "reason": self.reason,
-            "detail": self.detail,
-            "launches": self.launches,
-            "launches_recorded": self.launches_recorded,
-            "cpu_ops": self.cpu_ops,
-        }
-
 
 @dataclass(frozen=True)
 class Coverage:
@@ -119,17 +105,6 @@ class Coverage:
             f"{label}: partial trace ({why}): {len(self.incomplete)} of {total} steps are incomplete ({names}; "
             f"{first.name}: {first.detail}); they are left out of the step times, the breakdown and the findings"
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "partial": self.partial,
-            "cut_off": self.cut_off,
-            "device_start_ns": self.device_start_ns,
-            "device_end_ns": self.device_end_ns,
-            "clipped_ns": self.clipped_ns,
-            "complete_steps": len(self.complete),
-            "incomplete_steps": len(self.incomplete),
-        }
 
 
 def device_coverage(trace: Trace, windows: list[StepWindow]) -> Coverage:

@@ -201,9 +201,8 @@ def graph_capture_info(trace: Trace) -> GraphCaptureInfo:
 
 class GraphCaptureSection(msgspec.Struct, kw_only=True):
     """The report section (``ranks[].graph_capture``): :class:`GraphCaptureInfo`'s counts, whether the trace is
-    a capture, its note (None unless it is), and ``replay_attribution`` (:meth:`ReplayAttribution.to_dict` plus
-    ``capture``, the capture file's name) when the trace is a replay analysed with its capture
-    (:func:`attach_capture`)."""
+    a capture, its note (None unless it is), and ``replay_attribution`` (:class:`ReplayAttributionSection`)
+    when the trace is a replay analysed with its capture (:func:`attach_capture`)."""
 
     captures: int
     instantiations: int
@@ -214,7 +213,25 @@ class GraphCaptureSection(msgspec.Struct, kw_only=True):
     span_ns: int
     capture_trace: bool
     note: str | None
-    replay_attribution: dict[str, Any] | UnsetType = UNSET
+    replay_attribution: ReplayAttributionSection | UnsetType = UNSET
+
+
+class ReplayAttributionSection(msgspec.Struct, kw_only=True):
+    """A replay analysed with its capture (:class:`ReplayAttribution`): the capture file's name, the replayed
+    GPU time and how much of it went to the captured ops (shares rounded to 4 digits), ``by_op`` the largest
+    ops (op name → ns; ``op_count`` counts all)."""
+
+    capture: str
+    graph_launches: int
+    matched_launches: int
+    replayed_kernels: int
+    replayed_ns: int
+    attributed_ns: int
+    attributed_share: float
+    unattributed_ns: int
+    unattributed_share: float
+    op_count: int
+    by_op: dict[str, int]
 
 
 def graph_capture_section(trace: Trace) -> GraphCaptureSection:
@@ -225,7 +242,7 @@ def graph_capture_section(trace: Trace) -> GraphCaptureSection:
         captures=info.captures, instantiations=info.instantiations, captured_ns=info.captured_ns,
         captured_launches=info.captured_launches, executed_launches=info.executed_launches,
         gpu_busy_ns=info.gpu_busy_ns, span_ns=info.span_ns, capture_trace=info.is_capture_trace, note=info.note(),
-        replay_attribution=({"capture": paired[0], **paired[1].to_dict(TOP_OPS)} if paired is not None else UNSET),
+        replay_attribution=paired[1].section(paired[0], TOP_OPS) if paired is not None else UNSET,
     )
 
 
@@ -256,14 +273,15 @@ class ReplayAttribution:
         """Replayed GPU time no captured op was found for, over all replayed GPU time (0 when none replayed)."""
         return 1.0 - self.attributed_share if self.replayed_ns else 0.0
 
-    def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        """The numbers; ``by_op`` keeps the ``top`` largest ops (all with None)."""
+    def section(self, capture: str, top: int | None = None) -> ReplayAttributionSection:
+        """The report's numbers for the capture file ``capture``; ``by_op`` keeps the ``top`` largest ops (all
+        with None)."""
         by_op = dict(list(self.by_op.items())[:top]) if top is not None else self.by_op
-        return {"graph_launches": self.graph_launches, "matched_launches": self.matched_launches,
-                "replayed_kernels": self.replayed_kernels, "replayed_ns": self.replayed_ns,
-                "attributed_ns": self.attributed_ns, "attributed_share": round(self.attributed_share, 4),
-                "unattributed_ns": self.replayed_ns - self.attributed_ns,
-                "unattributed_share": round(self.unattributed_share, 4), "op_count": len(self.by_op), "by_op": by_op}
+        return ReplayAttributionSection(
+            capture=capture, graph_launches=self.graph_launches, matched_launches=self.matched_launches,
+            replayed_kernels=self.replayed_kernels, replayed_ns=self.replayed_ns, attributed_ns=self.attributed_ns,
+            attributed_share=round(self.attributed_share, 4), unattributed_ns=self.replayed_ns - self.attributed_ns,
+            unattributed_share=round(self.unattributed_share, 4), op_count=len(self.by_op), by_op=by_op)
 
     def note(self, replay: str, capture: str) -> str:
         """One sentence for the rank's notes: which files were paired and how much was attributed."""

@@ -36,7 +36,7 @@ listed with its reason in :attr:`Health.findings` (``aiprof.rules.health``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import numpy as np
@@ -193,6 +193,7 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
     cycles = profiler_cycles(trace)
     span_ns, measured, events = _profiler_time(trace, cycles)
     in_steps, steps_ns = _python_in_steps(trace, windows)
+    capture, attributed = _paired(trace)
     return RankHealth(
         rank=trace.rank,
         gpu=bool(gpu.size),
@@ -200,7 +201,8 @@ def rank_health(trace: Trace, recorded_steps: int = 0, cut_steps: int = 0, cut_o
         replayed_activities=replayed,
         replayed_ns=replayed_ns,
         device_ns=int(c.dur[gpu].sum()),
-        **_paired(trace),
+        replay_capture=capture,
+        replay_attributed_share=attributed,
         sync_events=int(trace.rows_of(Kind.SYNC).size),
         recorded_steps=recorded_steps,
         cut_steps=cut_steps,
@@ -359,14 +361,14 @@ def _graph_item(ranks: list[RankHealth]) -> HealthItem:
     )
 
 
-def _paired(trace: Trace) -> dict[str, Any]:
-    """``replay_capture`` and ``replay_attributed_share`` of a replay analysed with its capture, else none."""
+def _paired(trace: Trace) -> tuple[str | msgspec.UnsetType, float | msgspec.UnsetType]:
+    """``replay_capture`` and ``replay_attributed_share`` of a replay analysed with its capture, else UNSET."""
     from aiprof.analysis.graphs import paired_capture
 
     found = paired_capture(trace)
     if found is None:
-        return {}
-    return {"replay_capture": found[0], "replay_attributed_share": found[1].attributed_share}
+        return msgspec.UNSET, msgspec.UNSET
+    return found[0], found[1].attributed_share
 
 
 def _sync_item(ranks: list[RankHealth]) -> HealthItem:

@@ -296,7 +296,8 @@ def _device_name(device: int) -> str:
 
 
 def _host_memory(run_dir: rundir.RunDir | None) -> int | None:
-    value: Any = run_dir.meta.host.get("memory_bytes") if run_dir is not None else None
+    host = run_dir.meta.host if run_dir is not None else None
+    value: Any = getattr(host, "memory_bytes", None)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 

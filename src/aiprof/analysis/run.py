@@ -44,12 +44,18 @@ if TYPE_CHECKING:
     from aiprof.analysis.inference import InferenceReport
     from aiprof.analysis.kernels import KernelStats
     from aiprof.analysis.ops import OpGroupStats, OpStats
+    from aiprof.analysis.overview import TimelineOverview
     from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
+    from aiprof.roofline.section import RooflineSection
     from aiprof.rules.diagnosis import RankDiagnosis
     from aiprof.trace.executors import Executor
 
-Section = Callable[[Trace], Any]
+    # What a section computes: one of the report's per-rank section types (report/model.py RankReport).
+    SectionValue = (KernelStats | OpStats | CommunicationSection | Compat | RooflineSection | TimelineOverview
+                    | GraphCaptureSection | CompileReport | MfuReport | AttentionReport | InferenceReport)
+
+Section = Callable[[Trace], "SectionValue"]
 
 
 TOP_N = 50  # rows per table kept in the report (the full tables stay available through the Python API)
@@ -110,10 +116,10 @@ def _compile_section(trace: Trace) -> CompileReport:
     return compile_section(trace)
 
 
-def _roofline_section(trace: Trace) -> dict[str, Any]:
+def _roofline_section(trace: Trace) -> RooflineSection:
     from aiprof.roofline.analysis import roofline
 
-    return roofline(trace).to_dict(max_instances=TOP_N)
+    return roofline(trace).section(max_instances=TOP_N)
 
 
 def _graph_capture_section(trace: Trace) -> GraphCaptureSection:
@@ -158,7 +164,7 @@ class RankAnalysis:
     event_count: int
     windows: list[StepWindow]
     devices: list[DeviceAccount]
-    sections: dict[str, Any] = field(default_factory=dict)
+    sections: dict[str, SectionValue] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # What the diagnosis (the rank hook: the per-rank rules) computed from the trace while it was in memory.
     diagnosis: RankDiagnosis | None = None
@@ -196,7 +202,7 @@ class RankAnalysis:
         """The device whose steps represent the rank: the busiest one."""
         return max(
             self.devices,
-            key=lambda d: d.totals["breakdown_ns"]["compute"] + d.totals["breakdown_ns"]["communication"],
+            key=lambda d: d.totals.breakdown_ns["compute"] + d.totals.breakdown_ns["communication"],
         )
 
 
@@ -270,7 +276,7 @@ def analyze_trace(
     )
     chosen = sections if sections is not None else DEFAULT_SECTIONS
     in_child = [key for key in _CHILD_SECTIONS if key in chosen]
-    pending: forked.Pending[dict[str, Any]] | None = None
+    pending: forked.Pending[dict[str, SectionValue]] | None = None
     try:
         if fork and len(in_child) < len(chosen):
             _shared_views(trace)  # computed once, before the fork, for both halves

@@ -46,6 +46,7 @@ from aiprof.analysis.coverage import Coverage
 from aiprof.analysis.graphs import GraphRole
 from aiprof.analysis.health import RankHealth
 from aiprof.analysis.steps import StepWindow
+from aiprof.analysis.timeline import Totals
 from aiprof.trace.cycles import Identity
 from aiprof.trace.model import DeviceInfo
 
@@ -81,7 +82,7 @@ class DeviceEntry(msgspec.Struct):
     device_index: int
     kind: str
     name: str
-    totals: dict[str, Any]
+    totals: Totals
 
 
 class RunDirEntry(msgspec.Struct):
@@ -212,9 +213,10 @@ def _section_types() -> dict[str, Any]:
     from aiprof.analysis.overview import TimelineOverview
     from aiprof.roofline.attention import AttentionReport
     from aiprof.roofline.mfu import MfuReport
+    from aiprof.roofline.section import RooflineSection
 
     return {"kernels": KernelStats, "ops": OpStats, "communication": CommunicationSection, "compat": Compat,
-            "roofline": dict, "timeline_overview": TimelineOverview, "graph_capture": GraphCaptureSection,
+            "roofline": RooflineSection, "timeline_overview": TimelineOverview, "graph_capture": GraphCaptureSection,
             "compile": CompileReport, "mfu": MfuReport, "attention": AttentionReport, "inference": InferenceReport}
 
 
@@ -270,6 +272,8 @@ def encode(results: list[_Loaded], diagnosis: Any = None) -> bytes | None:
 
 
 def _entry(loaded: _Loaded, pa: ModuleType | None) -> RankEntry:
+    from aiprof.analysis.kernels import KernelStats
+
     a = loaded.analysis
     if a is None or loaded.error is not None:
         raise _Unfit("a failed rank")
@@ -281,6 +285,7 @@ def _entry(loaded: _Loaded, pa: ModuleType | None) -> RankEntry:
         if types.get(key) is not type(value):
             raise _Unfit(f"section {key}")
         if key == "kernels":
+            assert isinstance(value, KernelStats)  # checked against ``types`` above
             value, tables["kernels"] = _kernels_out(value, pa)
         sections[key] = msgspec.Raw(raw(value))
     tables["steps"] = _table(_step_rows(a.devices), _STEP_COLUMNS, pa)

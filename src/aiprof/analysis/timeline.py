@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
 
+import msgspec
 import numpy as np
 
 from aiprof import arrays
@@ -75,15 +76,21 @@ class StepAccount:
     breakdown_ns: dict[str, int]
     idle_causes_ns: dict[str, int]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "number": self.number,
-            "start_ns": self.start_ns,
-            "duration_ns": self.duration_ns,
-            "breakdown_ns": dict(self.breakdown_ns),
-            "idle_causes_ns": dict(self.idle_causes_ns),
-        }
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Totals(msgspec.Struct, kw_only=True):
+    """Sums over a device's steps; ``gpu_utilization`` is (compute + communication) / window in [0, 1]. The
+    report's ``devices[].totals`` and ``ranks[].totals`` as they are."""
+
+    steps: NonNegative
+    duration_ns: NonNegative
+    mean_step_ns: NonNegative
+    median_step_ns: NonNegative
+    breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, compile, idle
+    idle_causes_ns: dict[str, int]  # data_loading, host, sync, launch, collective_wait, unknown
+    gpu_utilization: float
 
 
 @dataclass(frozen=True)
@@ -95,17 +102,7 @@ class DeviceAccount:
     kind: str  # "gpu" or "cpu"
     name: str
     steps: list[StepAccount]
-    totals: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "index": self.device_index,
-            "kind": self.kind,
-            "name": self.name,
-            "steps": [s.to_dict() for s in self.steps],
-            "totals": self.totals,
-        }
+    totals: Totals = field(default_factory=lambda: totals_of([]))
 
 
 def account(trace: Trace, windows: list[StepWindow] | None = None) -> list[DeviceAccount]:
@@ -184,21 +181,21 @@ def _step_accounts(
     return steps
 
 
-def totals_of(steps: list[StepAccount]) -> dict[str, Any]:
+def totals_of(steps: list[StepAccount]) -> Totals:
     """Sums over steps, plus ``gpu_utilization``: (compute + communication) / window, in [0, 1]."""
     duration = sum(s.duration_ns for s in steps)
     breakdown = {b: sum(s.breakdown_ns[b] for s in steps) for b in BUCKETS}
     causes = {k: sum(s.idle_causes_ns[k] for s in steps) for k in IDLE_CAUSES}
     busy = breakdown["compute"] + breakdown["communication"]
-    return {
-        "steps": len(steps),
-        "duration_ns": duration,
-        "mean_step_ns": duration // len(steps) if steps else 0,
-        "median_step_ns": int(arrays.median([s.duration_ns for s in steps])) if steps else 0,
-        "breakdown_ns": breakdown,
-        "idle_causes_ns": causes,
-        "gpu_utilization": busy / duration if duration else 0.0,
-    }
+    return Totals(
+        steps=len(steps),
+        duration_ns=duration,
+        mean_step_ns=duration // len(steps) if steps else 0,
+        median_step_ns=int(arrays.median([s.duration_ns for s in steps])) if steps else 0,
+        breakdown_ns=breakdown,
+        idle_causes_ns=causes,
+        gpu_utilization=busy / duration if duration else 0.0,
+    )
 
 
 def _feeding_threads(trace: Trace, device: int) -> I64:

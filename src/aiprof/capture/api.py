@@ -260,6 +260,8 @@ def run_header(options: CaptureOptions, command: list[str], mode: str) -> dict[s
     """The process-independent part of ``meta.json``."""
     import dataclasses
 
+    import msgspec
+
     from aiprof import __version__
     from aiprof.capture.meta import allowed_env, host_info, redact_command
 
@@ -274,7 +276,7 @@ def run_header(options: CaptureOptions, command: list[str], mode: str) -> dict[s
         "schedule": dataclasses.asdict(options.schedule),
         "schedule_text": options.schedule.describe(),
         "options": {k: v for k, v in dataclasses.asdict(options).items() if k != "schedule"},
-        "host": host_info(),
+        "host": msgspec.to_builtins(host_info()),
         "env": allowed_env(),
     }
 

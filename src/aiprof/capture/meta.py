@@ -13,10 +13,13 @@ import platform
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiprof.redact import redact_argv
 from aiprof.rundir import ENV_ALLOW_LIST
+
+if TYPE_CHECKING:  # msgspec is imported only when a process writes its metadata, never by ``import aiprof``
+    from aiprof.runmeta import HostInfo, TorchInfo
 
 __all__ = ["ENV_ALLOW_LIST", "allowed_env", "cpu_model", "host_info", "redact_command", "torch_info"]
 
@@ -45,54 +48,57 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def host_info() -> dict[str, Any]:
-    """Machine facts that explain a timing: CPU, cores, memory, OS, Python."""
-    info: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "os": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpu_model": cpu_model(),
-        "cores_logical": os.cpu_count(),
-    }
+def host_info() -> HostInfo:
+    """Machine facts that explain a timing: CPU, cores, memory, OS, Python (``meta.json``'s ``host``:
+    ``msgspec.to_builtins`` of it)."""
+    from aiprof.runmeta import HostInfo
+
+    info = HostInfo(
+        hostname=socket.gethostname(),
+        os=platform.platform(),
+        python=sys.version.split()[0],
+        cpu_model=cpu_model(),
+        cores_logical=os.cpu_count(),
+    )
     try:
-        info["cores_available"] = len(os.sched_getaffinity(0))
+        info.cores_available = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         pass
     try:
         import psutil
 
-        info["cores_physical"] = psutil.cpu_count(logical=False)
-        info["memory_bytes"] = int(psutil.virtual_memory().total)
+        info.cores_physical = psutil.cpu_count(logical=False)
+        info.memory_bytes = int(psutil.virtual_memory().total)
     except ImportError:
         pass
     return info
 
 
-def torch_info() -> dict[str, Any]:
+def torch_info() -> TorchInfo:
     """Versions and devices as seen by torch in the profiled process (torch is imported there already)."""
     import torch
 
-    info: dict[str, Any] = {
-        "torch": str(torch.__version__),
-        "cuda": torch.version.cuda,
-        "cudnn": _cudnn_version(torch),
-        "torch_threads": torch.get_num_threads(),
-        "devices": [{"type": "cpu", "name": cpu_model()}],
-    }
+    from aiprof.runmeta import DeviceMeta, TorchInfo
+
+    devices = [DeviceMeta(type="cpu", name=cpu_model())]
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            info["devices"].append(
-                {
-                    "type": "cuda",
-                    "index": index,
-                    "name": props.name,
-                    "memory_bytes": int(props.total_memory),
-                    "capability": f"{props.major}.{props.minor}",
-                    "sms": int(props.multi_processor_count),
-                }
-            )
-    return info
+            devices.append(DeviceMeta(
+                type="cuda",
+                index=index,
+                name=props.name,
+                memory_bytes=int(props.total_memory),
+                capability=f"{props.major}.{props.minor}",
+                sms=int(props.multi_processor_count),
+            ))
+    return TorchInfo(
+        torch=str(torch.__version__),
+        cuda=torch.version.cuda,
+        cudnn=_cudnn_version(torch),
+        torch_threads=torch.get_num_threads(),
+        devices=devices,
+    )
 
 
 def _cudnn_version(torch: Any) -> int | None:

@@ -374,6 +374,8 @@ class CaptureSession:
 
     def rank_entry(self) -> dict[str, Any]:
         """This process's part of ``meta.json``."""
+        import msgspec
+
         from aiprof.capture.meta import torch_info
 
         entry: dict[str, Any] = {
@@ -396,7 +398,7 @@ class CaptureSession:
         }
         if "torch" in sys.modules:
             try:
-                entry.update(torch_info())
+                entry.update(msgspec.to_builtins(torch_info()))
             except Exception as err:  # noqa: BLE001 - metadata must not stop the flush
                 entry["torch_info_error"] = str(err)
         return entry

@@ -2,7 +2,7 @@
 
 Readers (allocator snapshot pickles, Kineto ``[memory]`` events, ``export_memory_timeline`` raw files) fill
 one allocation-event table (:mod:`aiprof.memory.model`); :mod:`aiprof.memory.analysis` replays it into a
-typed :class:`~aiprof.memory.report.MemoryReport`; :mod:`aiprof.memory.render` draws it. Nothing here
+typed :class:`~aiprof.memory.report.MemoryReport`; :mod:`aiprof.report.memory_render` draws it. Nothing here
 imports torch. The names below are imported on first use: the report document imports
 ``aiprof.memory.report`` (its types) on every run, and that must not load the readers and NumPy analyses.
 """

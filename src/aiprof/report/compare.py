@@ -279,6 +279,7 @@ def compare_reports(
     stats = _median_change(sample_b, sample_a, step, more_pairs)
     differences = program_differences(before, after, sample_b, sample_a)
     shared = shared_sides(before, after)
+    mfu = _mfu_change(before, after)
     return Comparison(
         comparison_schema_version=COMPARISON_SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -310,23 +311,24 @@ def compare_reports(
         pairs=stats.pairs,
         pair_changes_pct=list(stats.pair_changes_pct),
         shared_machine=[name for name, _ in shared],
-        **_mfu_change(before, after),
+        mfu=mfu[0] if mfu is not None else None,
+        mfu_peak=mfu[1] if mfu is not None else "",
         mfu_detail=compare_mfu(before, after),
     )
 
 
-def _mfu_change(before: Report, after: Report) -> dict[str, Any]:
-    """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section)."""
+def _mfu_change(before: Report, after: Report) -> tuple[Utilization, str] | None:
+    """``mfu`` and ``mfu_peak`` when both sides' slowest ranks have an MFU (the ``mfu`` section), else None."""
     found: list[MfuReport] = []
     for doc in (before, after):
         rank = next((r for r in doc.ranks if r.rank == doc.summary.slowest_rank), doc.ranks[0] if doc.ranks else None)
         sec = rank.mfu if rank is not None else UNSET
         if not sec or not sec.available:
-            return {}
+            return None
         found.append(sec)
     b, a = float(found[0].mfu or 0.0), float(found[1].mfu or 0.0)
     peaks = {f"{s.peak_key or ''} {s.device or ''}".strip() for s in found}
-    return {"mfu": Utilization(before=b, after=a, delta=a - b), "mfu_peak": " / ".join(sorted(peaks))}
+    return Utilization(before=b, after=a, delta=a - b), " / ".join(sorted(peaks))
 
 
 def _median_change(
@@ -408,11 +410,9 @@ def program_differences(before: Report, after: Report, b: StepSample | None = No
 
 
 def _command(doc: Report) -> str | None:
-    meta = doc.run_metadata or {}
-    cmd = meta.get("command")
-    if isinstance(cmd, list):
-        return " ".join(str(c) for c in cmd)
-    return str(cmd) if isinstance(cmd, str) else None
+    if doc.run_metadata is None or not doc.run_metadata.command:
+        return None
+    return " ".join(doc.run_metadata.command)
 
 
 def _shorten(text: str, limit: int = 120) -> str:
@@ -425,14 +425,8 @@ def _device_names(doc: Report) -> set[str]:
     names = {d.name for r in doc.ranks for d in r.devices if d.kind != "cpu" and d.name}
     if names:
         return names
-    meta = doc.run_metadata or {}
-    out: set[str] = set()
-    for rank in meta.get("ranks") or []:
-        devices = rank.get("devices") if isinstance(rank, dict) else None
-        for dev in devices if isinstance(devices, list) else []:
-            if isinstance(dev, dict) and dev.get("type") != "cpu" and dev.get("name"):
-                out.add(str(dev["name"]))
-    return out
+    ranks = doc.run_metadata.ranks if doc.run_metadata is not None else []
+    return {dev.name for rank in ranks for dev in rank.devices if dev.type != "cpu" and isinstance(dev.name, str) and dev.name}
 
 
 def _is_partial(doc: Report) -> bool:

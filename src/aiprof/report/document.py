@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from aiprof.analysis.comm import CommunicationSection
+from aiprof.analysis.compat import Compat
+from aiprof.analysis.compile import CompileReport
+from aiprof.analysis.coverage import Coverage as AnalysedCoverage
+from aiprof.analysis.coverage import IncompleteStep as AnalysedIncompleteStep
+from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.analysis.health import Health
 from aiprof.analysis.inference import InferenceReport
 from aiprof.analysis.inference_memory import MemoryBudget
+from aiprof.analysis.kernels import KernelStats
+from aiprof.analysis.ops import OpStats
+from aiprof.analysis.overview import TimelineOverview
 from aiprof.analysis.run import RankAnalysis, RunAnalysis
-from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES
+from aiprof.analysis.timeline import BUCKETS, IDLE_CAUSES, StepAccount, Totals
 from aiprof.errors import AiprofError
 from aiprof.report.model import (
     SCHEMA_VERSION,
@@ -29,13 +38,19 @@ from aiprof.report.model import (
     Report,
     Step,
     Summary,
-    Totals,
 )
 from aiprof.analysis.failures import FailedRank
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.report.runstatus import RunStatus
+from aiprof.roofline.attention import AttentionReport
+from aiprof.roofline.mfu import MfuReport
+from aiprof.roofline.section import RooflineSection
 from aiprof.rundir import RunDir
+from aiprof.runmeta import RunMeta
 from aiprof.rules.finding import Finding, FindingRecord, as_record
+
+if TYPE_CHECKING:
+    from aiprof.report.runcontext import RunContext
 
 __all__ = ["SCHEMA_VERSION", "build_document", "mean_per_step"]
 
@@ -59,8 +74,8 @@ def build_document(
         raise AiprofError(f"a finding does not fit the report: {err}") from None
     warnings = list(run.warnings) + list(run.run_notes)
     context = run_context(run.run_dir)
-    status = _run_status(context.get("run_metadata"), ranks)
-    whole = _whole_run(run.run_dir, ranks) if "run_metadata" in context else None
+    status = _run_status(context.run_metadata, ranks)
+    whole = _whole_run(run.run_dir, ranks) if context.run_metadata is not None else None
     return Report(
         schema_version=SCHEMA_VERSION,
         generator=f"aiprof {__version__}",
@@ -70,8 +85,8 @@ def build_document(
         findings=records,
         warnings=warnings,
         # An `aiprof run` directory also holds telemetry counters and run metadata (optional keys).
-        run_metadata=context.get("run_metadata"),
-        telemetry=context.get("telemetry"),
+        run_metadata=context.run_metadata,
+        telemetry=context.telemetry,
         run_status=status if status is not None else UNSET,
         whole_run=whole if whole is not None else UNSET,
         cross_rank=run.cross_rank if run.cross_rank is not None else UNSET,
@@ -79,7 +94,7 @@ def build_document(
     )
 
 
-def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
+def _health(run: RunAnalysis, context: RunContext) -> Health | UnsetType:
     """The run's trace health: the diagnosis' (with the findings it changed), else built from the ranks' facts;
     a run directory's whole-run telemetry that shows a shared machine says so when the steps' did not."""
     from aiprof.analysis.health import clock_offsets, run_health, shared_item, with_item
@@ -89,7 +104,7 @@ def _health(run: RunAnalysis, context: dict[str, Any]) -> Health | UnsetType:
     if run.health is None and not facts:
         return UNSET
     health = run.health if run.health is not None else run_health(facts, clock_offsets(run.cross_rank))
-    cores = shared_cores(context.get("telemetry"), context.get("run_metadata"))
+    cores = shared_cores(context.telemetry, context.run_metadata)
     found = health.item("shared_machine")
     if cores is not None and (found is None or found.status == "ok"):
         health = with_item(health, shared_item(cores, "aiprof run telemetry over the whole run"))
@@ -106,7 +121,7 @@ def _whole_run(found: RunDir | None, ranks: list[RankReport]) -> WholeRun | None
     return whole_run_of(found.path, {s.number for r in ranks for s in r.steps} | {s.number for r in ranks for s in r.incomplete_steps})
 
 
-def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStatus | None:
+def _run_status(meta: RunMeta | None, ranks: list[RankReport]) -> RunStatus | None:
     """The banner's facts: how the run ended (``meta.json``) and how many recorded steps are complete (the
     rank with the fewest complete steps speaks for the run)."""
     from aiprof.report.runstatus import run_status
@@ -122,26 +137,14 @@ def _run_status(meta: dict[str, Any] | None, ranks: list[RankReport]) -> RunStat
     )
 
 
-def _step(d: dict[str, Any]) -> Step:
+def _step(s: StepAccount) -> Step:
     return Step(
-        name=d["name"],
-        number=d["number"],
-        start_ns=d["start_ns"],
-        duration_ns=d["duration_ns"],
-        breakdown_ns=d["breakdown_ns"],
-        idle_causes_ns=d["idle_causes_ns"],
-    )
-
-
-def _totals(t: dict[str, Any]) -> Totals:
-    return Totals(
-        steps=t["steps"],
-        duration_ns=t["duration_ns"],
-        mean_step_ns=t["mean_step_ns"],
-        median_step_ns=t["median_step_ns"],
-        breakdown_ns=t["breakdown_ns"],
-        idle_causes_ns=t["idle_causes_ns"],
-        gpu_utilization=t["gpu_utilization"],
+        name=s.name,
+        number=s.number,
+        start_ns=s.start_ns,
+        duration_ns=s.duration_ns,
+        breakdown_ns=dict(s.breakdown_ns),
+        idle_causes_ns=dict(s.idle_causes_ns),
     )
 
 
@@ -161,29 +164,66 @@ def _rank(r: RankAnalysis) -> RankReport:
         primary_device=primary.device,
         devices=[
             Device(device=d.device, index=d.device_index, kind=d.kind, name=d.name,
-                   steps=[_step(s.to_dict()) for s in d.steps], totals=_totals(d.totals))
+                   steps=[_step(s) for s in d.steps], totals=d.totals)
             for d in r.devices
         ],
         step_source=r.step_source,
-        steps=[_step(s.to_dict()) for s in primary.steps],
-        totals=_totals(primary.totals),
+        steps=[_step(s) for s in primary.steps],
+        totals=primary.totals,
         notes=list(r.notes),
         # A partial trace: the steps left out of the numbers above, and the span the device record covers.
-        incomplete_steps=[IncompleteStep(**s.to_dict()) for s in r.incomplete_steps],
-        coverage=Coverage(**r.coverage.to_dict()) if r.coverage is not None else Coverage(partial=False),
+        incomplete_steps=[_incomplete(s) for s in r.incomplete_steps],
+        coverage=_coverage(r.coverage) if r.coverage is not None else Coverage(partial=False),
         memory=_unset_if_none(r.diagnosis.memory if r.diagnosis is not None else None),
         stacks=_unset_if_none(r.diagnosis.stacks if r.diagnosis is not None else None),
         modules=_unset_if_none(r.diagnosis.modules if r.diagnosis is not None else None),
-        **_with_budget(r.sections, r.diagnosis.memory_budget if r.diagnosis is not None else None),
+        kernels=_section(r, "kernels", KernelStats),
+        ops=_section(r, "ops", OpStats),
+        communication=_section(r, "communication", CommunicationSection),
+        compat=_section(r, "compat", Compat),
+        roofline=_section(r, "roofline", RooflineSection),
+        timeline_overview=_section(r, "timeline_overview", TimelineOverview),
+        graph_capture=_section(r, "graph_capture", GraphCaptureSection),
+        compile=_section(r, "compile", CompileReport),
+        mfu=_section(r, "mfu", MfuReport),
+        attention=_section(r, "attention", AttentionReport),
+        inference=_with_budget(_section(r, "inference", InferenceReport),
+                               r.diagnosis.memory_budget if r.diagnosis is not None else None),
     )
 
 
-def _with_budget(sections: dict[str, Any], budget: MemoryBudget | None) -> dict[str, Any]:
-    """The sections, the inference section holding the diagnosis' memory budget (when it computed one)."""
-    inference = sections.get("inference")
-    if budget is None or not isinstance(inference, InferenceReport) or not inference.detected:
-        return sections
-    return {**sections, "inference": msgspec.structs.replace(inference, memory_budget=budget)}
+def _section(r: RankAnalysis, key: str, cls: type[T]) -> T | UnsetType:
+    """The rank's section ``key`` (``analysis.run.DEFAULT_SECTIONS``), UNSET when it was not computed; a value
+    of another type is a section function that returns the wrong thing, said at once."""
+    value = r.sections.get(key)
+    if value is None:
+        return UNSET
+    if not isinstance(value, cls):
+        raise TypeError(f"the {key!r} section is a {type(value).__name__}, not a {cls.__name__}")
+    return value
+
+
+def _incomplete(s: AnalysedIncompleteStep) -> IncompleteStep:
+    """A step of a partial trace left out of every number, as the report lists it (its duration, why in words)."""
+    return IncompleteStep(
+        name=s.name, number=s.number, start_ns=s.start_ns, duration_ns=s.end_ns - s.start_ns, reason=s.reason,
+        detail=s.detail, launches=s.launches, launches_recorded=s.launches_recorded, cpu_ops=s.cpu_ops,
+    )
+
+
+def _coverage(c: AnalysedCoverage) -> Coverage:
+    """The span the device record covers and whether the trace is partial, with the steps counted."""
+    return Coverage(
+        partial=c.partial, cut_off=c.cut_off, device_start_ns=c.device_start_ns, device_end_ns=c.device_end_ns,
+        clipped_ns=c.clipped_ns, complete_steps=len(c.complete), incomplete_steps=len(c.incomplete),
+    )
+
+
+def _with_budget(inference: InferenceReport | UnsetType, budget: MemoryBudget | None) -> InferenceReport | UnsetType:
+    """The inference section holding the diagnosis' memory budget (when it computed one)."""
+    if budget is None or isinstance(inference, UnsetType) or not inference.detected:
+        return inference
+    return msgspec.structs.replace(inference, memory_budget=budget)
 
 
 def _unset_if_none(value: T | None) -> T | UnsetType:
@@ -196,9 +236,9 @@ def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) ->
     rank files that failed (absent when none did)."""
     if not ranks:
         return Summary()
-    lost: dict[str, Any] = {"failed_rank_count": len(failed), "failed_ranks": list(failed)} if failed else {}
     slowest = max(ranks, key=lambda r: r.totals.median_step_ns)
     partial, left_out, note = _partial(ranks)
+    capture_note = _capture_note(ranks)
     return Summary(
         rank_count=len(ranks),
         step_count=ranks[0].totals.steps,
@@ -210,19 +250,21 @@ def _summary(ranks: list[RankReport], failed: list[FailedRank] | None = None) ->
         partial=partial,
         incomplete_step_count=left_out,
         partial_note=note,
-        **_capture_kind(ranks),
-        **lost,
+        trace_kind="graph_capture" if capture_note is not None else UNSET,
+        capture_note=capture_note if capture_note is not None else UNSET,
+        failed_rank_count=len(failed) if failed else UNSET,
+        failed_ranks=list(failed) if failed else UNSET,
     )
 
 
-def _capture_kind(ranks: list[RankReport]) -> dict[str, Any]:
-    """``trace_kind`` and ``capture_note`` of the summary: a capture when every rank's trace is one (the
-    first rank's note speaks for them)."""
+def _capture_note(ranks: list[RankReport]) -> str | None:
+    """The summary's ``capture_note`` (its ``trace_kind`` is then ``graph_capture``): a capture when every
+    rank's trace is one (the first rank's note speaks for them); None otherwise."""
     notes = [None if isinstance(r.graph_capture, UnsetType) else r.graph_capture.note for r in ranks]
     if not notes or not all(notes):
-        return {}
+        return None
     prefix = "" if len(ranks) == 1 else f"Every rank ({len(ranks)}): "
-    return {"trace_kind": "graph_capture", "capture_note": prefix + str(notes[0])}
+    return prefix + str(notes[0])
 
 
 def _partial(ranks: list[RankReport]) -> tuple[bool, int, str | None]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -40,7 +41,8 @@ from aiprof.report.compile_section import mfu_details, mfu_line
 from aiprof.report.attention_section import html_section as attention_html
 from aiprof.report.modules_section import html_section as modules_html
 from aiprof.report.stacks_section import html_section as stacks_html
-from aiprof.roofline.chart import chart_svg
+from aiprof.report.roofline_chart import chart_svg
+from aiprof.roofline.section import RooflineSection
 from aiprof.report.model import SECTIONS, IncompleteStep, RankReport, Report
 from aiprof.rules.finding import FindingRecord
 
@@ -362,14 +364,14 @@ class HtmlRenderer:
         unit and scale, and a share of the machine never shares an axis with a share of one core."""
         tel = doc.telemetry
         ov = focus.timeline_overview
-        if not isinstance(tel, dict) or isinstance(ov, UnsetType) or not ov.bins:
+        if tel is None or isinstance(ov, UnsetType) or not ov.bins:
             return ""
         base = ov.base_time_ns
         total = max(ov.end_ns - ov.start_ns, 1)
-        xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.get("t_unix_ns") or []]
+        xs = [x if (x := _overview_x(ov, int(t) - base)) is not None else -1.0 for t in tel.t_unix_ns]
         inside = sum(1 for x in xs if 0 <= x <= 1)
-        series: dict[str, list[float | None]] = tel.get("series") or {}
-        source = f"from <code>{esc(tel.get('path', ''))}</code>"
+        series = tel.series
+        source = f"from <code>{esc(tel.path)}</code>"
         if inside < 2:
             return (
                 f'<h3 style="margin-top:1em">Telemetry</h3><p class="mute">{inside} of {len(xs)} samples fall inside '
@@ -434,7 +436,7 @@ class HtmlRenderer:
         )
 
     def _collectives(self, doc: Report) -> str:
-        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+        groups: dict[tuple[str, int | None, str | None, int | None], _CollectiveGroup] = {}
         overlap_rows: list[list[tuple[str, Any]]] = []
         hidden_overlap = 0
         for r in doc.ranks:
@@ -442,43 +444,43 @@ class HtmlRenderer:
             if not comm:
                 continue
             for s in comm.summary:
-                key = (s.get("collective"), s.get("group_size"), s.get("dtype"), s.get("message_bytes"))
-                g = groups.setdefault(key, {"count": 0, "total_ns": 0, "ranks": set(), "busbw": []})
-                g["count"] += int(s.get("count") or 0)
-                g["total_ns"] += int(s.get("total_ns") or 0)
-                g["ranks"].add(r.rank)
-                if isinstance(s.get("busbw_gb_per_s"), (int, float)):
-                    g["busbw"].append(float(s["busbw_gb_per_s"]))
+                key = (s.collective, s.group_size, s.dtype, s.message_bytes)
+                g = groups.setdefault(key, _CollectiveGroup())
+                g.count += s.count
+                g.total_ns += s.total_ns
+                g.ranks.add(r.rank)
+                if s.busbw_gb_per_s is not None:
+                    g.busbw.append(float(s.busbw_gb_per_s))
             for o in comm.overlap:
-                if o.get("comm_ns"):
+                if o.comm_ns:
                     if len(overlap_rows) >= c.ROW_CAP_FIRST + c.ROW_CAP_LAST:
                         hidden_overlap += 1
                         continue
                     overlap_rows.append(
                         [
                             (str(r.rank), r.rank),
-                            (esc(o.get("device")), o.get("device")),
-                            (fmt_ms(o["comm_ns"]), o["comm_ns"]),
-                            (fmt_ms(o.get("exposed_ns", 0)), o.get("exposed_ns", 0)),
-                            (f"{float(o.get('overlap_pct', 0)):.1f}%", o.get("overlap_pct", 0)),
+                            (esc(o.device), o.device),
+                            (fmt_ms(o.comm_ns), o.comm_ns),
+                            (fmt_ms(o.exposed_ns), o.exposed_ns),
+                            (f"{o.overlap_pct:.1f}%", o.overlap_pct),
                         ]
                     )
         if not groups:
             return exposure_html(doc)  # a CPU run's host-side collectives have no kernel rows above
         rows = []
-        for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1]["total_ns"]):
-            bw = sum(g["busbw"]) / len(g["busbw"]) if g["busbw"] else None
+        for (name, size, dtype, nbytes), g in sorted(groups.items(), key=lambda kv: -kv[1].total_ns):
+            bw = sum(g.busbw) / len(g.busbw) if g.busbw else None
             rows.append(
                 [
                     (esc(name), str(name)),
                     (esc(size if size is not None else "?"), size or 0),
                     (esc(dtype or "?"), str(dtype)),
                     (fmt_bytes(nbytes) if isinstance(nbytes, (int, float)) else "?", nbytes or 0),
-                    (f"{g['count']:,}", g["count"]),
-                    (fmt_ms(g["total_ns"]), g["total_ns"]),
-                    (fmt_ms(g["total_ns"] / max(g["count"], 1)), g["total_ns"] / max(g["count"], 1)),
+                    (f"{g.count:,}", g.count),
+                    (fmt_ms(g.total_ns), g.total_ns),
+                    (fmt_ms(g.total_ns / max(g.count, 1)), g.total_ns / max(g.count, 1)),
                     (f"{bw:.2f}" if bw is not None else "?", bw or 0),
-                    (str(len(g["ranks"])), len(g["ranks"])),
+                    (str(len(g.ranks)), len(g.ranks)),
                 ]
             )
         head = ["collective", "group", "dtype", "message", "calls", c.total("time"), "mean /call", "busbw GB/s", "ranks"]
@@ -500,24 +502,24 @@ class HtmlRenderer:
     # -------------------------------------------------------------------------------------------
     def _roofline(self, rank: RankReport) -> str:
         roof = rank.roofline
-        if not isinstance(roof, dict):
+        if isinstance(roof, UnsetType):
             return ""
         chart = chart_svg(roof)
         rows = []
-        for r in sorted(roof.get("rows") or [], key=lambda r: -(r.get("time_ns") or 0))[: self.top]:
-            pct = r.get("pct_of_roof")
+        for r in sorted(roof.rows, key=lambda r: -r.time_ns)[: self.top]:
+            pct, ai = r.pct_of_roof, r.arithmetic_intensity_flops_per_byte
             rows.append(
                 [
-                    (_name_cell(r.get("name"), r.get("input_dims")), str(r.get("name"))),
-                    (f"{int(r.get('count') or 0):,}", r.get("count") or 0),
-                    (fmt_ms(r.get("time_ns") or 0), r.get("time_ns") or 0),
-                    (esc(r.get("bound") or "?"), str(r.get("bound"))),
-                    (_num_text(r.get("arithmetic_intensity_flops_per_byte"), "{:.1f}"), r.get("arithmetic_intensity_flops_per_byte") or 0),
-                    (f"{pct:.0f}%" if isinstance(pct, (int, float)) else "?", pct or 0),
-                    (fmt_ms(r.get("saving_ns") or 0), r.get("saving_ns") or 0),
+                    (_name_cell(r.name, r.input_dims), r.name),
+                    (f"{r.count:,}", r.count),
+                    (fmt_ms(r.time_ns), r.time_ns),
+                    (esc(r.bound or "?"), r.bound),
+                    (_num_text(ai, "{:.1f}"), ai or 0),
+                    (f"{pct:.0f}%" if pct is not None else "?", pct or 0),
+                    (fmt_ms(r.saving_ns), r.saving_ns),
                 ]
             )
-        note = roof.get("peaks_note") or ""
+        note = roof.peaks_note
         head = ["op (shapes)", "calls", c.total("time"), "class", "FLOP/byte", "of roof", c.total("saving at roof")]
         table = self._sortable(
             head,
@@ -527,41 +529,38 @@ class HtmlRenderer:
         measured = self._roofline_measured(roof)
         if not chart and not table and not measured:
             return ""
-        extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.get("notes") or [])  # assumed dtypes, no-ops
+        extra = "".join(f'<p class="mute">{esc(n)}</p>' for n in roof.notes)  # assumed dtypes, no-ops
         if measured and table:  # two kinds of numbers side by side: say which is which
             table = '<p class="mute">Ops: estimated from shapes.</p>' + table
         return (f'<p class="mute">{esc(note)}</p>' if note else "") + extra + chart + table + measured
 
-    def _roofline_measured(self, roof: dict[str, Any]) -> str:
+    def _roofline_measured(self, roof: RooflineSection) -> str:
         """Nsight Compute's measured points (``analyze --ncu``): one row per profiled kernel, measured (ncu)
         beside the launching op's estimate from shapes."""
-        points = [p for p in roof.get("measured") or [] if isinstance(p, dict)]
+        points = [] if isinstance(roof.measured, UnsetType) else roof.measured
         if not points:
             return ""
 
-        def num(value: Any, scale: float, pattern: str) -> tuple[str, Any]:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            return (pattern.format(value / scale) if ok else "?", value if ok else -1)
+        def num(value: float | None, scale: float, pattern: str) -> tuple[str, float]:
+            return ("?", -1) if value is None else (pattern.format(value / scale), value)
 
         rows = []
         for p in points[: self.top]:
-            est = p.get("est_flops")
+            est = p.est_flops
             rows.append([
-                (f'<td class=name title="{esc(p.get("kernel"))}">{esc(_short(str(p.get("kernel") or "?")))}',
-                 str(p.get("kernel"))),
-                (esc(p.get("op") or ("(not on the timeline)" if int(p.get("row", -1)) < 0 else "—")),
-                 str(p.get("op") or "")),
-                num(p.get("duration_ns"), 1e3, "{:,.1f} µs"),
-                num(p.get("achieved_flops_per_s"), 1e9, "{:,.1f}"),
-                num(p.get("achieved_bytes_per_s"), 1e9, "{:,.1f}"),
-                num(p.get("flop_per_byte"), 1.0, "{:.2f}"),
-                num(p.get("sm_sol_pct"), 1.0, "{:.0f}%"),
-                num(p.get("memory_sol_pct"), 1.0, "{:.0f}%"),
-                (f"{num(est, 1e9, '{:,.3f}')[0]} / {num(p.get('flops'), 1e9, '{:,.3f}')[0]}",
-                 est if isinstance(est, (int, float)) else -1),
+                (f'<td class=name title="{esc(p.kernel)}">{esc(_short(p.kernel or "?"))}', p.kernel),
+                (esc(p.op or ("(not on the timeline)" if p.row < 0 else "—")), p.op or ""),
+                num(p.duration_ns, 1e3, "{:,.1f} µs"),
+                num(p.achieved_flops_per_s, 1e9, "{:,.1f}"),
+                num(p.achieved_bytes_per_s, 1e9, "{:,.1f}"),
+                num(p.flop_per_byte, 1.0, "{:.2f}"),
+                num(p.sm_sol_pct, 1.0, "{:.0f}%"),
+                num(p.memory_sol_pct, 1.0, "{:.0f}%"),
+                (f"{num(est, 1e9, '{:,.3f}')[0]} / {num(p.flops, 1e9, '{:,.3f}')[0]}", est if est is not None else -1),
             ])
-        matched = sum(1 for p in points if int(p.get("row", -1)) >= 0)
-        head = (f'<p class="mute">Kernels: measured (ncu) by {esc(roof.get("measured_source") or "Nsight Compute")}, '
+        matched = sum(1 for p in points if p.row >= 0)
+        source = roof.measured_source if isinstance(roof.measured_source, str) and roof.measured_source else "Nsight Compute"
+        head = (f'<p class="mute">Kernels: measured (ncu) by {esc(source)}, '
                 f"{matched:,} of {len(points):,} matched to the timeline by name, launch order, grid and block; "
                 "FLOPs from the FP32/FP64/FP16 pipe counters (tensor-core FLOPs are not counted), bytes from "
                 "DRAM.</p>")
@@ -634,9 +633,8 @@ class HtmlRenderer:
         prop = next((p for p in focus.device_properties if p.index == index), None)
         for k, v in (msgspec.structs.asdict(prop) if prop is not None else {}).items():
             pairs.append((f"device.{k}", fmt_bytes(v) if k.endswith("_bytes") and isinstance(v, (int, float)) else v))
-        run = doc.run_metadata
-        if isinstance(run, dict):
-            for k, v in run.items():
+        if doc.run_metadata is not None:  # every field meta.json sets, as the JSON holds it
+            for k, v in msgspec.to_builtins(doc.run_metadata).items():
                 pairs.append((f"run.{k}", v))
         out = "<dl class=ev>" + "".join(f"<dt>{esc(k)}</dt><dd>{_value(v)}</dd>" for k, v in pairs if v not in (None, "", {}, [])) + "</dl>"
         # The generic block renderer reads plain data: the section as its JSON holds it.
@@ -791,7 +789,7 @@ def _overview_x(ov: TimelineOverview, t_ns: int) -> float | None:
     return (done + t_ns - int(segments[-1][1])) / length
 
 
-def _telemetry_groups(series: dict[str, Any]) -> list[tuple[str, list[str], str, str, float | None]]:
+def _telemetry_groups(series: dict[str, list[float | None]]) -> list[tuple[str, list[str], str, str, float | None]]:
     """Which counters share a chart, with the chart's unit (``svg`` formats), the y-axis label and a
     fixed top of scale (None: from the data): counters share a chart only when they share a unit and a
     meaning of 100 % (the machine's ``cpu_pct``, 100 = every core, and the process tree's
@@ -836,6 +834,16 @@ def _without_empty(value: Any) -> Any:
         keep = [k for k in dict.fromkeys(k for r in value for k in r) if not all(_empty(r.get(k)) for r in value)]
         return [{k: r.get(k) for k in keep} for r in value]
     return value
+
+
+@dataclass
+class _CollectiveGroup:
+    """One row of the collectives table: a collective, group size, dtype and size summed over the ranks."""
+
+    count: int = 0
+    total_ns: int = 0
+    ranks: set[int] = field(default_factory=set)
+    busbw: list[float] = field(default_factory=list)
 
 
 def _short(name: str, n: int = 110) -> str:

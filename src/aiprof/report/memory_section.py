@@ -7,7 +7,7 @@ device the peak allocated and reserved, the fragmentation at the peak, what domi
 and site), the per-step peaks and the leak trend, the OOM verdicts, and the memory findings (the ``mem_*``
 rules, which save bytes, plus ``allocator_churn`` and ``memory_pressure``, the memory family's time-side
 rules). The HTML draws the timeline stacked by category and the icicle of what is live at the peak with
-:mod:`aiprof.memory.render`'s charts (inline SVG, no script). Every string from the input passes through
+:mod:`aiprof.report.memory_render`'s charts (inline SVG, no script). Every string from the input passes through
 :mod:`aiprof.report.escape` for its sink; sizes are in binary units (KiB, MiB, GiB).
 """
 
@@ -55,7 +55,7 @@ def memory_findings(doc: Report) -> list[FindingRecord]:
 
 def _freed_text(f: FindingRecord) -> str:
     """``frees ≈ 704.0 KiB of the peak`` (what the bytes are bytes of: the rule's ``saving_scope``)."""
-    from aiprof.memory.render import saving_text as memory_saving_text
+    from aiprof.report.memory_render import saving_text as memory_saving_text
 
     return memory_saving_text(f)
 
@@ -207,7 +207,7 @@ def html_section(doc: Report) -> str:
     rank = memory_rank(doc)
     if rank is None or not isinstance(rank.memory, MemoryReport):
         return ""
-    from aiprof.memory.render import icicle_svg, step_table, timeline_svg
+    from aiprof.report.memory_render import icicle_svg, step_table, timeline_svg
 
     mem = rank.memory
     who = f"Rank {rank.rank}: " if len(doc.ranks) > 1 else ""

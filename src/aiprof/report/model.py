@@ -7,9 +7,10 @@ types: fields added since have defaults. A field that is ``UNSET`` is left out o
 the analysis did not compute, run context of traces that are not in an ``aiprof run`` directory).
 
 Each per-rank analysis section is the analysis' own msgspec Struct, defined in ``analysis/`` (or
-``roofline/``, ``memory/``) and used here as is; ``roofline`` and the free-form metadata (``distributed``,
-``trace_metadata``, ``run_metadata``, ``telemetry``) are still ``dict[str, Any]``. ``communication``'s
-per-collective rows are still the analysis' dicts.
+``roofline/``, ``memory/``) and used here as is; the free-form trace metadata (``distributed``,
+``trace_metadata``) stays ``dict[str, Any]``; the run directory's ``run_metadata`` and ``telemetry`` are
+:mod:`aiprof.runmeta`'s types (a collective's raw Kineto args, ``communication.collectives[].metadata``, are
+free-form trace metadata too).
 
 Schema versions: 1.0 is the first typed report; 1.1 adds ``ranks[].memory`` (the rank's
 :class:`~aiprof.memory.report.MemoryReport`, present when it has memory data). A 1.0 report decodes as is.
@@ -33,14 +34,17 @@ from aiprof.analysis.inference import InferenceReport
 from aiprof.analysis.kernels import KernelStats
 from aiprof.analysis.ops import OpStats
 from aiprof.analysis.overview import TimelineOverview
+from aiprof.analysis.timeline import Totals as Totals  # the report's totals are the analysis' (re-exported)
 from aiprof.analysis.wholerun import WholeRun
 from aiprof.analysis.modules import ModuleProfile
 from aiprof.analysis.stacks import StackProfile
 from aiprof.memory.report import MemoryReport
 from aiprof.roofline.attention import AttentionReport
 from aiprof.roofline.mfu import MfuReport
+from aiprof.roofline.section import RooflineSection
 from aiprof.report.runstatus import RunStatus
 from aiprof.rules.finding import FindingRecord
+from aiprof.runmeta import RunMeta, RunTelemetry
 from aiprof.trace.model import DeviceInfo
 
 SCHEMA_VERSION = "1.1"
@@ -57,18 +61,6 @@ class Step(msgspec.Struct, kw_only=True):
     duration_ns: NonNegative
     breakdown_ns: dict[str, int]  # compute, communication, memcpy, memset, compile, idle
     idle_causes_ns: dict[str, int]  # data_loading, host, sync, launch, collective_wait, unknown
-
-
-class Totals(msgspec.Struct, kw_only=True):
-    """Sums over a device's steps; ``gpu_utilization`` is (compute + communication) / window in [0, 1]."""
-
-    steps: NonNegative
-    duration_ns: NonNegative
-    mean_step_ns: NonNegative
-    median_step_ns: NonNegative
-    breakdown_ns: dict[str, int]
-    idle_causes_ns: dict[str, int]
-    gpu_utilization: float
 
 
 class Device(msgspec.Struct, kw_only=True):
@@ -136,7 +128,9 @@ class RankReport(msgspec.Struct, kw_only=True):
     communication: CommunicationSection | UnsetType = UNSET
     # The peers' numbers of the rank: HTA, TraceLens, the TensorBoard plugin (analysis/compat; docs/peer-conventions.md).
     compat: Compat | UnsetType = UNSET
-    roofline: dict[str, Any] | UnsetType = UNSET
+    # FLOPs and bytes per op from shapes against the device's peaks, the longest calls, and with ``analyze
+    # --ncu`` the kernels Nsight Compute measured (roofline/section.py; docs/roofline.md).
+    roofline: RooflineSection | UnsetType = UNSET
     # Each device's buckets in 240 time bins over the analysed span (analysis/overview.py): the HTML strips.
     timeline_overview: TimelineOverview | UnsetType = UNSET
     # CUDA/HIP graph capture in the trace (analysis/graphs.py): counts, and whether the trace is a capture.
@@ -199,8 +193,8 @@ class Report(msgspec.Struct, kw_only=True, omit_defaults=True):
     findings: list[FindingRecord]
     warnings: list[str]
     # Run context of an ``aiprof run`` directory (report.runcontext); absent for bare traces.
-    run_metadata: dict[str, Any] | None = None
-    telemetry: dict[str, Any] | None = None
+    run_metadata: RunMeta | None = None  # meta.json: the fields it sets (aiprof.runmeta)
+    telemetry: RunTelemetry | None = None  # the run's counters over time, downsampled
     # A crashed, stopped or incomplete run, or a cut-off trace (report.runstatus): absent when it ended well.
     run_status: RunStatus | UnsetType = UNSET
     # Step time and throughput over every step of an ``aiprof run`` (analysis.wholerun): run directories only.

@@ -215,13 +215,13 @@ def _findings(doc: Report, base: int, bases: list[int]) -> list[dict[str, Any]]:
 def _telemetry(doc: Report, base: int) -> list[dict[str, Any]]:
     """Counter tracks ("ph": "C") from the run directory's telemetry."""
     tel = doc.telemetry
-    if not isinstance(tel, dict):
+    if tel is None:
         return []
     out: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "pid": TELEMETRY_PID, "args": {"name": "aiprof telemetry"}},
     ]
-    times = tel.get("t_unix_ns") or []
-    for name, values in (tel.get("series") or {}).items():
+    times = tel.t_unix_ns
+    for name, values in tel.series.items():
         for t, v in zip(times, values):
             if v is not None:
                 out.append({"ph": "C", "name": name, "pid": TELEMETRY_PID, "tid": 0, "ts": (int(t) - base) / 1000.0, "args": {name: v}})

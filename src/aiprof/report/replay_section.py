@@ -6,7 +6,7 @@ time. Numbers are formatted here; the file and op names come from traces and are
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from msgspec import UNSET, UnsetType
 
 from aiprof.analysis.graphs import GraphCaptureSection
 from aiprof.report.common import fmt_ms, focus_rank
@@ -27,18 +27,17 @@ class _Replay:
 
 def _replay(doc: Report) -> _Replay | None:
     section = focus_rank(doc).graph_capture
-    found = section.replay_attribution if isinstance(section, GraphCaptureSection) else None
-    if not isinstance(found, dict):
+    a = section.replay_attribution if isinstance(section, GraphCaptureSection) else UNSET
+    if isinstance(a, UnsetType):
         return None
-    a: dict[str, Any] = found
-    replayed = int(a["replayed_ns"])
-    summary = (f"{100 * float(a['attributed_share']):.1f}% of the replayed kernel time ({fmt_ms(replayed)}, "
-               f"{int(a['replayed_kernels']):,} kernels of {int(a['graph_launches'])} graph launches, "
-               f"{int(a['matched_launches'])} matched to a captured graph) attributed to {int(a['op_count'])} ops; "
-               f"{100 * float(a['unattributed_share']):.1f}% unattributed ({fmt_ms(int(a['unattributed_ns']))})")
-    rows = [(fmt_ms(int(ns)), f"{100 * int(ns) / replayed:.1f}%" if replayed else "–", str(name))
-            for name, ns in list(a["by_op"].items())[:TOP]]
-    return _Replay(str(a["capture"]), summary, rows)
+    replayed = a.replayed_ns
+    summary = (f"{100 * a.attributed_share:.1f}% of the replayed kernel time ({fmt_ms(replayed)}, "
+               f"{a.replayed_kernels:,} kernels of {a.graph_launches} graph launches, "
+               f"{a.matched_launches} matched to a captured graph) attributed to {a.op_count} ops; "
+               f"{100 * a.unattributed_share:.1f}% unattributed ({fmt_ms(a.unattributed_ns)})")
+    rows = [(fmt_ms(ns), f"{100 * ns / replayed:.1f}%" if replayed else "–", name)
+            for name, ns in list(a.by_op.items())[:TOP]]
+    return _Replay(a.capture, summary, rows)
 
 
 def terminal_lines(doc: Report) -> list[str]:

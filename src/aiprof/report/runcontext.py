@@ -11,12 +11,15 @@ with a note.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from msgspec import UnsetType
 
 from aiprof import rundir
+from aiprof.runmeta import RunMeta, RunTelemetry
 
 MAX_POINTS = 600
 
@@ -34,7 +37,7 @@ def run_dir_of(sources: list[str], notes: list[str] | None = None) -> rundir.Run
     return rundir.find_run_dir([Path(s) for s in sources], notes)
 
 
-def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] | None:
+def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> RunTelemetry | None:
     """Counters as columns over time, at most ``max_points`` samples (means over equal chunks)."""
     columns = rundir.read_telemetry(path)
     times = columns.pop("t_unix_ns", [])
@@ -51,12 +54,12 @@ def read_telemetry(path: Path, max_points: int = MAX_POINTS) -> dict[str, Any] |
             series[f"{name}_per_s"] = _rate(t, np.array(values, dtype=np.float64)[order])
     keep = [k for k, v in series.items() if np.isfinite(v).any()]
     t_out, chunks = _downsample_times(t, max_points)
-    return {
-        "path": str(path),
-        "samples": int(t.size),
-        "t_unix_ns": t_out.tolist(),
-        "series": {k: _round_list(_chunk_mean(series[k], chunks)) for k in keep},
-    }
+    return RunTelemetry(
+        path=str(path),
+        samples=int(t.size),
+        t_unix_ns=t_out.tolist(),
+        series={k: _round_list(_chunk_mean(series[k], chunks)) for k in keep},
+    )
 
 
 def _rate(t: np.ndarray[Any, np.dtype[np.int64]], cumulative: np.ndarray[Any, np.dtype[np.float64]]) -> np.ndarray[Any, np.dtype[np.float64]]:
@@ -93,33 +96,36 @@ def _round_list(values: np.ndarray[Any, np.dtype[np.float64]]) -> list[float | N
 SHARED_PCT = 20.0  # other processes' mean CPU, in % of the machine, above which a run counts as shared
 
 
-def shared_cores(telemetry: dict[str, Any] | None, run_metadata: dict[str, Any] | None) -> float | None:
+def shared_cores(telemetry: RunTelemetry | None, run_metadata: RunMeta | None) -> float | None:
     """Cores other processes used on average over the run (``aiprof run`` telemetry: the machine's CPU minus
     the profiled tree's), when that is at least ``SHARED_PCT`` % of the machine; else None."""
-    series = (telemetry or {}).get("series") or {}
-    host = (run_metadata or {}).get("host") or {}
-    cores = host.get("cores_logical") if isinstance(host, dict) else None
-    machine, tree = series.get("cpu_pct"), series.get("proc_cpu_pct")
-    if not isinstance(cores, int) or cores <= 0 or not isinstance(machine, list) or not isinstance(tree, list):
+    if telemetry is None or run_metadata is None:
         return None
-    others = [
-        max(float(m) - float(t) / cores, 0.0) for m, t in zip(machine, tree)
-        if isinstance(m, (int, float)) and isinstance(t, (int, float))
-    ]
+    host = run_metadata.host
+    cores = None if isinstance(host, UnsetType) else host.cores_logical
+    machine, tree = telemetry.series.get("cpu_pct"), telemetry.series.get("proc_cpu_pct")
+    if not isinstance(cores, int) or cores <= 0 or machine is None or tree is None:
+        return None
+    others = [max(m - t / cores, 0.0) for m, t in zip(machine, tree) if m is not None and t is not None]
     if not others:
         return None
     pct = sum(others) / len(others)
     return pct / 100.0 * cores if pct >= SHARED_PCT else None
 
 
-def run_context(found: rundir.RunDir | None) -> dict[str, Any]:
-    """``{"run_metadata": …, "telemetry": …}`` for the document of a run in the run directory ``found`` (found
-    at the analysis' root), with only the keys that exist; ``{}`` for traces outside one."""
+@dataclass(frozen=True)
+class RunContext:
+    """What the document embeds of the run directory its traces are in: ``meta.json`` and the telemetry
+    counters (None: traces outside a run directory, or a run without telemetry)."""
+
+    run_metadata: RunMeta | None = None
+    telemetry: RunTelemetry | None = None
+
+
+def run_context(found: rundir.RunDir | None) -> RunContext:
+    """The run context of the document of a run in the run directory ``found`` (found at the analysis'
+    root); empty for traces outside one."""
     if found is None:
-        return {}
-    out: dict[str, Any] = {"run_metadata": found.meta.to_dict()}
-    if found.telemetry_path is not None:
-        telemetry = read_telemetry(found.telemetry_path)
-        if telemetry is not None:
-            out["telemetry"] = telemetry
-    return out
+        return RunContext()
+    telemetry = read_telemetry(found.telemetry_path) if found.telemetry_path is not None else None
+    return RunContext(run_metadata=found.meta, telemetry=telemetry)

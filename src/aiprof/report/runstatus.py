@@ -2,7 +2,7 @@
 of every report (one banner line; the JSON field ``run_status``).
 
 Sources: the run directory's ``meta.json`` (``status``, ``reason``, ``exit_code``, ``signals_received``,
-per-process ``recorded_steps``; ``aiprof run`` writes them when the script ends, whatever way) and the
+per-process ``recorded_steps``: :class:`~aiprof.runmeta.RunMeta`; ``aiprof run`` writes them when the script ends, whatever way) and the
 traces' coverage (``Coverage.partial`` / ``cut_off``, the steps left out). A run that ended well and whose
 traces are whole has no ``run_status``.
 """
@@ -10,9 +10,11 @@ traces are whole has no ``run_status``.
 from __future__ import annotations
 
 import signal
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
+
+from aiprof.runmeta import RunMeta
 
 State = Literal["crashed", "interrupted", "incomplete", "partial"]
 
@@ -33,7 +35,7 @@ class RunStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 def run_status(
-    run_metadata: dict[str, Any] | None,
+    run_metadata: RunMeta | None,
     *,
     complete_steps: int,
     incomplete_steps: int,
@@ -41,12 +43,11 @@ def run_status(
     cut_off: bool,
 ) -> RunStatus | None:
     """The run's status from its metadata and its traces' coverage, or None when it ended well."""
-    meta = run_metadata or {}
-    status = str(meta.get("status") or "")
-    code = meta.get("exit_code")
-    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    meta = run_metadata if run_metadata is not None else RunMeta()
+    status = meta.status
+    code = meta.exit_code
     sig = _signal_of(code)
-    recorded = max(complete_steps + incomplete_steps, _meta_recorded(meta))
+    recorded = max(complete_steps + incomplete_steps, max((len(r.recorded_steps) for r in meta.ranks), default=0))
     if code not in (None, 0):
         state: State = "interrupted" if sig in _STOP_SIGNALS else "crashed"
         how = f"exit {code}" + (f", killed by {sig}" if sig and state == "crashed" else f", {sig}" if sig else "")
@@ -54,7 +55,7 @@ def run_status(
     elif status == "running":
         state, head = "crashed", "This run did not finish (its run directory still says running: aiprof itself was stopped)"
     elif status == "incomplete":
-        state, head = "incomplete", "This run is incomplete" + (f" ({meta['reason']})" if meta.get("reason") else "")
+        state, head = "incomplete", "This run is incomplete" + (f" ({meta.reason})" if meta.reason else "")
     elif partial:
         state = "partial"
         head = "This trace is cut off mid-write" if cut_off else "This trace lacks the device side of some steps"
@@ -70,7 +71,7 @@ def run_status(
         banner=f"{head} — {steps}{tail}",
         exit_code=code,
         signal=sig,
-        reason=meta.get("reason") if isinstance(meta.get("reason"), str) else None,
+        reason=meta.reason,
         complete_steps=complete_steps,
         recorded_steps=recorded,
     )
@@ -85,8 +86,3 @@ def _signal_of(code: int | None) -> str | None:
     except ValueError:
         return None
 
-
-def _meta_recorded(meta: dict[str, Any]) -> int:
-    """Steps the profiled processes recorded, as ``meta.json`` counts them (the largest over processes)."""
-    counts = [len(r.get("recorded_steps") or []) for r in meta.get("ranks") or [] if isinstance(r, dict)]
-    return max(counts, default=0)

@@ -307,10 +307,10 @@ def _short_path(path: str) -> str:
 
 def _framework(doc: Report) -> str:
     """`` · transformers 5.23.0`` when a framework integration captured the run (meta.json's framework)."""
-    entry = (doc.run_metadata or {}).get("framework")
-    if not isinstance(entry, dict) or not entry.get("name"):
+    entry = doc.run_metadata.framework if doc.run_metadata is not None else None
+    if entry is None or not entry.name:
         return ""
-    return f" · {entry['name']} {entry.get('version') or ''}".rstrip()
+    return f" · {entry.name} {entry.version or ''}".rstrip()
 
 
 def render_summary(result: Report | RunAnalysis, width: int = 80, is_tty: bool = False) -> str:

@@ -27,6 +27,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from aiprof.analysis.explore import RUN_EVENTS, Category, RankTimeline, cap
@@ -34,6 +35,7 @@ from aiprof.report.escape import json_script
 from aiprof.report.model import Report
 from aiprof.rules.finding import FindingRecord
 from aiprof.rundir import RunDir
+from aiprof.runmeta import RunTelemetry
 
 __all__ = ["MAX_EVENTS", "TIMELINE_CSS", "TimelineInput", "csp", "payload", "script_hash", "script_text", "section",
            "timeline_input"]
@@ -51,7 +53,7 @@ class TimelineInput:
     ``runcontext.read_telemetry`` returns them (None without a run directory)."""
 
     ranks: list[RankTimeline]
-    telemetry: dict[str, Any] | None = None
+    telemetry: RunTelemetry | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -88,7 +90,7 @@ def csp(base: str, script: str) -> str:
 def section(doc: Report, data: TimelineInput) -> str:
     """The interactive timeline's page parts: a hidden viewer container (the script shows it), the
     payload as JSON data and the viewer script. Without script the static strips around it stay."""
-    body = json_script(json.dumps(payload(doc, data), separators=(",", ":")))
+    body = json_script(json.dumps(msgspec.to_builtins(payload(doc, data)), separators=(",", ":")))
     return (
         '<div id="aiprof-tl" class="tl" hidden>'
         '<p class="mute">Interactive timeline: drag to pan, wheel or <kbd>+</kbd>/<kbd>-</kbd> to zoom, '
@@ -112,10 +114,98 @@ TIMELINE_CSS = (
 
 
 # ---------------------------------------------------------------------------------------------------
-# The payload
+# The payload: what ``data/timeline.js`` reads (field order is the JSON's key order)
 # ---------------------------------------------------------------------------------------------------
-def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> dict[str, Any]:
-    """The page's timeline data (see the module doc); a plain JSON-able dict."""
+class Track(msgspec.Struct, kw_only=True):
+    """One track (a thread, a stream…) of a rank; ``rows``: per row (depth), its ``[first, end)`` event indices."""
+
+    rank: int
+    kind: str
+    label: str
+    rows: list[list[int]]
+
+
+class PayloadRank(msgspec.Struct, kw_only=True):
+    """A rank shown: the clock offset its times are relative to, and how many events it has (shown, total)."""
+
+    rank: int
+    origin_ns: int
+    base_time_ns: int
+    clock: str
+    events: int
+    total: int
+
+
+class CoverageBins(msgspec.Struct, kw_only=True):
+    """Busy ns per bin of one track row whose events were capped (``busy``: base64 ``f32``)."""
+
+    track: int
+    row: int
+    t0: int
+    bin: int
+    events: int
+    busy: str
+
+
+class EventColumns(msgspec.Struct, kw_only=True):
+    """The events as base64 little-endian columns: start ``t`` (f64), duration ``d`` (f32), name ``n`` (u32),
+    category ``k`` (u8)."""
+
+    count: int
+    t: str
+    d: str
+    n: str
+    k: str
+
+
+class Flows(msgspec.Struct, kw_only=True):
+    """Launch → activity pairs as event indices (base64 ``i4``)."""
+
+    src: str
+    dst: str
+
+
+class Counter(msgspec.Struct, kw_only=True):
+    """One telemetry counter over the shown span (times as offsets from the run's start)."""
+
+    label: str
+    unit: str
+    t: list[int]
+    v: list[float | None]
+
+
+class FindingTarget(msgspec.Struct, kw_only=True):
+    """What a finding's "show in timeline" control zooms to: the names its evidence gives (string ids) and
+    its rank's slowest step ``[t0, t1, name]`` (offsets)."""
+
+    id: str
+    names: list[int]
+    rank: int | None
+    step: list[int | str] | None
+
+
+class Payload(msgspec.Struct, kw_only=True):
+    """The page's timeline data (see the module doc)."""
+
+    v: int
+    span_ns: int
+    origin_ns: int | None
+    clock: str
+    categories: dict[int, str]
+    strings: list[str]
+    tracks: list[Track]
+    ranks: list[PayloadRank]
+    events: EventColumns
+    flows: Flows
+    coverage: list[CoverageBins]
+    counters: list[Counter]
+    findings: list[FindingTarget | None]
+    total_events: int
+    left_out: list[str]
+
+
+def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> Payload:
+    """The page's timeline data (see the module doc)."""
     ranks, left_out = _shown_ranks(doc, data, max_events)
     spans = [r.span_ns for r in ranks]
     one_clock = len({r.clock for r in ranks}) <= 1 and (len(ranks) <= 1 or ranks[0].clock == "unix")
@@ -129,23 +219,23 @@ def payload(doc: Report, data: TimelineInput, max_events: int = MAX_EVENTS) -> d
         left_out.append("the ranks' traces are not on one clock (no unix base time): each rank starts at 0")
     end = max((s[1] - shift for s, shift in zip(spans, shifts) if s != (0, 0)), default=0)
     unix = one_clock and bool(ranks) and ranks[0].clock == "unix"
-    return {
-        "v": 1,
-        "span_ns": int(end),
-        "origin_ns": int(origin) if one_clock else None,
-        "clock": (ranks[0].clock if ranks else "trace") if one_clock else "per-rank",
-        "categories": CATEGORY_NAMES,
-        "strings": list(pack.strings),
-        "tracks": pack.tracks,
-        "ranks": pack.ranks,
-        "events": pack.events(),
-        "flows": {"src": _b64(_cat(pack.flow_src, "<i4")), "dst": _b64(_cat(pack.flow_dst, "<i4"))},
-        "coverage": pack.coverage,
-        "counters": _counters(data.telemetry, origin, end) if unix else [],
-        "findings": _finding_targets(doc, pack.strings, pack.ranks),
-        "total_events": sum(r.total_events for r in ranks),
-        "left_out": left_out,
-    }
+    return Payload(
+        v=1,
+        span_ns=int(end),
+        origin_ns=int(origin) if one_clock else None,
+        clock=(ranks[0].clock if ranks else "trace") if one_clock else "per-rank",
+        categories=CATEGORY_NAMES,
+        strings=list(pack.strings),
+        tracks=pack.tracks,
+        ranks=pack.ranks,
+        events=pack.events(),
+        flows=Flows(src=_b64(_cat(pack.flow_src, "<i4")), dst=_b64(_cat(pack.flow_dst, "<i4"))),
+        coverage=pack.coverage,
+        counters=_counters(data.telemetry, origin, end) if unix else [],
+        findings=_finding_targets(doc, pack.strings, pack.ranks),
+        total_events=sum(r.total_events for r in ranks),
+        left_out=left_out,
+    )
 
 
 def _shown_ranks(doc: Report, data: TimelineInput, max_events: int) -> tuple[list[RankTimeline], list[str]]:
@@ -169,9 +259,9 @@ class _Pack:
 
     def __init__(self) -> None:
         self.strings: dict[str, int] = {}
-        self.tracks: list[dict[str, Any]] = []
-        self.ranks: list[dict[str, Any]] = []
-        self.coverage: list[dict[str, Any]] = []
+        self.tracks: list[Track] = []
+        self.ranks: list[PayloadRank] = []
+        self.coverage: list[CoverageBins] = []
         self.columns: list[tuple[np.ndarray, ...]] = []  # (start offset, duration, name, category)
         self.flow_src: list[np.ndarray] = []
         self.flow_dst: list[np.ndarray] = []
@@ -184,23 +274,23 @@ class _Pack:
         bounds = _row_bounds(r)
         for t, (kind, label) in enumerate(zip(r.track_kind, r.track_label)):
             rows = [[lo + offset, hi + offset] for lo, hi in bounds.get(t, [])]
-            self.tracks.append({"rank": r.rank, "kind": kind, "label": label, "rows": rows})
+            self.tracks.append(Track(rank=r.rank, kind=kind, label=label, rows=rows))
         names = local[r.name] if len(r) else np.zeros(0, dtype=np.uint32)
         self.columns.append(((r.start_ns - shift).astype("<f8"), r.dur_ns.astype("<f4"), names, r.cat.astype("u1")))
         self.flow_src.append(r.flow_src + offset)
         self.flow_dst.append(r.flow_dst + offset)
         for cov in r.coverage:
-            self.coverage.append({"track": first_track + cov.track, "row": cov.row, "t0": cov.start_ns - shift,
-                                  "bin": cov.bin_ns, "events": cov.events, "busy": _b64(cov.busy_ns.astype("<f4"))})
-        self.ranks.append({"rank": r.rank, "origin_ns": int(shift), "base_time_ns": r.base_time_ns, "clock": r.clock,
-                           "events": len(r), "total": r.total_events})
+            self.coverage.append(CoverageBins(track=first_track + cov.track, row=cov.row, t0=cov.start_ns - shift,
+                                              bin=cov.bin_ns, events=cov.events, busy=_b64(cov.busy_ns.astype("<f4"))))
+        self.ranks.append(PayloadRank(rank=r.rank, origin_ns=int(shift), base_time_ns=r.base_time_ns, clock=r.clock,
+                                      events=len(r), total=r.total_events))
         self.count += len(r)
 
-    def events(self) -> dict[str, Any]:
+    def events(self) -> EventColumns:
         """The event columns as base64 little-endian typed arrays."""
         cols = list(zip(*self.columns)) or [[], [], [], []]
-        return {"count": self.count, **{key: _b64(_cat(list(parts), dtype))
-                                        for key, parts, dtype in zip("tdnk", cols, ("<f8", "<f4", "<u4", "u1"))}}
+        t, d, n, k = (_b64(_cat(list(parts), dtype)) for parts, dtype in zip(cols, ("<f8", "<f4", "<u4", "u1")))
+        return EventColumns(count=self.count, t=t, d=d, n=n, k=k)
 
 
 def _fit(ranks: list[RankTimeline], max_events: int) -> list[RankTimeline]:
@@ -244,12 +334,12 @@ def _b64(values: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(values).tobytes()).decode("ascii")
 
 
-def _counters(telemetry: dict[str, Any] | None, origin: int, end: int) -> list[dict[str, Any]]:
+def _counters(telemetry: RunTelemetry | None, origin: int, end: int) -> list[Counter]:
     """Telemetry series over the timeline's span (plus one sample either side), as offsets from the run's
     start."""
-    if not isinstance(telemetry, dict):
+    if telemetry is None:
         return []
-    t = np.array(telemetry.get("t_unix_ns") or [], dtype=np.int64) - origin
+    t = np.array(telemetry.t_unix_ns, dtype=np.int64) - origin
     if not t.size:
         return []
     lo = max(int(np.searchsorted(t, 0, side="right")) - 1, 0)
@@ -257,33 +347,33 @@ def _counters(telemetry: dict[str, Any] | None, origin: int, end: int) -> list[d
     if hi - lo < 1:
         return []
     out = []
-    for name, values in (telemetry.get("series") or {}).items():
+    for name, values in telemetry.series.items():
         window = list(values[lo:hi])
         if not any(v is not None for v in window):
             continue
         unit = "%" if name.endswith("_pct") else ("B/s" if name.endswith("_per_s") else
                                                   ("B" if name.endswith("_bytes") else ""))
-        out.append({"label": str(name), "unit": unit, "t": t[lo:hi].tolist(), "v": window})
+        out.append(Counter(label=str(name), unit=unit, t=t[lo:hi].tolist(), v=window))
     return out
 
 
-def _finding_targets(doc: Report, strings: dict[str, int], ranks: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+def _finding_targets(doc: Report, strings: dict[str, int], ranks: list[PayloadRank]) -> list[FindingTarget | None]:
     """Per finding (in the page's order): the names its evidence gives that are events of the timeline,
     and the slowest step of its rank (offsets), which the page zooms into; None when it names nothing
     and has no step."""
     from aiprof.report.common import findings
 
-    shift = {r["rank"]: r["origin_ns"] for r in ranks}
-    base_time = {r["rank"]: r["base_time_ns"] for r in ranks}
+    shift = {r.rank: r.origin_ns for r in ranks}
+    base_time = {r.rank: r.base_time_ns for r in ranks}
     by_rank = {r.rank: r for r in doc.ranks}
-    out: list[dict[str, Any] | None] = []
+    out: list[FindingTarget | None] = []
     for f in findings(doc):
         names = sorted({strings[s] for s in _strings_in(f.evidence) if s in strings})[:MAX_FINDING_NAMES]
         rank_no = _rank_of(f)
         rank = by_rank.get(rank_no) if rank_no is not None else None
         if rank is None and doc.ranks:
             rank = doc.ranks[0]
-        window = None
+        window: list[int | str] | None = None
         if rank is not None and rank.steps and rank.rank in shift:
             slowest = max(rank.steps, key=lambda s: s.duration_ns)
             t0 = slowest.start_ns + base_time.get(rank.rank, 0) - shift[rank.rank]
@@ -291,7 +381,7 @@ def _finding_targets(doc: Report, strings: dict[str, int], ranks: list[dict[str,
         if not names and window is None:
             out.append(None)
             continue
-        out.append({"id": f.id, "names": names, "rank": rank.rank if rank is not None else None, "step": window})
+        out.append(FindingTarget(id=f.id, names=names, rank=rank.rank if rank is not None else None, step=window))
     return out
 
 

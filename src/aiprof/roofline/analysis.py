@@ -22,14 +22,16 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
 
+import msgspec
 import numpy as np
+from msgspec import UNSET
 
 from aiprof import arrays
 from aiprof.arrays import unique
 from aiprof.roofline.cost import split_name, OpCost, is_modelled_name, noop_cost, op_cost
 from aiprof.roofline.peaks import DevicePeaks, PeaksChoice, load_measured, resolve, scale_cpu_threads
+from aiprof.roofline.section import RooflineInstance, RooflinePeaks, RooflineRowRecord, RooflineSection, UnmodelledOp
 from aiprof.trace import links
 from aiprof.trace.model import GPU_WORK_KINDS, I64, Kind, OpInputs, Trace
 
@@ -113,37 +115,42 @@ class RooflineRow:
             return f"{self.dtype} assumed: the trace records no dtypes for TensorList inputs"
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def record(self) -> RooflineRowRecord:
+        """The row as the report's ``roofline.rows`` hold it (derived numbers rounded)."""
         ai, fps, bps = self.arithmetic_intensity, self.achieved_flops_per_s, self.achieved_bytes_per_s
-        return {
-            "name": self.name,
-            "input_dims": self.input_dims,
-            "input_types": self.input_types,
-            "concrete_inputs": self.concrete_inputs,
-            "count": self.count,
-            "time_ns": self.time_ns,
-            "flops": self.flops,
-            "bytes_read": self.bytes_read,
-            "bytes_written": self.bytes_written,
-            "family": self.family,
-            "unit": self.unit,
-            "dtype": self.dtype,
-            "assumed_dtype": self.assumed_dtype or self.assumed_fp32,
-            "dtype_assumed": self.dtype_assumed,
-            "expanded_inputs": self.expanded_inputs,
-            "math": self.math or None,
-            "bound": self.bound,
-            "above_roof": self.bound == "above-roof",
-            "drawn": self.drawn,
-            "roof_key": self.roof_key,
-            "arithmetic_intensity_flops_per_byte": None if ai is None else round(ai, 4),
-            "achieved_flops_per_s": None if fps is None else int(fps),
-            "achieved_bytes_per_s": None if bps is None else int(bps),
-            "pct_of_roof": None if self.pct_of_roof is None else round(self.pct_of_roof, 2),
-            "roof_time_ns": self.roof_time_ns,
-            "saving_ns": self.saving_ns,
-            "forward_op": self.forward_op,
-        }
+        return RooflineRowRecord(
+            name=self.name,
+            input_dims=self.input_dims,
+            input_types=self.input_types,
+            concrete_inputs=self.concrete_inputs,
+            count=self.count,
+            time_ns=self.time_ns,
+            flops=self.flops,
+            bytes_read=self.bytes_read,
+            bytes_written=self.bytes_written,
+            family=self.family,
+            unit=self.unit,
+            dtype=self.dtype,
+            assumed_dtype=self.assumed_dtype or self.assumed_fp32,
+            dtype_assumed=self.dtype_assumed,
+            expanded_inputs=self.expanded_inputs,
+            math=self.math or None,
+            bound=self.bound,
+            above_roof=self.bound == "above-roof",
+            drawn=self.drawn,
+            roof_key=self.roof_key,
+            arithmetic_intensity_flops_per_byte=None if ai is None else round(ai, 4),
+            achieved_flops_per_s=None if fps is None else int(fps),
+            achieved_bytes_per_s=None if bps is None else int(bps),
+            pct_of_roof=None if self.pct_of_roof is None else round(self.pct_of_roof, 2),
+            roof_time_ns=self.roof_time_ns,
+            saving_ns=self.saving_ns,
+            forward_op=self.forward_op,
+        )
+
+    def instance(self) -> RooflineInstance:
+        """The call as the report's ``roofline.instances`` hold it: the row and its start."""
+        return RooflineInstance(**msgspec.structs.asdict(self.record()), ts_ns=self.ts_ns)
 
 
 @dataclass
@@ -286,34 +293,49 @@ class RooflineResult:
         peak = self.peaks.flops_per_s.get(key)
         return peak / self.peaks.memory_bw_bytes_per_s if peak else None
 
-    def to_dict(self, *, max_instances: int = 200) -> dict[str, Any]:
-        """The JSON report's ``roofline`` section (ints for bytes/FLOPs/ns, units in key names)."""
+    def section(self, *, max_instances: int = 200) -> RooflineSection:
+        """The JSON report's ``roofline`` section: the ``max_instances`` longest calls with the rows."""
         by_class: Counter[str] = Counter()
         for row in self.rows:
             by_class[row.bound] += row.time_ns
         top_instances = self.top_instances(max_instances)
-        return {
-            "mode": self.mode,
-            "time_basis": "union of GPU activity per op" if self.mode == "gpu" else "CPU self time per op",
-            "device_name": self.device_name,
-            "peaks": None if self.peaks is None else self.peaks.to_dict(),
-            "peaks_note": self.peaks_note,
-            "latency_bound_below_pct_of_roof": LATENCY_PCT,
-            "total_time_ns": self.total_time_ns,
-            "modelled_time_ns": self.modelled_time_ns,
-            "time_ns_by_bound": dict(sorted(by_class.items())),
-            "time_ns_by_dtype": self.time_ns_by_dtype(),
-            "notes": list(self.notes),
-            "above_roof_pct": ABOVE_ROOF_PCT,
-            "cpu_threads_used": self.cpu_threads or None,
-            "rows": [r.to_dict() for r in self.rows],
-            "unmodelled": [
-                {"name": r.name, "time_ns": r.time_ns, "share_of_time": round(self.share(r), 6), "count": r.count}
+        return RooflineSection(
+            mode=self.mode,
+            time_basis="union of GPU activity per op" if self.mode == "gpu" else "CPU self time per op",
+            device_name=self.device_name,
+            peaks=None if self.peaks is None else _peaks_record(self.peaks),
+            peaks_note=self.peaks_note,
+            latency_bound_below_pct_of_roof=LATENCY_PCT,
+            total_time_ns=self.total_time_ns,
+            modelled_time_ns=self.modelled_time_ns,
+            time_ns_by_bound=dict(sorted(by_class.items())),
+            time_ns_by_dtype=self.time_ns_by_dtype(),
+            notes=list(self.notes),
+            above_roof_pct=ABOVE_ROOF_PCT,
+            cpu_threads_used=self.cpu_threads or None,
+            rows=[r.record() for r in self.rows],
+            unmodelled=[
+                UnmodelledOp(name=r.name, time_ns=r.time_ns, share_of_time=round(self.share(r), 6), count=r.count)
                 for r in _merge_by_name(self.unmodelled)
             ],
-            "instances_total": self.instance_count,
-            "instances": [{**r.to_dict(), "ts_ns": r.ts_ns} for r in top_instances],
-        }
+            instances_total=self.instance_count,
+            instances=[r.instance() for r in top_instances],
+        )
+
+
+def _peaks_record(peaks: DevicePeaks) -> RooflinePeaks:
+    """The peaks as the section holds them: ints, the FLOP/s keys sorted, ``threads`` only when known."""
+    return RooflinePeaks(
+        name=peaks.name,
+        device_type=peaks.device_type,
+        provenance=peaks.provenance,
+        source=peaks.source,
+        matched_from=peaks.matched_from,
+        measured_at=peaks.measured_at,
+        threads=peaks.threads if peaks.threads else UNSET,
+        memory_bw_bytes_per_s=int(peaks.memory_bw_bytes_per_s),
+        flops_per_s={k: int(v) for k, v in sorted(peaks.flops_per_s.items())},
+    )
 
 
 def _merge_by_name(rows: list[RooflineRow]) -> list[RooflineRow]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -289,7 +289,7 @@ def render_html(report: MemoryReport, findings: Sequence[Finding]) -> str:
             f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n")
 
 
-RENDERERS: dict[str, Any] = {"terminal": render_terminal, "md": render_markdown, "html": render_html}
+RENDERERS: dict[str, Callable[[MemoryReport, Sequence[Finding]], str]] = {"terminal": render_terminal, "md": render_markdown, "html": render_html}
 
 
 # The charts, for other reports that show a device's memory (``aiprof analyze``'s memory section).

@@ -2,8 +2,7 @@
 % of roof. Rich table on a TTY (fits 80 columns), plain text otherwise.
 
 Op names, notes and device names come from traces: every line passes through ``report.escape.terminal``
-(no control character reaches the terminal) and the rich table gets them as ``Text``, never as markup.
-This renderer belongs with the others in ``report/`` (it imports the report's escapes for that reason)."""
+(no control character reaches the terminal) and the rich table gets them as ``Text``, never as markup."""
 
 from __future__ import annotations
 

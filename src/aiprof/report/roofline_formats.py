@@ -7,15 +7,18 @@ import html
 import json
 import re
 
+import msgspec
+
 from aiprof.fsutil import HTML_GENERATOR, JSON_GENERATOR
 from aiprof.roofline.analysis import RooflineResult
-from aiprof.roofline.render import header_lines, table_rows
+from aiprof.report.roofline_terminal import header_lines, table_rows
 
 _COLUMNS = ("op and input shapes", "dtype", "time µs", "%", "bound", "roof")
 
 
 def roofline_json(result: RooflineResult) -> str:
-    return json.dumps({"generator": JSON_GENERATOR, **result.to_dict()}, indent=1, allow_nan=False) + "\n"
+    section = msgspec.to_builtins(result.section())
+    return json.dumps({"generator": JSON_GENERATOR, **section}, indent=1, allow_nan=False) + "\n"
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>#!|~@])")
@@ -38,7 +41,7 @@ def roofline_markdown(result: RooflineResult, top: int = 15) -> str:
 
 
 def roofline_html(result: RooflineResult, top: int = 15, title: str = "Roofline") -> str:
-    from aiprof.roofline.chart import render_svg
+    from aiprof.report.roofline_chart import render_svg
 
     head = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(result))
     cells = "".join(

@@ -2,7 +2,7 @@
 arithmetic intensity (FLOP/byte) across, achieved FLOP/s up; the memory roof and the compute roofs of the
 units the ops use (equal roofs share one line), and one circle per op sized by its time.
 
-It draws from the ``roofline`` section of the report (``RooflineResult.to_dict()``), so the HTML report
+It draws from the ``roofline`` section of the report (:class:`~aiprof.roofline.section.RooflineSection`), so the HTML report
 (``chart_svg``, styled by the page's CSS classes and themes) and ``aiprof roofline --chart`` (``render_svg``
 / ``write_chart``: a standalone file with its own light style and a title) show the same picture. Every
 string from a trace is escaped. A PNG is written only when cairosvg happens to be installed.
@@ -13,10 +13,10 @@ from __future__ import annotations
 import math
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from aiprof.fsutil import GENERATOR_COMMENT
 from aiprof.roofline.analysis import RooflineResult
+from aiprof.roofline.section import RooflineRowRecord, RooflineSection
 
 W, H, L, R, T, B = 760, 420, 70, 40, 20, 44
 CLASSES = ("compute-bound", "memory-bound", "latency-bound")
@@ -38,26 +38,27 @@ def _si(value: float) -> str:
     return f"{value:g}"
 
 
-def _points(roof: dict[str, Any], limit: int) -> list[dict[str, Any]]:
-    """The rows drawn: measurements against a roof (no no-ops, nothing above its roof), longest first."""
+def _points(roof: RooflineSection, limit: int) -> list[tuple[RooflineRowRecord, float, float]]:
+    """The rows drawn, each with its arithmetic intensity and achieved FLOP/s: measurements against a roof
+    (no no-ops, nothing above its roof), longest first."""
     pts = [
-        r
-        for r in roof.get("rows") or []
-        if r.get("drawn", True)
-        and isinstance(r.get("arithmetic_intensity_flops_per_byte"), (int, float))
-        and isinstance(r.get("achieved_flops_per_s"), (int, float))
-        and r["arithmetic_intensity_flops_per_byte"] > 0
-        and r["achieved_flops_per_s"] > 0
+        (r, float(r.arithmetic_intensity_flops_per_byte), float(r.achieved_flops_per_s))
+        for r in roof.rows
+        if r.drawn
+        and r.arithmetic_intensity_flops_per_byte is not None
+        and r.achieved_flops_per_s is not None
+        and r.arithmetic_intensity_flops_per_byte > 0
+        and r.achieved_flops_per_s > 0
     ]
-    return sorted(pts, key=lambda r: -(r.get("time_ns") or 0))[:limit]
+    return sorted(pts, key=lambda p: -p[0].time_ns)[:limit]
 
 
-def _roofs(roof: dict[str, Any], pts: list[dict[str, Any]]) -> tuple[float, dict[str, float]]:
+def _roofs(roof: RooflineSection, pts: list[RooflineRowRecord]) -> tuple[float, dict[str, float]]:
     """Memory bandwidth and the compute roofs the drawn ops use (keys of equal peaks joined)."""
-    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else None
-    bw = float(peaks.get("memory_bw_bytes_per_s") or 0) if peaks else 0.0
-    flops = (peaks.get("flops_per_s") or {}) if peaks else {}
-    used = {str(r.get("roof_key")) for r in pts if r.get("roof_key")}
+    peaks = roof.peaks
+    bw = float(peaks.memory_bw_bytes_per_s or 0) if peaks else 0.0
+    flops = peaks.flops_per_s if peaks else {}
+    used = {str(r.roof_key) for r in pts if r.roof_key}
     by_peak: dict[float, list[str]] = {}
     for k, v in flops.items():
         if k in used and v:
@@ -65,15 +66,16 @@ def _roofs(roof: dict[str, Any], pts: list[dict[str, Any]]) -> tuple[float, dict
     return bw, {" / ".join(sorted(keys)): peak for peak, keys in by_peak.items()}
 
 
-def chart_svg(roof: dict[str, Any], limit: int = 150, *, standalone: bool = False, title: str = "") -> str:
+def chart_svg(roof: RooflineSection, limit: int = 150, *, standalone: bool = False, title: str = "") -> str:
     """The chart of a ``roofline`` section; "" when no op is modelled. ``standalone`` makes a file of it
     (namespace, size, its own style, ``title`` on top) instead of an element of the HTML report."""
-    pts = _points(roof, limit)
-    if not pts:
+    drawn = _points(roof, limit)
+    if not drawn:
         return ""
+    pts = [r for r, _, _ in drawn]
     bw, roofs = _roofs(roof, pts)
-    xs = [float(r["arithmetic_intensity_flops_per_byte"]) for r in pts]
-    ys = [float(r["achieved_flops_per_s"]) for r in pts]
+    xs = [x for _, x, _ in drawn]
+    ys = [y for _, _, y in drawn]
     ridge = [p / bw for p in roofs.values()] if bw else []
     x_lo = math.floor(math.log10(min(xs + ridge) / 2))
     x_hi = max(math.ceil(math.log10(max(xs + ridge) * 2)), x_lo + 1)
@@ -116,17 +118,16 @@ def chart_svg(roof: dict[str, Any], limit: int = 150, *, standalone: bool = Fals
             f'L{px(hi_x):.1f} {py(peak):.1f}"><title>{escape(key)}: {escape(_si(peak))}FLOP/s, ridge {peak / bw:.1f} FLOP/B</title></path>'
         )
         out.append(f'<text class="lbl" x="{px(hi_x) - 4:.1f}" y="{py(peak) - 4:.1f}" text-anchor="end">{escape(key)} {escape(_si(peak))}FLOP/s</text>')
-    largest = max(float(r.get("time_ns") or 1) for r in pts)
+    largest = max(float(r.time_ns or 1) for r in pts)
     for r, x, y in zip(pts, xs, ys):
-        radius = 2.5 + 12 * math.sqrt(float(r.get("time_ns") or 0) / largest)
-        bound = str(r.get("bound"))
+        radius = 2.5 + 12 * math.sqrt(float(r.time_ns) / largest)
+        bound = r.bound
         cls = bound if bound in CLASSES else "other"
-        tip = f"{r.get('name')} {r.get('input_dims') or ''} ×{r.get('count')}: {_ms(float(r.get('time_ns') or 0))}, {bound}"
+        tip = f"{r.name} {r.input_dims or ''} ×{r.count}: {_ms(float(r.time_ns))}, {bound}"
         out.append(f'<circle class="pt {cls}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius:.1f}"><title>{escape(tip)}</title></circle>')
-    peaks = roof.get("peaks") if isinstance(roof.get("peaks"), dict) else None
-    device = peaks.get("name") if peaks else roof.get("device_name")
+    device = roof.peaks.name if roof.peaks else roof.device_name
     if standalone:
-        out.append(f'<text x="{L + 6}" y="{T + 14}">{escape(str(device or roof.get("peaks_note") or ""))[:60]} · circle area ~ time</text>')
+        out.append(f'<text x="{L + 6}" y="{T + 14}">{escape(str(device or roof.peaks_note or ""))[:60]} · circle area ~ time</text>')
         out.append("</svg>")
         return "\n".join(out)
     out.append("</svg>")
@@ -149,7 +150,7 @@ def _ms(ns: float) -> str:
 
 def render_svg(result: RooflineResult, *, limit: int = 200, title: str = "Roofline") -> str:
     """The chart of ``result`` as an SVG document (empty axes-free file when no op is modelled)."""
-    return GENERATOR_COMMENT + (chart_svg(result.to_dict(), limit, standalone=True, title=title) or (
+    return GENERATOR_COMMENT + (chart_svg(result.section(), limit, standalone=True, title=title) or (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="40"><text x="10" y="24">'
         f"{escape(title)}: no modelled op to draw</text></svg>"
     ))
