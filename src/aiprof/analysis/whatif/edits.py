@@ -75,7 +75,9 @@ def _kind_mask(graph: Graph, kinds: tuple[NodeKind, ...]) -> np.ndarray:
 
 
 def _in_steps(graph: Graph) -> np.ndarray:
-    """Nodes that start inside some step's host span (on any thread)."""
+    """Nodes that start inside some step's host span (on any thread; of their own rank in a multi-rank graph)."""
+    if graph.in_steps is not None:
+        return graph.in_steps
     if not graph.windows:
         return np.zeros(len(graph), dtype=bool)
     starts = np.array([w.cpu_start_ns for w in graph.windows], dtype=np.int64)
