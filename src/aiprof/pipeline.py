@@ -210,9 +210,22 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
+    merged = _with_run_replay(run, merged)
     merged = in_vendor_words(merged, _run_vendor(run))  # the run rules' words (the ranks' are done already)
     merged = _with_health(run, merged)
     return [f.plain() for f in memory_last(rank_findings(merged))]
+
+
+def _with_run_replay(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:
+    """On a distributed run, the findings whose fix the ranks' joined replay predicts (docs/whatif.md 'Ranks
+    together'), with the prediction in their evidence; a failed replay is a run note."""
+    if len(run.ranks) < 2:
+        return findings
+    from aiprof.analysis.whatif.findings import fix_ranks, predict_loaded_run
+
+    replayed = predict_loaded_run(run, [(f.id, fix_ranks(f.id, f.ranks, f.evidence)) for f in findings])
+    run.run_notes.extend(replayed.notes)
+    return [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
 
 
 def _run_vendor(run: RunAnalysis) -> Vendor:

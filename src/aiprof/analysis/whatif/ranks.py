@@ -68,6 +68,7 @@ class RunGraph:
     offsets: list[int]  # per rank: its first node (its own nodes are contiguous; ARRIVE nodes come after all)
     views: list[Graph]
     collectives: list[Collective]
+    rank_graphs: list[Graph]  # each rank's own graph (node numbers from 0: offsets[i] in the joined graph)
     baseline_ns: I64 | None = None
 
     def mask(self, rank_index: int) -> Bool:
@@ -181,7 +182,7 @@ def join_graphs(graphs: list[Graph], transport: list[I64], tables: list[ArrivalT
     calibrate(graph)
     rank_of = np.concatenate([rank_of, rank_of[of]])
     views = [_view(graph, g, o, redirect) for g, o in zip(graphs, offsets)]
-    return RunGraph(graph, list(ranks), rank_of, offsets, views, collectives)
+    return RunGraph(graph, list(ranks), rank_of, offsets, views, collectives, graphs)
 
 
 def _main_nodes(graph: Graph, offset: int, resource: I64) -> I64:
@@ -324,20 +325,20 @@ def _replayed(run: RunGraph, edits: list[Edit]) -> tuple[Replay, Scenario]:
     return replay(run.graph, dur=scenario.dur, weight=scenario.weight, src=scenario.src), scenario
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class OnRanks:
     """``edits`` applied to the nodes of ``mask`` only (a rank's fix in the joined graph): their changes to
     durations, and to the edges into those nodes, are kept; the rest is left as it was."""
 
     edits: tuple[Edit, ...]
-    mask: tuple[bool, ...]
+    mask: Bool
     name: str = "on_ranks"
 
     def apply(self, graph: Graph, scenario: Scenario) -> None:
         trial = Scenario(scenario.dur.copy(), scenario.weight.copy(), scenario.src.copy())
         for edit in self.edits:
             edit.apply(graph, trial)
-        mine = np.array(self.mask, dtype=bool)
+        mine = self.mask
         scenario.dur[mine] = trial.dur[mine]
         edges = mine[graph.edge_dst]
         scenario.weight[edges] = trial.weight[edges]
@@ -347,7 +348,7 @@ class OnRanks:
 def on_rank(run: RunGraph, rank_index: int, edits: list[Edit]) -> OnRanks:
     """Rank ``rank_index``'s edits, made on its own graph (node numbers from 0), in the joined graph: node
     numbers shifted to the rank's, applied to its nodes only."""
-    return OnRanks(tuple(shift(e, run.offsets[rank_index]) for e in edits), tuple(run.mask(rank_index).tolist()))
+    return OnRanks(tuple(shift(e, run.offsets[rank_index]) for e in edits), run.mask(rank_index))
 
 
 def shift(edit: Edit, offset: int) -> Edit:
