@@ -18,7 +18,7 @@ from kineto_builder import TraceBuilder
 MS = 1000  # the builder's unit is the µs
 
 
-def rank_builder(rank: int, steps: int = 1) -> TraceBuilder:
+def rank_builder(rank: int, steps: int = 1, busy: bool = False) -> TraceBuilder:
     """Step 0-60 ms on thread 1; the all-reduce runs on gloo's thread 2, 10 (rank 0) or 40 (rank 1) to 45 ms.
 
     - rank 0: aten::mm 0-8, c10d::allreduce_ 8-10, then waits (untraced) for the all-reduce until 45;
@@ -26,7 +26,9 @@ def rank_builder(rank: int, steps: int = 1) -> TraceBuilder:
     - rank 1 (the straggler): untraced Python 0-28, aten::mm 28-38, c10d::allreduce_ 38-40, waits until 45;
       aten::add_ 45-55; untraced 55-60.
 
-    The transfer, once both ranks are there (40), takes 5 ms on each. ``steps`` such steps back to back."""
+    The transfer, once both ranks are there (40), takes 5 ms on each. ``steps`` such steps back to back. With
+    ``busy``, rank 0 runs aten::detach 11-12 ms while the all-reduce runs (so its wait, 12-45, is not a join
+    on gloo's thread seen one rank alone)."""
     b = TraceBuilder()
     b.distributed(rank=rank, world_size=2, backend="gloo")
     for n in range(steps):
@@ -37,21 +39,23 @@ def rank_builder(rank: int, steps: int = 1) -> TraceBuilder:
         b.cpu_op("aten::mm", ts=(t + first) * MS, dur=(arrive - 2 - first) * MS)
         b.cpu_op("c10d::allreduce_", ts=(t + arrive - 2) * MS, dur=2 * MS)
         b.annotation("gloo:all_reduce", ts=(t + arrive) * MS, dur=(45 - arrive) * MS, tid=2)
+        if busy and rank == 0:
+            b.cpu_op("aten::detach", ts=(t + 11) * MS, dur=1 * MS)
         b.cpu_op("aten::add_", ts=(t + 45) * MS, dur=10 * MS)
     return b
 
 
-def run_traces(tmp_path: Path, steps: int = 1) -> list[Trace]:
+def run_traces(tmp_path: Path, steps: int = 1, busy: bool = False) -> list[Trace]:
     out = []
     for rank in (0, 1):
-        loaded = aiprof.load(rank_builder(rank, steps).write(tmp_path / f"rank{rank}.json"))
+        loaded = aiprof.load(rank_builder(rank, steps, busy).write(tmp_path / f"rank{rank}.json"))
         assert isinstance(loaded, Trace)
         out.append(loaded)
     return out
 
 
-def run_graph(tmp_path: Path) -> RunGraph:
-    traces = run_traces(tmp_path)
+def run_graph(tmp_path: Path, busy: bool = False) -> RunGraph:
+    traces = run_traces(tmp_path, busy=busy)
     return build_run_graph(traces, [step_windows(t) for t in traces], [0, 1])
 
 
@@ -100,6 +104,16 @@ def test_straggler_work_is_scaled_to_arrive_with_the_others(tmp_path: Path) -> N
     assert sorted(edit.factors) == [0.25] * 3
     assert straggler_work(run, 0).nodes == ()  # rank 0 is never late
     assert _run_ms(run, [edit]) == 30
+
+
+def test_a_wait_on_the_steps_thread_ends_with_the_collective(tmp_path: Path) -> None:
+    """With rank 0 busy 11-12 ms during the all-reduce, one rank alone sees its untraced 12-45 ms as its own
+    time; joined, the gap in which the last rank arrived (40) and that ends with the transfer (45) is a wait
+    for it. So the straggler's fix (previous test) moves it: the transfer ends at 15, rank 0's add_ 15-25,
+    its gap 25-30: 30 ms, as without the detach."""
+    run = run_graph(tmp_path, busy=True)
+    assert int((run.graph.kind[run.offsets[0]:run.offsets[1]] == int(NodeKind.JOIN)).sum()) == 1
+    assert _run_ms(run, [straggler_work(run, 1)]) == 30
 
 
 def test_a_straggler_and_its_own_finding_are_one_cause(tmp_path: Path) -> None:

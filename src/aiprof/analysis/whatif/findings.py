@@ -44,7 +44,7 @@ import numpy as np
 from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, OverlapComm, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, allocator_calls,
-    host_overhead,
+    fused_chains, host_overhead,
     predict, scalar_reads, script_syncs, touched,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
@@ -95,12 +95,14 @@ FIX_EDITS: dict[str, EditsOf] = {
     "allocator_churn": allocator_calls,
     "decode_host_bound": _cuda_graphs,
     "host_gaps": lambda graph, trace: [RemoveHostGaps()],
+    "fusion_opportunity": fused_chains,
     "host_bound": _host_overhead,
     "launch_bound": _cuda_graphs,
 }
 _EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
                "allocator_churn": "remove allocator calls", "decode_host_bound": "cuda graphs",
-               "host_gaps": "remove host_gaps", "host_bound": "remove host overhead", "launch_bound": "cuda graphs",
+               "host_gaps": "remove host_gaps", "fusion_opportunity": "fuse elementwise chains",
+               "host_bound": "remove host overhead", "launch_bound": "cuda graphs",
                "straggler": "remove the straggler's extra work", "exposed_communication": "overlap comm"}
 
 RunEditsOf = Callable[[RunGraph, int], list[Edit]]

@@ -33,7 +33,7 @@ import numpy as np
 
 from aiprof.analysis.arrival import ArrivalTable
 from aiprof.analysis.steps import StepWindow
-from aiprof.analysis.whatif.edits import Edit, Prediction, Scenario, _in_steps
+from aiprof.analysis.whatif.edits import Edit, Prediction, ScaleNodes, Scenario, _in_steps
 from aiprof.analysis.whatif.graph import (
     DEVICE_NODE_KINDS, SYNC_TOLERANCE_NS, EdgeKind, Graph, NodeKind, Resource, _kahn, calibrate,
 )
@@ -357,19 +357,6 @@ def shift(edit: Edit, offset: int) -> Edit:
     if not offset or not isinstance(nodes, tuple) or not nodes:
         return edit
     return dataclasses.replace(edit, nodes=tuple(int(x) + offset for x in nodes))  # type: ignore[type-var]
-
-
-@dataclass(frozen=True)
-class ScaleNodes:
-    """Each node of ``nodes`` lasts ``factor`` of its time (rounded to the ns)."""
-
-    nodes: tuple[int, ...]
-    factors: tuple[float, ...]
-    name: str = "scale_nodes"
-
-    def apply(self, graph: Graph, scenario: Scenario) -> None:
-        chosen = np.array(self.nodes, dtype=np.int64)
-        scenario.dur[chosen] = np.rint(scenario.dur[chosen] * np.array(self.factors)).astype(np.int64)
 
 
 STRAGGLER_WORK = (NodeKind.HOST, NodeKind.UNTRACED, NodeKind.RUNTIME, NodeKind.LAUNCH, NodeKind.KERNEL,
