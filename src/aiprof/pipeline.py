@@ -218,13 +218,14 @@ def diagnose_run(
 
 def _with_run_replay(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:
     """On a distributed run, the findings whose fix the ranks' joined replay predicts (docs/whatif.md 'Ranks
-    together'), with the prediction in their evidence; a failed replay is a run note."""
+    together'), with the prediction in their evidence; the note on the fixes together is the first rank's, a
+    failed replay a warning of the run."""
     if len(run.ranks) < 2:
         return findings
     from aiprof.analysis.whatif.findings import fix_ranks, predict_loaded_run
 
     replayed = predict_loaded_run(run, [(f.id, fix_ranks(f.id, f.ranks, f.evidence)) for f in findings])
-    run.run_notes.extend(replayed.notes)
+    (run.run_notes if replayed.failed else run.ranks[0].notes).extend(replayed.notes)
     return [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
 
 

@@ -133,6 +133,7 @@ class ReplayedFixes(msgspec.Struct, kw_only=True):
 
     fixes: dict[str, FixPrediction] = msgspec.field(default_factory=dict)
     notes: list[str] = msgspec.field(default_factory=list)
+    failed: bool = False  # the replay failed (its note says why)
 
     def evidence(self, finding_id: str) -> dict[str, object]:
         """The evidence keys a finding of ``finding_id`` gains (none when its fix was not replayed)."""
@@ -247,7 +248,7 @@ def predict_run_findings(traces: Sequence[Trace], windows: Sequence[list[StepWin
         return _replayed(run.graph, edits, lambda chosen: predict_run(run, chosen))
     except Exception as err:  # noqa: BLE001 - as on one rank: the findings keep their formula, a note says why
         return ReplayedFixes(notes=[f"what-if replay of the ranks together failed: {type(err).__name__}: {err} "
-                                    "(findings keep their formula; please report this trace)"])
+                                    "(findings keep their formula; please report this trace)"], failed=True)
 
 
 def _groups(graph: Graph, edits: dict[str, list[Edit]]) -> list[list[str]]:
