@@ -201,6 +201,12 @@ def fix_ranks(finding_id: str, ranks: Sequence[int], evidence: Mapping[str, obje
     return tuple(ranks)
 
 
+def whole_run(distributed: Sequence[Mapping[str, object]]) -> bool:
+    """Whether ranks are every rank of one distributed run (each trace's ``world_size`` is their number): the
+    ranks a joined replay needs (a collective waits for ranks that are not loaded too)."""
+    return all(d.get("world_size") == len(distributed) for d in distributed)
+
+
 def predict_loaded_run(run: RunAnalysis, findings: Sequence[tuple[str, Sequence[int]]]) -> ReplayedFixes:
     """:func:`predict_run_findings` on an analysed run: its ranks' traces are loaded again (the ranks were
     analysed one at a time), when there are at least two, each one file, and at most
@@ -209,7 +215,7 @@ def predict_loaded_run(run: RunAnalysis, findings: Sequence[tuple[str, Sequence[
 
     ranks = [r for r in run.ranks if r.windows]
     wanted = [(i, named) for i, named in findings if i in FIX_EDITS or i in RUN_EDITS]
-    if len(ranks) < 2 or len(ranks) != len(run.ranks) or not wanted:
+    if len(ranks) < 2 or len(ranks) != len(run.ranks) or not wanted or not whole_run([r.distributed for r in ranks]):
         return ReplayedFixes()
     if sum(r.event_count for r in ranks) > RUN_REPLAY_MAX_EVENTS or len({r.path for r in ranks}) != len(ranks):
         return ReplayedFixes()
