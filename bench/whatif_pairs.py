@@ -234,18 +234,20 @@ def gloo_pair(mode: str, tmp: Path) -> LivePair:
     found = next((f for f in findings if f.ranks == (1,) and "straggler" in f.evidence), None)
     found = found or next((f for f in findings if f.id == "straggler"), None)
     timed = [f.id for f in findings if f.severity != "info" and ranking_saving_ns(f) > 0]
+    ranked = ""
     if found is None:
         promise, how, fid = 0.0, "absent", ""
     else:
         fix = FixPrediction.of(found.evidence)
-        if fix is not None and fix.claimed_by:  # one cause: its lead claims the time of both fixes
-            lead = next(f for f in findings if f.id == fix.claimed_by)
-            fix = FixPrediction.of(lead.evidence)
+        ranked = found.id
+        if fix is not None and fix.claimed_by:  # one cause: its lead claims (and is ranked by) both fixes' time
+            ranked = fix.claimed_by
+            fix = FixPrediction.of(next(f for f in findings if f.id == ranked).evidence)
         claimed = fix is not None and fix.claimed_saving_ns_per_step is not None
         promise = float(fix.claimed_saving_ns_per_step if claimed and fix else found.est_saving_ns_per_step)
-        how, fid = ("claimed" if claimed else "formula"), found.id
+        how, fid = ("claimed" if claimed else "formula"), found.id if ranked == found.id else f"{found.id} ({ranked})"
     return LivePair(f"gloo_{mode}", fid, how, promise, step - _run_step_ns(fixed), step,
-                    timed.index(fid) + 1 if fid in timed else 0, os.getloadavg()[0])
+                    timed.index(ranked) + 1 if ranked in timed else 0, os.getloadavg()[0])
 
 
 def gloo_pairs(modes: list[str], repeats: int) -> list[LivePair]:
