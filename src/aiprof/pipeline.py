@@ -52,7 +52,7 @@ def diagnose_hook(
     a process boundary, with ``functools.partial`` for the options and rules, which must be module-level
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
     interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`)."""
-    from aiprof.analysis.whatif.findings import predict_findings
+    from aiprof.analysis.whatif.findings import fix_inputs, predict_findings
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.telemetry import load_run_inputs
 
@@ -62,7 +62,7 @@ def diagnose_hook(
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
-    out = RankDiagnosis(notes=notes)
+    out = RankDiagnosis(notes=notes, fix_inputs=fix_inputs(trace))
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
     report = rank_memory(trace, notes, memory, analysis.run_dir)
     if report is not None:

@@ -9,7 +9,8 @@ What each edit means (``name`` is how the CLI spells it):
 - ``data_loading`` (:class:`RemoveDataLoading`): the host no longer waits for batches (a DataLoader with
   workers and prefetch): every ``DATA_LOADING`` node lasts 0.
 - ``host_gaps`` (:class:`RemoveHostGaps`): the untraced Python inside the steps, in gaps of 1 ms or more,
-  goes (a sleep, logging, bookkeeping moved off the step).
+  goes (a sleep, logging, bookkeeping moved off the step); :func:`host_gap_spans`, the finding's fix: the
+  gaps the rule counted (traced Python frames included).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
 - ``allocator_calls`` (:func:`allocator_calls`: :class:`RemoveNodes` + :class:`RemoveSyncs`): the caching
@@ -105,6 +106,30 @@ class RemoveHostGaps:
     def apply(self, graph: Graph, scenario: Scenario) -> None:
         gaps = (graph.kind == int(NodeKind.UNTRACED)) & (graph.dur >= self.min_ns) & _in_steps(graph)
         scenario.dur[gaps] = 0
+
+
+HOST_GAP_SPANS = "host_gaps.gaps"  # the trace cache key under which the host_gaps rule leaves the gaps it counted
+
+
+def host_gap_spans(graph: Graph, trace: Trace) -> list[Edit]:
+    """``host_gaps``' fix: the gaps the rule counted (:data:`HOST_GAP_SPANS`: stretches of Python or untraced
+    time outside any op, traced Python frames included) go from the steps' thread: each CPU-op, Python or
+    untraced segment there loses its overlap with them. Without the rule's gaps (``aiprof whatif``), the
+    untraced gaps of 1 ms or more (:class:`RemoveHostGaps`)."""
+    gaps: tuple[tuple[int, int], ...] | None = trace.cache.get(HOST_GAP_SPANS)
+    if gaps is None:
+        return [RemoveHostGaps()]
+    if not gaps or graph.window_start_node.size == 0 or graph.window_start_node[0] < 0:
+        return []
+    main = graph.resource[graph.window_start_node[0]]
+    nodes = np.flatnonzero((graph.resource == main) & np.isin(graph.kind, [int(NodeKind.HOST), int(NodeKind.UNTRACED)])
+                           & (graph.dur > 0))
+    ordered = sorted(gaps)
+    spans = iv.merge(np.array([a for a, _ in ordered], dtype=np.int64), np.array([b for _, b in ordered], dtype=np.int64))
+    inside = iv.overlap_per_window(spans, graph.start[nodes], graph.end[nodes])
+    changed = inside > 0
+    kept = graph.dur[nodes[changed]] - inside[changed]
+    return [RemoveHostOverhead(tuple(nodes[changed].tolist()), tuple(kept.tolist()), name="host_gaps")] if changed.any() else []
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ import numpy as np
 
 from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, OverlapComm, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, allocator_calls,
-    fused_chains, host_overhead,
+    CudaGraphs, Edit, OverlapComm, Prediction, RemoveDataLoading, RemoveSyncs, allocator_calls,
+    FUSED_CHAINS, HOST_GAP_SPANS, fused_chains, host_gap_spans, host_overhead,
     predict, scalar_reads, script_syncs, touched,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
@@ -94,7 +94,7 @@ FIX_EDITS: dict[str, EditsOf] = {
     "sync": _syncs,
     "allocator_churn": allocator_calls,
     "decode_host_bound": _cuda_graphs,
-    "host_gaps": lambda graph, trace: [RemoveHostGaps()],
+    "host_gaps": host_gap_spans,
     "fusion_opportunity": fused_chains,
     "host_bound": _host_overhead,
     "launch_bound": _cuda_graphs,
@@ -201,6 +201,15 @@ def fix_ranks(finding_id: str, ranks: Sequence[int], evidence: Mapping[str, obje
     return tuple(ranks)
 
 
+FIX_INPUTS = (FUSED_CHAINS, HOST_GAP_SPANS)  # what rules leave in the trace's cache for their fix's edit
+
+
+def fix_inputs(trace: Trace) -> dict[str, object]:
+    """What the rules left in ``trace``'s cache for the edits of their fixes (:data:`FIX_INPUTS`): it travels
+    with the rank's diagnosis to the joined replay of a run, which loads the trace again."""
+    return {k: trace.cache[k] for k in FIX_INPUTS if k in trace.cache}
+
+
 def whole_run(distributed: Sequence[Mapping[str, object]]) -> bool:
     """Whether ranks are every rank of one distributed run (each trace's ``world_size`` is their number): the
     ranks a joined replay needs (a collective waits for ranks that are not loaded too)."""
@@ -227,6 +236,8 @@ def predict_loaded_run(run: RunAnalysis, findings: Sequence[tuple[str, Sequence[
             return ReplayedFixes()
         if not isinstance(loaded, Trace):
             return ReplayedFixes()
+        if r.diagnosis is not None:
+            loaded.cache.update(r.diagnosis.fix_inputs)
         traces.append(loaded)
     return predict_run_findings(traces, [r.windows for r in ranks], [r.rank for r in ranks], wanted)
 
