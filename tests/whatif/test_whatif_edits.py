@@ -8,7 +8,7 @@ import aiprof
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs,
     ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict, scalar_reads, script_syncs, touched,
-    allocator_calls, FUSED_CHAINS, FusedChain, fused_chains,
+    allocator_calls, FUSED_CHAINS, HOST_GAP_SPANS, FusedChain, fused_chains, host_gap_spans,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
 from aiprof.trace.model import Kind, Trace
@@ -200,6 +200,22 @@ def test_fusion_opportunitys_chains_are_fused(tmp_path: Path) -> None:
     cpu.cache[FUSED_CHAINS] = (FusedChain(_op_rows(cpu, names), 2_000, 6_000),)
     cpu_graph = build_graph(cpu)
     assert predict(cpu_graph, fused_chains(cpu_graph, cpu)).predicted_median_ns == 9_999
+
+
+def test_host_gaps_fix_removes_the_gaps_the_rule_counted(tmp_path: Path) -> None:
+    """Step 0-10 ms on a CPU: aten::mm 0-2, a traced Python frame 2-7 (logging), aten::add 7-10. The rule's gap
+    (2-7 ms: Python outside any op) goes: the step is 5 ms. Without the rule's gaps (``aiprof whatif``) only
+    untraced gaps of 1 ms or more go, and this trace has none: 10 ms."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=10_000)
+    b.cpu_op("aten::mm", ts=0, dur=2_000)
+    b.python("train.py(57): log_stats", ts=2_000, dur=5_000)
+    b.cpu_op("aten::add", ts=7_000, dur=3_000)
+    trace = _load(b, tmp_path)
+    graph = build_graph(trace)
+    assert predict(graph, host_gap_spans(graph, trace)).predicted_median_ns == 10_000_000
+    trace.cache[HOST_GAP_SPANS] = ((2_000_000, 7_000_000),)
+    assert predict(graph, host_gap_spans(graph, trace)).predicted_median_ns == 5_000_000
 
 
 def test_scale_kernels_and_to_roof(tmp_path: Path) -> None:
