@@ -29,8 +29,11 @@ once the groups before it are fixed (the first: its own replayed saving; never b
 claims before it left of the measured median step): removing a data-loading wait first leaves less host
 overhead exposed, and the claims add up to at most the step.
 
-Only single-rank traces get predictions: on a rank of a distributed run, a fix that speeds the rank up is
-held back by the other ranks at its next collective, which a one-rank replay cannot see.
+On a rank of a distributed run alone there is no prediction (:func:`predict_findings`): a fix that speeds the
+rank up is held back by the other ranks at its next collective, which a one-rank replay cannot see. A run whose
+every rank is loaded is replayed with its ranks joined at their collectives (:func:`predict_run_findings`,
+:mod:`aiprof.analysis.whatif.ranks`): each finding's fix on the ranks it names, and the run-level fixes of
+:data:`RUN_EDITS` (``straggler``, ``exposed_communication``).
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ def _overlap(run: RunGraph, rank: int) -> list[Edit]:
 RUN_EDITS: dict[str, RunEditsOf] = {"straggler": _straggler, "exposed_communication": _overlap}
 # The order of the leads of one cause (module doc): the rank's own causes first, then what the others see of them.
 ORDER = (*FIX_EDITS, *RUN_EDITS)
-RUN_REPLAY_MAX_EVENTS = 2_000_000  # a run with more events (all ranks) is not loaded again to be replayed whole
+RUN_REPLAY_MAX_EVENTS = 1_000_000  # a run with more events (all ranks) is not loaded again to be replayed whole
 
 
 class ReplayedFixes(msgspec.Struct, kw_only=True):
