@@ -328,7 +328,9 @@ def _replayed(run: RunGraph, edits: list[Edit]) -> tuple[Replay, Scenario]:
 @dataclass(frozen=True, eq=False)
 class OnRanks:
     """``edits`` applied to the nodes of ``mask`` only (a rank's fix in the joined graph): their changes to
-    durations, and to the edges into those nodes, are kept; the rest is left as it was."""
+    durations, and to the edges into those nodes, are kept; the rest is left as it was. A fix shortens work,
+    so no node comes out longer than it was (an edit made on the rank's own graph may name a node the join
+    turned into a wait: ``_host_waits``)."""
 
     edits: tuple[Edit, ...]
     mask: Bool
@@ -339,7 +341,7 @@ class OnRanks:
         for edit in self.edits:
             edit.apply(graph, trial)
         mine = self.mask
-        scenario.dur[mine] = trial.dur[mine]
+        scenario.dur[mine] = np.minimum(trial.dur[mine], scenario.dur[mine])
         edges = mine[graph.edge_dst]
         scenario.weight[edges] = trial.weight[edges]
         scenario.src[edges] = trial.src[edges]
