@@ -58,6 +58,8 @@ class Repeat:
     load1: float
     residue_ms: float | None = None  # data_loading only: the saving still estimated after the fix
     claimed_ms: float = 0.0  # the finding's replayed claim (docs/whatif.md 'Claims'), else its formula; 0: absent
+    step_ms: float = 0.0  # the planted variant's median step, unprofiled (0: not measured)
+    trace_step_ms: float = 0.0  # the planted trace's median step (profiled)
 
     @property
     def ratio(self) -> float:
@@ -77,14 +79,19 @@ def _actionable(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _diagnose(name: str, fixed: bool, out: Path) -> list[dict[str, Any]]:
+    return _diagnose_run(name, fixed, out)[0]
+
+
+def _diagnose_run(name: str, fixed: bool, out: Path) -> tuple[list[dict[str, Any]], float]:
+    """The planted (or fixed) variant's findings, as the JSON report holds them, and its trace's median step (ms)."""
     from aiprof.pipeline import analyze_and_diagnose
     from aiprof.rules import RuleOptions
     from aiprof.workloads import isolated
 
     trace, cost = isolated.profile_with_cost(name, fixed, str(out), steps=6, warmup=3)
-    _, findings = analyze_and_diagnose([trace], workers=1, options=replace(RuleOptions(), profiler_ns_per_op=cost))
-    findings = [f.to_dict() for f in findings]  # as the JSON report holds them
-    return findings
+    run, findings = analyze_and_diagnose([trace], workers=1, options=replace(RuleOptions(), profiler_ns_per_op=cost))
+    step = statistics.median(w.duration_ns for w in run.ranks[0].windows) / 1e6 if run.ranks[0].windows else 0.0
+    return [f.to_dict() for f in findings], step
 
 
 def _saving(findings: list[dict[str, Any]], finding_id: str) -> float:
@@ -104,7 +111,7 @@ def run_one(name: str, rounds: int, tmp: Path) -> Repeat:
     from aiprof.workloads import WORKLOADS, isolated
 
     expected = WORKLOADS[name].finding_id
-    findings = _diagnose(name, False, tmp / "before")
+    findings, trace_step = _diagnose_run(name, False, tmp / "before")
     actionable = _actionable(findings)
     ids = [f["id"] for f in actionable]
     before, after = isolated.measure_saving_ns(name, rounds=rounds)
@@ -115,6 +122,8 @@ def run_one(name: str, rounds: int, tmp: Path) -> Repeat:
         order=[f"{f['id']}:{f['est_saving_ns_per_step'] / 1e6:.1f}" for f in actionable[:4]],
         load1=os.getloadavg()[0],
         claimed_ms=_claimed(findings, expected),
+        step_ms=before / 1e6,
+        trace_step_ms=trace_step,
     )
     if name == "data_loading":
         rep.residue_ms = _saving(_diagnose(name, True, tmp / "after"), expected)

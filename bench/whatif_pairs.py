@@ -22,10 +22,21 @@ deterministic facts recorded in bench/RESULTS.md (tau, each replayed pair's erro
 
 **CPU pairs** (``--cpu``: live, slow, machine-dependent): ``bench/planted_savings.py``'s planted workloads,
 each profiled in a fresh process and its fix measured unprofiled (``run_one``); the promised saving is the
-finding's claim where it has one (in the profiled trace's ns: no unprofiled step to scale by is measured
-there), else its formula.
+finding's claim where it has one, else its formula, as a share of the trace's median step times the
+unprofiled planted step (on a CPU every saving is host time, which the profiler slows).
+
+**gloo pairs** (``--gloo``: live): ``tests/corpus/scripts/ddp_straggler.py``, two processes of real
+``torch.distributed`` gloo DDP on the CPU, rank 1 with a planted straggler (``python``: a Python loop;
+``compute``: matrix products) and its fix (``balanced``: no extra work). Both variants are profiled (the script
+records both ranks), so the pair is profiled against profiled: measured = the planted run's step − the
+balanced run's, a run's step being per step the slowest rank's, median over the steps (what the joined replay
+predicts: docs/whatif.md 'Ranks together'); promised = the claim of the finding that explains rank 1
+(``host_gaps`` for Python, ``straggler`` for compute), else its formula.
+
+All pairs together: median and worst |error| of the step after the fix, and Kendall's tau-b.
 
 Run:  PYTHONPATH=src python bench/whatif_pairs.py [--json out.json] [--cpu [--repeats 1] [--only sync,...]]
+      [--gloo [--gloo-repeats 3]]
 """
 
 from __future__ import annotations
@@ -173,26 +184,145 @@ def cpu_pairs(names: list[str], repeats: int, rounds: int) -> list[dict[str, Any
     return out
 
 
+@dataclass
+class LivePair:
+    """A pair measured here (CPU workloads, gloo DDP): as :class:`Pair`, with the machine's load."""
+
+    name: str
+    finding_id: str
+    how: str  # claimed | formula | absent
+    promised_ns: float
+    measured_ns: float
+    step_ns: float  # the planted step the error is a share of
+    rank: int
+    load1: float
+
+    @property
+    def error_of_step(self) -> float:
+        return (self.promised_ns - self.measured_ns) / self.step_ns if self.step_ns else 0.0
+
+
+def _run_step_ns(run: Any) -> float:
+    """A run's step: per step index the slowest rank's, median over the steps (ranks cut to the shortest)."""
+    steps = [[w.duration_ns for w in r.windows] for r in run.ranks]
+    count = min(len(s) for s in steps)
+    return float(statistics.median(max(s[i] for s in steps) for i in range(count)))
+
+
+def gloo_pair(mode: str, tmp: Path) -> LivePair:
+    """One repeat of a gloo straggler pair (module doc)."""
+    import os
+    import subprocess
+
+    from aiprof.pipeline import analyze_and_diagnose
+    from aiprof.rules.registry import ranking_saving_ns
+
+    from aiprof.analysis.whatif.results import FixPrediction
+
+    script = ROOT / "tests" / "corpus" / "scripts" / "ddp_straggler.py"
+    folders = {}
+    for variant in (mode, "balanced"):
+        out = tmp / variant
+        subprocess.run([sys.executable, str(script), str(out), variant], check=True, capture_output=True,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+        (out / "store").unlink(missing_ok=True)
+        folders[variant] = out
+    run, findings = analyze_and_diagnose([folders[mode]], workers=1)
+    fixed, _ = analyze_and_diagnose([folders["balanced"]], workers=1)
+    step = _run_step_ns(run)
+    # The finding that explains rank 1: its own (the straggler rule hands it the wait), else the straggler's.
+    found = next((f for f in findings if f.ranks == (1,) and "straggler" in f.evidence), None)
+    found = found or next((f for f in findings if f.id == "straggler"), None)
+    timed = [f.id for f in findings if f.severity != "info" and ranking_saving_ns(f) > 0]
+    ranked = ""
+    if found is None:
+        promise, how, fid = 0.0, "absent", ""
+    else:
+        fix = FixPrediction.of(found.evidence)
+        ranked = found.id
+        if fix is not None and fix.claimed_by:  # one cause: its lead claims (and is ranked by) both fixes' time
+            ranked = fix.claimed_by
+            fix = FixPrediction.of(next(f for f in findings if f.id == ranked).evidence)
+        claimed = fix is not None and fix.claimed_saving_ns_per_step is not None
+        promise = float(fix.claimed_saving_ns_per_step if claimed and fix else found.est_saving_ns_per_step)
+        how, fid = ("claimed" if claimed else "formula"), found.id if ranked == found.id else f"{found.id} ({ranked})"
+    return LivePair(f"gloo_{mode}", fid, how, promise, step - _run_step_ns(fixed), step,
+                    timed.index(ranked) + 1 if ranked in timed else 0, os.getloadavg()[0])
+
+
+def gloo_pairs(modes: list[str], repeats: int) -> list[LivePair]:
+    out = []
+    for mode in modes:
+        for i in range(repeats):
+            with tempfile.TemporaryDirectory() as tmp:
+                pair = gloo_pair(mode, Path(tmp))
+            print(f"gloo {mode} #{i + 1}: {pair.finding_id or '-'} {pair.how} promised {pair.promised_ns / 1e6:.2f} ms, "
+                  f"measured {pair.measured_ns / 1e6:.2f} ms of a {pair.step_ns / 1e6:.2f} ms step "
+                  f"(error {pair.error_of_step:+.1%}), load {pair.load1:.1f}", flush=True)
+            out.append(pair)
+    return out
+
+
+def cpu_live(rows: list[dict[str, Any]]) -> list[LivePair]:
+    """The CPU pairs as :class:`LivePair` (module doc: the promise scaled to the unprofiled step)."""
+    from aiprof.workloads import WORKLOADS
+
+    out = []
+    for r in rows:
+        scale = r["step_ms"] / r["trace_step_ms"] if r["trace_step_ms"] else 1.0
+        how = "absent" if r["rank"] == 0 and r["claimed_ms"] == 0 else (
+            "claimed" if r["claimed_ms"] != r["estimate_ms"] else "formula")
+        out.append(LivePair(r["name"], WORKLOADS[r["name"]].finding_id, how, r["claimed_ms"] * scale * 1e6,
+                            r["measured_ms"] * 1e6, r["step_ms"] * 1e6, r["rank"], r["load1"]))
+    return out
+
+
+def summary(pairs: list[Any], label: str) -> str:
+    """Median and worst |error| of the step after the fix, and Kendall's tau-b, over ``pairs``."""
+    errors = [abs(p.error_of_step) for p in pairs]
+    tau = kendall_tau_b([p.promised_ns for p in pairs], [float(p.measured_ns) for p in pairs])
+    return (f"{label} ({len(pairs)} pairs): |error| of step median {statistics.median(errors):.1%}, worst "
+            f"{max(errors):.1%} ({max(pairs, key=lambda p: abs(p.error_of_step)).name}); Kendall tau-b {tau:.3f}")
+
+
+def live_report(pairs: list[LivePair]) -> str:
+    lines = ["| pair | finding | how | promised ms | measured ms | step ms | error (of step) | rank | load |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for p in pairs:
+        lines.append(f"| {p.name} | {p.finding_id or '-'} | {p.how} | {p.promised_ns / 1e6:.2f} | "
+                     f"{p.measured_ns / 1e6:.2f} | {p.step_ns / 1e6:.2f} | {p.error_of_step:+.1%} | {p.rank or '-'} "
+                     f"| {p.load1:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cpu", action="store_true", help="also the live CPU planted pairs (slow)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--only", default="data_loading,host_overhead,sync,elementwise,attention")
+    parser.add_argument("--only", default="data_loading,host_overhead,sync,elementwise,attention,float64")
+    parser.add_argument("--gloo", action="store_true", help="also the live 2-rank gloo DDP straggler pairs")
+    parser.add_argument("--gloo-repeats", type=int, default=3)
     args = parser.parse_args(argv)
     pairs = h200_pairs()
     print(h200_report(pairs), flush=True)
     doc: dict[str, Any] = {"h200": [asdict(p) for p in pairs]}
+    every: list[Any] = list(pairs)
+    live: list[LivePair] = []
     if args.cpu:
         cpu = cpu_pairs(args.only.split(","), args.repeats, args.rounds)
         doc["cpu"] = cpu
-        x = [r["claimed_ms"] for r in cpu]
-        y = [r["measured_ms"] for r in cpu]
-        print(f"CPU Kendall tau-b ({len(cpu)} pairs): {kendall_tau_b(x, y):.3f}")
-        both_x = [p.promised_ns / 1e6 for p in pairs] + x
-        both_y = [p.measured_ns / 1e6 for p in pairs] + y
-        print(f"H200 + CPU Kendall tau-b ({len(both_x)} pairs): {kendall_tau_b(both_x, both_y):.3f}")
+        live += cpu_live(cpu)
+    if args.gloo:
+        gloo = gloo_pairs(["python", "compute"], args.gloo_repeats)
+        doc["gloo"] = [asdict(p) for p in gloo]
+        live += gloo
+    if live:
+        print(live_report(live))
+        print(summary(live, "live pairs"))
+        every += live
+    print(summary(every, "all pairs"))
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
     return 0

@@ -4,7 +4,8 @@ shared trace.
 Speed: build the dependency graph (``aiprof.analysis.whatif.graph.build_graph``) and replay it once, on a
 trace already loaded (loading is measured elsewhere: bench/floor.py); medians of ``--repeat``. Target:
 graph + replay <= 2 s. Identity: per step, |replayed - observed| / observed over every trace under
-../shared/traces (target: median <= 1 %, p95 <= 3 %).
+../shared/traces (target: median <= 1 %, p95 <= 3 %), and of every multi-rank run there with its ranks joined at
+their collectives.
 Pairs (``--pairs``): the ResNet-50 ``num_workers`` 0 -> 4 fix from the TensorBoard plugin's samples: each
 nw0 capture replayed with the data-loading wait removed, against the measured median step of each nw4
 capture (4 pairs; target: median |error| <= 7 %, worst <= 15 %).
@@ -73,6 +74,39 @@ def identity() -> None:
           f"p95 {np.percentile(errors, 95):.2%}, max {max(errors):.2%} (target: median <= 1 %, p95 <= 3 %)")
 
 
+def joined_identity() -> None:
+    """The identity replay of every shared multi-rank run with its ranks joined at their collectives
+    (``aiprof.analysis.whatif.ranks``): per rank and step, |replayed - observed| / observed."""
+    from aiprof.analysis.whatif.findings import RUN_REPLAY_MAX_EVENTS, whole_run
+    from aiprof.analysis.whatif.ranks import build_run_graph, run_steps
+
+    errors: list[float] = []
+    runs = collectives = 0
+    for folder in sorted({p.parent for p in ROOT.rglob("*") if p.is_file()}):
+        try:
+            loaded = aiprof.load(folder)
+        except aiprof.AiprofError:
+            continue
+        if not isinstance(loaded, RunSet) or len(loaded.ranks) < 2:
+            continue
+        traces = [loaded.rank(r) for r in loaded.ranks]
+        windows = [step_windows(t) for t in traces]
+        if (sum(t.event_count for t in traces) > RUN_REPLAY_MAX_EVENTS or any(not w for w in windows)
+                or not whole_run([t.distributed for t in traces])):
+            continue  # too large, no steps, or not one run (a folder of unrelated captures)
+        run = build_run_graph(traces, windows, list(loaded.ranks))
+        _, times = run_steps(run, replay(run.graph))
+        runs += 1
+        collectives += len(run.collectives)
+        for w, t in zip(windows, times):
+            observed = np.array([x.duration_ns for x in w], dtype=np.float64)
+            keep = observed > 0
+            errors.extend((np.abs(t.duration_ns[keep] - observed[keep]) / observed[keep]).tolist())
+        print(f"  {folder.relative_to(ROOT)}: {len(traces)} ranks, {len(run.collectives)} collectives joined")
+    print(f"joined identity replay: {runs} multi-rank runs, {collectives} collectives joined, {len(errors)} rank steps; "
+          f"median error {np.median(errors):.2%}, p95 {np.percentile(errors, 95):.2%}, max {max(errors):.2%}")
+
+
 def pairs() -> None:
     from aiprof.analysis.whatif.edits import RemoveDataLoading, predict
 
@@ -103,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     speed(args.trace, args.repeat)
     if args.identity:
         identity()
+        joined_identity()
     if args.pairs:
         pairs()
     return 0

@@ -57,7 +57,7 @@ def diagnose_hook(
     functions too). With ``timeline`` > 0, also up to that many of the rank's events for the HTML report's
     interactive timeline (``RankDiagnosis.timeline``, :func:`aiprof.analysis.explore.rank_timeline`). ``limits``:
     the load limits of the memory inputs it reads (the run's ``ReaderOptions.limits``; None: the defaults)."""
-    from aiprof.analysis.whatif.findings import predict_findings
+    from aiprof.analysis.whatif.findings import fix_inputs, predict_findings
     from aiprof.rules.registry import diagnose_rank
     from aiprof.rules.context import load_run_inputs
 
@@ -67,7 +67,7 @@ def diagnose_hook(
     replayed = predict_findings(trace, analysis.windows, [f.id for f in findings])  # docs/whatif.md
     notes.extend(replayed.notes)
     findings = [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
-    out = RankDiagnosis(notes=notes)
+    out = RankDiagnosis(notes=notes, fix_inputs=fix_inputs(trace))
     findings = _host_time(trace, analysis, findings, out)  # Python stacks, modules, source lines
     data = rank_memory_data(trace, notes, memory, analysis.run_dir, limits)
     if data is not None:
@@ -237,9 +237,23 @@ def diagnose_run(
     merged = merge_ranks(per_rank, len(run.ranks))
     for rule in DEFAULT_RUN_RULES if run_rules is None else run_rules:
         merged.extend(rule(run, merged, options))
+    merged = _with_run_replay(run, merged)
     merged = in_vendor_words(merged, _run_vendor(run))  # the run rules' words (the ranks' are done already)
     merged = _with_health(run, merged)
     return [f.plain() for f in memory_last(rank_findings(merged))]
+
+
+def _with_run_replay(run: RunAnalysis, findings: list[Finding]) -> list[Finding]:
+    """On a distributed run, the findings whose fix the ranks' joined replay predicts (docs/whatif.md 'Ranks
+    together'), with the prediction in their evidence; the note on the fixes together is the first rank's, a
+    failed replay a warning of the run."""
+    if len(run.ranks) < 2:
+        return findings
+    from aiprof.analysis.whatif.findings import fix_ranks, predict_loaded_run
+
+    replayed = predict_loaded_run(run, [(f.id, fix_ranks(f.id, f.ranks, f.evidence)) for f in findings])
+    (run.run_notes if replayed.failed else run.ranks[0].notes).extend(replayed.notes)
+    return [_with_evidence(f, replayed.evidence(f.id)) if f.id in replayed.fixes else f for f in findings]
 
 
 def _run_vendor(run: RunAnalysis) -> Vendor:

@@ -40,3 +40,23 @@ def test_identity_replay_over_every_shared_trace() -> None:
     assert len(errors) >= len(FILES)  # every trace gives at least one step
     assert float(np.median(errors)) <= 0.01
     assert float(np.percentile(errors, 95)) <= 0.03
+
+
+@pytest.mark.parametrize("rel", ["astra-sim/megatron_tp8", "param/dlrm_8rank"])
+def test_joined_identity_replay_of_the_shared_runs(rel: str) -> None:
+    """Every rank of a real distributed run joined at its collectives (docs/whatif.md 'Ranks together'):
+    every collective matched on all ranks, every rank's steps replayed as observed."""
+    from aiprof.analysis.steps import step_windows
+    from aiprof.analysis.whatif.findings import whole_run
+    from aiprof.analysis.whatif.ranks import build_run_graph, run_steps
+
+    if not (ROOT / rel).is_dir():
+        pytest.skip(f"{rel} not in the shared traces")
+    traces = _traces(ROOT / rel)
+    assert len(traces) == 8 and whole_run([t.distributed for t in traces])
+    windows = [step_windows(t) for t in traces]
+    run = build_run_graph(traces, windows, [t.rank for t in traces])
+    assert run.collectives and all(c.ranks.size == 8 for c in run.collectives)
+    _, times = run_steps(run, replay(run.graph))
+    for w, t in zip(windows, times):
+        assert t.duration_ns.tolist() == [x.duration_ns for x in w]

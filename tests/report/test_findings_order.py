@@ -1,5 +1,5 @@
-"""Findings come in one order in every format (the JSON's: highest estimated saving per step first, as
-the README says), and a note that saves nothing is never above a finding that saves time. Checked on
+"""Findings come in one order in every format (the JSON's: highest saving per step first, the replayed
+claim where a finding has one, else its formula, as the README says), and a note that saves nothing is never above a finding that saves time. Checked on
 shared real traces, every case of the diagnosis corpus, and a report whose severities disagree with its
 savings (a rule may fix its severity, e.g. ``cpu_saturation`` is always ``low``)."""
 
@@ -16,6 +16,7 @@ import pytest
 from report_docs import as_dict, as_report, document_for_paths, document_of
 
 import corpus
+from aiprof.report.common import ranking_saving_ns
 from aiprof.report.escape import markdown, terminal
 from aiprof.report.model import Report
 from aiprof.report.render import render
@@ -48,7 +49,8 @@ def assert_one_order(doc: Report, what: str) -> None:
     assert _markdown_titles(doc) == [markdown(t) for t in titles], what
     shown = _terminal_positions(doc, titles[:3])
     assert -1 not in shown and shown == sorted(shown), f"{what}: terminal order {shown}"
-    savings = [by_id[i].est_saving_ns_per_step for i in ids if not i.startswith("mem_")]
+    # the saving ranked by: the replayed claim where a finding has one, else its formula (docs/whatif.md 'Claims')
+    savings = [ranking_saving_ns(by_id[i]) for i in ids if not i.startswith("mem_")]
     assert savings == sorted(savings, reverse=True), f"{what}: {ids} not by saving"
     zero = [k for k, s in enumerate(savings) if s <= 0]
     assert not zero or all(s <= 0 for s in savings[zero[0]:]), f"{what}: a zero-saving note above a saving"

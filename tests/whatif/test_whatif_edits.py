@@ -8,10 +8,10 @@ import aiprof
 from aiprof.analysis.whatif.edits import (
     CudaGraphs, Edit, Fuse, KernelsToRoof, OverlapComm, RemoveDataLoading, RemoveSyncs,
     ScaleHost, ScaleKernels, host_overhead, kernels_matching, predict, scalar_reads, script_syncs, touched,
-    allocator_calls,
+    allocator_calls, FUSED_CHAINS, HOST_GAP_SPANS, FusedChain, fused_chains, host_gap_spans,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
-from aiprof.trace.model import Trace
+from aiprof.trace.model import Kind, Trace
 from kineto_builder import TraceBuilder
 from test_whatif_graph import sync_trace
 
@@ -158,6 +158,64 @@ def test_fuse_a_chain(tmp_path: Path) -> None:
     assert len(chain) == 3 and _step_us(graph, []) == 54
     assert _step_us(graph, [Fuse(chain)]) == 50
     assert _step_us(graph, [Fuse(chain, nbytes=1_500_000, bandwidth_bytes_per_ns=100.0)]) == 35
+
+
+def _op_rows(trace: Trace, names: tuple[str, ...]) -> tuple[int, ...]:
+    rows = [int(r) for r in trace.rows_of(Kind.CPU_OP).tolist() if trace.name_of(int(r)) in names]
+    return tuple(sorted(rows, key=lambda r: int(trace.columns.ts[r])))
+
+
+def fusion_trace(tmp_path: Path, kernels: bool = True) -> Trace:
+    """Step 0-25 µs: aten::mul 0-4, aten::add 4-8, aten::relu 8-12, each launching (at 1, 5, 9; 1 µs) one
+    10 µs elementwise kernel, at 20, 32, 44 (ends 54). Without ``kernels`` (a CPU run): the ops 0-10, 10-20,
+    20-30 in a 30 µs step."""
+    b = TraceBuilder()
+    names = ("aten::mul", "aten::add", "aten::relu")
+    if kernels:
+        b.step(0, ts=0, dur=25)
+        for i, name in enumerate(names):
+            op = b.cpu_op(name, ts=4 * i, dur=4)
+            b.launch(op, kernel=f"elementwise_{i}", kernel_ts=20 + 12 * i, kernel_dur=10, ts=4 * i + 1, dur=1)
+    else:
+        b.step(0, ts=0, dur=30)
+        for i, name in enumerate(names):
+            b.cpu_op(name, ts=10 * i, dur=10)
+    return _load(b, tmp_path)
+
+
+def test_fusion_opportunitys_chains_are_fused(tmp_path: Path) -> None:
+    """The rule's chain (mul → add → relu) moves 6,000 bytes op by op, 2,000 fused. Its kernels took 30 µs:
+    0.2 B/ns achieved; the fused kernel moves 2,000 B at that bandwidth, 10 µs, from 20: the step ends at
+    30 µs (54 before). On a CPU the ops' 30 µs of host time x 2,000 / 6,000: 3 x 3,333 ns, the step 9,999 ns."""
+    names = ("aten::mul", "aten::add", "aten::relu")
+    trace = fusion_trace(tmp_path)
+    graph = build_graph(trace)
+    assert fused_chains(graph, trace) == []  # no chain from the rule: nothing to fuse
+    trace.cache[FUSED_CHAINS] = (FusedChain(_op_rows(trace, names), 2_000, 6_000),)
+    (edit,) = fused_chains(graph, trace)
+    assert isinstance(edit, Fuse) and len(edit.nodes) == 3
+    assert _step_us(graph, []) == 54
+    assert _step_us(graph, [edit]) == 30
+    cpu = fusion_trace(tmp_path / "cpu", kernels=False)
+    cpu.cache[FUSED_CHAINS] = (FusedChain(_op_rows(cpu, names), 2_000, 6_000),)
+    cpu_graph = build_graph(cpu)
+    assert predict(cpu_graph, fused_chains(cpu_graph, cpu)).predicted_median_ns == 9_999
+
+
+def test_host_gaps_fix_removes_the_gaps_the_rule_counted(tmp_path: Path) -> None:
+    """Step 0-10 ms on a CPU: aten::mm 0-2, a traced Python frame 2-7 (logging), aten::add 7-10. The rule's gap
+    (2-7 ms: Python outside any op) goes: the step is 5 ms. Without the rule's gaps (``aiprof whatif``) only
+    untraced gaps of 1 ms or more go, and this trace has none: 10 ms."""
+    b = TraceBuilder()
+    b.step(0, ts=0, dur=10_000)
+    b.cpu_op("aten::mm", ts=0, dur=2_000)
+    b.python("train.py(57): log_stats", ts=2_000, dur=5_000)
+    b.cpu_op("aten::add", ts=7_000, dur=3_000)
+    trace = _load(b, tmp_path)
+    graph = build_graph(trace)
+    assert predict(graph, host_gap_spans(graph, trace)).predicted_median_ns == 10_000_000
+    trace.cache[HOST_GAP_SPANS] = ((2_000_000, 7_000_000),)
+    assert predict(graph, host_gap_spans(graph, trace)).predicted_median_ns == 5_000_000
 
 
 def test_scale_kernels_and_to_roof(tmp_path: Path) -> None:

@@ -85,9 +85,33 @@ def arrival_table(trace: Trace, windows: list[StepWindow]) -> ArrivalTable:
 
     rows = np.flatnonzero(is_comm_kernel(trace))
     if rows.size:
-        return _table(trace, windows, "kernel", rows, _kernel_rows(trace, rows))
+        return _table(trace, windows, "kernel", rows, _kernel_rows(trace, rows))[0]
     rows = _outer_cpu_collectives(trace)
-    return _table(trace, windows, "cpu op", rows, _cpu_rows(trace, rows))
+    return _table(trace, windows, "cpu op", rows, _cpu_rows(trace, rows))[0]
+
+
+# The spans in which a CPU backend moves the data (gloo's worker threads: ``gloo:all_reduce``, an annotation):
+# they start when the rank's worker reaches the collective and end when it is done on every rank.
+_CPU_TRANSPORT = r"^(gloo|mpi|ucc):"
+
+
+def transport_table(trace: Trace, windows: list[StepWindow]) -> tuple[ArrivalTable, I64]:
+    """The spans that carry each collective (communication kernels; on a CPU run the backend's transport
+    spans, ``gloo:all_reduce``, else the outermost collective CPU ops) as an :class:`ArrivalTable` whose ends
+    are known, and the trace row of each of its rows: what the what-if replay joins across ranks
+    (:mod:`aiprof.analysis.whatif.ranks`)."""
+    from aiprof.analysis.comm import canonical_collective, is_comm_kernel
+
+    rows = np.flatnonzero(is_comm_kernel(trace))
+    if rows.size:
+        return _table(trace, windows, "kernel", rows, _kernel_rows(trace, rows))
+    c = trace.columns
+    host = np.flatnonzero(np.isin(c.kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)]))
+    rows = host[trace.name_matches(host, _CPU_TRANSPORT)]
+    rows = rows[[canonical_collective(trace.name_of(int(r))) is not None for r in rows.tolist()]]
+    if not rows.size:
+        rows = _outer_cpu_collectives(trace)
+    return _table(trace, windows, "kernel", rows, _cpu_rows(trace, rows))
 
 
 def _kernel_rows(trace: Trace, rows: I64) -> list[tuple[str, str, int]]:
@@ -139,7 +163,8 @@ def _cpu_rows(trace: Trace, rows: I64) -> list[tuple[str, str, int]]:
 
 def _table(
     trace: Trace, windows: list[StepWindow], source: str, rows: I64, meta: list[tuple[str, str, int]]
-) -> ArrivalTable:
+) -> tuple[ArrivalTable, I64]:
+    """The table of ``rows`` (``source`` "kernel": their ends are the collectives' ends) and its rows' trace rows."""
     c = trace.columns
     start = c.ts[rows].astype(np.int64)
     # A communication kernel ends when the collective does, on every rank; a host collective op may return
@@ -161,7 +186,8 @@ def _table(
     for i, key in enumerate(zip(steps.tolist(), groups, colls)):
         ordinal[i] = seen.get(key, 0)
         seen[key] = ordinal[i] + 1
-    return ArrivalTable.of(source, list(groups), list(colls), steps, ordinal, start[order], end[order], nbytes)
+    table = ArrivalTable.of(source, list(groups), list(colls), steps, ordinal, start[order], end[order], nbytes)
+    return table, rows[order]
 
 
 # ---------------------------------------------------------------------------------------------------

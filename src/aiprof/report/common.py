@@ -175,24 +175,36 @@ MEMORY_PREFIX = "mem_"  # memory findings save bytes, not time (pipeline.memory_
 
 
 def findings(doc: Report) -> list[FindingRecord]:
-    """Findings in the one order every format shows (the JSON's, the README's): highest estimated
-    saving per step first; notes with no saving (``info``) after every finding that saves time; ties by
-    severity then id; the memory findings (``mem_*``, they save bytes) last, most bytes first. The
+    """Findings in the one order every format shows (the JSON's, the README's): highest saving per step
+    first (the saving the finding claims from its replayed fix where it has one, else its formula's:
+    docs/whatif.md 'Claims'); notes with no saving (``info``) after every finding that saves time; ties by the
+    formula's saving, then severity, then id; the memory findings (``mem_*``, they save bytes) last, most
+    bytes first. The
     pipeline ranks findings this way already (``rules.registry.rank_findings``, ``pipeline.memory_last``):
     sorting again here only matters for a document assembled elsewhere, and keeps the terminal,
     Markdown and HTML reports in the JSON's order."""
     return sorted(doc.findings, key=finding_order)
 
 
-def finding_order(f: FindingRecord) -> tuple[bool, bool, int, float, int, str]:
+def finding_order(f: FindingRecord) -> tuple[bool, bool, int, float, float, int, str]:
     """The sort key of :func:`findings` (memory findings: a leak or an OOM first, then by bytes)."""
     from aiprof.rules.memory_findings import memory_rank
 
     memory = f.id.startswith(MEMORY_PREFIX)
-    saving = -_num(f.evidence.get("est_saving_bytes")) if memory else -float(f.est_saving_ns_per_step)
+    saving = -_num(f.evidence.get("est_saving_bytes")) if memory else -float(ranking_saving_ns(f))
     first = memory_rank(f.id) if memory else 0
-    return (memory, f.severity == "info" and not memory, first, saving, SEVERITY_ORDER.get(f.severity, 9),
+    return (memory, f.severity == "info" and not memory, first, saving,
+            0.0 if memory else -float(f.est_saving_ns_per_step), SEVERITY_ORDER.get(f.severity, 9),
             "" if memory else f.id)
+
+
+def ranking_saving_ns(f: FindingRecord) -> int:
+    """The saving a finding is ranked by: its claimed replayed saving, else its formula's (as
+    ``rules.registry.ranking_saving_ns``)."""
+    fix = FixPrediction.of(f.evidence)
+    if fix is not None and fix.claimed_saving_ns_per_step is not None:
+        return fix.claimed_saving_ns_per_step
+    return int(f.est_saving_ns_per_step)
 
 
 def rank_text(f: FindingRecord, rank_count: int) -> str:

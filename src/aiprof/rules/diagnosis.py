@@ -8,6 +8,8 @@ report document, which turns each into a ``FindingRecord`` once (``report.docume
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from aiprof.analysis.explore import RankTimeline
@@ -34,6 +36,9 @@ class RankDiagnosis(msgspec.Struct, kw_only=True):
     memory_budget: MemoryBudget | None = None
     # The HTML report's interactive timeline (None unless asked for: ``timeline`` > 0).
     timeline: RankTimeline | None = None
+    # What the rules left for the what-if replay of their fixes (aiprof.analysis.whatif.findings.FIX_INPUTS: the
+    # fusion chains, the host gaps), by trace-cache key: a run's ranks replayed together load their traces again.
+    fix_inputs: dict[str, Any] = {}
 
 
 __all__ = ["RankDiagnosis"]

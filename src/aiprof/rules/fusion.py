@@ -245,11 +245,17 @@ def _chain_gain(view: ShapedOps, chain: list[tuple[int, Any]]) -> float:
     """What fusing one chain saves: a fused kernel moves only the external bytes (the chain's inputs and
     its final output) at the bandwidth the chain achieved, so saving = t_chain × (1 − external / Σ bytes)."""
     t = float(sum(view.time_ns[i] for i, _ in chain))
+    external, total = _chain_bytes(chain)
+    return t * max(1.0 - external / total, 0.0) if total else 0.0
+
+
+def _chain_bytes(chain: list[tuple[int, Any]]) -> tuple[int, int]:
+    """(external bytes: the chain's inputs and its final output, Σ bytes of its ops)."""
     total = sum(cost.bytes for _, cost in chain)
     external = chain[0][1].bytes_read + chain[-1][1].bytes_written
     for (_, prev), (_, cost) in zip(chain, chain[1:]):
         external += max(cost.bytes_read - prev.bytes_written, 0)
-    return t * max(1.0 - external / total, 0.0) if total else 0.0
+    return int(external), int(total)
 
 
 def _timeline_cap(ctx: RankContext, saving_ns: float, ops: I64) -> float:
@@ -289,6 +295,11 @@ def _fusion_finding(
         saving = _timeline_cap(ctx, saving, view.rows[[i for chain in chains for i, _ in chain]])
     if not chains or ctx.share(saving) < ctx.options.fusion_share:
         return []
+    from aiprof.analysis.whatif.edits import FUSED_CHAINS, FusedChain
+
+    # The chains, for the what-if replay of the fix (docs/whatif.md 'Findings'), while the trace is in memory.
+    ctx.trace.cache[FUSED_CHAINS] = tuple(
+        FusedChain(tuple(view.rows[[i for i, _ in chain]].tolist()), *_chain_bytes(chain)) for chain in chains)
     evidence = FusionEvidence(
         chains_per_step=round(len(chains) / ctx.step_count, 1),
         ops_in_chains_per_step=round(ops_in_chains / ctx.step_count, 1),

@@ -262,6 +262,9 @@ def host_gaps(ctx: RankContext) -> list[Finding]:
     threshold = ctx.options.host_bound_share if ctx.is_gpu else ctx.options.tiny_op_share
     if _host_share(ctx, saving) < threshold:
         return []
+    from aiprof.analysis.whatif.edits import HOST_GAP_SPANS
+
+    ctx.trace.cache[HOST_GAP_SPANS] = tuple(split.gaps)  # the fix the what-if replay makes (docs/whatif.md)
     order = np.argsort(-lengths)[:3]
     evidence: dict[str, Any] = {"gap_ns_per_step": int(saving), **spread(lengths).evidence("gap", ctx.step_count)}
     gaps = [_gap_evidence(ctx, *split.gaps[i]) for i in order.tolist()]

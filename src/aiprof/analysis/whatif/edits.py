@@ -9,7 +9,8 @@ What each edit means (``name`` is how the CLI spells it):
 - ``data_loading`` (:class:`RemoveDataLoading`): the host no longer waits for batches (a DataLoader with
   workers and prefetch): every ``DATA_LOADING`` node lasts 0.
 - ``host_gaps`` (:class:`RemoveHostGaps`): the untraced Python inside the steps, in gaps of 1 ms or more,
-  goes (a sleep, logging, bookkeeping moved off the step).
+  goes (a sleep, logging, bookkeeping moved off the step); :func:`host_gap_spans`, the finding's fix: the
+  gaps the rule counted (traced Python frames included).
 - ``syncs`` (:class:`RemoveSyncs`): the blocking calls go (``.item()``, ``cudaDeviceSynchronize`` in the
   loop): their own cost is 0 and their wait no longer depends on the device.
 - ``allocator_calls`` (:func:`allocator_calls`: :class:`RemoveNodes` + :class:`RemoveSyncs`): the caching
@@ -75,7 +76,9 @@ def _kind_mask(graph: Graph, kinds: tuple[NodeKind, ...]) -> np.ndarray:
 
 
 def _in_steps(graph: Graph) -> np.ndarray:
-    """Nodes that start inside some step's host span (on any thread)."""
+    """Nodes that start inside some step's host span (on any thread; of their own rank in a multi-rank graph)."""
+    if graph.in_steps is not None:
+        return graph.in_steps
     if not graph.windows:
         return np.zeros(len(graph), dtype=bool)
     starts = np.array([w.cpu_start_ns for w in graph.windows], dtype=np.int64)
@@ -103,6 +106,30 @@ class RemoveHostGaps:
     def apply(self, graph: Graph, scenario: Scenario) -> None:
         gaps = (graph.kind == int(NodeKind.UNTRACED)) & (graph.dur >= self.min_ns) & _in_steps(graph)
         scenario.dur[gaps] = 0
+
+
+HOST_GAP_SPANS = "host_gaps.gaps"  # the trace cache key under which the host_gaps rule leaves the gaps it counted
+
+
+def host_gap_spans(graph: Graph, trace: Trace) -> list[Edit]:
+    """``host_gaps``' fix: the gaps the rule counted (:data:`HOST_GAP_SPANS`: stretches of Python or untraced
+    time outside any op, traced Python frames included) go from the steps' thread: each CPU-op, Python or
+    untraced segment there loses its overlap with them. Without the rule's gaps (``aiprof whatif``), the
+    untraced gaps of 1 ms or more (:class:`RemoveHostGaps`)."""
+    gaps: tuple[tuple[int, int], ...] | None = trace.cache.get(HOST_GAP_SPANS)
+    if gaps is None:
+        return [RemoveHostGaps()]
+    if not gaps or graph.window_start_node.size == 0 or graph.window_start_node[0] < 0:
+        return []
+    main = graph.resource[graph.window_start_node[0]]
+    nodes = np.flatnonzero((graph.resource == main) & np.isin(graph.kind, [int(NodeKind.HOST), int(NodeKind.UNTRACED)])
+                           & (graph.dur > 0))
+    ordered = sorted(gaps)
+    spans = iv.merge(np.array([a for a, _ in ordered], dtype=np.int64), np.array([b for _, b in ordered], dtype=np.int64))
+    inside = iv.overlap_per_window(spans, graph.start[nodes], graph.end[nodes])
+    changed = inside > 0
+    kept = graph.dur[nodes[changed]] - inside[changed]
+    return [RemoveHostOverhead(tuple(nodes[changed].tolist()), tuple(kept.tolist()), name="host_gaps")] if changed.any() else []
 
 
 @dataclass(frozen=True)
@@ -312,6 +339,71 @@ class Fuse:
         scenario.weight[launch] = DISABLED  # the pieces are not launched on their own ...
         launch_calls = graph.edge_src[launch]
         scenario.dur[launch_calls[graph.kind[launch_calls] == int(NodeKind.LAUNCH)]] = 0  # ... nor paid for
+
+
+@dataclass(frozen=True)
+class ScaleNodes:
+    """Each node of ``nodes`` lasts ``factors`` of its time (rounded to the ns)."""
+
+    nodes: tuple[int, ...]
+    factors: tuple[float, ...]
+    name: str = "scale_nodes"
+
+    def apply(self, graph: Graph, scenario: Scenario) -> None:
+        chosen = np.array(self.nodes, dtype=np.int64)
+        scenario.dur[chosen] = np.rint(scenario.dur[chosen] * np.array(self.factors, dtype=np.float64)).astype(np.int64)
+
+
+FUSED_CHAINS = "fusion_opportunity.chains"  # the trace cache key under which the fusion rule leaves its chains
+
+
+@dataclass(frozen=True)
+class FusedChain:
+    """A chain of elementwise ops that ``fusion_opportunity`` found: the ops' trace rows (in order, one
+    thread), the bytes one fused kernel moves (the chain's inputs and its final output) and the bytes the
+    ops move one by one."""
+
+    rows: tuple[int, ...]
+    external_bytes: int
+    total_bytes: int
+
+
+def fused_chains(graph: Graph, trace: Trace) -> list[Edit]:
+    """``fusion_opportunity``'s fix, per chain the rule found (:data:`FUSED_CHAINS`): with a device, the
+    kernels the chain's ops launched (one stream) become one (:class:`Fuse`): the chain's external bytes at
+    the bandwidth its kernels achieved (Σ bytes / Σ kernel time), one launch, no gaps. The ops' own host
+    time stays: a compiled chain's wrapper costs about what the eager dispatch did (the H200
+    ``planted-elementwise`` pair: 171 vs 170 µs profiled steps; docs/whatif.md 'Findings'). CPU only: the
+    ops' host time x external / Σ bytes (the same bytes at the same bandwidth, in one loop)."""
+    chains: tuple[FusedChain, ...] = trace.cache.get(FUSED_CHAINS) or ()
+    c = trace.columns
+    res_of = {(r.pid, r.tid): i for i, r in enumerate(graph.resources) if r.device < 0}
+    launch = graph.edge_kind == int(EdgeKind.LAUNCH)
+    out: list[Edit] = []
+    for chain in chains:
+        rows = np.array(chain.rows, dtype=np.int64)
+        res = res_of.get((int(c.pid[rows[0]]), int(c.tid[rows[0]])))
+        if res is None or chain.total_bytes <= 0 or rows.size < 2:
+            continue
+        nodes = np.flatnonzero(graph.resource == res)
+        lo = np.searchsorted(graph.start[nodes], c.ts[rows], side="left")
+        hi = np.searchsorted(graph.start[nodes], (c.ts + c.dur)[rows], side="left")
+        per_op = [nodes[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+        host = np.concatenate(per_op)
+        host = host[graph.dur[host] > 0]
+        if not host.size:
+            continue
+        calls = np.zeros(len(graph), dtype=bool)
+        calls[host] = True
+        kernels = np.unique(graph.edge_dst[launch & calls[graph.edge_src]])
+        kernels = kernels[graph.kind[kernels] == int(NodeKind.KERNEL)]
+        share = min(chain.external_bytes / chain.total_bytes, 1.0)
+        if kernels.size >= 2 and np.unique(graph.resource[kernels]).size == 1:
+            kernel_ns = int(graph.dur[kernels].sum())
+            out.append(Fuse(tuple(kernels.tolist()), chain.external_bytes, chain.total_bytes / max(kernel_ns, 1)))
+        elif not graph.nodes_of(*DEVICE_NODE_KINDS).size:
+            out.append(ScaleNodes(tuple(host.tolist()), (share,) * int(host.size), name="fused_loop"))
+    return out
 
 
 @dataclass(frozen=True)

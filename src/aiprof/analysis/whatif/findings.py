@@ -29,25 +29,34 @@ once the groups before it are fixed (the first: its own replayed saving; never b
 claims before it left of the measured median step): removing a data-loading wait first leaves less host
 overhead exposed, and the claims add up to at most the step.
 
-Only single-rank traces get predictions: on a rank of a distributed run, a fix that speeds the rank up is
-held back by the other ranks at its next collective, which a one-rank replay cannot see.
+On a rank of a distributed run alone there is no prediction (:func:`predict_findings`): a fix that speeds the
+rank up is held back by the other ranks at its next collective, which a one-rank replay cannot see. A run whose
+every rank is loaded is replayed with its ranks joined at their collectives (:func:`predict_run_findings`,
+:mod:`aiprof.analysis.whatif.ranks`): each finding's fix on the ranks it names, and the run-level fixes of
+:data:`RUN_EDITS` (``straggler``, ``exposed_communication``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
 
 from aiprof.analysis.steps import StepWindow
 from aiprof.analysis.whatif.edits import (
-    CudaGraphs, Edit, Prediction, RemoveDataLoading, RemoveHostGaps, RemoveSyncs, allocator_calls, host_overhead,
+    CudaGraphs, Edit, OverlapComm, Prediction, RemoveDataLoading, RemoveSyncs, allocator_calls,
+    FUSED_CHAINS, HOST_GAP_SPANS, fused_chains, host_gap_spans, host_overhead,
     predict, scalar_reads, script_syncs, touched,
 )
 from aiprof.analysis.whatif.graph import Graph, NodeKind, build_graph
+from aiprof.analysis.whatif.ranks import OnRanks, RunGraph, build_run_graph, on_rank, predict_run, straggler_work
 from aiprof.analysis.whatif.results import FixPrediction
 from aiprof.trace.model import Trace
+
+if TYPE_CHECKING:
+    from aiprof.analysis.run import RunAnalysis
 
 EditsOf = Callable[[Graph, Trace], list[Edit]]
 
@@ -88,13 +97,38 @@ FIX_EDITS: dict[str, EditsOf] = {
     "sync": _syncs,
     "allocator_churn": allocator_calls,
     "decode_host_bound": _cuda_graphs,
-    "host_gaps": lambda graph, trace: [RemoveHostGaps()],
+    "host_gaps": host_gap_spans,
+    "fusion_opportunity": fused_chains,
     "host_bound": _host_overhead,
     "launch_bound": _cuda_graphs,
 }
 _EDIT_LABEL = {"data_loading": "remove data_loading", "sync": "remove syncs",
                "allocator_churn": "remove allocator calls", "decode_host_bound": "cuda graphs",
-               "host_gaps": "remove host_gaps", "host_bound": "remove host overhead", "launch_bound": "cuda graphs"}
+               "host_gaps": "remove host_gaps", "fusion_opportunity": "fuse elementwise chains",
+               "host_bound": "remove host overhead", "launch_bound": "cuda graphs",
+               "straggler": "remove the straggler's extra work", "exposed_communication": "overlap comm"}
+
+RunEditsOf = Callable[[RunGraph, int], list[Edit]]
+
+
+def _straggler(run: RunGraph, rank: int) -> list[Edit]:
+    edit = straggler_work(run, rank)
+    return [edit] if edit.nodes else []
+
+
+def _overlap(run: RunGraph, rank: int) -> list[Edit]:
+    comm = run.mask(rank) & (run.graph.kind == int(NodeKind.COMM))
+    return [OnRanks((OverlapComm(),), run.mask(rank))] if comm.any() else []
+
+
+# Fixes that only a replay of every rank together can see (a collective waits for its last rank), by finding id:
+# straggler (its extra work goes: :func:`~aiprof.analysis.whatif.ranks.straggler_work`) and exposed_communication
+# (the collectives move off the compute stream: :class:`OverlapComm`, bounded by the compute left to overlap;
+# a CPU backend already runs them on its own threads, and gets none).
+RUN_EDITS: dict[str, RunEditsOf] = {"straggler": _straggler, "exposed_communication": _overlap}
+# The order of the leads of one cause (module doc): the rank's own causes first, then what the others see of them.
+ORDER = (*FIX_EDITS, *RUN_EDITS)
+RUN_REPLAY_MAX_EVENTS = 1_000_000  # a run with more events (all ranks) is not loaded again to be replayed whole
 
 
 class ReplayedFixes(msgspec.Struct, kw_only=True):
@@ -102,6 +136,7 @@ class ReplayedFixes(msgspec.Struct, kw_only=True):
 
     fixes: dict[str, FixPrediction] = msgspec.field(default_factory=dict)
     notes: list[str] = msgspec.field(default_factory=list)
+    failed: bool = False  # the replay failed (its note says why)
 
     def evidence(self, finding_id: str) -> dict[str, object]:
         """The evidence keys a finding of ``finding_id`` gains (none when its fix was not replayed)."""
@@ -125,14 +160,20 @@ def predict_findings(trace: Trace, windows: list[StepWindow], finding_ids: Seque
 def _predict(trace: Trace, windows: list[StepWindow], mapped: list[str]) -> ReplayedFixes:
     graph = build_graph(trace, windows)
     edits = {i: e for i in mapped if (e := FIX_EDITS[i](graph, trace))}
+    return _replayed(graph, edits, lambda chosen: predict(graph, chosen))
+
+
+def _replayed(graph: Graph, edits: dict[str, list[Edit]], replay: Callable[[list[Edit]], Prediction]) -> ReplayedFixes:
+    """The fixes ``edits`` (by finding id) replayed with ``replay``: alone, in groups of one cause, and their
+    marginal claims (module doc)."""
     if not edits:
         return ReplayedFixes()
-    alone = {i: predict(graph, e) for i, e in edits.items()}
+    alone = {i: replay(e) for i, e in edits.items()}
     groups = _groups(graph, edits)
-    joint = {g[0]: alone[g[0]] if len(g) == 1 else predict(graph, [e for i in g for e in edits[i]]) for g in groups}
-    rank = list(FIX_EDITS)
+    joint = {g[0]: alone[g[0]] if len(g) == 1 else replay([e for i in g for e in edits[i]]) for g in groups}
+    rank = list(ORDER)
     groups.sort(key=lambda g: (-joint[g[0]].saving_ns, rank.index(g[0])))
-    claims, together = _claims(graph, groups, edits, joint)
+    claims, together = _claims(replay, groups, edits, joint)
     out = ReplayedFixes()
     for g in groups:
         lead = joint[g[0]]
@@ -154,10 +195,86 @@ def _predict(trace: Trace, windows: list[StepWindow], mapped: list[str]) -> Repl
     return out
 
 
+def fix_ranks(finding_id: str, ranks: Sequence[int], evidence: Mapping[str, object]) -> tuple[int, ...]:
+    """The ranks a finding's fix is made on: a straggler finding names every rank (those that wait too), its
+    fix is the stragglers' (``slow_ranks``); any other finding's, the ranks it names."""
+    slow = evidence.get("slow_ranks") if finding_id == "straggler" else None
+    if isinstance(slow, list) and all(isinstance(r, int) for r in slow):
+        return tuple(int(r) for r in slow)
+    return tuple(ranks)
+
+
+FIX_INPUTS = (FUSED_CHAINS, HOST_GAP_SPANS)  # what rules leave in the trace's cache for their fix's edit
+
+
+def fix_inputs(trace: Trace) -> dict[str, object]:
+    """What the rules left in ``trace``'s cache for the edits of their fixes (:data:`FIX_INPUTS`): it travels
+    with the rank's diagnosis to the joined replay of a run, which loads the trace again."""
+    return {k: trace.cache[k] for k in FIX_INPUTS if k in trace.cache}
+
+
+def whole_run(distributed: Sequence[Mapping[str, object]]) -> bool:
+    """Whether ranks are every rank of one distributed run (each trace's ``world_size`` is their number): the
+    ranks a joined replay needs (a collective waits for ranks that are not loaded too)."""
+    return all(d.get("world_size") == len(distributed) for d in distributed)
+
+
+def predict_loaded_run(run: RunAnalysis, findings: Sequence[tuple[str, Sequence[int]]]) -> ReplayedFixes:
+    """:func:`predict_run_findings` on an analysed run: its ranks' traces are loaded again (the ranks were
+    analysed one at a time), when there are at least two, each one file, and at most
+    :data:`RUN_REPLAY_MAX_EVENTS` events in all (else nothing: the findings keep their formula)."""
+    from aiprof.trace import load
+
+    ranks = [r for r in run.ranks if r.windows]
+    wanted = [(i, named) for i, named in findings if i in FIX_EDITS or i in RUN_EDITS]
+    if len(ranks) < 2 or len(ranks) != len(run.ranks) or not wanted or not whole_run([r.distributed for r in ranks]):
+        return ReplayedFixes()
+    if sum(r.event_count for r in ranks) > RUN_REPLAY_MAX_EVENTS or len({r.path for r in ranks}) != len(ranks):
+        return ReplayedFixes()
+    traces: list[Trace] = []
+    for r in ranks:
+        try:
+            loaded = load(r.path)
+        except Exception:  # noqa: BLE001 - the file was read once; if it cannot be now, there is no replay
+            return ReplayedFixes()
+        if not isinstance(loaded, Trace):
+            return ReplayedFixes()
+        if r.diagnosis is not None:
+            loaded.cache.update(r.diagnosis.fix_inputs)
+        traces.append(loaded)
+    return predict_run_findings(traces, [r.windows for r in ranks], [r.rank for r in ranks], wanted)
+
+
+def predict_run_findings(traces: Sequence[Trace], windows: Sequence[list[StepWindow]], ranks: Sequence[int],
+                         findings: Sequence[tuple[str, Sequence[int]]]) -> ReplayedFixes:
+    """The fixes of a distributed run's findings replayed on every rank's graph joined at the collectives
+    (:mod:`aiprof.analysis.whatif.ranks`): ``findings`` are (id, the ranks it names); each rank's fix is made on
+    that rank (:data:`FIX_EDITS`, :data:`RUN_EDITS`), and a step is the slowest rank's. Claims as on one rank."""
+    mapped = [(i, r) for i, r in findings if i in FIX_EDITS or i in RUN_EDITS]
+    if not mapped or len(traces) < 2 or any(not w for w in windows):
+        return ReplayedFixes()
+    try:
+        run = build_run_graph(list(traces), list(windows), list(ranks))
+        edits: dict[str, list[Edit]] = {}
+        for fid, named in mapped:
+            for r in (list(ranks).index(x) for x in named if x in ranks):
+                if fid in FIX_EDITS:
+                    own = FIX_EDITS[fid](run.rank_graphs[r], traces[r])
+                    found: list[Edit] = [on_rank(run, r, own)] if own else []
+                else:
+                    found = RUN_EDITS[fid](run, r)
+                if found:
+                    edits.setdefault(fid, []).extend(found)
+        return _replayed(run.graph, edits, lambda chosen: predict_run(run, chosen))
+    except Exception as err:  # noqa: BLE001 - as on one rank: the findings keep their formula, a note says why
+        return ReplayedFixes(notes=[f"what-if replay of the ranks together failed: {type(err).__name__}: {err} "
+                                    "(findings keep their formula; please report this trace)"], failed=True)
+
+
 def _groups(graph: Graph, edits: dict[str, list[Edit]]) -> list[list[str]]:
     """The mapped ids in groups of one cause: connected by a node their edits both change; each group in
     :data:`FIX_EDITS` order (its lead first)."""
-    ids = [i for i in FIX_EDITS if i in edits]
+    ids = [i for i in ORDER if i in edits]
     masks = {i: touched(graph, edits[i]) for i in ids}
     parent = {i: i for i in ids}
 
@@ -176,7 +293,7 @@ def _groups(graph: Graph, edits: dict[str, list[Edit]]) -> list[list[str]]:
     return list(groups.values())
 
 
-def _claims(graph: Graph, groups: list[list[str]], edits: dict[str, list[Edit]],
+def _claims(replay: Callable[[list[Edit]], Prediction], groups: list[list[str]], edits: dict[str, list[Edit]],
             joint: dict[str, Prediction]) -> tuple[dict[str, int], Prediction]:
     """Each group's marginal claim in the groups' order (module doc): the median over the steps of what its
     fixes take off each step once the groups before it are fixed (the first group's claim is its own
@@ -189,7 +306,7 @@ def _claims(graph: Graph, groups: list[list[str]], edits: dict[str, list[Edit]],
     before, prediction = first.baseline_ns, first
     for n, g in enumerate(groups):
         done += [e for i in g for e in edits[i]]
-        prediction = first if n == 0 else predict(graph, list(done))
+        prediction = first if n == 0 else replay(list(done))
         saved = int(np.median(before - prediction.predicted_ns)) if before.size else 0
         claims[g[0]] = max(0, min(saved, remaining))
         remaining -= claims[g[0]]

@@ -68,6 +68,7 @@ class NodeKind(enum.IntEnum):
     MEMSET = 11
     IDLE = 12
     JOIN = 13
+    ARRIVE = 14  # a rank reaching a collective (multi-rank graphs: aiprof.analysis.whatif.ranks)
 
 
 DEVICE_NODE_KINDS = (NodeKind.KERNEL, NodeKind.COMM, NodeKind.MEMCPY, NodeKind.MEMSET)
@@ -119,6 +120,7 @@ class Graph:
     launch_floor_ns: int = DEFAULT_LAUNCH_FLOOR_NS
     notes: list[str] = field(default_factory=list)
     baseline_ns: I64 | None = None  # the identity replay's step durations, once computed
+    in_steps: Bool | None = None  # per node: starts inside a step's host span (a multi-rank graph sets it)
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
