@@ -177,10 +177,10 @@ def test_aiprof_load_of_the_shared_vllm_folder_pairs_as_analyze_does(tmp_path: P
     assert found is not None and found[0].startswith("graph_capture_rank_0")
     assert (found[1].graph_launches, found[1].matched_launches, found[1].replayed_kernels) == (25, 25, 361)
     section = analyze(loaded).ranks[0].sections["graph_capture"]
-    assert isinstance(section, GraphCaptureSection) and isinstance(section.replay_attribution, dict)
+    assert isinstance(section, GraphCaptureSection) and isinstance(section.replay_attribution, ReplayAttributionSection)
     cli = document_for_paths((str(VLLM_PAIR),)).ranks[0].graph_capture
     assert isinstance(cli, GraphCaptureSection) and section.replay_attribution == cli.replay_attribution
-    assert section.replay_attribution["attributed_share"] >= 0.95
+    assert section.replay_attribution.attributed_share >= 0.95
 
 
 def test_aiprof_load_pairs_each_process_with_its_own_capture(tmp_path: Path) -> None:
