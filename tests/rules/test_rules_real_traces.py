@@ -35,14 +35,18 @@ EXPECTED: dict[str, tuple[str | None, set[str], set[str], str]] = {
         "as above, plus one 203 ms step among ~123 ms ones: its 80 ms gap outside any op is host_gaps (one "
         "event, low confidence), not dispatch overhead, so host_bound (13.7 ms of short gaps) falls below FP32 math"),
     "astra-sim/megatron_tp8": (
-        "straggler", {"exposed_communication", "comm_bandwidth", "host_stall"}, {"data_loading"},
+        "host_stall", {"straggler", "exposed_communication", "comm_bandwidth"}, {"data_loading"},
         "Megatron TP=8 on A100s: 78 % of the fast ranks' step is all-reduce, and by arrival order nearly all of "
         "it is waiting: ranks 0, 6 and 2 reach the all-reduces late (host stalls: 181 ms per step), the other "
         "five wait ~407 ms per step for them; once every rank is there the all-reduces take 51 ms per step "
-        "(611 µs per 64 MB: near NVLink), which is all exposed_communication (and comm_bandwidth) keep"),
+        "(611 µs per 64 MB: near NVLink), which is all exposed_communication (and comm_bandwidth) keep. The "
+        "ranks replayed together (docs/whatif.md) put the cause first: the host stalls; the straggler's extra "
+        "work alone replays to ~0.2 ms, every rank's step ending with kernels its own busy host launched late"),
     "param/dlrm_8rank": (
-        "exposed_communication", {"straggler", "launch_bound"}, NONE,
-        "DLRM on 8 V100s: all-to-all/all-reduce not hidden by compute dominate a 14.5 ms step"),
+        "sync", {"exposed_communication", "straggler", "launch_bound"}, NONE,
+        "DLRM on 8 V100s: all-to-all/all-reduce not hidden by compute dominate a 14.5 ms step; replayed "
+        "with the ranks joined at their collectives, overlapping them saves nothing (each ends when its last "
+        "rank arrives) and removing the syncs that hold those ranks back is the largest claim"),
     "hta/trace_filter": (
         "exposed_communication", NONE, {"launch_bound"},
         "two ranks of a recommendation model: exposed all-to-all/all-reduce. Not launch_bound: 98 % of its "

@@ -248,12 +248,15 @@ class CaptureSession:
     # --- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
         """Flush on SIGTERM (and SIGHUP), then die by that signal as the script would have; only for
-        signals nobody else handles (a script's own SIGTERM handler, e.g. a checkpoint, wins)."""
+        signals nobody else handles (a script's own SIGTERM handler, e.g. a checkpoint, wins). A forked child
+        (a ``multiprocessing.Pool`` worker) gets the default action back at the fork (:func:`_default_in_child`)."""
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in _FLUSH_SIGNALS:
             if signal.getsignal(sig) == signal.SIG_DFL:
                 self._old_handlers[sig] = signal.signal(sig, self._on_term)
+        if self._old_handlers:
+            _reset_in_children(self)
 
     def restore_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -426,6 +429,43 @@ def finish_trace(parts: list[Path], path: Path, telemetry_dir: Path | None, inte
     for part in parts:
         _quietly(part.unlink)
     return rows
+
+
+_FORK_RESET: list[CaptureSession] = []  # the sessions whose handlers a forked child drops (registered once)
+
+
+def _reset_in_children(session: CaptureSession) -> None:
+    """Have every forked child drop ``session``'s flush handlers (registered with ``os.register_at_fork`` once
+    per process). A child never records for its parent's session (``mark`` checks the pid): the handler could
+    only re-raise the signal there, and a child blocked in C (a Pool worker waiting on its task queue's lock)
+    may never run a Python-level handler at all, so ``terminate()`` left it alive and ``pool.join()`` hung."""
+    if not _FORK_RESET and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_in_child)
+    if session not in _FORK_RESET:
+        _FORK_RESET.append(session)
+
+
+def _default_in_child() -> None:
+    """In a forked child: the default action again for each signal a parent session handles (the kernel's,
+    set through libc: no Python-level handler left to run)."""
+    sessions, _FORK_RESET[:] = list(_FORK_RESET), []
+    for session in sessions:
+        for sig in list(session._old_handlers):
+            try:
+                if signal.getsignal(sig) == session._on_term:
+                    signal.signal(sig, signal.SIG_DFL)
+            except (ValueError, OSError):  # not the main thread in Python's eyes: set it in libc
+                _libc_default(sig)
+        session._old_handlers.clear()
+
+
+def _libc_default(sig: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).signal(int(sig), ctypes.c_void_p(0))  # SIG_DFL
+    except (OSError, AttributeError):
+        pass
 
 
 def distributed_rank() -> int | None:
